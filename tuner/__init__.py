@@ -1,0 +1,3 @@
+"""fusion-tuner: overnight Optuna tuning of hybrid search / RAG retrieval backends."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,60 @@
+"""The `tuner` command line. The only place that prints and exits.
+
+Each command group lives in its own module exposing ``register(app)``; this module
+only assembles them and turns TunerError into a one-line message and exit code.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from tuner.errors import TunerError
+
+app = typer.Typer(
+    name="tuner",
+    help="Tune a hybrid search backend overnight with Optuna.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+_COMMAND_MODULES = (
+    "tuner.cli.score_cmd",
+    "tuner.cli.eval_cmds",
+    "tuner.cli.study_cmds",
+    "tuner.cli.dashboard_cmd",
+)
+
+
+def _register_all() -> None:
+    import importlib
+
+    for name in _COMMAND_MODULES:
+        importlib.import_module(name).register(app)
+
+
+@app.command()
+def version() -> None:
+    """Print the fusion-tuner version."""
+    from tuner import __version__
+
+    typer.echo(__version__)
+
+
+@app.callback()
+def _root() -> None:
+    """Tune a hybrid search backend overnight with Optuna."""
+
+
+_register_all()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console-script entry point: run the app, map TunerError to a one-line error."""
+    try:
+        app(args=argv)
+    except TunerError as exc:
+        typer.secho(f"error: {exc}", err=True, fg=typer.colors.RED)
+        sys.exit(exc.exit_code)

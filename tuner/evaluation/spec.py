@@ -1,0 +1,62 @@
+"""How to talk to a search API: declared in config, not code.
+
+These typed models are shared by `tuner eval` and by experiment files (the
+`evaluation:` section). Unknown keys are rejected so a typo never passes silently.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class RequestMapping(_Strict):
+    """The HTTP request sent for one query.
+
+    ``body`` is a JSON template. A string value that is exactly ``"{name}"`` is
+    replaced by the typed value of ``name`` from the query record (``query``,
+    ``query_id``, ``top_k`` or any extra field); other strings are formatted with
+    ``str.format``. When ``pass_extra`` is true, the query record's extra fields
+    (date hints, filters) are merged into the body.
+    """
+
+    url: str
+    method: Literal["POST", "GET"] = "POST"
+    headers: dict[str, str] = Field(default_factory=dict)
+    body: dict[str, Any] = Field(default_factory=lambda: {"query": "{query}", "top_k": "{top_k}"})
+    pass_extra: bool = True
+    request_id_header: str = "X-Request-ID"
+
+
+class ResponseMapping(_Strict):
+    """Where to find things in the JSON response (dotted paths, e.g. ``data.hits``)."""
+
+    results_path: str = "results"
+    doc_id: str = "doc_id"
+    score: str | None = "score"
+    title: str | None = "title"
+    confidence: str | None = None
+    handoff: str | None = None
+    fallback_level: str | None = None
+
+
+class EvalSpec(_Strict):
+    """Everything a batch evaluation needs besides the queries and the labels."""
+
+    request: RequestMapping
+    response: ResponseMapping = Field(default_factory=ResponseMapping)
+    top_k: PositiveInt = 50
+    concurrency: PositiveInt = 4
+    timeout_s: PositiveFloat = 10.0
+    retries: int = Field(default=3, ge=0, le=10)
+    max_failed_queries: float = Field(
+        default=0.05,
+        ge=0,
+        description="Failure budget: a fraction (<1) or an absolute count (>=1) of queries.",
+    )
+    gains: Literal["linear", "exp"] = "linear"
