@@ -1,0 +1,232 @@
+"""Unit tests of the scorecard: expected values are written as the formulas."""
+
+from __future__ import annotations
+
+import inspect
+from math import log2
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tuner.errors import InputError
+from tuner.metrics import (
+    DEFAULT_METRICS,
+    PRIMARY_METRIC,
+    PRIMARY_SCORECARD,
+    SECONDARY_METRICS,
+    aggregate,
+    judged_at_k,
+    list_metrics,
+    prepare,
+    score_batch,
+    score_rankings,
+)
+
+# One query, ranking grades 3, unjudged, 1, 0, 2 (ranks 1..5); judged grades of the
+# query: a=3, c=1, d=0, e=2, f=3, g=2 (f and g are never retrieved).
+QRELS = {"q": {"a": 3, "c": 1, "d": 0, "e": 2, "f": 3, "g": 2}}
+RANKING = {"q": ["a", "b", "c", "d", "e"]}
+RANKED = [3, 0, 1, 0, 2]
+JUDGED = [3, 1, 0, 2, 3, 2]
+
+
+def score(metric: str, gains: str = "linear", rankings=RANKING, qrels=QRELS) -> float:
+    df = score_rankings(rankings, qrels, list(rankings), gains=gains, metrics=[metric])
+    return float(df[metric].iloc[0])
+
+
+def dcg(gains: list[float], k: int) -> float:
+    return sum(g / log2(r + 1) for r, g in enumerate(gains[:k], start=1))
+
+
+def test_ndcg_linear_is_dcg_over_ideal_dcg_of_all_judged_docs():
+    for k in (1, 3, 5, 20):
+        expected = dcg(RANKED, k) / dcg(sorted(JUDGED, reverse=True), k)
+        assert score(f"NDCG@{k}") == pytest.approx(expected)
+
+
+def test_ndcg_exp_uses_two_to_the_grade_minus_one():
+    exp = lambda grades: [2**g - 1 for g in grades]  # noqa: E731
+    expected = dcg(exp(RANKED), 10) / dcg(exp(sorted(JUDGED, reverse=True)), 10)
+    assert score("NDCG@10", gains="exp") == pytest.approx(expected)
+
+
+def test_ndcg_without_cutoff_uses_whole_ranking_and_whole_ideal():
+    expected = dcg(RANKED, 99) / dcg(sorted(JUDGED, reverse=True), 99)
+    assert score("NDCG") == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("gains,stop", [
+    ("linear", lambda g: g / 4),  # gain(g) / (gain(3) + 1)
+    ("exp", lambda g: (2**g - 1) / 2**3),  # Chapelle's (2^g - 1) / 2^max
+])
+def test_err_is_cascade_of_stop_probabilities(gains, stop):
+    k = 4
+    expected, reach = 0.0, 1.0
+    for rank, grade in enumerate(RANKED[:k], start=1):
+        expected += reach * stop(grade) / rank
+        reach *= 1 - stop(grade)
+    assert score(f"ERR@{k}", gains=gains) == pytest.approx(expected)
+
+
+def test_precision_family_divides_by_k_even_when_the_ranking_is_shorter():
+    k = 10
+    assert score(f"P@{k}") == pytest.approx(sum(g >= 1 for g in RANKED) / k)
+    assert score(f"Useful_Precision@{k}") == pytest.approx(sum(g >= 1 for g in RANKED) / k)
+    assert score(f"Strong_Precision@{k}") == pytest.approx(sum(g >= 2 for g in RANKED) / k)
+    assert score(f"Exact_Precision@{k}") == pytest.approx(sum(g == 3 for g in RANKED) / k)
+    assert score("Strong_Precision@2") == pytest.approx(1 / 2)
+
+
+def test_avg_grade_counts_missing_positions_as_zero():
+    assert score("Avg_Grade@10") == pytest.approx(sum(RANKED) / 10)
+    assert score("Avg_Grade@2") == pytest.approx((3 + 0) / 2)
+
+
+@pytest.mark.parametrize("gains,gain", [("linear", lambda g: g), ("exp", lambda g: 2**g - 1)])
+def test_gain_recall_is_retrieved_gain_over_total_judged_gain(gains, gain):
+    for k in (1, 3, 20):
+        expected = sum(gain(g) for g in RANKED[:k]) / sum(gain(g) for g in JUDGED)
+        assert score(f"Gain_Recall@{k}", gains=gains) == pytest.approx(expected)
+
+
+def test_recall_is_binary_at_grade_one():
+    relevant = sum(g >= 1 for g in JUDGED)
+    assert score("Recall@3") == pytest.approx(sum(g >= 1 for g in RANKED[:3]) / relevant)
+    assert score("Recall@50") == pytest.approx(sum(g >= 1 for g in RANKED) / relevant)
+
+
+def test_success_and_reciprocal_rank_thresholds():
+    assert score("Exact_Success@1") == 1.0
+    assert score("Strong_Success@1") == 1.0
+    assert score("MRR_Exact@10") == pytest.approx(1 / 1)
+    ranking = {"q": ["c", "d", "e", "a"]}  # grades 1, 0, 2, 3
+    assert score("Success@1", rankings=ranking) == 1.0
+    assert score("Strong_Success@2", rankings=ranking) == 0.0
+    assert score("Strong_Success@3", rankings=ranking) == 1.0
+    assert score("MRR@10", rankings=ranking) == pytest.approx(1 / 1)
+    assert score("MRR_Strong@10", rankings=ranking) == pytest.approx(1 / 3)
+    assert score("MRR_Exact@10", rankings=ranking) == pytest.approx(1 / 4)
+    assert score("MRR_Exact@3", rankings=ranking) == 0.0
+    assert score("Exact_Success@3", rankings=ranking) == 0.0
+
+
+def test_binary_average_precision_divides_by_all_relevant():
+    hits = [g >= 1 for g in RANKED]
+    precisions = [sum(hits[:r]) / r for r in range(1, len(hits) + 1) if hits[r - 1]]
+    assert score("AP") == pytest.approx(sum(precisions) / sum(g >= 1 for g in JUDGED))
+
+
+def test_graded_map_weights_precision_by_grade_over_max_grade():
+    k = 10
+    weights = [g / 3 for g in RANKED]
+    weighted_precision = [sum(weights[:r]) / r for r in range(1, len(RANKED) + 1)]
+    numerator = sum(p for p, g in zip(weighted_precision, RANKED) if g > 0)
+    expected = numerator / min(k, sum(g >= 1 for g in JUDGED))
+    assert score(f"MAP@{k}") == pytest.approx(expected)
+    assert score("MAP@2") == pytest.approx(weighted_precision[0] / 2)
+
+
+def test_unjudged_documents_count_as_irrelevant():
+    judged = {"q": {"a": 3, "b": 0}}
+    assert score("NDCG@5", rankings={"q": ["x", "a"]}, qrels=judged) == pytest.approx((3 / log2(3)) / 3)
+
+
+def test_repeated_document_is_credited_once():
+    repeated = {"q": ["a", "a", "a"]}
+    assert score("P@3", rankings=repeated) == pytest.approx(1 / 3)
+    assert score("Avg_Grade@3", rankings=repeated) == pytest.approx(3 / 3)
+
+
+def test_empty_missing_and_unjudged_queries_score_zero_and_are_kept_in_order():
+    rankings = {"full": ["a", "e"], "empty": []}
+    qrels = {"full": {"a": 3, "e": 2}, "empty": {"a": 3}, "handed_off": {"a": 1}}
+    order = ["handed_off", "full", "empty", "no_labels"]
+    rankings["no_labels"] = ["a"]
+    df = score_rankings(rankings, qrels, order)
+    assert list(df.index) == order
+    assert list(df.columns) == [*DEFAULT_METRICS, PRIMARY_METRIC]
+    zero_rows = df.loc[["handed_off", "empty", "no_labels"]]
+    assert (zero_rows.to_numpy() == 0).all()
+    assert df.loc["full", "NDCG@20"] == pytest.approx(1.0)
+
+
+def test_primary_metric_score_is_mean_of_scorecard_with_avg_grade_over_three():
+    rankings = {"q": RANKING["q"], "r": ["f", "g", "x"]}
+    qrels = {**QRELS, "r": {"f": 3, "g": 1, "h": 2}}
+    df = score_rankings(rankings, qrels, ["q", "r"], metrics=list(PRIMARY_SCORECARD))
+    scaled = df[list(PRIMARY_SCORECARD)].copy()
+    scaled["Avg_Grade@10"] /= 3
+    assert np.allclose(df[PRIMARY_METRIC], scaled.sum(axis=1) / len(PRIMARY_SCORECARD))
+
+
+def test_primary_metric_score_is_present_even_when_other_metrics_are_asked():
+    df = score_rankings(RANKING, QRELS, ["q"], metrics=["P@1"])
+    full = score_rankings(RANKING, QRELS, ["q"])
+    assert list(df.columns) == ["P@1", PRIMARY_METRIC]
+    assert df[PRIMARY_METRIC].iloc[0] == pytest.approx(full[PRIMARY_METRIC].iloc[0])
+
+
+def test_aggregate_is_the_column_mean():
+    rankings = {"q": RANKING["q"], "r": ["f"]}
+    df = score_rankings(rankings, {**QRELS, "r": {"f": 2}}, ["q", "r"])
+    agg = aggregate(df)
+    assert set(agg) == set(df.columns)
+    for column in df.columns:
+        assert agg[column] == pytest.approx((df[column].iloc[0] + df[column].iloc[1]) / 2)
+
+
+def test_any_cutoff_parses_from_the_name():
+    assert score("NDCG@23") == pytest.approx(dcg(RANKED, 23) / dcg(sorted(JUDGED, reverse=True), 23))
+    assert score("P@7") == pytest.approx(sum(g >= 1 for g in RANKED) / 7)
+
+
+def test_truncated_preparation_gives_the_same_values_as_full_depth():
+    rng = np.random.default_rng(7)
+    docs = [f"d{i}" for i in range(120)]
+    qrels = {f"q{i}": {d: int(rng.integers(0, 4)) for d in rng.choice(docs, 60, replace=False)} for i in range(20)}
+    rankings = {q: list(rng.choice(docs, int(rng.integers(0, 120)), replace=False)) for q in qrels}
+    fast = score_rankings(rankings, qrels, list(qrels))
+    full = score_batch(prepare(rankings, qrels, list(qrels)))
+    pd.testing.assert_frame_equal(fast, full)
+
+
+def test_judged_at_k_is_share_of_shown_results_with_a_label():
+    rankings = {"q": ["a", "b", "c", "x"], "empty": []}
+    cov = judged_at_k(rankings, QRELS, ["q", "empty"], k=3)
+    assert cov["q"] == pytest.approx(2 / 3)  # a, c judged; b not
+    assert np.isnan(cov["empty"])
+    assert judged_at_k({"q": ["a", "x"]}, QRELS, ["q"], k=10)["q"] == pytest.approx(1 / 2)
+
+
+@pytest.mark.parametrize("bad,message", [
+    ("NDCG@0", "cutoff must be >= 1"),
+    ("Strong_Precision", "needs a cutoff"),
+    ("ndcg@10", "did you mean NDCG"),
+    ("Bogus@10", "unknown metric"),
+])
+def test_bad_metric_names_raise_input_error(bad, message):
+    with pytest.raises(InputError, match=message):
+        score_rankings(RANKING, QRELS, ["q"], metrics=[bad])
+
+
+def test_grade_outside_scale_names_query_and_doc():
+    with pytest.raises(InputError, match=r"query 'q' doc 'z': grade 4 is outside 0\.\.3"):
+        score_rankings(RANKING, {"q": {"z": 4}}, ["q"])
+
+
+def test_duplicate_query_id_and_unknown_gain_scheme_are_rejected():
+    with pytest.raises(InputError, match="listed twice"):
+        score_rankings(RANKING, QRELS, ["q", "q"])
+    with pytest.raises(InputError, match="unknown gain scheme 'log'"):
+        score_rankings(RANKING, QRELS, ["q"], gains="log")
+
+
+def test_public_contract_signature_and_registry():
+    params = list(inspect.signature(score_rankings).parameters)
+    assert params == ["rankings", "qrels", "query_ids", "gains", "metrics"]
+    names = {family.name for family in list_metrics()}
+    for metric in DEFAULT_METRICS:
+        assert metric.split("@")[0] in names
+    assert set(PRIMARY_SCORECARD).isdisjoint(SECONDARY_METRICS)

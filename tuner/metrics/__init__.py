@@ -1,0 +1,50 @@
+"""The graded scorecard: pure numpy metrics over all queries at once.
+
+Public API (other modules code against exactly this):
+
+- ``score_rankings(rankings, qrels, query_ids, gains="linear", metrics=None) -> DataFrame``
+- ``aggregate(df) -> dict[str, float]`` (column means)
+- ``judged_at_k(rankings, qrels, query_ids, k) -> Series`` (coverage)
+- ``list_metrics()``, ``PRIMARY_SCORECARD``, ``SECONDARY_METRICS``, ``SCORECARD_VERSION``
+"""
+
+from tuner.metrics.batch import MAX_GRADE, RankingBatch, prepare
+from tuner.metrics.gains import GAIN_SCHEMES, gain_table
+from tuner.metrics.registry import Metric, MetricFamily, resolve
+from tuner.metrics.scorecard import (
+    DEFAULT_METRICS,
+    PRIMARY_METRIC,
+    PRIMARY_SCORECARD,
+    SCORECARD_FORMULA,
+    SCORECARD_VERSION,
+    SECONDARY_METRICS,
+    aggregate,
+    judged_at_k,
+    list_metrics,
+    primary_metric_score,
+    score_batch,
+    score_rankings,
+)
+
+__all__ = [
+    "DEFAULT_METRICS",
+    "GAIN_SCHEMES",
+    "MAX_GRADE",
+    "PRIMARY_METRIC",
+    "PRIMARY_SCORECARD",
+    "SCORECARD_FORMULA",
+    "SCORECARD_VERSION",
+    "SECONDARY_METRICS",
+    "Metric",
+    "MetricFamily",
+    "RankingBatch",
+    "aggregate",
+    "gain_table",
+    "judged_at_k",
+    "list_metrics",
+    "prepare",
+    "primary_metric_score",
+    "resolve",
+    "score_batch",
+    "score_rankings",
+]

@@ -1,0 +1,113 @@
+"""The metric registry: a metric name such as ``NDCG@23`` -> function + metadata.
+
+A family (``NDCG``) is registered once with its function; the cutoff is parsed from
+the name, so any ``k`` works without registering it. Adding a metric = one function
+in functions.py + one ``_register`` line here.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from tuner.errors import InputError
+from tuner.metrics import functions as f
+from tuner.metrics.batch import RankingBatch
+
+MetricFn = Callable[[RankingBatch, "int | None"], np.ndarray]
+
+
+@dataclass(frozen=True)
+class MetricFamily:
+    """A metric formula with a free cutoff k."""
+
+    name: str
+    fn: MetricFn
+    description: str
+    needs_cutoff: bool  # False: the bare name means the whole ranking (e.g. "NDCG")
+    uses_gains: bool  # True: the value depends on the gain scheme (linear / exp)
+    grade_scaled: bool = False  # True: ranges over 0..max_grade instead of 0..1
+    uses_ideal: bool = False  # True: reads the ideal ranking (needs every judged grade)
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One concrete metric: a family at a cutoff (None = whole ranking)."""
+
+    name: str
+    family: MetricFamily
+    k: int | None
+
+    def compute(self, batch: RankingBatch) -> np.ndarray:
+        return self.family.fn(batch, self.k)
+
+    def upper_bound(self, batch: RankingBatch) -> float:
+        """Best possible value; Primary_Metric_Score divides by it (Avg_Grade / 3)."""
+        return float(batch.max_grade) if self.family.grade_scaled else 1.0
+
+
+_FAMILIES: dict[str, MetricFamily] = {}
+
+
+def _register(name: str, fn: MetricFn, description: str, *, needs_cutoff: bool = True,
+              uses_gains: bool = False, grade_scaled: bool = False, uses_ideal: bool = False) -> None:
+    _FAMILIES[name] = MetricFamily(name, fn, description, needs_cutoff, uses_gains, grade_scaled, uses_ideal)
+
+
+_register("NDCG", f.ndcg, "normalised DCG, discount 1/log2(r+1), ideal from all judged docs",
+          needs_cutoff=False, uses_gains=True, uses_ideal=True)
+_register("DCG", f.dcg, "discounted cumulative gain, discount 1/log2(r+1)", needs_cutoff=False, uses_gains=True)
+_register("ERR", f.err, "expected reciprocal rank, stop probability gain(g)/(gain(max)+1)",
+          needs_cutoff=False, uses_gains=True)
+_register("P", f.precision, "precision at k, relevant = grade >= 1, divided by k")
+_register("Useful_Precision", f.precision, "share of the top k with grade >= 1, divided by k")
+_register("Strong_Precision", f.strong_precision, "share of the top k with grade >= 2, divided by k")
+_register("Exact_Precision", f.exact_precision, "share of the top k with the top grade (3), divided by k")
+_register("Avg_Grade", f.avg_grade, "mean grade over k positions (missing = 0), 0..3", grade_scaled=True)
+_register("Gain_Recall", f.gain_recall, "gain in the top k / total gain of the query's judged docs",
+          needs_cutoff=False, uses_gains=True)
+_register("Recall", f.recall, "relevant (grade >= 1) in the top k / all relevant judged docs", needs_cutoff=False)
+_register("Success", f.success, "1 if a grade >= 1 doc is in the top k", needs_cutoff=False)
+_register("Strong_Success", f.strong_success, "1 if a grade >= 2 doc is in the top k", needs_cutoff=False)
+_register("Exact_Success", f.exact_success, "1 if a top-grade (3) doc is in the top k", needs_cutoff=False)
+_register("MRR", f.mrr, "1 / rank of the first grade >= 1 doc within k (trec_eval recip_rank)",
+          needs_cutoff=False)
+_register("MRR_Strong", f.mrr_strong, "1 / rank of the first grade >= 2 doc within k", needs_cutoff=False)
+_register("MRR_Exact", f.mrr_exact, "1 / rank of the first top-grade (3) doc within k", needs_cutoff=False)
+_register("AP", f.average_precision, "binary average precision (grade >= 1), / all relevant (trec_eval map)",
+          needs_cutoff=False)
+_register("MAP", f.graded_map, "average precision with graded weights g/3, / min(k, relevant)")
+_register("Judged", f.judged, "coverage: judged docs among the first min(k, length); NaN when empty")
+
+_NAME = re.compile(r"^(?P<family>[A-Za-z_]+)(?:@(?P<k>\d+))?$")
+
+
+def resolve(name: str) -> Metric:
+    """Parse ``FAMILY@k`` (or a bare ``FAMILY`` where allowed) into a Metric."""
+    match = _NAME.match(name.strip())
+    family = _FAMILIES.get(match["family"]) if match else None
+    if family is None:
+        raise InputError(f"unknown metric {name!r}{_suggest(name)}; list them with `tuner score --list-metrics`")
+    k = int(match["k"]) if match["k"] is not None else None
+    if k is None and family.needs_cutoff:
+        raise InputError(f"metric {name!r} needs a cutoff; write it as {family.name}@k, e.g. {family.name}@10")
+    if k is not None and k < 1:
+        raise InputError(f"metric {name!r}: cutoff must be >= 1")
+    return Metric(name=f"{family.name}@{k}" if k is not None else family.name, family=family, k=k)
+
+
+def families() -> list[MetricFamily]:
+    """Every registered metric family, in registration order."""
+    return list(_FAMILIES.values())
+
+
+def _suggest(name: str) -> str:
+    family = name.split("@", 1)[0]
+    close = difflib.get_close_matches(family, list(_FAMILIES), n=1, cutoff=0.6)
+    if not close:
+        close = [f for f in _FAMILIES if f.lower() == family.lower()]
+    return f" (did you mean {close[0]}?)" if close else ""

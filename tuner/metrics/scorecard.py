@@ -1,0 +1,145 @@
+"""The scorecard: which metrics a report shows and how they fold into one objective.
+
+Primary_Metric_Score is the mean of the primary scorecard, each metric first divided
+by its best possible value (only Avg_Grade@10 is not already in 0..1; it is divided
+by 3). It is what the tuner maximises.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from tuner.metrics.batch import MAX_GRADE, RankingBatch, prepare
+from tuner.metrics.registry import Metric, MetricFamily, families, resolve
+
+#: Bump when a formula, a denominator or the scorecard membership changes, so
+#: reports computed under different definitions are never compared silently.
+SCORECARD_VERSION = "scorecard-1"
+
+PRIMARY_SCORECARD: tuple[str, ...] = (
+    "NDCG@20",
+    "NDCG@50",
+    "ERR@10",
+    "Strong_Precision@10",
+    "Strong_Precision@20",
+    "Useful_Precision@50",
+    "Avg_Grade@10",
+    "Gain_Recall@20",
+)
+
+SECONDARY_METRICS: tuple[str, ...] = (
+    "NDCG@5",
+    "NDCG@10",
+    "ERR@5",
+    "ERR@20",
+    "ERR@50",
+    "Exact_Precision@10",
+    "Exact_Success@10",
+    "Strong_Success@10",
+    "MRR_Exact@10",
+    "MRR_Strong@10",
+    "MAP@10",
+    "P@1",
+    "Recall@50",
+)
+
+DEFAULT_METRICS: tuple[str, ...] = PRIMARY_SCORECARD + SECONDARY_METRICS
+
+PRIMARY_METRIC = "Primary_Metric_Score"
+
+#: Human-readable formula, for report headers.
+SCORECARD_FORMULA = (
+    "Primary_Metric_Score = mean(" + ", ".join(
+        f"{name}/{MAX_GRADE}" if name.startswith("Avg_Grade") else name for name in PRIMARY_SCORECARD
+    ) + ")"
+)
+
+
+def score_rankings(
+    rankings: dict[str, list[str]],
+    qrels: dict[str, dict[str, int]],
+    query_ids: list[str],
+    gains: str = "linear",
+    metrics: list[str] | None = None,
+) -> pd.DataFrame:
+    """Score every query: index = query_ids (in order), a column per metric + Primary_Metric_Score.
+
+    ``rankings`` are doc ids in system order; a query absent from ``rankings`` or with
+    an empty list (handed off, no results) scores 0 on every ranking metric. Grades
+    must be 0..3; unjudged documents count as grade 0. ``metrics`` defaults to the
+    primary scorecard + the secondary set; any registered ``FAMILY@k`` is accepted.
+    The aggregate of a column is its mean (see ``aggregate``).
+    """
+    wanted = [resolve(name) for name in (DEFAULT_METRICS if metrics is None else metrics)]
+    needed = wanted + [resolve(name) for name in PRIMARY_SCORECARD]
+    batch = prepare(
+        rankings, qrels, query_ids, gains=gains,
+        depth=_deepest(needed), ideal_depth=_deepest(m for m in needed if m.family.uses_ideal),
+    )
+    return score_batch(batch, [m.name for m in wanted])
+
+
+def score_batch(batch: RankingBatch, metrics: Sequence[str] | None = None) -> pd.DataFrame:
+    """Like score_rankings, on an already prepared batch (e.g. prepare(max_grade=4))."""
+    wanted = [resolve(name) for name in (DEFAULT_METRICS if metrics is None else metrics)]
+    primary = [resolve(name) for name in PRIMARY_SCORECARD]
+    columns: dict[str, np.ndarray] = {}
+    for metric in {m.name: m for m in wanted + primary}.values():
+        _check_depth(metric, batch)
+        columns[metric.name] = metric.compute(batch)
+    scores = {m.name: columns[m.name] for m in wanted}
+    scores[PRIMARY_METRIC] = primary_metric_score(columns, batch)
+    frame = pd.DataFrame(scores, index=pd.Index(batch.query_ids, name="query_id"))
+    frame.attrs.update(gains=batch.gains, scorecard_version=SCORECARD_VERSION, max_grade=batch.max_grade)
+    return frame
+
+
+def primary_metric_score(columns: Mapping[str, np.ndarray], batch: RankingBatch) -> np.ndarray:
+    """Per query: mean over PRIMARY_SCORECARD of value / best possible value."""
+    parts = [np.asarray(columns[name]) / resolve(name).upper_bound(batch) for name in PRIMARY_SCORECARD]
+    return np.mean(parts, axis=0) if parts else np.zeros(batch.n_queries)
+
+
+def aggregate(df: pd.DataFrame) -> dict[str, float]:
+    """Column means (NaN entries, e.g. Judged@k of an empty ranking, are skipped)."""
+    return {str(column): float(value) for column, value in df.mean(numeric_only=True).items()}
+
+
+def judged_at_k(
+    rankings: dict[str, list[str]],
+    qrels: dict[str, dict[str, int]],
+    query_ids: list[str],
+    k: int,
+) -> pd.Series:
+    """Coverage per query: share of the first min(k, length) results that carry a label.
+
+    NaN for an empty ranking (nothing was shown, so nothing is missing a label).
+    """
+    batch = prepare(rankings, qrels, query_ids, depth=k, ideal_depth=0)
+    return pd.Series(resolve(f"Judged@{k}").compute(batch), index=pd.Index(batch.query_ids, name="query_id"),
+                     name=f"Judged@{k}")
+
+
+def list_metrics() -> list[MetricFamily]:
+    """Every metric family (name, description, whether it needs @k, uses gains)."""
+    return families()
+
+
+def _deepest(metrics) -> int | None:
+    """Largest cutoff among metrics; None when one of them reads the whole ranking."""
+    deepest = 0
+    for metric in metrics:
+        if metric.k is None:
+            return None
+        deepest = max(deepest, metric.k)
+    return deepest
+
+
+def _check_depth(metric: Metric, batch: RankingBatch) -> None:
+    limits = [batch.depth_limit] + ([batch.ideal_depth_limit] if metric.family.uses_ideal else [])
+    for limit in limits:
+        if limit is not None and (metric.k is None or metric.k > limit):
+            raise ValueError(f"{metric.name} needs a batch prepared deeper than {limit}; pass depth=None or >= k")
