@@ -1,0 +1,114 @@
+"""Wait until a (re)started backend answers its health URL.
+
+    wait_healthy(url, *, deadline_s, target=None, interval_s=0.2, max_interval_s=2.0,
+                 client=None) -> dict
+
+Polls ``url`` with exponential backoff (``interval_s`` doubling, capped at
+``max_interval_s``), retrying on transport errors (connection refused or reset while
+the backend or a container port proxy warms up) and on any non-200 status. Returns the
+JSON body of the first 200 answer (``{}`` when it is not JSON).
+
+While it waits it asks ``target.failure()`` every few tens of milliseconds, so a
+backend that died raises ``BackendExited`` with the target's reason at once instead of
+after the deadline. At the deadline it raises ``HealthTimeout`` naming the URL, the
+deadline and the last status or exception seen.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import httpx
+from tenacity import (
+    RetryCallState,
+    RetryError,
+    Retrying,
+    retry_if_exception_type,
+    stop_after_delay,
+    wait_exponential,
+)
+
+from tuner.errors import BackendExited, HealthTimeout
+from tuner.targets.base import Target
+
+_POLL_S = 0.05
+_MAX_REQUEST_TIMEOUT_S = 5.0
+
+
+class _NotHealthy(Exception):
+    def __init__(self, status: int, body: str) -> None:
+        super().__init__(f"HTTP {status}" + (f" {body}" if body else ""))
+        self.status = status
+
+
+def wait_healthy(
+    url: str,
+    *,
+    deadline_s: float,
+    target: Target | None = None,
+    interval_s: float = 0.2,
+    max_interval_s: float = 2.0,
+    client: httpx.Client | None = None,
+) -> dict[str, Any]:
+    start = time.monotonic()
+    last: list[str] = ["no answer yet"]
+    own_client = client is None
+    http = client or httpx.Client()
+
+    def check_target() -> None:
+        reason = target.failure() if target is not None else None
+        if reason is not None:
+            raise BackendExited(f"backend exited while waiting for {url}: {reason}")
+
+    def sleep(seconds: float) -> None:
+        # Sleep in small slices so a dead backend is noticed within _POLL_S.
+        end = time.monotonic() + seconds
+        while True:
+            check_target()
+            left = end - time.monotonic()
+            if left <= 0:
+                return
+            time.sleep(min(_POLL_S, left))
+
+    def attempt() -> dict[str, Any]:
+        check_target()
+        remaining = max(deadline_s - (time.monotonic() - start), 0.05)
+        try:
+            resp = http.get(url, timeout=min(remaining, _MAX_REQUEST_TIMEOUT_S))
+        except httpx.TransportError as exc:
+            last[0] = f"{type(exc).__name__}: {exc}".rstrip(": ")
+            raise
+        if resp.status_code != 200:
+            last[0] = f"HTTP {resp.status_code} {resp.text[:120].strip()}".strip()
+            raise _NotHealthy(resp.status_code, resp.text[:120])
+        try:
+            body = resp.json()
+        except ValueError:
+            return {}
+        return body if isinstance(body, dict) else {"body": body}
+
+    backoff = wait_exponential(multiplier=interval_s, min=interval_s, max=max_interval_s)
+
+    def wait(state: RetryCallState) -> float:
+        # Never sleep past the deadline: the last attempt happens right at it.
+        return min(backoff(state), max(deadline_s - (time.monotonic() - start), 0.0))
+
+    retrying = Retrying(
+        retry=retry_if_exception_type((httpx.TransportError, _NotHealthy)),
+        wait=wait,
+        stop=stop_after_delay(deadline_s),
+        sleep=sleep,
+        reraise=False,
+    )
+    try:
+        return retrying(attempt)
+    except RetryError as exc:
+        waited = time.monotonic() - start
+        raise HealthTimeout(
+            f"{url} not healthy after {waited:.1f} s (deadline_s={deadline_s:g}); last seen: {last[0]} "
+            "(check the backend log, or raise target.health.deadline_s)"
+        ) from exc.last_attempt.exception()
+    finally:
+        if own_client:
+            http.close()

@@ -1,0 +1,186 @@
+"""A backend run as a local command that the tuner starts, restarts and stops.
+
+The command runs in its own process group (so a restart also ends the workers it
+forked, and Ctrl-C in the tuner's terminal does not reach it); stdout and stderr go
+to a log file. A restart sends SIGTERM to the group, waits up to ``stop_timeout_s``,
+then SIGKILLs it and starts the command again. ``failure()`` tells a health wait at
+once when the command has died, with its exit code and last log lines.
+
+    ProcessTarget(config: ProcessConfig, *, config_files, port=None, state_dir)
+        .start() / .restart() / .stop() / .failure() / .close()
+        .pid -> int | None; .log_file -> Path; .argv -> list[str]
+
+Placeholders in the command, cwd and env values: ``{config}`` (first config file),
+``{config0}``, ``{config1}``..., ``{port}``, ``{python}`` (this interpreter),
+``{state_dir}``. Other braces are left alone.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import weakref
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from tuner.errors import ConfigError, TargetError
+from tuner.experiment import ProcessConfig
+from tuner.targets.base import Target
+
+_TOKEN = re.compile(r"\{(\w+)\}")
+_TAIL_LINES = 5
+_TAIL_BYTES = 8192
+
+
+def fill_placeholders(text: str, values: Mapping[str, str]) -> str:
+    """Replace ``{name}`` for known names only; unknown ``{...}`` stay as written."""
+    return _TOKEN.sub(lambda m: values.get(m.group(1), m.group(0)), text)
+
+
+class ProcessTarget(Target):
+    """A local command; see the module docstring."""
+
+    def __init__(
+        self,
+        config: ProcessConfig,
+        *,
+        config_files: Sequence[Path],
+        port: int | None = None,
+        state_dir: Path,
+    ) -> None:
+        self.config = config
+        self.state_dir = Path(state_dir)
+        values = {"python": sys.executable, "state_dir": str(self.state_dir)}
+        for i, f in enumerate(config_files):
+            values[f"config{i}"] = str(f)
+        if config_files:
+            values["config"] = str(config_files[0])
+        if port is not None:
+            values["port"] = str(port)
+        self.argv = [fill_placeholders(a, values) for a in config.command]
+        unfilled = [a for a in self.argv if "{port}" in a]
+        if unfilled:
+            raise ConfigError(
+                f"target.process.command uses {{port}} but no port is set (set target.port or call bind_port): {unfilled[0]}"
+            )
+        self.cwd = Path(fill_placeholders(str(config.cwd), values)) if config.cwd else None
+        self.env = {k: fill_placeholders(v, values) for k, v in config.env.items()}
+        self.log_file = Path(config.log_file) if config.log_file else self.state_dir / "backend.log"
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._log_offset = 0
+        self._stopped_on_purpose = False
+        # An interpreter that exits without stop() (crash, unhandled error) must not leave
+        # the backend running: finalize objects also run at exit.
+        self._finalizer = weakref.finalize(self, _kill_group_quietly, [None])
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def start(self) -> None:
+        if self.running():
+            return
+        self.log_file.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_file, "ab") as log:
+            self._log_offset = log.tell()
+            try:
+                self._proc = subprocess.Popen(
+                    self.argv,
+                    cwd=self.cwd,
+                    env={**os.environ, **self.env},
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            except OSError as exc:
+                raise TargetError(
+                    f"cannot start {self.argv[0]!r} (target.process.command): {exc.strerror or exc}"
+                ) from exc
+        self._stopped_on_purpose = False
+        self._finalizer.detach()
+        self._finalizer = weakref.finalize(self, _kill_group_quietly, [self._proc.pid])
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def stop(self) -> None:
+        proc = self._proc
+        if proc is None:
+            return
+        self._stopped_on_purpose = True
+        if proc.poll() is None:
+            _signal_group(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=self.config.stop_timeout_s)
+            except subprocess.TimeoutExpired:
+                _signal_group(proc.pid, signal.SIGKILL)
+                proc.wait()
+        # Children that outlived the leader (or ignored SIGTERM) go too.
+        _signal_group(proc.pid, signal.SIGKILL)
+        self._finalizer.detach()
+
+    def failure(self) -> str | None:
+        proc = self._proc
+        if proc is None:
+            return "the backend process was never started"
+        code = proc.poll()
+        if code is None:
+            return None
+        if self._stopped_on_purpose:
+            return "the backend process was stopped by the tuner"
+        how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
+        tail = self.log_tail()
+        name = Path(self.argv[0]).name
+        return f"{name} {how}: {tail}" if tail else f"{name} {how} (log {self.log_file} is empty)"
+
+    def log_tail(self, lines: int = _TAIL_LINES) -> str:
+        """The last ``lines`` non-empty lines the current run wrote, joined with ' | '."""
+        try:
+            with open(self.log_file, "rb") as fh:
+                fh.seek(0, os.SEEK_END)
+                end = fh.tell()
+                start = max(self._log_offset, end - _TAIL_BYTES)
+                fh.seek(start)
+                data = fh.read()
+        except OSError:
+            return ""
+        text = data.decode("utf-8", errors="replace")
+        kept = [ln.strip() for ln in text.splitlines() if ln.strip()][-lines:]
+        return " | ".join(kept)
+
+    def close(self) -> None:
+        self.stop()
+
+
+def _signal_group(pid: int, sig: signal.Signals) -> None:
+    try:
+        os.killpg(pid, sig)  # start_new_session made the pid the group id
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _kill_group_quietly(pids: list[int | None]) -> None:
+    for pid in pids:
+        if pid is not None:
+            _signal_group(pid, signal.SIGKILL)
+
+
+def wait_gone(pid: int, timeout_s: float = 5.0) -> bool:
+    """True once no process of group ``pid`` is left (used by tests and stop checks)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.02)
+    return False
