@@ -25,6 +25,7 @@ Public API (used by the study and ``tuner apply``)::
     SearchSpace.params_for(assignment) -> dict[str, Any]               # for study.enqueue_trial
     SearchSpace.current_assignment(configs) -> Assignment              # the baseline
     SearchSpace.distributions() -> dict[str, BaseDistribution]         # every Optuna param it may suggest
+    SearchSpace.distributions_for(params) -> dict[str, BaseDistribution]  # for create_trial(params=...)
     SearchSpace.edits(assignment) -> dict[int, dict[str, Any]]         # file index -> {dotted path: value}
     SearchSpace.active(name, assignment) -> bool
     SearchSpace.post_retrieval -> frozenset[str]                       # gate-only param names
@@ -50,6 +51,7 @@ suggested nor written (the config keeps its value).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
@@ -334,6 +336,20 @@ class SearchSpace:
             out.update(_encoded_distributions(p))
         return out
 
+    def distributions_for(self, params: Mapping[str, Any]) -> dict[str, BaseDistribution]:
+        """Distributions for exactly ``params`` (e.g. for ``optuna.trial.create_trial``).
+
+        Numeric ranges are widened to contain the given values: a baseline outside the
+        space is still recordable (Optuna's compatibility check ignores bounds).
+        """
+        dists = self.distributions()
+        out: dict[str, BaseDistribution] = {}
+        for name, value in params.items():
+            if name not in dists:
+                raise ConfigError(f"{display_path(self.source)}: {name}: not an Optuna param of this space")
+            out[name] = _widened(dists[name], value)
+        return out
+
     def active(self, name: str, assignment: Mapping[str, Any]) -> bool:
         """Whether ``name``'s conditions hold in ``assignment`` (conditions must be assigned)."""
         for cond, allowed in self[name].spec.when.items():
@@ -557,6 +573,19 @@ def _range_dist(r: Range, integer: bool) -> BaseDistribution:
     if integer:
         return IntDistribution(int(r.low), int(r.high), log=r.log, step=int(r.step or 1))
     return FloatDistribution(r.low, r.high, log=r.log, step=r.step)
+
+
+def _widened(dist: BaseDistribution, value: Any) -> BaseDistribution:
+    if isinstance(dist, IntDistribution | FloatDistribution) and not dist._contains(value):
+        low, high = min(dist.low, value), max(dist.high, value)
+        if dist.step is not None and not dist.log:
+            # Keep the grid: move the new bound onto it.
+            span = math.ceil((high - low) / dist.step - 1e-9) * dist.step
+            low, high = (value, value + span) if value < dist.low else (low, low + span)
+        if isinstance(dist, IntDistribution):
+            return IntDistribution(int(low), int(high), log=dist.log, step=dist.step)
+        return FloatDistribution(low, high, log=dist.log, step=dist.step)
+    return dist
 
 
 def _suggest_one(trial: optuna.trial.BaseTrial, name: str, dist: BaseDistribution) -> Any:

@@ -114,7 +114,7 @@ def format_validation_error(
     loc = [s for s in err["loc"] if not (isinstance(s, str) and s.startswith("function-"))]
     line = line_of(doc, loc)
     where = display_path(path) + (f":{line}" if line else "")
-    keys = _doc_keys(doc, loc)
+    keys = _doc_keys(doc, loc, keep_missing_leaf=err["type"] == "missing")
     key = ".".join(str(s) for s in keys) or "(top level)"
     if err["type"] == "extra_forbidden":
         allowed = _allowed_keys(model, loc) if model is not None else []
@@ -128,7 +128,7 @@ def format_validation_error(
     return f"{where}: {key}: {msg}"
 
 
-def _doc_keys(doc: Any, loc: Sequence[str | int]) -> list[str | int]:
+def _doc_keys(doc: Any, loc: Sequence[str | int], keep_missing_leaf: bool) -> list[str | int]:
     """The segments of ``loc`` that are real keys of the document (drops union tags);
     a missing leaf key is kept so the message names it."""
     keys: list[str | int] = []
@@ -140,7 +140,7 @@ def _doc_keys(doc: Any, loc: Sequence[str | int]) -> list[str | int]:
         elif isinstance(node, list) and isinstance(seg, int) and 0 <= seg < len(node):
             keys.append(seg)
             node = node[seg]
-        elif i == len(loc) - 1 and isinstance(node, Mapping):
+        elif keep_missing_leaf and i == len(loc) - 1 and isinstance(node, Mapping):
             keys.append(seg)
     return keys
 
