@@ -19,6 +19,7 @@ Public API::
         .documents() -> list[CommentedMap]          # the base documents (originals)
         .render(edits) -> dict[Path, str]           # text of every config file, nothing written
         .apply(edits) -> dict[Path, str]            # journal (once), then atomic writes
+        .write(texts) -> None                       # write render() output the same way
         .restore() -> list[Path]                    # originals back, journal removed
         .diff(edits) -> str                         # unified diff base -> patched
         .journal_active -> bool
@@ -266,13 +267,20 @@ class ConfigPatcher:
     def apply(self, edits: Edits) -> dict[Path, str]:
         """Render, record the originals in the journal (once), write changed files atomically."""
         texts = self.render(edits)
+        self.write(texts)
+        return texts
+
+    def write(self, texts: Mapping[Path, str]) -> None:
+        """Write already rendered texts (from :meth:`render`): journal first, then atomically."""
+        unknown = [p for p in texts if Path(p) not in self.files]
+        if unknown:
+            raise ConfigError(f"{unknown[0]} is not one of target.config_files (render() output only)")
         if self.journal is not None:
             self.journal.begin(self.files)
         for path, text in texts.items():
             data = text.encode("utf-8")
-            if path.read_bytes() != data:
-                atomic_write(path, data)
-        return texts
+            if Path(path).read_bytes() != data:
+                atomic_write(Path(path), data)
 
     def restore(self) -> list[Path]:
         """Originals back byte for byte; the journal is removed. Returns the files rewritten."""
