@@ -1,0 +1,127 @@
+"""The threshold solver equals a brute-force loop that re-evaluates every threshold
+through the evaluation core (tuner.evaluation.result.evaluate_responses)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from tuner.dataset import Query, QuerySet
+from tuner.errors import ConfigError
+from tuner.evaluation.mapping import Hit, ParsedResponse
+from tuner.evaluation.outcomes import FailedQuery, QueryResponse
+from tuner.evaluation.result import evaluate_responses
+from tuner.threshold import CONFIDENCE_PARAM, MIN_SCORE_PARAM, GateRange, Retrieval, solve
+
+
+class MaxFP:
+    """A constraint 'OOS_FP_Rate <= bound' in the shape experiment.Constraint has."""
+
+    def __init__(self, bound: float) -> None:
+        self.bound = bound
+
+    def violation(self, metrics):
+        return metrics["OOS_FP_Rate"] - self.bound
+
+
+def synthetic_batch(seed: int, n_in: int = 24, n_oos: int = 10, n_docs: int = 40, depth: int = 15):
+    rng = np.random.default_rng(seed)
+    queries, responses, failed, qrels = [], [], [], {}
+    for i in range(n_in + n_oos):
+        oos = i >= n_in
+        qid = f"q{i}"
+        queries.append(Query(qid, f"text {i}", "short", "s", "oos" if oos else "in"))
+        docs = rng.choice(n_docs, size=depth, replace=False)
+        scores = np.sort(rng.uniform(0, 1, depth))[::-1]
+        hits = tuple(Hit(f"d{d}", float(s), f"title {d}") for d, s in zip(docs, scores))
+        # In-scope queries tend to be more confident; the ranges overlap on purpose.
+        conf = float(rng.uniform(0.3, 0.9) if not oos else rng.uniform(0.1, 0.7))
+        if not oos:
+            qrels[qid] = {f"d{d}": int(rng.integers(0, 4)) for d in rng.choice(n_docs, size=12, replace=False)}
+        if i == 3:
+            failed.append(FailedQuery(qid, f"r{i}", "timeout"))
+            continue
+        responses.append(QueryResponse(qid, f"r{i}", ParsedResponse(hits, conf, conf < 0.6, "0")))
+    return QuerySet("synthetic", "h", tuple(queries)), qrels, responses, failed
+
+
+def brute_force(qs, qrels, responses, failed, t, m):
+    """What the backend would have returned with threshold t and min_score m, evaluated
+    the slow way: rebuild every response and run the evaluation core on it."""
+    gated = []
+    for r in responses:
+        kept = tuple(h for h in r.response.hits if h.score >= m)
+        conf = r.response.confidence
+        handoff = conf < t or not kept
+        gated.append(QueryResponse(r.query_id, r.request_id, ParsedResponse(kept, conf, handoff, "0")))
+    return evaluate_responses(qs, qrels, gated, failed).metrics
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_sweep_and_choice_equal_brute_force(seed):
+    qs, qrels, responses, failed = synthetic_batch(seed)
+    batch = evaluate_responses(qs, qrels, responses, failed)
+    gates = [GateRange(CONFIDENCE_PARAM, 0.2, 0.8, 0.05), GateRange(MIN_SCORE_PARAM, 0.0, 0.6, 0.1)]
+    bound = 0.3
+    solution = solve(Retrieval.from_batch(batch), gates, constraints=[MaxFP(bound)])
+
+    ts = [round(0.2 + 0.05 * i, 2) for i in range(13)]
+    ms = [round(0.1 * i, 1) for i in range(7)]
+    assert len(solution.table) == len(ts) * len(ms)
+    brute = {}
+    for t in ts:
+        for m in ms:
+            brute[(t, m)] = brute_force(qs, qrels, responses, failed, t, m)
+    for row in solution.table.to_dict("records"):
+        expected = brute[(round(row[CONFIDENCE_PARAM], 2), round(row[MIN_SCORE_PARAM], 1))]
+        assert row["Primary_Metric_Score"] == pytest.approx(expected["Primary_Metric_Score"], abs=1e-12)
+        assert row["OOS_FP_Rate"] == pytest.approx(expected["OOS_FP_Rate"], abs=1e-12)
+        assert row["InScope_Handoff_Rate"] == pytest.approx(expected["InScope_Handoff_Rate"], abs=1e-12)
+
+    feasible = {k: v for k, v in brute.items() if v["OOS_FP_Rate"] <= bound}
+    assert feasible, "the synthetic batch should admit a feasible threshold"
+    best = max(v["Primary_Metric_Score"] for v in feasible.values())
+    assert solution.feasible
+    assert solution.objective == pytest.approx(best, abs=1e-12)
+    chosen = (round(solution.values[CONFIDENCE_PARAM], 2), round(solution.values[MIN_SCORE_PARAM], 1))
+    assert chosen in feasible
+    assert feasible[chosen]["Primary_Metric_Score"] == pytest.approx(best, abs=1e-12)
+
+
+def test_without_constraints_the_best_threshold_is_the_lowest_that_keeps_all_answers():
+    qs, qrels, responses, failed = synthetic_batch(4, n_oos=0)
+    batch = evaluate_responses(qs, qrels, responses, failed)
+    solution = solve(Retrieval.from_batch(batch), [GateRange(CONFIDENCE_PARAM, 0.0, 1.0, 0.01)])
+    # Handing off an in-scope query can only lose score, so every t <= min confidence ties.
+    min_conf = min(r.response.confidence for r in responses)
+    plateau = [t for t in np.round(np.arange(0, 1.0001, 0.01), 2) if t <= min_conf]
+    assert solution.values[CONFIDENCE_PARAM] == plateau[len(plateau) // 2]
+    full = brute_force(qs, qrels, responses, failed, 0.0, -math.inf)
+    assert solution.objective == pytest.approx(full["Primary_Metric_Score"])
+
+
+def test_infeasible_everywhere_returns_least_violating_point():
+    qs, qrels, responses, failed = synthetic_batch(5)
+    batch = evaluate_responses(qs, qrels, responses, failed)
+    solution = solve(Retrieval.from_batch(batch), [GateRange(CONFIDENCE_PARAM, 0.0, 0.2, 0.1)],
+                     constraints=[MaxFP(-1.0)])
+    assert not solution.feasible
+    assert solution.violation == pytest.approx(solution.table["violation"].min())
+
+
+def test_bad_gates_are_rejected():
+    qs, qrels, responses, failed = synthetic_batch(6)
+    retrieval = Retrieval.from_batch(evaluate_responses(qs, qrels, responses, failed), retrieved_min_score=0.2)
+    with pytest.raises(ConfigError, match="retrieve with min_score"):
+        solve(retrieval, [GateRange(MIN_SCORE_PARAM, 0.0, 0.5, 0.1)])
+    with pytest.raises(ConfigError, match="cannot be solved client-side"):
+        solve(retrieval, [GateRange("fusion.rrf_k", 1, 100, 1)])
+    with pytest.raises(ConfigError, match="empty"):
+        solve(retrieval, [GateRange(CONFIDENCE_PARAM, 0.9, 0.1)])
+
+
+def test_grid_includes_both_ends():
+    assert list(GateRange(CONFIDENCE_PARAM, 0.2, 0.5, 0.15).values(0.01)) == [0.2, 0.35, 0.5]
+    assert list(GateRange(CONFIDENCE_PARAM, 0.2, 0.45, 0.1).values(0.01)) == [0.2, 0.3, 0.4, 0.45]

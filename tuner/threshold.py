@@ -1,0 +1,266 @@
+"""Post-retrieval gates solved from one retrieval instead of sampled by the study.
+
+The confidence threshold (``confidence.threshold``: hand off when confidence < t) and
+the citation minimum (``citation.min_score``: drop results scoring below m) do not
+change what the backend retrieves, only what it shows. The backend returns its
+results and confidence even when it hands off, so one batch evaluation per trial is
+enough to know what *every* (t, m) would have scored: this module evaluates the whole
+grid client-side, picks the best pair that meets the constraints, and returns the
+sweep table. The sampler then searches only the retrieval parameters, which is why a
+study reaches the same best in fewer trials (bench/threshold_bench.py).
+
+Gate model (the reference backend's, and the usual one):
+
+- a query is *answered* when its confidence >= t and at least one result scores
+  >= m (an emptied result list is handed off); a failed query counts against the
+  backend (in scope: 0; OOS: answered), as in ``tuner.evaluation.result``;
+- the shown ranking is the retrieved hits with score >= m, in the returned order;
+- an answered in-scope query scores its metrics on that ranking, a handed-off one 0.
+
+Exactness: the retrieval must be made with ``min_score`` at or below the lowest
+candidate (results already dropped cannot be brought back; ``solve`` checks this).
+Two backend behaviours the client cannot see are approximated, and the sweep table
+counts the queries concerned (``n_emptied``, ``n_below_top_m``): a backend that falls
+back to a wider date window when the filter empties a list, and a confidence that is
+computed over the filtered hits when fewer than ``top_m`` survive the filter.
+
+Candidate values: the grid ``low, low+step, ..., high`` of each gate (the search
+space's step, else ``resolution``). Outcomes are step functions of t and m, so a fine
+grid covers the whole range; ties on the objective go to the lowest constraint
+violation and then to the middle of the tied plateau, which keeps the chosen value
+away from a breakpoint that the next batch of queries might cross.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+import numpy as np
+import pandas as pd
+
+from tuner import metrics as scorecard
+from tuner.errors import ConfigError, EvaluationError
+from tuner.evaluation import oos
+
+if TYPE_CHECKING:
+    from tuner.evaluation.result import BatchResult
+
+CONFIDENCE_PARAM = "confidence.threshold"
+MIN_SCORE_PARAM = "citation.min_score"
+_EPS = 1e-9  # the reference backend keeps scores equal to min_score up to rounding
+
+
+class ConstraintLike(Protocol):
+    """Anything with ``violation(metrics) -> float`` (<= 0 feasible), e.g. experiment.Constraint."""
+
+    def violation(self, metrics: Mapping[str, float]) -> float: ...
+
+
+@dataclass(frozen=True)
+class GateRange:
+    """One post-retrieval parameter and the values to try."""
+
+    param: str
+    low: float
+    high: float
+    step: float | None = None
+
+    def values(self, resolution: float) -> np.ndarray:
+        if not (math.isfinite(self.low) and math.isfinite(self.high)) or self.high < self.low:
+            raise ConfigError(f"{self.param}: post-retrieval range [{self.low}, {self.high}] is empty; set low <= high")
+        step = self.step or resolution
+        n = int(math.floor((self.high - self.low) / step + 1e-9)) + 1
+        grid = self.low + step * np.arange(n)
+        decimals = max(0, -int(math.floor(math.log10(step)))) + 3
+        return np.unique(np.round(np.append(grid, self.high), decimals))
+
+
+@dataclass(frozen=True)
+class QueryRetrieval:
+    """What one query's retrieval returned (hits as (doc_id, score), best first)."""
+
+    query_id: str
+    scope: str
+    confidence: float | None
+    hits: tuple[tuple[str, float], ...]
+    failed: bool = False
+
+
+@dataclass(frozen=True)
+class Retrieval:
+    """One batch's retrievals plus the labels of its queries and the gate settings it ran with."""
+
+    queries: tuple[QueryRetrieval, ...]
+    qrels: Mapping[str, Mapping[str, int]]
+    retrieved_min_score: float = 0.0
+    top_m: int | None = None
+    gains: str = "linear"
+
+    @classmethod
+    def from_batch(cls, batch: BatchResult, *, retrieved_min_score: float = 0.0, top_m: int | None = None) -> Retrieval:
+        pq = batch.per_query
+        rows = []
+        for q in batch.queries:
+            rec = pq.loc[q.query_id]
+            conf = rec["confidence"]
+            hits = tuple((h.doc_id, math.nan if h.score is None else float(h.score)) for h in batch.hits[q.query_id])
+            rows.append(QueryRetrieval(
+                q.query_id, q.scope, None if pd.isna(conf) else float(conf), hits, failed=rec["status"] == "failed",
+            ))
+        return cls(tuple(rows), batch.qrels, retrieved_min_score, top_m, batch.gains)
+
+
+@dataclass
+class ThresholdSolution:
+    """The chosen gate values, what they score, and the whole sweep."""
+
+    values: dict[str, float]
+    objective: float
+    metrics: dict[str, float]
+    violation: float
+    feasible: bool
+    table: pd.DataFrame = field(repr=False)
+
+
+def solve(
+    retrieval: Retrieval,
+    gates: Sequence[GateRange],
+    *,
+    objective: str = scorecard.PRIMARY_METRIC,
+    constraints: Sequence[ConstraintLike] = (),
+    resolution: float = 0.01,
+) -> ThresholdSolution:
+    """Evaluate every grid point of ``gates`` on ``retrieval`` and pick the best feasible one.
+
+    ``gates`` holds ``confidence.threshold`` and/or ``citation.min_score`` (a gate not
+    given keeps the value the retrieval ran with: no confidence gate, no extra score
+    filter). When no grid point is feasible, the one with the smallest violation wins
+    and ``feasible`` is False, so the trial still reports an honest constraint value.
+    """
+    known = {CONFIDENCE_PARAM, MIN_SCORE_PARAM}
+    by_name = {g.param: g for g in gates}
+    if unknown := set(by_name) - known:
+        raise ConfigError(
+            f"post_retrieval param {sorted(unknown)[0]!r} cannot be solved client-side; "
+            f"only {sorted(known)} can (drop post_retrieval: true from the others)"
+        )
+    ts = by_name[CONFIDENCE_PARAM].values(resolution) if CONFIDENCE_PARAM in by_name else np.array([-math.inf])
+    # Without a min_score gate nothing is filtered (-inf keeps every hit, scored or not).
+    ms = by_name[MIN_SCORE_PARAM].values(resolution) if MIN_SCORE_PARAM in by_name else np.array([-math.inf])
+    if MIN_SCORE_PARAM in by_name and (unscored := [q.query_id for q in retrieval.queries
+                                                    if any(math.isnan(s) for _, s in q.hits)]):
+        raise ConfigError(
+            f"{MIN_SCORE_PARAM}: query {unscored[0]} has hits without a score, so a score filter cannot be "
+            "evaluated; map response.score to the field the backend filters on"
+        )
+    if MIN_SCORE_PARAM in by_name and ms.min() < retrieval.retrieved_min_score - _EPS:
+        raise ConfigError(
+            f"{MIN_SCORE_PARAM}: the retrieval ran with min_score={retrieval.retrieved_min_score:g}, so values "
+            f"down to {ms.min():g} cannot be evaluated; retrieve with min_score at the range's low end"
+        )
+    table = sweep(retrieval, ts, ms, objective=objective)
+    table["violation"] = _violations(table, constraints)
+    pick = _pick(table, objective)
+    row = table.loc[pick]
+    values = {}
+    if CONFIDENCE_PARAM in by_name:
+        values[CONFIDENCE_PARAM] = float(row[CONFIDENCE_PARAM])
+    if MIN_SCORE_PARAM in by_name:
+        values[MIN_SCORE_PARAM] = float(row[MIN_SCORE_PARAM])
+    metric_cols = [c for c in table.columns if c not in (CONFIDENCE_PARAM, MIN_SCORE_PARAM, "violation")]
+    return ThresholdSolution(
+        values=values, objective=float(row[objective]), metrics={c: float(row[c]) for c in metric_cols},
+        violation=float(row["violation"]), feasible=bool(row["violation"] <= 0), table=table,
+    )
+
+
+def sweep(retrieval: Retrieval, thresholds: np.ndarray, min_scores: np.ndarray, *, objective: str) -> pd.DataFrame:
+    """One row per (threshold, min_score): the objective (in-scope mean), the OOS metrics,
+    and the counts that flag approximations."""
+    qs = retrieval.queries
+    if not qs:
+        raise EvaluationError("threshold sweep over an empty batch; evaluate at least one query")
+    is_oos = np.array([q.scope == "oos" for q in qs])
+    failed = np.array([q.failed for q in qs])
+    conf = np.array([-math.inf if q.confidence is None else q.confidence for q in qs])
+    kept = _kept_counts(qs, min_scores)                              # (M, Q)
+    scores = _scores_by_cut(retrieval, min_scores, kept, objective)  # (M, Q), 0 for OOS
+    t_grid, m_idx = np.meshgrid(thresholds, np.arange(len(min_scores)), indexing="ij")
+    t_flat, m_flat = t_grid.ravel(), m_idx.ravel()
+    conf_ok = conf[None, :] >= t_flat[:, None]                      # (T*M, Q)
+    answered = conf_ok & (kept[m_flat] > 0)
+    answered = np.where(failed[None, :], is_oos[None, :], answered)
+    value = np.where(answered, scores[m_flat], 0.0)
+    ins = ~is_oos
+    frame = pd.DataFrame({
+        CONFIDENCE_PARAM: t_flat,
+        MIN_SCORE_PARAM: min_scores[m_flat],
+        objective: value[:, ins].mean(axis=1) if ins.any() else 0.0,
+    })
+    for name, col in oos._rates(is_oos, answered).items():
+        frame[name] = col
+    frame["n_answered"] = answered.sum(axis=1)
+    frame["n_emptied"] = ((kept[m_flat] == 0) & np.array([len(q.hits) > 0 for q in qs])[None, :]).sum(axis=1)
+    if retrieval.top_m is not None:
+        frame["n_below_top_m"] = ((kept[m_flat] > 0) & (kept[m_flat] < retrieval.top_m)).sum(axis=1)
+    return frame
+
+
+def _kept_counts(qs: Sequence[QueryRetrieval], min_scores: np.ndarray) -> np.ndarray:
+    out = np.zeros((len(min_scores), len(qs)), dtype=np.int64)
+    for j, q in enumerate(qs):
+        s = np.nan_to_num(np.array([score for _, score in q.hits], dtype=float), nan=math.inf)
+        if s.size:
+            out[:, j] = (s[None, :] >= min_scores[:, None] - _EPS).sum(axis=1)
+    return out
+
+
+def _scores_by_cut(retrieval: Retrieval, min_scores: np.ndarray, kept: np.ndarray, objective: str) -> np.ndarray:
+    """Per (min_score, query): the objective of the filtered ranking, each distinct
+    (query, filtered list) scored once in one scorecard call."""
+    qs = retrieval.queries
+    rankings: dict[str, list[str]] = {}
+    qrels: dict[str, Mapping[str, int]] = {}
+    key_of = np.empty(kept.shape, dtype=object)
+    for j, q in enumerate(qs):
+        if q.scope == "oos" or q.failed:
+            continue
+        for i, m in enumerate(min_scores):
+            ranking = [doc for doc, score in q.hits if math.isnan(score) or score >= m - _EPS]
+            key = f"{q.query_id}\x00{len(ranking)}"  # filtered lists of one query differ only in length
+            key_of[i, j] = key
+            if key not in rankings:
+                rankings[key] = ranking
+                qrels[key] = retrieval.qrels.get(q.query_id, {})
+    out = np.zeros(kept.shape)
+    if not rankings:
+        return out
+    ids = list(rankings)
+    metric_list = None if objective == scorecard.PRIMARY_METRIC else [objective]
+    frame = scorecard.score_rankings(rankings, dict(qrels), ids, gains=retrieval.gains, metrics=metric_list)
+    col = frame[objective]
+    for (i, j), key in np.ndenumerate(key_of):
+        if key is not None:
+            out[i, j] = col[key]
+    return out
+
+
+def _violations(table: pd.DataFrame, constraints: Sequence[ConstraintLike]) -> np.ndarray:
+    if not constraints:
+        return np.zeros(len(table))
+    records = table.to_dict("records")
+    return np.array([max(c.violation(r) for c in constraints) for r in records])
+
+
+def _pick(table: pd.DataFrame, objective: str) -> int:
+    """Feasible rows first (else the least violating), best objective, lowest violation,
+    then the middle row of the tied plateau (rows are in grid order)."""
+    feasible = table["violation"] <= 0
+    pool = table[feasible] if feasible.any() else table[table["violation"] == table["violation"].min()]
+    best = pool[objective].max()
+    tied = pool[np.isclose(pool[objective], best, rtol=0, atol=1e-12)]
+    tied = tied[tied["violation"] == tied["violation"].min()]
+    return int(tied.index[len(tied) // 2])
