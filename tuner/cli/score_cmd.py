@@ -1,7 +1,157 @@
-"""Placeholder command group; filled in by its issue."""
+"""`tuner score`: score a TREC run file or JSONL results export offline against qrels.
 
+This is how a user checks a backend's exported run without serving it, and how the
+scorecard is compared with trec_eval on the same files.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Annotated, Any
+
+import pandas as pd
 import typer
+from rich.console import Console
+from rich.table import Table
+
+from tuner import metrics
+from tuner.errors import InputError
+from tuner.qrels import IDENTITY, GradeMap, read_qrels
+from tuner.runs import Run, read_run
+
+COVERAGE_DEPTHS = (10, 20)
+QUERY_SETS = ("qrels", "common")
 
 
 def register(app: typer.Typer) -> None:
-    return None
+    app.command(name="score")(score)
+
+
+def score(
+    qrels: Annotated[Path | None, typer.Option("--qrels", help="TREC qrels: 'qid iter docno grade' (or 'qid docno grade').")] = None,
+    run: Annotated[Path | None, typer.Option("--run", help="TREC run ('qid Q0 docno rank score tag') or JSONL results.")] = None,
+    metric_names: Annotated[str | None, typer.Option(
+        "--metrics", help="Comma-separated metrics, e.g. NDCG@10,P@5,ERR@20 (default: primary + secondary scorecard).")] = None,
+    gains: Annotated[str, typer.Option("--gains", help="Gain scheme: linear (grade) or exp (2^grade - 1).")] = "linear",
+    grade_map: Annotated[str | None, typer.Option(
+        "--grade-map", help="Map the qrels' grades onto 0..3, e.g. '1:3,2:2,3:1,4:1,-1:0' ('-1:unjudged' drops). "
+        "Default: identity on 0..3.")] = None,
+    queries: Annotated[str, typer.Option(
+        "--queries", help="qrels: every labelled query (a query missing from the run scores 0, like trec_eval -c); "
+        "common: only queries in both files (trec_eval's default).")] = "qrels",
+    per_query: Annotated[bool, typer.Option("--per-query", help="Also print one row per query.")] = False,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write the scores (aggregate + per query) to this JSON file.")] = None,
+    list_metrics: Annotated[bool, typer.Option("--list-metrics", help="List the metric families and exit.")] = False,
+) -> None:
+    """Score a run file offline against graded qrels and print the scorecard."""
+    console = Console()
+    if list_metrics:
+        console.print(_metrics_table())
+        return
+    if qrels is None or run is None:
+        raise InputError("tuner score needs --qrels FILE and --run FILE (or --list-metrics)")
+    mapping = IDENTITY if grade_map is None else GradeMap.parse(grade_map)
+    labels = read_qrels(qrels, mapping)
+    ranked = read_run(run)
+    query_ids = _query_ids(labels, ranked, queries)
+    wanted = None if metric_names is None else [m.strip() for m in metric_names.split(",") if m.strip()]
+    per_query_scores = metrics.score_rankings(ranked.rankings, labels, query_ids, gains=gains, metrics=wanted)
+    coverage = pd.concat(
+        [metrics.judged_at_k(ranked.rankings, labels, query_ids, k) for k in COVERAGE_DEPTHS], axis=1
+    )
+    unlabelled = [q for q in ranked.rankings if q not in labels]
+    report = _report(per_query_scores, coverage, qrels, run, gains, mapping, unlabelled)
+    if json_out is not None:
+        _write_json(json_out, report)
+    _print(console, report, per_query_scores if per_query else None)
+    if json_out is not None:
+        console.print(f"wrote {json_out}")
+
+
+def _query_ids(labels: dict[str, dict[str, int]], ranked: Run, queries: str) -> list[str]:
+    if queries == "qrels":
+        return list(labels)
+    if queries == "common":
+        return [q for q in labels if q in ranked.rankings]
+    raise InputError(f"--queries {queries!r} is not one of: {', '.join(QUERY_SETS)}")
+
+
+def _report(scores: pd.DataFrame, coverage: pd.DataFrame, qrels: Path, run: Path, gains: str,
+            mapping: GradeMap, unlabelled: list[str]) -> dict[str, Any]:
+    return {
+        "scorecard_version": metrics.SCORECARD_VERSION,
+        "formula": metrics.SCORECARD_FORMULA,
+        "gains": gains,
+        "grade_map": mapping.describe(),
+        "qrels": str(qrels),
+        "run": str(run),
+        "n_queries": len(scores),
+        "run_queries_without_labels": unlabelled,
+        "aggregate": metrics.aggregate(scores),
+        "coverage": metrics.aggregate(coverage),
+        "per_query": {
+            str(qid): {k: _finite(v) for k, v in row.items()}
+            for qid, row in pd.concat([scores, coverage], axis=1).iterrows()
+        },
+    }
+
+
+def _finite(value: float) -> float | None:
+    return None if math.isnan(value) else float(value)
+
+
+def _write_json(path: Path, report: dict[str, Any]) -> None:
+    # Write beside the target and rename, so a crash never leaves half a report.
+    text = json.dumps(report, indent=2, allow_nan=False) + "\n"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _print(console: Console, report: dict[str, Any], per_query: pd.DataFrame | None) -> None:
+    caption = (f"{report['run']} · {report['n_queries']} queries · gains {report['gains']} · "
+               f"grade map {report['grade_map']} · {report['scorecard_version']}")
+    table = Table(title="Scorecard", caption=caption)
+    table.add_column("metric")
+    table.add_column("mean", justify="right")
+    for name, value in report["aggregate"].items():
+        style = "bold" if name == metrics.PRIMARY_METRIC else None
+        table.add_row(name, f"{value:.4f}", style=style)
+    for name, value in report["coverage"].items():
+        table.add_row(name, "n/a" if math.isnan(value) else f"{value:.4f}", style="dim")
+    console.print(table)
+    if report["run_queries_without_labels"]:
+        console.print(f"note: {len(report['run_queries_without_labels'])} run queries have no labels and were "
+                      "not scored; label them or check the query ids")
+    if per_query is not None:
+        console.print(_per_query_table(per_query))
+
+
+def _per_query_table(scores: pd.DataFrame) -> Table:
+    table = Table(title="Per query")
+    table.add_column("query_id")
+    for column in scores.columns:
+        table.add_column(column, justify="right")
+    for qid, row in scores.iterrows():
+        table.add_row(str(qid), *(f"{value:.4f}" for value in row))
+    return table
+
+
+def _metrics_table() -> Table:
+    table = Table(title=f"Metrics ({metrics.SCORECARD_VERSION}); write FAMILY@k, e.g. NDCG@23")
+    for column in ("family", "cutoff", "gains", "definition"):
+        table.add_column(column)
+    for family in metrics.list_metrics():
+        table.add_row(family.name, "@k" if family.needs_cutoff else "@k or whole ranking",
+                      "yes" if family.uses_gains else "", family.description)
+    return table
