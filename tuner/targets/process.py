@@ -22,7 +22,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 import weakref
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -173,14 +172,3 @@ def _kill_group_quietly(pids: list[int | None]) -> None:
         if pid is not None:
             _signal_group(pid, signal.SIGKILL)
 
-
-def wait_gone(pid: int, timeout_s: float = 5.0) -> bool:
-    """True once no process of group ``pid`` is left (used by tests and stop checks)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            os.killpg(pid, 0)
-        except ProcessLookupError:
-            return True
-        time.sleep(0.02)
-    return False

@@ -1,0 +1,140 @@
+"""wait_healthy against real loopback servers and a real dying process."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tuner.errors import BackendExited, HealthTimeout
+from tuner.experiment import ProcessConfig, free_port
+from tuner.health import wait_healthy
+from tuner.targets.process import ProcessTarget
+
+
+class Scripted(http.server.ThreadingHTTPServer):
+    """Answers /health with 503 for the first ``unhealthy`` requests, then 200."""
+
+    def __init__(self, unhealthy: int) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.unhealthy = unhealthy
+        self.requests = 0
+        self.lock = threading.Lock()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}/health"
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    server: Scripted
+
+    def do_GET(self) -> None:
+        with self.server.lock:
+            self.server.requests += 1
+            n = self.server.requests
+        ok = n > self.server.unhealthy
+        body = json.dumps({"status": "ok" if ok else "loading", "n": n}).encode()
+        self.send_response(200 if ok else 503)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        return None
+
+
+@pytest.fixture
+def serve() -> Iterator[callable]:
+    servers: list[Scripted] = []
+
+    def start(unhealthy: int) -> Scripted:
+        server = Scripted(unhealthy)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+def test_retries_503_until_healthy_and_returns_the_body(serve) -> None:
+    server = serve(unhealthy=3)
+    body = wait_healthy(server.url, deadline_s=20, interval_s=0.01, max_interval_s=0.05)
+    assert body == {"status": "ok", "n": 4}
+    assert server.requests == 4
+
+
+def test_never_healthy_times_out_naming_url_deadline_and_last_status(serve) -> None:
+    server = serve(unhealthy=10**9)
+    started = time.monotonic()
+    with pytest.raises(HealthTimeout) as exc:
+        wait_healthy(server.url, deadline_s=0.8, interval_s=0.05, max_interval_s=0.2)
+    took = time.monotonic() - started
+    message = str(exc.value)
+    assert server.url in message and "deadline_s=0.8" in message
+    assert "last seen: HTTP 503" in message and '"loading"' in message
+    assert 0.8 <= took < 0.8 + 1.0  # the last attempt happens at the deadline, not long after
+    assert server.requests >= 3
+
+
+def test_connection_refused_is_retried_then_reported() -> None:
+    url = f"http://127.0.0.1:{free_port()}/health"
+    with pytest.raises(HealthTimeout, match=r"last seen: ConnectError"):
+        wait_healthy(url, deadline_s=0.5, interval_s=0.05)
+
+
+def test_a_dead_target_raises_backend_exited_at_once(tmp_path: Path) -> None:
+    cfg = ProcessConfig(command=["{python}", "-c", "import sys; print('cannot load index'); sys.exit(3)"])
+    target = ProcessTarget(cfg, config_files=[tmp_path / "c.yaml"], state_dir=tmp_path)
+    target.start()
+    url = f"http://127.0.0.1:{free_port()}/health"
+    started = time.monotonic()
+    with pytest.raises(BackendExited) as exc:
+        wait_healthy(url, deadline_s=60, target=target, interval_s=0.5, max_interval_s=2)
+    assert time.monotonic() - started < 5  # far below the 60 s deadline
+    assert "exited with code 3: cannot load index" in str(exc.value)
+    assert url in str(exc.value)
+    target.stop()
+
+
+def test_a_target_that_dies_between_attempts_is_noticed_within_the_backoff(tmp_path: Path, serve) -> None:
+    server = serve(unhealthy=10**9)
+    cfg = ProcessConfig(command=["{python}", "-c", "import time, sys; time.sleep(0.7); sys.exit(4)"])
+    target = ProcessTarget(cfg, config_files=[tmp_path / "c.yaml"], state_dir=tmp_path)
+    target.start()
+    started = time.monotonic()
+    with pytest.raises(BackendExited, match="exited with code 4"):
+        # A 5 s backoff step: the death must still be seen within a poll slice.
+        wait_healthy(server.url, deadline_s=60, target=target, interval_s=5, max_interval_s=5)
+    assert time.monotonic() - started < 3
+    target.stop()
+
+
+def test_non_json_200_returns_an_empty_dict(tmp_path: Path) -> None:
+    class Plain(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"OK")
+
+        def log_message(self, *args: object) -> None:
+            return None
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Plain)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        assert wait_healthy(f"http://127.0.0.1:{server.server_address[1]}/", deadline_s=5) == {}
+    finally:
+        server.shutdown()
+        server.server_close()
+
