@@ -212,8 +212,9 @@ def test_bad_metric_names_raise_input_error(bad, message):
 
 
 def test_grade_outside_scale_names_query_and_doc():
-    with pytest.raises(InputError, match=r"query 'q' doc 'z': grade 4 is outside 0\.\.3"):
-        score_rankings(RANKING, {"q": {"z": 4}}, ["q"])
+    for bad in (4, -1, 2.5, 300):
+        with pytest.raises(InputError, match=rf"query 'q' doc 'z': grade {bad} is not an integer in 0\.\.3"):
+            score_rankings(RANKING, {"q": {"a": np.int64(3), "z": bad}}, ["q"])
 
 
 def test_duplicate_query_id_and_unknown_gain_scheme_are_rejected():

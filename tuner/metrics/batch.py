@@ -7,9 +7,12 @@ array arithmetic.
 
 from __future__ import annotations
 
+import operator
+
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from itertools import repeat
 
 import numpy as np
 
@@ -19,8 +22,9 @@ from tuner.metrics.gains import check_gain_scheme, gain_table
 #: Top of the product's grade scale: Fully=3, Mostly=2, Weakly=1, Irrelevant=0.
 MAX_GRADE = 3
 
-# Marks a ranked document that has no judgment; becomes grade 0 + judged=False.
-_UNJUDGED = -1
+# Marks a ranked document that has no judgment (grades travel as bytes);
+# it becomes grade 0 with judged=False.
+_UNJUDGED = 255
 
 
 @dataclass(frozen=True, eq=False)
@@ -102,23 +106,20 @@ def prepare(
     cutoff asked for saves work and changes no @k value.
     """
     check_gain_scheme(gains)
+    if not 0 < max_grade < _UNJUDGED:
+        raise ValueError(f"max_grade must be in 1..{_UNJUDGED - 1}, got {max_grade}")
     query_ids = tuple(query_ids)
     _check_unique(query_ids)
-    empty: tuple[str, ...] = ()
-    ranked = [_ranked_grades(rankings.get(qid, empty), qrels.get(qid, {}), qid) for qid in query_ids]
-    lengths = np.fromiter((len(r) for r in ranked), dtype=np.int64, count=len(ranked))
-    raw = _pad(ranked, lengths, depth, fill=0)
-    in_ranking = np.arange(raw.shape[1]) < lengths[:, None]
-    judged = (raw != _UNJUDGED) & in_ranking
+    no_labels: Mapping[str, int] = {}
+    labels = [qrels.get(qid) or no_labels for qid in query_ids]
+    grade_counts = _grade_counts(labels, query_ids, max_grade)
+    ranked = [rankings.get(qid) or () for qid in query_ids]
+    lengths = np.fromiter(map(len, ranked), dtype=np.int64, count=len(ranked))
+    width = int(lengths.max(initial=0)) if depth is None else depth
+    raw = _pad(_ranked_grade_bytes(ranked, labels, width), np.minimum(lengths, width), width)
+    judged = (raw != _UNJUDGED) & (np.arange(width) < lengths[:, None])
     grades = np.where(judged, raw, 0).astype(np.int8)
-
-    judged_grades = [_qrel_grades(qrels.get(qid, {}), qid, max_grade) for qid in query_ids]
-    grade_counts = np.zeros((len(query_ids), max_grade + 1), dtype=np.int64)
-    for row, values in enumerate(judged_grades):
-        grade_counts[row] = np.bincount(values, minlength=max_grade + 1)
-    ideal = [np.sort(values)[::-1] for values in judged_grades]
-    ideal_lengths = np.fromiter((len(v) for v in ideal), dtype=np.int64, count=len(ideal))
-    ideal_grades = _pad(ideal, ideal_lengths, ideal_depth, fill=0).astype(np.int8)
+    ideal_grades = _ideal_grades(grade_counts, ideal_depth)
     return RankingBatch(
         query_ids=query_ids,
         grades=grades,
@@ -140,39 +141,74 @@ def _check_unique(query_ids: tuple[str, ...]) -> None:
         raise InputError(f"query id {dup!r} is listed twice in query_ids; give each query once")
 
 
-def _ranked_grades(ranking: Sequence[str], judgments: Mapping[str, int], qid: str) -> list[int]:
-    grades = [judgments.get(doc, _UNJUDGED) for doc in ranking]
-    if len(set(ranking)) != len(grades):
-        # A repeated document is not credited twice: later copies count as judged
-        # irrelevant, so a backend cannot inflate precision by echoing a hit.
-        seen: set[str] = set()
-        grades = [0 if doc in seen or seen.add(doc) else g for doc, g in zip(ranking, grades)]
-    return grades
+def _ranked_grade_bytes(rankings: list[Sequence[str]], labels: list[Mapping[str, int]], width: int) -> bytes:
+    """Grades of the first ``width`` ranked documents of every query, concatenated.
+
+    One C-level dict lookup per document (map + dict.get, one byte per grade) is
+    the hot path of the whole scorecard; everything after it is numpy.
+    """
+    chunks = []
+    for ranking, judged in zip(rankings, labels):
+        top = ranking if len(ranking) <= width else ranking[:width]
+        if len(set(top)) == len(top):
+            chunks.append(bytes(map(judged.get, top, repeat(_UNJUDGED))))
+        else:
+            chunks.append(bytes(_grades_without_repeats(top, judged)))
+    return b"".join(chunks)
 
 
-def _qrel_grades(judgments: Mapping[str, int], qid: str, max_grade: int) -> np.ndarray:
-    values = np.fromiter(judgments.values(), dtype=np.int64, count=len(judgments))
-    if values.size and (values.min() < 0 or values.max() > max_grade):
-        doc, grade = next((d, g) for d, g in judgments.items() if not 0 <= g <= max_grade)
-        raise InputError(
-            f"query {qid!r} doc {doc!r}: grade {grade} is outside 0..{max_grade}; "
-            "map the source grades onto 0..3 (e.g. --grade-map '1:3,2:2,3:1,4:1,-1:0')"
-        )
-    return values
+def _grades_without_repeats(ranking: Sequence[str], judged: Mapping[str, int]) -> list[int]:
+    # A repeated document is not credited twice: later copies count as judged
+    # irrelevant, so a backend cannot inflate precision by echoing a hit.
+    seen: set[str] = set()
+    return [0 if doc in seen or seen.add(doc) else judged.get(doc, _UNJUDGED) for doc in ranking]
 
 
-def _pad(rows: Sequence[Sequence[int]], lengths: np.ndarray, depth: int | None, fill: int) -> np.ndarray:
-    """Stack ragged integer rows into a (len(rows), depth) matrix, padded with fill."""
-    width = int(lengths.max(initial=0)) if depth is None else depth
-    out = np.full((len(rows), width), fill, dtype=np.int64)
-    if not rows or width == 0:
-        return out
-    kept = np.minimum(lengths, width)
-    flat = np.fromiter(
-        (g for row, n in zip(rows, kept) for g in row[:n]), dtype=np.int64, count=int(kept.sum())
-    )
-    row_index = np.repeat(np.arange(len(rows)), kept)
-    starts = np.cumsum(kept) - kept
-    col_index = np.arange(flat.size) - np.repeat(starts, kept)
-    out[row_index, col_index] = flat
+def _grade_counts(labels: list[Mapping[str, int]], query_ids: tuple[str, ...], max_grade: int) -> np.ndarray:
+    """(n_queries, max_grade + 1): how many judged documents each query has per grade."""
+    try:
+        flat = np.frombuffer(b"".join([bytes(judged.values()) for judged in labels]), dtype=np.uint8)
+    except (TypeError, ValueError):  # bytes() refuses negatives, > 255 and non-integers
+        flat = None
+    if flat is None or (flat.size and int(flat.max()) > max_grade):
+        _raise_bad_grade(labels, query_ids, max_grade)
+    counts = np.fromiter(map(len, labels), dtype=np.int64, count=len(labels))
+    rows = np.repeat(np.arange(len(labels)), counts)
+    per_grade = np.bincount(rows * (max_grade + 1) + flat, minlength=len(labels) * (max_grade + 1))
+    return per_grade.reshape(len(labels), max_grade + 1)
+
+
+def _raise_bad_grade(labels: list[Mapping[str, int]], query_ids: tuple[str, ...], max_grade: int) -> None:
+    for qid, judged in zip(query_ids, labels):
+        for doc, grade in judged.items():
+            if not (hasattr(grade, "__index__") and 0 <= operator.index(grade) <= max_grade):
+                raise InputError(
+                    f"query {qid!r} doc {doc!r}: grade {grade!r} is not an integer in 0..{max_grade}; "
+                    "map the source grades onto 0..3 (e.g. --grade-map '1:3,2:2,3:1,4:1,-1:0')"
+                )
+
+
+def _ideal_grades(grade_counts: np.ndarray, ideal_depth: int | None) -> np.ndarray:
+    """Each query's judged grades sorted best first, built from the per-grade counts.
+
+    The ideal grade at position j is the number of levels g >= 1 with more than j
+    documents graded >= g, so no per-query sort is needed.
+    """
+    at_least = np.cumsum(grade_counts[:, ::-1], axis=1)[:, ::-1]  # at_least[:, g] = #docs with grade >= g
+    width = int(at_least[:, 1].max(initial=0)) if ideal_depth is None else ideal_depth
+    positions = np.arange(width)
+    ideal = np.zeros((grade_counts.shape[0], width), dtype=np.int8)
+    for level in range(1, grade_counts.shape[1]):
+        ideal += positions < at_least[:, level, None]
+    return ideal
+
+
+def _pad(flat_bytes: bytes, kept: np.ndarray, width: int) -> np.ndarray:
+    """Scatter concatenated rows (row i has kept[i] entries) into a padded matrix."""
+    flat = np.frombuffer(flat_bytes, dtype=np.uint8)
+    out = np.zeros((kept.size, width), dtype=np.uint8)
+    if flat.size:
+        rows = np.repeat(np.arange(kept.size), kept)
+        starts = np.repeat(np.cumsum(kept) - kept, kept)
+        out[rows, np.arange(flat.size) - starts] = flat
     return out
