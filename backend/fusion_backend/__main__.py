@@ -1,2 +1,10 @@
-def main() -> None:  # placeholder until the backend lands
-    raise SystemExit("fusion_backend: not built yet")
+"""``python -m fusion_backend serve --config PATH``."""
+
+from __future__ import annotations
+
+import sys
+
+from .cli import main
+
+if __name__ == "__main__":
+    sys.exit(main())

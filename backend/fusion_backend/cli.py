@@ -1,0 +1,87 @@
+"""Command line: the only module that prints and sets exit codes.
+
+    fusion-backend serve --config PATH [--host H] [--port P]
+    fusion-backend build-index --config PATH      # fill the index cache, then exit
+    fusion-backend check-config --config PATH     # validate, print the effective config
+
+Exit codes: 0 ok / stopped by SIGTERM; 1 the index could not be loaded; 2 invalid
+config or usage (nothing was bound).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from .errors import BackendError
+
+PROG = "fusion-backend"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    # Until uvicorn installs its handlers, SIGTERM must still stop us promptly (PID 1
+    # in a container has no default action for it).
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format=f"{PROG}: %(message)s", stream=sys.stderr)
+    logging.getLogger("fusion_backend").setLevel(logging.INFO)  # libraries stay at WARNING
+    try:
+        return int(args.run(args))
+    except BackendError as exc:
+        kind = "config error" if exc.exit_code == 2 else "error"
+        print(f"{PROG}: {kind}: {exc}", file=sys.stderr)
+        return exc.exit_code
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from .config import load_config
+    from .server import serve
+
+    cfg = load_config(args.config, host=args.host, port=args.port)
+    return serve(cfg, access_log=args.access_log, log_level=args.log_level)
+
+
+def _build_index(args: argparse.Namespace) -> int:
+    from .config import load_config
+    from .index import load_index
+
+    index = load_index(load_config(args.config))
+    print(json.dumps({"corpus_size": len(index.docs), "cache_hits": index.cache_hits,
+                      "seconds": round(index.load_seconds, 3)}))
+    return 0
+
+
+def _check_config(args: argparse.Namespace) -> int:
+    from .config import load_config
+
+    cfg = load_config(args.config)
+    print(json.dumps({"config_hash": cfg.hash(), "config": cfg.to_json()}, indent=2))
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=PROG, description="Reference hybrid search service for fusion-tuner.")
+    sub = parser.add_subparsers(required=True, metavar="COMMAND")
+    serve = sub.add_parser("serve", help="serve the search API")
+    serve.add_argument("--host", help="bind address (overrides server.host)")
+    serve.add_argument("--port", type=int, help="port (overrides server.port)")
+    serve.add_argument("--access-log", action="store_true", help="log every request (off: it costs latency)")
+    serve.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"],
+                       help="uvicorn's log level")
+    serve.set_defaults(run=_serve)
+    build = sub.add_parser("build-index", help="build the index cache for a config, then exit")
+    build.set_defaults(run=_build_index)
+    check = sub.add_parser("check-config", help="validate a config and print it as JSON")
+    check.set_defaults(run=_check_config)
+    for p in (serve, build, check):
+        p.add_argument("--config", type=Path, required=True, help="path to config.yaml")
+    return parser
+
+
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(0)

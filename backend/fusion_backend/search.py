@@ -1,0 +1,143 @@
+"""One search: score every source once, then walk the date tiers until one has a hit.
+
+Per tier: each enabled source's matching documents (BM25 score > 0; dense cosine above
+``min_similarity``; listed in the run for the request's ``query_id``) inside the tier's
+date window, cut to ``depth``, then fused (``fusion.*``). The first tier with any
+fused document wins; its ranking gets the recency boost (``recency.*``).
+
+The gate then reads that ranking: confidence is the mean dense cosine of its top
+``confidence.top_m`` (before any cut, so it does not depend on ``top_k``);
+``citation.min_score`` drops results scored below it. ``handoff`` is true when
+confidence < ``confidence.threshold`` or no result survives the citation cut. None of
+the three changes the ranking: from a response (each hit carries its ``similarity``,
+the dense cosine) a client can replay another threshold or a higher min_score, and,
+while min_score is 0, another top-m.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import fusion
+from .config import Bm25Source, Config, DenseSource, RunSource, SourceConfig
+from .corpus import day_number
+from .fallback import EMPTY, plan_tiers
+from .fusion import Candidates, Fused
+from .index import SearchIndex
+from .scoring import confidence, recency_factor
+from .text import analyze
+
+_EPS = 1e-9  # scores equal to min_score up to float rounding are kept
+
+
+@dataclass(frozen=True)
+class SearchRequest:
+    query: str
+    top_k: int = 10
+    date_from: dt.date | None = None
+    date_to: dt.date | None = None
+    date_hint_days: int | None = None
+    now: dt.date | None = None
+    query_id: str | None = None
+
+
+@dataclass(frozen=True)
+class Hit:
+    doc_id: str
+    title: str
+    date: str | None
+    score: float
+    sub_scores: dict[str, float | None]  # raw score per enabled source; None: not its candidate
+    ranks: dict[str, int | None]  # 1-based rank among that source's candidates in the tier
+    similarity: float  # dense cosine to the query, what the confidence averages
+
+    def to_json(self) -> dict[str, object]:
+        return {"doc_id": self.doc_id, "score": self.score, "title": self.title, "date": self.date,
+                "sub_scores": self.sub_scores, "ranks": self.ranks, "similarity": self.similarity}
+
+
+@dataclass(frozen=True)
+class SearchOutcome:
+    hits: list[Hit]
+    confidence: float
+    handoff: bool
+    fallback_level: str
+
+
+class Searcher:
+    """Stateless per request; safe to call from several threads at once."""
+
+    def __init__(self, index: SearchIndex, cfg: Config) -> None:
+        self._index = index
+        self._cfg = cfg
+        self._sources = cfg.enabled_sources()
+        self._weights = {name: cfg.weight(name) for name in self._sources}
+        self._total_weight = sum(self._weights.values())
+
+    def search(self, req: SearchRequest, today: dt.date | None = None) -> SearchOutcome:
+        cfg, docs = self._cfg, self._index.docs
+        now = req.now or today or dt.date.today()
+        cosines = self._index.embedder.doc_vectors @ self._index.embedder.embed(req.query)
+        tokens = analyze(req.query)
+        ranked = {name: self._rank(name, src, tokens, cosines, req.query_id) for name, src in self._sources.items()}
+        tiers = plan_tiers(now=now, windows_days=cfg.fallback.windows_days, date_from=req.date_from,
+                           date_to=req.date_to, date_hint_days=req.date_hint_days)
+        for tier in tiers:
+            mask = tier.mask(docs.days)
+            cands = {n: _within(r, mask, self._sources[n].depth) for n, r in ranked.items()}
+            fused = self._fuse(cands)
+            if len(fused.docs):
+                scores = fused.scores * recency_factor(docs.days[fused.docs], day_number(now),
+                                                       cfg.recency.half_life_days, cfg.recency.weight)
+                return self._outcome(tier.level, fused.docs, scores, cands, cosines, req.top_k)
+        return SearchOutcome([], 0.0, True, EMPTY)
+
+    def _rank(self, name: str, src: SourceConfig, tokens: list[str], cosines: np.ndarray,
+              query_id: str | None) -> Candidates:
+        if isinstance(src, Bm25Source):
+            return _ranked(self._index.bm25[name].scores(tokens))
+        if isinstance(src, DenseSource):
+            return _ranked(cosines, floor=src.min_similarity)
+        assert isinstance(src, RunSource)
+        return Candidates(*self._index.runs[name].lookup(query_id))
+
+    def _fuse(self, cands: dict[str, Candidates]) -> Fused:
+        f = self._cfg.fusion
+        if f.method == "rrf":
+            return fusion.rrf(cands, self._weights, f.rrf_k, self._total_weight)
+        return fusion.linear(cands, self._weights, f.normalization, self._total_weight)
+
+    def _outcome(self, level: str, docs: np.ndarray, scores: np.ndarray, cands: dict[str, Candidates],
+                 cosines: np.ndarray, top_k: int) -> SearchOutcome:
+        order = np.lexsort((docs, -scores))  # score desc, then corpus order
+        docs, scores = docs[order], scores[order]
+        conf = confidence(cosines[docs], self._cfg.confidence.top_m)
+        cited = scores >= self._cfg.citation.min_score - _EPS
+        docs, scores = docs[cited], scores[cited]
+        raw = {n: dict(zip(c.docs.tolist(), c.scores.tolist())) for n, c in cands.items()}
+        rank = {n: {d: r for r, d in enumerate(c.docs.tolist(), 1)} for n, c in cands.items()}
+        meta = self._index.docs
+        hits = [
+            Hit(meta.doc_ids[d], meta.titles[d], meta.dates[d], float(s), {n: raw[n].get(d) for n in raw},
+                {n: rank[n].get(d) for n in rank}, float(cosines[d]))
+            for d, s in zip(docs[:top_k].tolist(), scores[:top_k].tolist())
+        ]
+        handoff = conf < self._cfg.confidence.threshold or not hits
+        return SearchOutcome(hits, conf, handoff, level)
+
+
+def _ranked(scores: np.ndarray, floor: float = 0.0) -> Candidates:
+    """Documents scoring above ``floor``, best first (ties in corpus order)."""
+    docs = np.flatnonzero(scores > floor)
+    docs = docs[np.argsort(-scores[docs], kind="stable")]
+    return Candidates(docs, scores[docs])
+
+
+def _within(cands: Candidates, mask: np.ndarray | None, depth: int) -> Candidates:
+    if mask is None:
+        return Candidates(cands.docs[:depth], cands.scores[:depth])
+    keep = mask[cands.docs]
+    return Candidates(cands.docs[keep][:depth], cands.scores[keep][:depth])
