@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +13,7 @@ import pytest
 
 def tuner(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "tuner", *args], capture_output=True, text=True,
-                          env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"})
+                          env={**os.environ, "COLUMNS": "200"})
 
 
 def trec_eval_value(path: Path, measure: str, qid: str) -> float:

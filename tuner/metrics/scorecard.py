@@ -7,7 +7,7 @@ by 3). It is what the tuner maximises.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -128,7 +128,7 @@ def list_metrics() -> list[MetricFamily]:
     return families()
 
 
-def _deepest(metrics) -> int | None:
+def _deepest(metrics: Iterable[Metric]) -> int | None:
     """Largest cutoff among metrics; None when one of them reads the whole ranking."""
     deepest = 0
     for metric in metrics:
