@@ -1,7 +1,249 @@
-"""Placeholder command group; filled in by its issue."""
+"""`tuner eval` (one batch evaluation of a live search API, with CI gates) and
+`tuner labels import | stats | export-unjudged`."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Any
 
 import typer
+from pydantic import ValidationError
+from rich.console import Console
+from rich.table import Table
+
+from tuner.errors import ConfigError, InputError
+
+DEFAULT_DB = Path(".tuner/labels.db")
+
+labels_app = typer.Typer(name="labels", help="The label cache: import, inspect, export unjudged hits.",
+                         no_args_is_help=True)
 
 
 def register(app: typer.Typer) -> None:
-    return None
+    app.command(name="eval")(eval_command)
+    app.add_typer(labels_app, name="labels")
+
+
+# --------------------------------------------------------------------------- tuner eval
+
+
+def eval_command(
+    queries: Annotated[Path, typer.Option("--queries", help="Query set (JSONL).")],
+    url: Annotated[str | None, typer.Option("--url", help="Search endpoint, e.g. http://127.0.0.1:8080/search.")] = None,
+    spec_file: Annotated[Path | None, typer.Option(
+        "--spec", help="YAML EvalSpec: request (url, method, headers, body template, pass_extra), response "
+        "(results_path, doc_id, score, title, confidence, handoff, fallback_level), top_k, concurrency, ...")] = None,
+    labels_db: Annotated[Path, typer.Option("--labels-db", help="Label cache (SQLite).")] = DEFAULT_DB,
+    dataset_id: Annotated[str | None, typer.Option("--dataset-id", help="Dataset id of the labels (default: the query file's stem).")] = None,
+    out: Annotated[Path | None, typer.Option("--out", help="Report directory (default .tuner/reports/<dataset>-<time>).")] = None,
+    top_k: Annotated[int | None, typer.Option("--top-k", min=1, help="Results to ask for per query.")] = None,
+    concurrency: Annotated[int | None, typer.Option("--concurrency", min=1, help="Requests in flight at once.")] = None,
+    timeout_s: Annotated[float | None, typer.Option("--timeout", min=0.001, help="Seconds per request attempt.")] = None,
+    retries: Annotated[int | None, typer.Option("--retries", min=0, max=10, help="Retries on transport errors / 5xx.")] = None,
+    max_failed: Annotated[float | None, typer.Option(
+        "--max-failed", min=0, help="Failure budget: a fraction (<1) or a count (>=1) of queries.")] = None,
+    gains: Annotated[str | None, typer.Option("--gains", help="linear (grade) or exp (2^grade - 1).")] = None,
+    confidence: Annotated[str | None, typer.Option("--confidence-field", help="Response path of the confidence value.")] = None,
+    handoff: Annotated[str | None, typer.Option("--handoff-field", help="Response path of the handoff flag.")] = None,
+    fallback: Annotated[str | None, typer.Option("--fallback-field", help="Response path of the fallback level.")] = None,
+    order_seed: Annotated[int | None, typer.Option("--order-seed", help="Shuffle the query order with this seed.")] = None,
+    config_snapshot: Annotated[Path | None, typer.Option(
+        "--config-snapshot", help="A text file (e.g. the backend's config.yaml) to record in the report.")] = None,
+    title: Annotated[str, typer.Option("--title", help="Report title.")] = "Batch evaluation",
+    fail_under: Annotated[list[str] | None, typer.Option(
+        "--fail-under", help="Gate: exit 1 when METRIC < VALUE, e.g. Primary_Metric_Score=0.6 (repeatable).")] = None,
+    fail_over: Annotated[list[str] | None, typer.Option(
+        "--fail-over", help="Gate: exit 1 when METRIC > VALUE, e.g. OOS_FP_Rate=0.1 (repeatable).")] = None,
+) -> None:
+    """Run one batch evaluation against a live search API and write its reports."""
+    from tuner.dataset import load_queryset
+    from tuner.evaluation import check_gates, parse_gate, run_batch, scorecard_keys
+    from tuner.labels import LabelStore
+    from tuner.report import ReportContext, write_reports
+
+    console = Console()
+    gates = [parse_gate(g, "under") for g in fail_under or []] + [parse_gate(g, "over") for g in fail_over or []]
+    known = set(scorecard_keys())  # a typo in a gate fails before any traffic
+    for gate in gates:
+        if gate.metric not in known:
+            raise InputError(f"gate {gate.describe()}: unknown metric {gate.metric!r}; known: {', '.join(sorted(known))}")
+    spec = _spec(spec_file, url=url, top_k=top_k, concurrency=concurrency, timeout_s=timeout_s, retries=retries,
+                 max_failed=max_failed, gains=gains, confidence=confidence, handoff=handoff, fallback=fallback)
+    snapshot = _read_snapshot(config_snapshot)
+    query_set = load_queryset(queries, dataset_id)
+    store = LabelStore(labels_db)
+    qrels = store.qrels(query_set.dataset_id)
+    fingerprint = store.fingerprint(query_set.dataset_id)
+
+    console.print(f"evaluating {len(query_set)} queries of [bold]{query_set.dataset_id}[/] against {spec.request.url} "
+                  f"(concurrency {spec.concurrency}, top_k {spec.top_k})")
+    result = run_batch(spec, query_set, qrels, order_seed=order_seed)
+    out_dir = out or Path(".tuner/reports") / f"{query_set.dataset_id}-{datetime.now(UTC):%Y%m%dT%H%M%SZ}"
+    misses = check_gates(result.metrics, gates)
+    context = ReportContext(
+        title=title, labels_fingerprint=fingerprint, labels_db=str(labels_db), url=spec.request.url,
+        queries_file=str(queries), spec=spec.model_dump(mode="json"),
+        extra={"gates": [{"gate": g.describe(), "passed": all(m.gate != g for m in misses)} for g in gates]},
+    )
+    paths = write_reports(result, out_dir, context=context, config_snapshot=snapshot)
+
+    console.print(_scorecard_table(result.metrics))
+    if result.failed:
+        console.print(f"[yellow]{len(result.failed)} queries failed (within the budget); see the report[/]")
+    for name, path in (("JSON", paths.json), ("Markdown", paths.markdown), ("per-query CSV", paths.per_query_csv),
+                       ("PR curve", paths.pr_curve_png)):
+        if path is not None:
+            console.print(f"{name:>14}: {path}")
+    if misses:
+        err = Console(stderr=True)
+        for miss in misses:
+            err.print(f"[red]{miss.message()}[/]", highlight=False)
+        raise typer.Exit(1)
+    if gates:
+        console.print(f"[green]all {len(gates)} gate(s) passed[/]")
+
+
+def _spec(spec_file: Path | None, **flags: Any) -> Any:
+    from tuner.evaluation import EvalSpec, RequestMapping
+    from tuner.yamlfile import load_model
+
+    if spec_file is not None:
+        base = load_model(spec_file, EvalSpec)
+    elif flags["url"] is not None:
+        base = EvalSpec(request=RequestMapping(url=flags["url"]))
+    else:
+        raise InputError("tuner eval needs --url URL or --spec FILE (a YAML EvalSpec)")
+    data = base.model_dump()
+    if flags["url"] is not None:
+        data["request"]["url"] = flags["url"]
+    for key, field in (("confidence", "confidence"), ("handoff", "handoff"), ("fallback", "fallback_level")):
+        if flags[key] is not None:
+            data["response"][field] = flags[key]
+    for key, field in (("top_k", "top_k"), ("concurrency", "concurrency"), ("timeout_s", "timeout_s"),
+                       ("retries", "retries"), ("max_failed", "max_failed_queries"), ("gains", "gains")):
+        if flags[key] is not None:
+            data[field] = flags[key]
+    try:
+        return EvalSpec.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        key = ".".join(str(p) for p in first["loc"])
+        raise ConfigError(f"evaluation setting {key}: {first['msg']}; fix the flag or the --spec file") from exc
+
+
+def _read_snapshot(path: Path | None) -> str | None:
+    if path is None:
+        return None
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: cannot read the config snapshot ({exc}); pass a text file") from exc
+
+
+def _scorecard_table(metrics: dict[str, float]) -> Table:
+    from tuner.metrics import PRIMARY_SCORECARD
+
+    table = Table(title="Scorecard (in-scope means)", show_header=True)
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    shown = ["Primary_Metric_Score", *PRIMARY_SCORECARD, "OOS_FP_Rate", "InScope_Handoff_Rate", "Handoff_F1",
+             "Judged@10", "Judged@20", "Latency_Avg_ms", "Latency_P95_ms", "Failed_Queries", "N_Queries"]
+    for name in shown:
+        if name in metrics:
+            value = metrics[name]
+            text = f"{value:.0f}" if name.startswith(("N_", "Failed")) else (
+                f"{value:.1f}" if name.startswith("Latency") else f"{value:.4f}")
+            table.add_row(name, text)
+    return table
+
+
+# --------------------------------------------------------------------------- tuner labels
+
+
+@labels_app.command("import")
+def labels_import(
+    file: Annotated[Path, typer.Argument(help="Label file: TREC qrels, JSONL judgments or CSV.")],
+    dataset_id: Annotated[str, typer.Option("--dataset-id", help="Dataset the labels belong to (the query set's id).")],
+    db: Annotated[Path, typer.Option("--db", help="Label cache (SQLite).")] = DEFAULT_DB,
+    fmt: Annotated[str | None, typer.Option("--format", help="qrels | jsonl | csv (default: from the extension).")] = None,
+    grade_map: Annotated[str | None, typer.Option(
+        "--grade-map", help="Map source grades onto 0..3, e.g. '1:3,2:2,3:1,4:1,-1:0' ('-1:unjudged' drops).")] = None,
+) -> None:
+    """Import labels into the cache (all or nothing)."""
+    from tuner.labels import FORMATS, LabelStore
+    from tuner.qrels import GradeMap
+
+    if fmt is not None and fmt not in FORMATS:
+        raise InputError(f"--format {fmt!r}: use one of {', '.join(FORMATS)}")
+    mapping = None if grade_map is None else GradeMap.parse(grade_map)
+    summary = LabelStore(db).import_file(file, dataset_id, fmt=fmt, grade_map=mapping)  # type: ignore[arg-type]
+    grades = ", ".join(f"L{g}={n}" for g, n in summary.grade_counts.items())
+    Console().print(
+        f"imported {summary.n_labels} labels for {summary.n_queries} queries into {db} "
+        f"(dataset {dataset_id}, {summary.importer}; {summary.n_replaced} replaced) [{grades}]"
+    )
+
+
+@labels_app.command("stats")
+def labels_stats(
+    dataset_id: Annotated[str | None, typer.Option("--dataset-id", help="Dataset to describe (default: list datasets).")] = None,
+    db: Annotated[Path, typer.Option("--db", help="Label cache (SQLite).")] = DEFAULT_DB,
+    per_query: Annotated[bool, typer.Option("--per-query", help="Also print the label counts of every query.")] = False,
+) -> None:
+    """Grade distribution and coverage of the label cache."""
+    from tuner.labels import GRADE_NAMES, LabelStore
+
+    if not db.is_file():
+        raise InputError(f"{db}: no label database; create it with `tuner labels import FILE --db {db} --dataset-id ID`")
+    store = LabelStore(db)
+    console = Console()
+    ids = [dataset_id] if dataset_id else store.datasets()
+    if not ids:
+        console.print(f"{db} holds no labels yet")
+        return
+    for ds in ids:
+        stats = store.stats(ds)
+        table = Table(title=f"{ds}: {stats.n_labels} labels, {stats.n_queries} queries judged")
+        table.add_column("grade")
+        table.add_column("labels", justify="right")
+        table.add_column("share", justify="right")
+        for grade, n in stats.grade_counts.items():
+            share = n / stats.n_labels if stats.n_labels else 0.0
+            table.add_row(f"L{grade} {GRADE_NAMES[grade]}", str(n), f"{share:.1%}")
+        console.print(table)
+        console.print(f"fingerprint {stats.fingerprint}")
+        for source, importer, when, n in stats.imports:
+            console.print(f"  imported {n} from {source} ({importer}, {when})", highlight=False)
+        if per_query:
+            pq = Table(title=f"{ds}: labels per query")
+            for col in ("query_id", "L0", "L1", "L2", "L3", "total"):
+                pq.add_column(col, justify="right")
+            for qid, counts in stats.per_query.items():
+                pq.add_row(qid, *(str(counts[g]) for g in sorted(counts)), str(sum(counts.values())))
+            console.print(pq)
+
+
+@labels_app.command("export-unjudged")
+def labels_export_unjudged(
+    report: Annotated[Path, typer.Option("--report", help="report.json written by `tuner eval`.")],
+    out: Annotated[Path, typer.Option("--out", help="File for the graders: .csv or .jsonl.")],
+    db: Annotated[Path | None, typer.Option(
+        "--db", help="Label cache: leave out pairs labelled since the report was written.")] = None,
+    fmt: Annotated[str | None, typer.Option("--format", help="csv | jsonl (default: from the extension).")] = None,
+) -> None:
+    """Write the report's unjudged (query, doc) pairs for graders, deduplicated."""
+    from tuner.labels import LabelStore, export_unjudged
+    from tuner.report import load_report
+
+    if fmt is not None and fmt not in ("csv", "jsonl"):
+        raise InputError(f"--format {fmt!r}: use csv or jsonl")
+    data = load_report(report)
+    dataset_id = data["context"]["dataset_id"]
+    texts = {q["query_id"]: q["query"] for q in data.get("queries", [])}
+    if db is not None:
+        n = LabelStore(db).export_unjudged(dataset_id, data["unjudged"], out, fmt=fmt, queries=texts)  # type: ignore[arg-type]
+    else:
+        n = export_unjudged(data["unjudged"], out, fmt=fmt, queries=texts)  # type: ignore[arg-type]
+    Console().print(f"wrote {n} unjudged (query, doc) pairs of dataset {dataset_id} to {out}; fill in 'relevance' "
+                    f"(0..3) and run `tuner labels import {out} --dataset-id {dataset_id}`")

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt
+import math
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, field_validator
 
 
 class _Strict(BaseModel):
@@ -60,3 +62,23 @@ class EvalSpec(_Strict):
         description="Failure budget: a fraction (<1) or an absolute count (>=1) of queries.",
     )
     gains: Literal["linear", "exp"] = "linear"
+    backoff_s: PositiveFloat = Field(
+        default=0.2, description="First retry wait; doubles per attempt (with jitter) up to backoff_max_s."
+    )
+    backoff_max_s: PositiveFloat = 5.0
+
+    @field_validator("max_failed_queries")
+    @classmethod
+    def _count_is_whole(cls, value: float) -> float:
+        if value >= 1 and not float(value).is_integer():
+            raise ValueError(
+                f"max_failed_queries={value}: use a fraction below 1 (e.g. 0.05) or a whole count (e.g. 3)"
+            )
+        return value
+
+    def allowed_failures(self, n_queries: int) -> int:
+        """How many of ``n_queries`` may fail before the batch fails as a whole."""
+        if self.max_failed_queries >= 1:
+            return int(self.max_failed_queries)
+        # floor: a 5% budget on 10 queries allows none; the epsilon absorbs 0.1*30 = 3.0000000000000004
+        return math.floor(self.max_failed_queries * n_queries + 1e-9)

@@ -1,0 +1,105 @@
+import json
+
+import pytest
+
+from tuner.dataset import Query
+from tuner.errors import ConfigError, ResponseMappingError
+from tuner.evaluation.mapping import (
+    Hit,
+    build_body,
+    decode_json,
+    parse_response,
+    prepare_request,
+    resolve_path,
+)
+from tuner.evaluation.spec import EvalSpec, RequestMapping, ResponseMapping
+
+Q = Query("q7", "rrf constant", "short", "faq", "in", "dev", {"date_hint_days": 30, "filters": {"lang": "en"}})
+
+
+def test_exact_placeholders_keep_their_type_and_strings_format():
+    mapping = RequestMapping(url="http://x", body={
+        "q": "{query}", "k": "{top_k}", "days": "{date_hint_days}", "label": "id={query_id}/{query_type}",
+        "nested": {"list": ["{top_k}", "{split}", 5]}, "literal": "{{not a field}}",
+    }, pass_extra=False)
+    body = build_body(mapping, Q, top_k=25)
+    assert body == {
+        "q": "rrf constant", "k": 25, "days": 30, "label": "id=q7/short",
+        "nested": {"list": [25, "dev", 5]}, "literal": "{not a field}",
+    }
+    assert isinstance(body["k"], int)
+
+
+def test_extra_fields_merge_over_template_defaults_when_pass_extra():
+    mapping = RequestMapping(url="http://x", body={"query": "{query}", "top_k": "{top_k}", "filters": {}})
+    assert build_body(mapping, Q, 10) == {"query": "rrf constant", "top_k": 10, "date_hint_days": 30,
+                                          "filters": {"lang": "en"}}
+    off = mapping.model_copy(update={"pass_extra": False})
+    assert build_body(off, Q, 10) == {"query": "rrf constant", "top_k": 10, "filters": {}}
+
+
+@pytest.mark.parametrize("template", ["{missing}", "x {missing} y"])
+def test_unknown_template_name_is_a_config_error_naming_query(template):
+    mapping = RequestMapping(url="http://x", body={"a": {"b": template}})
+    with pytest.raises(ConfigError, match=r"request\.body\.a\.b: .*\{missing\}.*query q7"):
+        build_body(mapping, Q, 10)
+
+
+def test_prepare_request_sets_request_id_header_and_get_params():
+    spec = EvalSpec(request=RequestMapping(url="http://x/s", headers={"Authorization": "k"}), top_k=5)
+    req = prepare_request(spec, Q, "rid-1")
+    assert req.headers == {"Authorization": "k", "X-Request-ID": "rid-1"}
+    assert req.json == {"query": "rrf constant", "top_k": 5, "date_hint_days": 30, "filters": {"lang": "en"}}
+    get = EvalSpec(request=RequestMapping(url="http://x/s", method="GET", request_id_header="X-Trace"))
+    req = prepare_request(get, Q, "rid-2")
+    assert req.json is None and req.headers == {"X-Trace": "rid-2"}
+    assert req.params == {"query": "rrf constant", "top_k": 50, "date_hint_days": 30, "filters": '{"lang": "en"}'}
+
+
+def test_parse_response_dotted_paths():
+    payload = {"data": {"hits": [
+        {"doc": {"id": 12}, "s": 0.5, "meta": {"title": "A"}},
+        {"doc": {"id": "b"}, "s": 1, "meta": {}},
+    ]}, "signals": [{"conf": 0.71, "handoff": False, "level": 2}]}
+    mapping = ResponseMapping(results_path="data.hits", doc_id="doc.id", score="s", title="meta.title",
+                              confidence="signals.0.conf", handoff="signals.0.handoff", fallback_level="signals.0.level")
+    parsed = parse_response(payload, mapping, "q1")
+    assert parsed.hits == (Hit("12", 0.5, "A"), Hit("b", 1.0, None))
+    assert (parsed.confidence, parsed.handoff, parsed.fallback_level) == (0.71, False, "2")
+
+
+def test_optional_signals_absent_are_none_and_null_results_are_empty():
+    mapping = ResponseMapping(confidence="confidence", handoff="handoff", fallback_level="fallback_level")
+    parsed = parse_response({"results": None}, mapping, "q1")
+    assert parsed.hits == () and parsed.confidence is None and parsed.handoff is None
+
+
+def test_resolve_path_on_lists_and_scalars():
+    from tuner.evaluation.mapping import _MISSING
+
+    assert resolve_path({"a": [1, {"b": 2}]}, "a.1.b") == 2
+    assert resolve_path({"a": [1]}, "a.-1") == 1
+    assert resolve_path({"a": [1]}, "a.3") is _MISSING
+    assert resolve_path({"a": 1}, "a.b") is _MISSING
+
+
+@pytest.mark.parametrize(
+    ("payload", "mapping", "expected"),
+    [
+        ({"hits": []}, ResponseMapping(), r"query q9: response has no 'results' \(top-level keys: hits\); set response\.results_path"),
+        ({"results": {"a": 1}}, ResponseMapping(), r"query q9: 'results' is a dict, not a list"),
+        ({"results": [{"id": "x"}]}, ResponseMapping(), r"query q9: results\[0\] has no usable 'doc_id'"),
+        ({"results": [{"doc_id": "x", "score": "high"}]}, ResponseMapping(), r"query q9: results\[0\]\.score = 'high' is not a finite number"),
+        ({"results": [], "handoff": "maybe"}, ResponseMapping(handoff="handoff"), r"query q9: response\.handoff = 'maybe' is not a boolean"),
+        ([1, 2], ResponseMapping(), r"query q9: response has no 'results' \(top-level keys: list\)"),
+    ],
+)
+def test_response_mapping_errors_name_query_and_path(payload, mapping, expected):
+    with pytest.raises(ResponseMappingError, match=expected):
+        parse_response(payload, mapping, "q9")
+
+
+def test_non_json_body_names_the_query():
+    with pytest.raises(ResponseMappingError, match=r"query q3: response is not JSON \(text/html\): '<html>"):
+        decode_json(b"<html>oops</html>", "q3", "text/html")
+    assert decode_json(json.dumps({"a": 1}).encode(), "q3") == {"a": 1}

@@ -1,0 +1,205 @@
+"""A small but real HTTP search service for tests, on loopback port 0.
+
+It serves deterministic responses from a dict keyed by query text, over real
+sockets (stdlib ThreadingHTTPServer, HTTP/1.1 keep-alive), and records every request
+it receives. Switches inject the failures batch evaluation must survive or report:
+5xx for the first N attempts or forever, connection resets, non-JSON bodies, slow
+responses and arbitrary status codes.
+
+    with FakeSearch({"what is rrf": {"results": [...], "handoff": False}}) as svc:
+        svc.fail_times["what is rrf"] = 2          # two 500s, then the answer
+        run_batch(EvalSpec(request=RequestMapping(url=svc.url)), ...)
+        svc.requests                               # [Recorded(...), ...]
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import struct
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+
+@dataclass(frozen=True)
+class Recorded:
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: dict[str, Any] | None
+    params: dict[str, str]
+
+    @property
+    def query(self) -> str | None:
+        if self.body is not None:
+            return self.body.get("query")
+        return self.params.get("query")
+
+
+@dataclass
+class FakeSearch:
+    """The service. ``responses[query_text]`` is the JSON payload to return (a list is
+    wrapped as ``{"results": list}``); unknown queries get ``default``."""
+
+    responses: dict[str, Any] = field(default_factory=dict)
+    default: Any = field(default_factory=lambda: {"results": []})
+    path: str = "/search"
+    #: query -> number of 500 responses before the real answer
+    fail_times: dict[str, int] = field(default_factory=dict)
+    #: queries that always get a 500
+    fail_always: set[str] = field(default_factory=set)
+    #: query -> number of connection resets (RST, no response) before the real answer
+    reset_times: dict[str, int] = field(default_factory=dict)
+    #: queries answered with a 200 whose body is not JSON
+    bad_json: set[str] = field(default_factory=set)
+    #: query -> fixed status code to return (e.g. 404)
+    status_for: dict[str, int] = field(default_factory=dict)
+    #: query -> seconds to wait before answering (every attempt); "*" applies to all
+    delay_s: dict[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.requests: list[Recorded] = []
+        self.attempts: Counter[str] = Counter()
+        self._lock = threading.Lock()
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle
+
+    def start(self) -> FakeSearch:
+        handler = _make_handler(self)
+        self._server = _QuietServer(("127.0.0.1", 0), handler)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="fake-search", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    def __enter__(self) -> FakeSearch:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None, "start() the service first"
+        return self._server.server_address[1]
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def url(self) -> str:
+        return self.base_url + self.path
+
+    # -- behaviour (called from handler threads)
+
+    def _record(self, rec: Recorded) -> int:
+        with self._lock:
+            self.requests.append(rec)
+            key = rec.query or ""
+            self.attempts[key] += 1
+            return self.attempts[key]
+
+    def _decide(self, query: str, attempt: int) -> tuple[str, Any]:
+        with self._lock:
+            delay = self.delay_s.get(query, self.delay_s.get("*", 0.0))
+            if query in self.status_for:
+                return "status", (self.status_for[query], delay)
+            if attempt <= self.reset_times.get(query, 0):
+                return "reset", delay
+            if query in self.fail_always or attempt <= self.reset_times.get(query, 0) + self.fail_times.get(query, 0):
+                return "status", (500, delay)
+            if query in self.bad_json:
+                return "bad_json", delay
+            payload = self.responses.get(query, self.default)
+        if isinstance(payload, list):
+            payload = {"results": payload}
+        return "ok", (payload, delay)
+
+
+class _QuietServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # resets and client timeouts are injected on purpose; keep test output clean
+        pass
+
+
+def _make_handler(svc: FakeSearch) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def setup(self) -> None:
+            super().setup()
+            # headers and body go out in two writes; without this, Nagle + delayed ACK
+            # add ~40 ms to every keep-alive response
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            parts = urlsplit(self.path)
+            if parts.path == "/health":
+                self._send(200, b'{"status": "ok"}')
+                return
+            params = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+            self._serve(Recorded("GET", parts.path, dict(self.headers.items()), None, params))
+
+        def do_POST(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            raw = self.rfile.read(length) if length else b""
+            try:
+                body = json.loads(raw) if raw else {}
+            except json.JSONDecodeError:
+                self._send(400, b'{"detail": "request body is not JSON"}')
+                return
+            self._serve(Recorded("POST", urlsplit(self.path).path, dict(self.headers.items()), body, {}))
+
+        def _serve(self, rec: Recorded) -> None:
+            if rec.path != svc.path:
+                self._send(404, b'{"detail": "not found"}')
+                return
+            attempt = svc._record(rec)
+            action, arg = svc._decide(rec.query or "", attempt)
+            delay = arg[1] if isinstance(arg, tuple) else arg
+            if delay:
+                time.sleep(delay)
+            if action == "reset":
+                self._reset()
+            elif action == "status":
+                self._send(arg[0], json.dumps({"detail": f"injected {arg[0]}"}).encode())
+            elif action == "bad_json":
+                self._send(200, b"<html>502 Bad Gateway from a proxy</html>", "text/html")
+            else:
+                self._send(200, json.dumps(arg[0]).encode())
+
+        def _send(self, status: int, body: bytes, content_type: str = "application/json") -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def _reset(self) -> None:
+            # SO_LINGER 0 makes close() send RST: the client sees a reset, not a clean EOF
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            self.close_connection = True
+            self.connection.close()
+
+    return Handler

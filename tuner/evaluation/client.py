@@ -1,0 +1,131 @@
+"""The HTTP seam of batch evaluation: send prepared requests, bounded and retried.
+
+``SearchClient`` wraps one ``httpx.AsyncClient``. Concurrency is bounded by a
+semaphore (and the connection pool); each query carries its own ``X-Request-ID``
+(kept across retries so the backend's logs group the attempts). Transport errors,
+timeouts, 429 and 5xx are retried with exponential backoff and jitter for a bounded
+number of attempts; what still fails comes back as an ``Exchange`` with ``error``
+set, never as an exception, so the batch can record it and apply its budget.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+
+import httpx
+from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
+
+from tuner.evaluation.mapping import PreparedRequest
+from tuner.evaluation.spec import EvalSpec
+
+#: Statuses worth another attempt: overload and server-side failures.
+RETRY_STATUSES = frozenset({429, 500, 502, 503, 504}) | frozenset(range(505, 600))
+
+
+@dataclass(frozen=True, slots=True)
+class Exchange:
+    """The outcome of one query's HTTP exchange after retries."""
+
+    query_id: str
+    request_id: str
+    attempts: int
+    latency_ms: float | None
+    status: int | None = None
+    content: bytes | None = None
+    content_type: str | None = None
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+class _RetryableStatus(Exception):
+    def __init__(self, response: httpx.Response) -> None:
+        super().__init__(f"HTTP {response.status_code}")
+        self.response = response
+
+
+class SearchClient:
+    """Async client for one batch; use as ``async with SearchClient(spec) as c``."""
+
+    def __init__(self, spec: EvalSpec, *, transport: httpx.AsyncBaseTransport | None = None) -> None:
+        self._spec = spec
+        self._semaphore = asyncio.Semaphore(spec.concurrency)
+        limits = httpx.Limits(max_connections=spec.concurrency, max_keepalive_connections=spec.concurrency)
+        self._client = httpx.AsyncClient(
+            timeout=httpx.Timeout(spec.timeout_s), limits=limits, transport=transport, follow_redirects=True
+        )
+
+    async def __aenter__(self) -> SearchClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+    async def send(self, request: PreparedRequest) -> Exchange:
+        """Send with retries; never raises for HTTP or transport failures."""
+        async with self._semaphore:
+            return await self._send_with_retries(request)
+
+    async def _send_with_retries(self, request: PreparedRequest) -> Exchange:
+        spec = self._spec
+        attempts = 0
+        latency_ms: float | None = None
+        retrying = AsyncRetrying(
+            retry=retry_if_exception_type((httpx.TransportError, _RetryableStatus)),
+            stop=stop_after_attempt(spec.retries + 1),
+            wait=wait_exponential_jitter(multiplier=spec.backoff_s, max=spec.backoff_max_s, jitter=spec.backoff_s),
+            reraise=True,
+        )
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    attempts = attempt.retry_state.attempt_number
+                    started = time.perf_counter()
+                    try:
+                        response = await self._client.request(
+                            request.method,
+                            request.url,
+                            headers=request.headers,
+                            json=request.json,
+                            params=request.params,
+                        )
+                    finally:
+                        latency_ms = (time.perf_counter() - started) * 1000.0
+                    if response.status_code in RETRY_STATUSES:
+                        raise _RetryableStatus(response)
+        except _RetryableStatus as exc:
+            return self._failed(request, attempts, latency_ms, exc.response.status_code,
+                                f"HTTP {exc.response.status_code} after {attempts} attempt(s): {_snippet(exc.response)}")
+        except httpx.TransportError as exc:
+            detail = str(exc) or type(exc).__name__
+            return self._failed(request, attempts, latency_ms, None,
+                                f"{type(exc).__name__} after {attempts} attempt(s): {detail}")
+        if response.status_code >= 400:
+            return self._failed(request, attempts, latency_ms, response.status_code,
+                                f"HTTP {response.status_code} (not retried): {_snippet(response)}")
+        return Exchange(
+            query_id=request.query_id,
+            request_id=request.request_id,
+            attempts=attempts,
+            latency_ms=latency_ms,
+            status=response.status_code,
+            content=response.content,
+            content_type=response.headers.get("content-type"),
+        )
+
+    @staticmethod
+    def _failed(request: PreparedRequest, attempts: int, latency_ms: float | None, status: int | None,
+                reason: str) -> Exchange:
+        return Exchange(request.query_id, request.request_id, attempts, latency_ms, status, error=reason)
+
+
+def _snippet(response: httpx.Response, limit: int = 120) -> str:
+    text = response.text.strip().replace("\n", " ")
+    return (text[: limit - 3] + "...") if len(text) > limit else (text or "(empty body)")

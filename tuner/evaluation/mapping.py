@@ -1,0 +1,234 @@
+"""Request and response mapping: pure translation between query records and JSON.
+
+The request side fills the body template of a ``RequestMapping`` from a ``Query``;
+the response side pulls results, doc ids, scores, titles, confidence, handoff and
+fallback level out of a JSON response by dotted paths (``data.hits``; a numeric
+segment indexes a list: ``data.0.hits``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from tuner.dataset import Query
+from tuner.errors import ConfigError, ResponseMappingError
+from tuner.evaluation.spec import EvalSpec, RequestMapping, ResponseMapping
+
+_PLACEHOLDER = re.compile(r"^\{([A-Za-z_][A-Za-z0-9_]*)\}$")
+_MISSING = object()
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    """One result of a response, in the order the service returned it."""
+
+    doc_id: str
+    score: float | None = None
+    title: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedResponse:
+    """What a batch evaluation needs from one response."""
+
+    hits: tuple[Hit, ...]
+    confidence: float | None = None
+    handoff: bool | None = None
+    fallback_level: str | None = None
+
+
+# --------------------------------------------------------------------------- request
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedRequest:
+    """A request ready to send: everything the HTTP layer needs, nothing more."""
+
+    query_id: str
+    request_id: str
+    method: str
+    url: str
+    headers: Mapping[str, str]
+    json: Any = None
+    params: Mapping[str, Any] | None = None
+
+
+def prepare_request(spec: EvalSpec, query: Query, request_id: str) -> PreparedRequest:
+    """The request for one query (ConfigError when the body template does not fit it)."""
+    req = spec.request
+    body = build_body(req, query, spec.top_k)
+    headers = {**req.headers, req.request_id_header: request_id}
+    if req.method == "GET":
+        return PreparedRequest(query.query_id, request_id, "GET", req.url, headers, params=build_params(body))
+    return PreparedRequest(query.query_id, request_id, req.method, req.url, headers, json=body)
+
+
+def template_values(query: Query, top_k: int) -> dict[str, Any]:
+    """The names a body template may reference: the query record plus ``top_k``."""
+    values = query.record()
+    values["top_k"] = top_k
+    return values
+
+
+def build_body(mapping: RequestMapping, query: Query, top_k: int) -> dict[str, Any]:
+    """Fill the body template; a string that is exactly ``"{name}"`` becomes the typed
+    value (``top_k`` stays an int), other strings are ``str.format``-ed. With
+    ``pass_extra`` the query's extra fields are merged in and win over template
+    defaults, because they are the more specific, per-query values."""
+    values = template_values(query, top_k)
+    body = _fill(mapping.body, values, query.query_id, "body")
+    if mapping.pass_extra:
+        body.update(query.extra)
+    return body
+
+
+def _fill(node: Any, values: Mapping[str, Any], qid: str, where: str) -> Any:
+    if isinstance(node, str):
+        exact = _PLACEHOLDER.match(node)
+        if exact:
+            name = exact.group(1)
+            if name not in values:
+                raise ConfigError(_unknown_name(name, values, qid, where))
+            return values[name]
+        try:
+            return node.format_map(values)
+        except KeyError as exc:
+            raise ConfigError(_unknown_name(str(exc.args[0]), values, qid, where)) from exc
+        except (ValueError, IndexError) as exc:
+            raise ConfigError(
+                f"request.{where}: bad template {node!r} ({exc}); write literal braces as {{{{ and }}}}"
+            ) from exc
+    if isinstance(node, Mapping):
+        return {k: _fill(v, values, qid, f"{where}.{k}") for k, v in node.items()}
+    if isinstance(node, list):
+        return [_fill(v, values, qid, f"{where}[{i}]") for i, v in enumerate(node)]
+    return node
+
+
+def _unknown_name(name: str, values: Mapping[str, Any], qid: str, where: str) -> str:
+    return (
+        f"request.{where}: template references {{{name}}} but query {qid} has no field {name!r} "
+        f"(available: {', '.join(sorted(values))}); add it to every query or fix the template"
+    )
+
+
+def build_params(body: Mapping[str, Any]) -> dict[str, Any]:
+    """For GET requests the filled body becomes the query string; nested values are
+    sent as JSON text since a URL has no structure."""
+    return {
+        k: json.dumps(v) if isinstance(v, (dict, list)) else ("true" if v is True else "false" if v is False else v)
+        for k, v in body.items()
+        if v is not None
+    }
+
+
+# --------------------------------------------------------------------------- response
+
+
+def resolve_path(payload: Any, path: str) -> Any:
+    """Follow a dotted path; returns the module sentinel ``_MISSING`` when absent."""
+    node = payload
+    for seg in path.split("."):
+        if isinstance(node, Mapping):
+            node = node.get(seg, _MISSING)
+        elif isinstance(node, list) and seg.lstrip("-").isdigit():
+            idx = int(seg)
+            node = node[idx] if -len(node) <= idx < len(node) else _MISSING
+        else:
+            return _MISSING
+        if node is _MISSING:
+            return _MISSING
+    return node
+
+
+def decode_json(content: bytes, query_id: str, content_type: str | None = None) -> Any:
+    """Decode a response body; ResponseMappingError naming the query when it is not JSON."""
+    try:
+        return json.loads(content)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        snippet = content[:60].decode("utf-8", "replace").replace("\n", " ")
+        kind = f" ({content_type})" if content_type else ""
+        raise ResponseMappingError(
+            f"query {query_id}: response is not JSON{kind}: {snippet!r}; "
+            "point --url / request.url at the search endpoint that returns JSON"
+        ) from exc
+
+
+def parse_response(payload: Any, mapping: ResponseMapping, query_id: str) -> ParsedResponse:
+    """Extract hits and signals from a decoded JSON response."""
+    results = resolve_path(payload, mapping.results_path)
+    if results is _MISSING:
+        keys = ", ".join(sorted(payload)) if isinstance(payload, Mapping) else type(payload).__name__
+        raise ResponseMappingError(
+            f"query {query_id}: response has no {mapping.results_path!r} (top-level keys: {keys}); "
+            "set response.results_path to the path of the results list"
+        )
+    if results is None:
+        results = []
+    if not isinstance(results, list):
+        raise ResponseMappingError(
+            f"query {query_id}: {mapping.results_path!r} is a {type(results).__name__}, not a list; "
+            "set response.results_path to the results list"
+        )
+    hits = tuple(_hit(item, i, mapping, query_id) for i, item in enumerate(results))
+    return ParsedResponse(
+        hits=hits,
+        confidence=_number(payload, mapping.confidence, query_id),
+        handoff=_flag(payload, mapping.handoff, query_id),
+        fallback_level=_label(payload, mapping.fallback_level),
+    )
+
+
+def _hit(item: Any, index: int, mapping: ResponseMapping, qid: str) -> Hit:
+    where = f"{mapping.results_path}[{index}]"
+    doc = resolve_path(item, mapping.doc_id)
+    if doc is _MISSING or doc is None or isinstance(doc, bool) or not isinstance(doc, (str, int)):
+        raise ResponseMappingError(
+            f"query {qid}: {where} has no usable {mapping.doc_id!r} (got {_short(item)}); set response.doc_id"
+        )
+    score = _number(item, mapping.score, qid, where)
+    title = None if mapping.title is None else resolve_path(item, mapping.title)
+    return Hit(str(doc), score, None if title is _MISSING or title is None else str(title))
+
+
+def _number(node: Any, path: str | None, qid: str, where: str = "response") -> float | None:
+    if path is None:
+        return None
+    value = resolve_path(node, path)
+    if value is _MISSING or value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ResponseMappingError(f"query {qid}: {where}.{path} = {value!r} is not a finite number; fix the mapping path")
+    return float(value)
+
+
+def _flag(node: Any, path: str | None, qid: str) -> bool | None:
+    if path is None:
+        return None
+    value = resolve_path(node, path)
+    if value is _MISSING or value is None:
+        return None
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    raise ResponseMappingError(f"query {qid}: response.{path} = {value!r} is not a boolean; point response.handoff at a true/false field")
+
+
+def _label(node: Any, path: str | None) -> str | None:
+    if path is None:
+        return None
+    value = resolve_path(node, path)
+    return None if value is _MISSING or value is None else str(value)
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value, default=str)
+    return text if len(text) <= 80 else text[:77] + "..."

@@ -1,0 +1,144 @@
+"""Out-of-scope analysis: did the backend answer what it should and hand off the rest?
+
+Pure functions over per-query arrays. A query is *answered* when the response says
+``handoff: false`` or, when the response has no handoff field, when it returned at
+least one result. Handoff detection is scored as a binary classifier whose positive
+prediction is "hand off" and whose positive class is "out of scope":
+
+- OOS_FP_Rate = answered OOS queries / OOS queries (the constraint the tuner keeps low)
+- InScope_Handoff_Rate = handed-off in-scope queries / in-scope queries
+- Handoff_Precision / Recall / F1, and the mirror view Answer_Precision / Recall / F1
+  (positive prediction "answer", positive class "in scope").
+
+A ratio with an empty denominator is 0.0 (the scikit-learn ``zero_division=0``
+convention), so every value is a finite number a gate or a constraint can compare;
+the counts that explain a 0.0 sit next to it in the scorecard (N_OOS_Queries, ...).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+
+#: 0.40, 0.42, ..., 0.80 (21 values); rounded so they print and compare exactly.
+THRESHOLDS: tuple[float, ...] = tuple(round(0.40 + 0.02 * i, 2) for i in range(21))
+
+OOS_METRICS: tuple[str, ...] = (
+    "OOS_FP_Rate",
+    "InScope_Handoff_Rate",
+    "Handoff_Precision",
+    "Handoff_Recall",
+    "Handoff_F1",
+    "Answer_Precision",
+    "Answer_Recall",
+    "Answer_F1",
+)
+
+
+def answered_mask(handoff: Sequence[bool | None], n_results: Sequence[int]) -> np.ndarray:
+    """Per query: True when the backend answered (see module doc)."""
+    counts = np.asarray(n_results, dtype=np.int64)
+    flags = np.array([h if h is not None else c == 0 for h, c in zip(handoff, counts, strict=True)], dtype=bool)
+    return ~flags
+
+
+def _ratio(num: np.ndarray | float, den: np.ndarray | float) -> np.ndarray:
+    num_a, den_a = np.asarray(num, dtype=float), np.asarray(den, dtype=float)
+    return np.divide(num_a, den_a, out=np.zeros(np.broadcast(num_a, den_a).shape), where=den_a > 0)
+
+
+def _f1(precision: np.ndarray, recall: np.ndarray) -> np.ndarray:
+    return _ratio(2 * precision * recall, precision + recall)
+
+
+def _rates(is_oos: np.ndarray, answered: np.ndarray) -> dict[str, np.ndarray]:
+    """The OOS metrics for one answered-mask (1-D) or several stacked (2-D, one row each)."""
+    oos, ins = is_oos.astype(bool), ~is_oos.astype(bool)
+    handoff = ~answered
+    n_oos, n_in = oos.sum(), ins.sum()
+    tp = (handoff & oos).sum(axis=-1)  # OOS handed off
+    fp = (handoff & ins).sum(axis=-1)  # in-scope handed off
+    ans_in = (answered & ins).sum(axis=-1)
+    ans_oos = (answered & oos).sum(axis=-1)
+    h_p, h_r = _ratio(tp, tp + fp), _ratio(tp, n_oos)
+    a_p, a_r = _ratio(ans_in, ans_in + ans_oos), _ratio(ans_in, n_in)
+    return {
+        "OOS_FP_Rate": _ratio(ans_oos, n_oos),
+        "InScope_Handoff_Rate": _ratio(fp, n_in),
+        "Handoff_Precision": h_p,
+        "Handoff_Recall": h_r,
+        "Handoff_F1": _f1(h_p, h_r),
+        "Answer_Precision": a_p,
+        "Answer_Recall": a_r,
+        "Answer_F1": _f1(a_p, a_r),
+    }
+
+
+def handoff_metrics(is_oos: Sequence[bool], answered: Sequence[bool]) -> dict[str, float]:
+    """The OOS / handoff scorecard for one batch."""
+    rates = _rates(np.asarray(is_oos, dtype=bool), np.asarray(answered, dtype=bool))
+    return {name: float(value) for name, value in rates.items()}
+
+
+def threshold_sweep(
+    is_oos: Sequence[bool],
+    confidence: Sequence[float | None],
+    n_results: Sequence[int],
+    primary_scores: Sequence[float] | None = None,
+    thresholds: Sequence[float] = THRESHOLDS,
+    *,
+    observed_scores: Sequence[float] | None = None,
+) -> pd.DataFrame | None:
+    """What the OOS metrics would be if the backend answered exactly when
+    ``confidence >= t`` (and it has results), for each threshold ``t``.
+
+    Queries without a confidence value (e.g. failed requests) take no part in the
+    classification counts. ``primary_scores`` (per query, on the raw ranking, NaN for
+    OOS) adds the in-scope mean Primary_Metric_Score each threshold would give (a
+    handed-off query scores 0); queries without confidence contribute their
+    ``observed_scores`` (default: ``primary_scores``) at every threshold.
+    Returns None when no query carries a confidence value.
+    """
+    conf = np.array([np.nan if c is None else c for c in confidence], dtype=float)
+    has = ~np.isnan(conf)
+    if not has.any():
+        return None
+    oos = np.asarray(is_oos, dtype=bool)
+    results = np.asarray(n_results, dtype=np.int64) > 0
+    ts = np.asarray(thresholds, dtype=float)
+    answer = (conf[has][None, :] >= ts[:, None] - 1e-12) & results[has][None, :]
+    frame = pd.DataFrame(_rates(oos[has], answer), index=pd.Index(ts, name="threshold"))
+    frame.insert(0, "n_handoff", (~answer).sum(axis=1))
+    frame.insert(0, "n", int(has.sum()))
+    if primary_scores is not None:
+        raw = np.nan_to_num(np.asarray(primary_scores, dtype=float))
+        seen = raw if observed_scores is None else np.nan_to_num(np.asarray(observed_scores, dtype=float))
+        per = np.tile(seen, (len(ts), 1))
+        per[:, has] = np.where(answer, raw[has][None, :], 0.0)
+        ins = ~oos
+        frame["Primary_Metric_Score"] = per[:, ins].mean(axis=1) if ins.any() else 0.0
+    return frame
+
+
+def fallback_histogram(query_types: Sequence[str], levels: Sequence[str | None]) -> pd.DataFrame | None:
+    """Counts of fallback levels per query_type (rows) and level (columns), plus an
+    ``all`` row; None when no response carried a fallback level."""
+    pairs = [(qt, lv) for qt, lv in zip(query_types, levels, strict=True) if lv is not None]
+    if not pairs:
+        return None
+    frame = pd.DataFrame(pairs, columns=["query_type", "fallback_level"])
+    table = pd.crosstab(frame["query_type"], frame["fallback_level"])
+    table = table.reindex(columns=sorted(table.columns, key=_level_key))
+    table.loc["all"] = table.sum(axis=0)
+    table.columns.name = "fallback_level"
+    return table.astype(int)
+
+
+def _level_key(level: str) -> tuple[int, float | str]:
+    """Numeric levels in numeric order, then names alphabetically."""
+    try:
+        return (0, float(level))
+    except ValueError:
+        return (1, level)

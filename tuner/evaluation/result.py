@@ -1,0 +1,310 @@
+"""From collected responses and labels to a BatchResult: pure, no I/O.
+
+Rules that make the numbers comparable across trials:
+
+- Ranking metrics are averaged over **in-scope** queries; OOS queries have no
+  ranking metrics (NaN per query) and feed the OOS / handoff metrics instead.
+- The ranking scored is what the service returned, in its order, except that a
+  handed-off query scores 0 (its scored ranking is empty). The raw results are kept
+  for the threshold sweep, coverage and the report.
+- Unlabelled hits count as Irrelevant; Judged@10 / Judged@20 say how many were labelled.
+- A failed query counts against the backend everywhere: in scope it scores 0 and
+  counts as handed off; out of scope it counts as answered (a false positive). So a
+  config can never look better by failing on hard queries. No query is dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from tuner import metrics as scorecard
+from tuner.dataset import Query, QuerySet
+from tuner.errors import EvaluationError
+from tuner.evaluation import oos
+from tuner.evaluation.mapping import Hit
+from tuner.evaluation.outcomes import FailedQuery, QueryResponse, UnjudgedHit
+
+if TYPE_CHECKING:
+    from tuner.report.context import ReportContext
+
+JUDGED_DEPTHS: tuple[int, ...] = (10, 20)
+PRIMARY = "Primary_Metric_Score"
+
+#: per-query columns that describe the exchange (metric columns follow them)
+INFO_COLUMNS: tuple[str, ...] = (
+    "query",
+    "query_type",
+    "source",
+    "scope",
+    "split",
+    "status",
+    "failure_reason",
+    "request_id",
+    "attempts",
+    "latency_ms",
+    "n_results",
+    "handoff",
+    "answered",
+    "confidence",
+    "fallback_level",
+)
+
+
+#: scorecard keys besides the ranking metrics, in report order
+OPERATION_KEYS: tuple[str, ...] = (
+    "Latency_Avg_ms",
+    "Latency_P95_ms",
+    *(f"Judged@{k}" for k in JUDGED_DEPTHS),
+    "Failed_Queries",
+    "N_Queries",
+    "N_InScope_Queries",
+    "N_OOS_Queries",
+)
+
+
+def scorecard_keys(metrics: Sequence[str] | None = None) -> tuple[str, ...]:
+    """Every key ``BatchResult.metrics`` will hold for this metric selection, known
+    before a batch runs (so gates with a typo fail before any traffic)."""
+    ranking = tuple(scorecard.DEFAULT_METRICS if metrics is None else metrics)
+    return (*ranking, PRIMARY, *oos.OOS_METRICS, *OPERATION_KEYS)
+
+
+@dataclass
+class BatchResult:
+    """Everything one batch evaluation produced; ``metrics`` is the scorecard."""
+
+    metrics: dict[str, float]
+    per_query: pd.DataFrame
+    unjudged: list[UnjudgedHit]
+    threshold_sweep: pd.DataFrame | None
+    fallback_histogram: pd.DataFrame | None
+    failed: list[FailedQuery]
+    queries: QuerySet
+    #: query_id -> hits as returned (raw; also for handed-off queries); empty when failed
+    hits: dict[str, tuple[Hit, ...]]
+    #: labels of the queries in this set only
+    qrels: dict[str, dict[str, int]]
+    gains: str = "linear"
+    scorecard_version: str = scorecard.SCORECARD_VERSION
+    metric_names: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def dataset_id(self) -> str:
+        return self.queries.dataset_id
+
+    @property
+    def dataset_hash(self) -> str:
+        return self.queries.content_hash
+
+    @property
+    def primary(self) -> float:
+        return self.metrics[PRIMARY]
+
+    def grade_of(self, query_id: str, doc_id: str) -> int | None:
+        """The label of a hit, None when unjudged."""
+        return self.qrels.get(query_id, {}).get(doc_id)
+
+    def to_report(self, context: ReportContext | None = None, config_snapshot: str | None = None) -> dict[str, Any]:
+        """The JSON-ready report (see tuner.report)."""
+        from tuner.report.build import build_report
+
+        return build_report(self, context, config_snapshot=config_snapshot)
+
+
+def evaluate_responses(
+    queries: QuerySet,
+    qrels: Mapping[str, Mapping[str, int]],
+    responses: Iterable[QueryResponse],
+    failed: Iterable[FailedQuery] = (),
+    *,
+    gains: str = "linear",
+    metrics: Sequence[str] | None = None,
+) -> BatchResult:
+    """Score collected outcomes. Every query of ``queries`` must have exactly one
+    outcome (a response or a failure): EvaluationError otherwise, since a missing
+    query would silently raise the average."""
+    by_id = _outcomes(queries, responses, failed)
+    qs = list(queries)
+    ids = [q.query_id for q in qs]
+    hits = {qid: (o.response.hits if isinstance(o, QueryResponse) else ()) for qid, o in by_id.items()}
+    rankings = {qid: [h.doc_id for h in hs] for qid, hs in hits.items()}
+    labels = {qid: dict(qrels[qid]) for qid in ids if qid in qrels}
+
+    info = _info_frame(qs, by_id)
+    is_oos = (info["scope"] == "oos").to_numpy()
+    answered = _answered(info, is_oos)
+    info["answered"] = answered
+
+    in_ids = [qid for qid, o in zip(ids, is_oos, strict=True) if not o]
+    raw = scorecard.score_rankings({q: rankings[q] for q in in_ids}, labels, in_ids, gains=gains,
+                                   metrics=None if metrics is None else list(metrics))
+    metric_names = tuple(str(c) for c in raw.columns)
+    keep = pd.Series(answered, index=info.index).loc[in_ids].to_numpy()
+    scored = raw.mul(keep.astype(float), axis=0)  # a handed-off / failed query scores 0
+
+    judged = pd.concat(
+        [scorecard.judged_at_k(rankings, labels, in_ids, k) for k in JUDGED_DEPTHS], axis=1
+    ) if in_ids else pd.DataFrame(columns=[f"Judged@{k}" for k in JUDGED_DEPTHS], dtype=float)
+    per_query = info.join(judged).join(scored)
+
+    raw_primary = raw[PRIMARY].reindex(ids).to_numpy(dtype=float)
+    seen_primary = per_query[PRIMARY].to_numpy(dtype=float)
+    sweep = oos.threshold_sweep(
+        is_oos, info["confidence"].tolist(), info["n_results"].tolist(), raw_primary,
+        observed_scores=seen_primary,
+    )
+    histogram = oos.fallback_histogram(info["query_type"].tolist(), info["fallback_level"].tolist())
+
+    failures = [o for o in by_id.values() if isinstance(o, FailedQuery)]
+    summary = _scorecard(per_query, metric_names, is_oos, answered, failures)
+    return BatchResult(
+        metrics=summary,
+        per_query=per_query,
+        unjudged=_unjudged(in_ids, hits, labels),
+        threshold_sweep=sweep,
+        fallback_histogram=histogram,
+        failed=[by_id[q] for q in ids if isinstance(by_id[q], FailedQuery)],
+        queries=queries,
+        hits=hits,
+        qrels=labels,
+        gains=gains,
+        scorecard_version=str(raw.attrs.get("scorecard_version", scorecard.SCORECARD_VERSION)),
+        metric_names=metric_names,
+    )
+
+
+def query_record(
+    query: Query,
+    outcome: QueryResponse | FailedQuery,
+    qrels: Mapping[str, Mapping[str, int]],
+    *,
+    gains: str = "linear",
+    metrics: Sequence[str] | None = None,
+) -> dict[str, Any]:
+    """The per-query row for one outcome as soon as it arrives: the same values the
+    final ``per_query`` frame holds for it (plus ``query_id``). For per-query
+    callbacks such as pruning; about a millisecond, so it can run for every query."""
+    row = _info_row(query, outcome)
+    row["answered"] = bool(_answered_one(row, query.scope == "oos"))
+    row["query_id"] = query.query_id
+    if query.scope == "oos":
+        return row
+    qid = query.query_id
+    ranking = {qid: [h.doc_id for h in outcome.response.hits]} if isinstance(outcome, QueryResponse) else {}
+    labels = {qid: dict(qrels[qid])} if qid in qrels else {}
+    for k in JUDGED_DEPTHS:
+        row[f"Judged@{k}"] = float(scorecard.judged_at_k(ranking, labels, [qid], k).iloc[0])
+    scores = scorecard.score_rankings(ranking, labels, [qid], gains=gains,
+                                      metrics=None if metrics is None else list(metrics))
+    keep = 1.0 if row["answered"] else 0.0
+    row.update({str(name): float(value) * keep for name, value in scores.iloc[0].items()})
+    return row
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _outcomes(
+    queries: QuerySet, responses: Iterable[QueryResponse], failed: Iterable[FailedQuery]
+) -> dict[str, QueryResponse | FailedQuery]:
+    by_id: dict[str, QueryResponse | FailedQuery] = {}
+    for outcome in [*responses, *failed]:
+        if outcome.query_id not in queries:
+            raise EvaluationError(
+                f"outcome for query {outcome.query_id!r}, which is not in query set {queries.dataset_id!r}; "
+                "evaluate against the query set the batch was run with"
+            )
+        if outcome.query_id in by_id:
+            raise EvaluationError(f"query {outcome.query_id}: two outcomes collected; each query needs exactly one")
+        by_id[outcome.query_id] = outcome
+    missing = [q for q in queries.query_ids if q not in by_id]
+    if missing:
+        raise EvaluationError(
+            f"{len(missing)} queries have no outcome (first: {', '.join(missing[:3])}); "
+            "record a FailedQuery for every query that got no response"
+        )
+    return by_id
+
+
+def _info_row(q: Query, o: QueryResponse | FailedQuery) -> dict[str, Any]:
+    r = o.response if isinstance(o, QueryResponse) else None
+    return {
+        "query": q.query,
+        "query_type": q.query_type,
+        "source": q.source,
+        "scope": q.scope,
+        "split": q.split,
+        "status": "ok" if r is not None else "failed",
+        "failure_reason": o.reason if isinstance(o, FailedQuery) else None,
+        "request_id": o.request_id,
+        "attempts": o.attempts,
+        "latency_ms": np.nan if o.latency_ms is None else float(o.latency_ms),
+        "n_results": len(r.hits) if r is not None else 0,
+        "handoff": r.handoff if r is not None else None,
+        "confidence": np.nan if r is None or r.confidence is None else r.confidence,
+        "fallback_level": r.fallback_level if r is not None else None,
+    }
+
+
+def _info_frame(qs: Sequence[Query], by_id: Mapping[str, QueryResponse | FailedQuery]) -> pd.DataFrame:
+    columns = [c for c in INFO_COLUMNS if c != "answered"]
+    rows = [_info_row(q, by_id[q.query_id]) for q in qs]
+    frame = pd.DataFrame.from_records(rows, columns=columns, index=pd.Index([q.query_id for q in qs], name="query_id"))
+    frame["handoff"] = frame["handoff"].astype(object)
+    frame["confidence"] = frame["confidence"].astype(float)
+    return frame
+
+
+def _answered_one(row: Mapping[str, Any], is_oos: bool) -> bool:
+    if row["status"] == "failed":
+        return is_oos  # failures count against the backend (see module doc)
+    return bool(oos.answered_mask([row["handoff"]], [row["n_results"]])[0])
+
+
+def _answered(info: pd.DataFrame, is_oos: np.ndarray) -> np.ndarray:
+    answered = oos.answered_mask(info["handoff"].tolist(), info["n_results"].tolist())
+    failed = (info["status"] == "failed").to_numpy()
+    # failures count against the backend (see module doc)
+    return np.where(failed, is_oos, answered)
+
+
+def _scorecard(
+    per_query: pd.DataFrame,
+    metric_names: Sequence[str],
+    is_oos: np.ndarray,
+    answered: np.ndarray,
+    failures: Sequence[FailedQuery],
+) -> dict[str, float]:
+    in_scope = per_query.loc[~is_oos]
+    summary = scorecard.aggregate(in_scope[list(metric_names)]) if len(in_scope) else dict.fromkeys(metric_names, 0.0)
+    summary.update(oos.handoff_metrics(is_oos, answered))
+    ok = per_query["status"] == "ok"
+    latency = per_query.loc[ok, "latency_ms"].dropna().to_numpy(dtype=float)
+    summary["Latency_Avg_ms"] = float(latency.mean()) if latency.size else 0.0
+    summary["Latency_P95_ms"] = float(np.percentile(latency, 95)) if latency.size else 0.0
+    for k in JUDGED_DEPTHS:
+        col = in_scope[f"Judged@{k}"].dropna() if len(in_scope) else pd.Series(dtype=float)
+        # no returned hit at all means nothing lacks a label: full coverage
+        summary[f"Judged@{k}"] = float(col.mean()) if len(col) else 1.0
+    summary["Failed_Queries"] = float(len(failures))
+    summary["N_Queries"] = float(len(per_query))
+    summary["N_InScope_Queries"] = float((~is_oos).sum())
+    summary["N_OOS_Queries"] = float(is_oos.sum())
+    return summary
+
+
+def _unjudged(in_ids: Sequence[str], hits: Mapping[str, Sequence[Hit]], labels: Mapping[str, Mapping[str, int]]) -> list[UnjudgedHit]:
+    out: list[UnjudgedHit] = []
+    for qid in in_ids:
+        judged = labels.get(qid, {})
+        seen: set[str] = set()
+        for rank, h in enumerate(hits[qid], start=1):
+            if h.doc_id not in judged and h.doc_id not in seen:
+                seen.add(h.doc_id)
+                out.append(UnjudgedHit(qid, rank, h.doc_id, h.title))
+    return out
