@@ -31,10 +31,12 @@ Public API::
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 import socket
-from collections.abc import Mapping
+import warnings
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, Union
 
@@ -45,7 +47,6 @@ from pydantic import (
     Field,
     PositiveFloat,
     PositiveInt,
-    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -76,6 +77,13 @@ class _Model(BaseModel):
 # ---------------------------------------------------------------- samplers and pruners
 
 
+@contextlib.contextmanager
+def _quiet_experimental() -> Iterator[None]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        yield
+
+
 class _SamplerBase(_Model):
     seed: int | None = None
 
@@ -95,13 +103,14 @@ class TPESamplerConfig(_SamplerBase):
     constant_liar: bool = False  # set true with several parallel workers
 
     def create(self) -> optuna.samplers.BaseSampler:
-        return optuna.samplers.TPESampler(
-            seed=self.seed,
-            multivariate=self.multivariate,
-            group=self.group and self.multivariate,
-            n_startup_trials=self.n_startup_trials,
-            constant_liar=self.constant_liar,
-        )
+        with _quiet_experimental():  # multivariate/group are a deliberate, documented choice
+            return optuna.samplers.TPESampler(
+                seed=self.seed,
+                multivariate=self.multivariate,
+                group=self.group and self.multivariate,
+                n_startup_trials=self.n_startup_trials,
+                constant_liar=self.constant_liar,
+            )
 
 
 class RandomSamplerConfig(_SamplerBase):
@@ -191,7 +200,8 @@ class WilcoxonPrunerConfig(_Model):
     n_startup_steps: int = Field(default=2, ge=0)
 
     def create(self) -> optuna.pruners.BasePruner:
-        return optuna.pruners.WilcoxonPruner(p_threshold=self.p_threshold, n_startup_steps=self.n_startup_steps)
+        with _quiet_experimental():
+            return optuna.pruners.WilcoxonPruner(p_threshold=self.p_threshold, n_startup_steps=self.n_startup_steps)
 
 
 PrunerConfig = Annotated[
@@ -406,7 +416,7 @@ class ExperimentFile(_Model):
         return v
 
     @model_validator(mode="after")
-    def _stop_condition(self, info: ValidationInfo) -> "ExperimentFile":
+    def _stop_condition(self) -> "ExperimentFile":
         if self.n_trials is None and self.timeout_s is None:
             raise ValueError("give n_trials and/or timeout_s so the study knows when to stop")
         return self

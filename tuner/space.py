@@ -764,8 +764,7 @@ def _type_problem(p: ParamSpec, value: Any) -> str | None:
             return f"config list holds {sorted(kinds)}, an ordered group needs numbers"
         if s.integer and "float" in kinds:
             return "config list holds floats, space declares integer: true (set integer: false)"
-        if not s.integer and value and kinds == {"int"}:
-            return None  # writing floats where ints were is the user's explicit choice
+        # integer: false over an int list is allowed: floats where ints were is an explicit choice.
         return None
     return None
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import textwrap
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,7 @@ from tuner.errors import ConfigError
 from tuner.space import SearchSpace, load_space, shares_to_sticks, sticks_to_shares
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
-warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
 
 CONFIG = {
     "fusion": {"method": "rrf", "rrf_k": 60, "weights": {"bm25": 1.0, "dense": 1.0, "sparse": 2.0},
