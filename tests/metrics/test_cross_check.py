@@ -14,6 +14,7 @@ import warnings
 
 import numpy as np
 import pytest
+from conftest import need
 
 from tuner.metrics import prepare, score_batch, score_rankings
 from tuner.runs import parse_trec_run
@@ -111,8 +112,7 @@ def test_against_ranx_exp_gains_and_cut_reciprocal_ranks():
 
 
 def test_err_and_exp_ndcg_against_gdeval():
-    if shutil.which("perl") is None:
-        pytest.skip("gdeval.pl needs perl")
+    need(shutil.which("perl") is not None, "ir_measures' gdeval provider runs gdeval.pl, which needs perl")
     qrels, run = random_collection(seed=5, ties=True)
     cutoffs = (5, 10, 20)
     measures = [ir_measures.ERR @ k for k in cutoffs] + [ir_measures.nDCG @ k for k in cutoffs]
