@@ -302,3 +302,14 @@ def test_stepped_floats_are_written_clean(tmp_path: Path) -> None:
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
     values = {space.suggest(study.ask())["x"] for _ in range(60)}
     assert values <= {round(i * 0.1, 1) for i in range(11)}
+
+
+def test_fixed_keys_are_validated_like_params(tmp_path: Path) -> None:
+    path = write(tmp_path, "params:\n  fusion.rrf_k: {type: int, low: 1, high: 9}\nfixed:\n  sources.bm25.dept: 10\n")
+    with pytest.raises(ConfigError, match=r"space.yaml:4: sources.bm25.dept: no such key .*did you mean sources.bm25.depth"):
+        load_space(path).validate_against(CONFIG)
+    path = write(tmp_path, "params:\n  fusion.rrf_k: {type: int, low: 1, high: 9}\nfixed:\n  fusion.method: 3\n")
+    with pytest.raises(ConfigError, match="type mismatch: config has str, fixed value 3 is int"):
+        load_space(path).validate_against(CONFIG)
+    with pytest.raises(ConfigError, match="is both tuned .params. and fixed"):
+        load_space(write(tmp_path, "params:\n  a: {type: int, low: 1, high: 2}\nfixed:\n  a: 1\n"))
