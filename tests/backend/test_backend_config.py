@@ -116,3 +116,13 @@ def test_service_refuses_invalid_config_with_exit_2_and_one_stderr_line(tmp_path
 
 def test_committed_config_file_is_the_default_base() -> None:
     assert DEFAULT_CONFIG.name == "config.yaml" and DEFAULT_CONFIG.is_file()
+
+
+def test_sentence_transformers_embedder_needs_the_package(tmp_path: Path, corpus: Path) -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("sentence_transformers") is not None:
+        pytest.skip("sentence-transformers is installed here: the refusal cannot happen")
+    path = config_with(tmp_path, corpus, {"sources": {"dense": {"embedder": "sentence-transformers:all-MiniLM-L6-v2"}}})
+    with pytest.raises(ConfigError, match=r"sources\.dense\.embedder: .*needs the sentence-transformers package"):
+        load_config(path)
