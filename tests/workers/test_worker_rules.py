@@ -1,0 +1,78 @@
+"""Storage rules and settings of tuner.workers that need no database server."""
+
+from __future__ import annotations
+
+import threading
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from tuner.errors import StudyError
+from tuner.workers import (
+    WorkerSettings,
+    _redact,
+    check_storage,
+    enqueue_once,
+    make_storage,
+    objective_runner,
+    run_worker,
+    sqlalchemy_url,
+    storage_dialect,
+)
+
+
+def test_sqlite_with_several_workers_is_refused_with_the_reason():
+    check_storage("sqlite:///study.db", 1)
+    with pytest.raises(StudyError, match="queued trials race") as info:
+        check_storage("sqlite:///study.db", 2)
+    assert "postgresql://" in str(info.value)
+    check_storage("postgresql://u:p@127.0.0.1/db", 3)
+    with pytest.raises(StudyError, match="unsupported"):
+        check_storage("oracle://x", 1)
+
+
+def test_urls():
+    assert storage_dialect("postgresql+psycopg2://u@h/db") == "postgresql"
+    assert sqlalchemy_url("postgresql://u:p@h:5432/db").startswith("postgresql+psycopg")
+    assert sqlalchemy_url("postgresql+psycopg2://u@h/db") == "postgresql+psycopg2://u@h/db"
+    assert sqlalchemy_url("sqlite:///x.db") == "sqlite:///x.db"
+    assert _redact("postgresql://user:secret@h:5432/db") == "postgresql://user:***@h:5432/db"
+
+
+def test_settings_reject_a_grace_period_shorter_than_the_heartbeat():
+    assert WorkerSettings(heartbeat_interval_s=10).grace == 40
+    with pytest.raises(ValueError, match="must exceed"):
+        WorkerSettings(heartbeat_interval_s=10, grace_period_s=10)
+    with pytest.raises(ValueError):
+        WorkerSettings(heartbeat=3)
+
+
+def test_single_worker_on_sqlite_runs_to_the_study_wide_count(tmp_path):
+    """The loop on a real SQLite storage: budget counted study-wide, pruned and failed
+    trials handled, variants queued once even when enqueue runs twice."""
+    from tuner.study import Variant, enqueue_initial
+
+    storage = make_storage(f"sqlite:///{tmp_path / 'study.db'}", WorkerSettings(heartbeat_interval_s=1))
+    study = optuna.create_study(study_name="s", storage=storage, direction="maximize")
+    for _ in range(2):
+        enqueue_once(study, lambda s: enqueue_initial(s, [Variant("baseline", {"x": 0.5})]))
+
+    def objective(trial):
+        x = trial.suggest_float("x", 0, 1)
+        if trial.number == 1:
+            raise optuna.TrialPruned()
+        if trial.number == 2:
+            raise RuntimeError("boom")
+        return x
+
+    report = run_worker(study, objective_runner(objective), n_trials=5)
+    states = [t.state for t in study.get_trials()]
+    assert states.count(TrialState.COMPLETE) + states.count(TrialState.PRUNED) == 5
+    assert states[1] == TrialState.PRUNED and states[2] == TrialState.FAIL
+    assert report.ran == list(range(6)) and report.stopped_by == "n_trials"
+    assert study.trials[0].params == {"x": 0.5}
+    assert [t.system_attrs.get("tuner.replica") for t in study.trials] == [0] * 6
+    stop = threading.Event()
+    stop.set()
+    assert run_worker(study, objective_runner(objective), n_trials=None, stop=stop).stopped_by == "signal"
