@@ -16,6 +16,11 @@ Why the split is built the way it is:
   reformatted, and adding a query moves at most a query or two of the old ones.
 - A query set whose every query carries ``split: tune`` / ``split: holdout`` is taken
   as given (the user fixed the split by hand).
+
+``holdout_report(baseline, best)`` is the end-of-study check on the holdout: paired
+per-metric deltas with bootstrap intervals and a per-query paired test
+(tuner.significance), Judged@10 of both sides, and a warning when the best trial's
+win rests on unjudged hits.
 """
 
 from __future__ import annotations
@@ -23,13 +28,18 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
 
+import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
 from tuner.dataset import Query
-from tuner.errors import ConfigError
+from tuner.errors import ConfigError, EvaluationError
+from tuner.significance import Test
+
+if TYPE_CHECKING:
+    from tuner.evaluation.result import BatchResult
 
 TUNE = "tune"
 HOLDOUT = "holdout"
@@ -145,3 +155,151 @@ def _split_from_field(queries: Sequence[Query]) -> Split | None:
     tune = tuple(q.query_id for q in queries if q.split == TUNE)
     holdout = tuple(q.query_id for q in queries if q.split == HOLDOUT)
     return Split(tune=tune, holdout=holdout, seed=-1, fraction=len(holdout) / len(queries), source="split_field")
+
+
+# --------------------------------------------------------------------------- validation
+
+
+@dataclass
+class HoldoutReport:
+    """Baseline vs best feasible trial on the holdout queries (delta = best - baseline)."""
+
+    n_queries: int
+    n_in_scope: int
+    comparison: pd.DataFrame  # significance.compare: one row per metric
+    judged: dict[str, float]  # Judged@k (mean over in-scope queries) per side
+    oos_fp: dict[str, float]  # OOS_FP_Rate per side
+    condensed_delta: float  # primary delta with unjudged hits removed from both rankings
+    primary: str
+    alpha: float
+    judged_k: int
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def verdict(self) -> str:
+        row = self.comparison.loc[self.primary]
+        if row["p_value"] >= self.alpha or row["delta"] == 0:
+            return "no significant difference"
+        return "best trial significantly better" if row["delta"] > 0 else "best trial significantly worse"
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "n_queries": self.n_queries, "n_in_scope": self.n_in_scope, "primary": self.primary,
+            "alpha": self.alpha, "verdict": self.verdict, "judged_k": self.judged_k, "judged": self.judged,
+            "oos_fp_rate": self.oos_fp, "condensed_delta": self.condensed_delta, "warnings": self.warnings,
+            "test": self.comparison.attrs.get("test"), "confidence": self.comparison.attrs.get("confidence"),
+            "metrics": self.comparison.reset_index().to_dict("records"),
+        }
+
+    def to_markdown(self) -> str:
+        conf = self.comparison.attrs.get("confidence", 0.95)
+        lines = [
+            f"## Holdout validation ({self.n_in_scope} in-scope of {self.n_queries} held-out queries)",
+            "",
+            f"**{self.verdict}** on {self.primary} (paired {self.comparison.attrs.get('test')} test, "
+            f"alpha {self.alpha:g}; {conf:.0%} paired bootstrap intervals).",
+            "",
+            "| metric | baseline | best | delta | CI | p | p (Holm) | wins/losses/ties |",
+            "| --- | ---: | ---: | ---: | --- | ---: | ---: | --- |",
+        ]
+        for name, r in self.comparison.iterrows():
+            lines.append(
+                f"| {name} | {r.baseline:.4f} | {r.candidate:.4f} | {r.delta:+.4f} | "
+                f"[{r.ci_low:+.4f}, {r.ci_high:+.4f}] | {r.p_value:.4f} | {r.p_holm:.4f} | "
+                f"{r.wins}/{r.losses}/{r.ties} |"
+            )
+        lines += [
+            "",
+            f"Judged@{self.judged_k}: baseline {self.judged['baseline']:.3f}, best {self.judged['best']:.3f}. "
+            f"OOS_FP_Rate: baseline {self.oos_fp['baseline']:.3f}, best {self.oos_fp['best']:.3f}. "
+            f"{self.primary} delta with unjudged hits removed: {self.condensed_delta:+.4f}.",
+        ]
+        lines += [f"\n> warning: {w}" for w in self.warnings]
+        return "\n".join(lines) + "\n"
+
+
+def holdout_report(
+    baseline: BatchResult,
+    best: BatchResult,
+    *,
+    metrics: Sequence[str] | None = None,
+    confidence: float = 0.95,
+    alpha: float = 0.05,
+    n_resamples: int = 10_000,
+    seed: int = 0,
+    test: Test = "permutation",
+    judged_k: int = 10,
+    min_judged: float = 0.8,
+) -> HoldoutReport:
+    """Compare two batch evaluations of the same holdout queries.
+
+    Metrics are compared per in-scope query (handed-off queries score 0, as in the
+    batch). Warnings: the best trial's win on the primary metric *rests on unjudged
+    hits* when removing unjudged documents from both rankings (condensed lists, Sakai
+    2007) takes the win away, i.e. the win needs the assumption that the documents
+    nobody graded are irrelevant; and a side whose Judged@k is below ``min_judged``
+    is named, with the labelling queue as the fix.
+    """
+    from tuner import metrics as scorecard
+    from tuner.significance import compare
+
+    primary = scorecard.PRIMARY_METRIC
+    names = list(metrics) if metrics is not None else [*scorecard.PRIMARY_SCORECARD, primary]
+    if primary not in names:
+        names.append(primary)
+    ids = _in_scope_ids(baseline)
+    if _in_scope_ids(best) != ids:
+        raise EvaluationError("holdout report: baseline and best were evaluated on different queries; "
+                              "evaluate both on the same holdout split")
+    if not ids:
+        raise EvaluationError("holdout report: the holdout has no in-scope query; lower holdout.fraction's "
+                              "rounding loss or add queries")
+    table = compare(baseline.per_query.loc[ids, names], best.per_query.loc[ids, names], names,
+                    confidence=confidence, n_resamples=n_resamples, seed=seed, test=test)
+    judged = {side: _judged(result, ids, judged_k) for side, result in (("baseline", baseline), ("best", best))}
+    condensed = _condensed_primary(best, ids) - _condensed_primary(baseline, ids)
+    report = HoldoutReport(
+        n_queries=len(baseline.queries), n_in_scope=len(ids), comparison=table, judged=judged,
+        oos_fp={"baseline": float(baseline.metrics.get("OOS_FP_Rate", float("nan"))),
+                "best": float(best.metrics.get("OOS_FP_Rate", float("nan")))},
+        condensed_delta=float(condensed), primary=primary, alpha=alpha, judged_k=judged_k,
+    )
+    delta = float(table.loc[primary, "delta"])
+    if delta > 0 and condensed <= 0:
+        report.warnings.append(
+            f"the best trial's win on {primary} ({delta:+.4f}) rests on unjudged hits: with unjudged documents "
+            f"removed from both rankings the delta is {condensed:+.4f}; grade them (tuner labels queue) before "
+            "trusting the win"
+        )
+    for side, value in judged.items():
+        if value < min_judged:
+            report.warnings.append(
+                f"Judged@{judged_k} of the {side} is {value:.2f} (< {min_judged:g}): unjudged hits count as "
+                "irrelevant, so its scores are a lower bound; export them with tuner labels queue"
+            )
+    return report
+
+
+def _in_scope_ids(result: BatchResult) -> list[str]:
+    pq = result.per_query
+    return [str(q) for q in pq.index[pq["scope"] != "oos"]]
+
+
+def _scored_rankings(result: BatchResult, ids: Sequence[str]) -> dict[str, list[str]]:
+    answered = result.per_query["answered"]
+    return {q: [h.doc_id for h in result.hits.get(q, ())] if bool(answered.loc[q]) else [] for q in ids}
+
+
+def _judged(result: BatchResult, ids: Sequence[str], k: int) -> float:
+    from tuner import metrics as scorecard
+
+    series = scorecard.judged_at_k(_scored_rankings(result, ids), result.qrels, list(ids), k).dropna()
+    return float(series.mean()) if len(series) else 1.0
+
+
+def _condensed_primary(result: BatchResult, ids: Sequence[str]) -> float:
+    from tuner import metrics as scorecard
+
+    rankings = {q: [d for d in r if d in result.qrels.get(q, {})] for q, r in _scored_rankings(result, ids).items()}
+    frame = scorecard.score_rankings(rankings, result.qrels, list(ids), gains=result.gains)
+    return float(frame[scorecard.PRIMARY_METRIC].mean())
