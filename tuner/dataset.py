@@ -62,7 +62,7 @@ class Query:
         return rec
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class QuerySet:
     """An ordered, immutable set of queries with a stable identity."""
 
@@ -76,6 +76,9 @@ class QuerySet:
         object.__setattr__(self, "_by_id", {q.query_id: q for q in self.queries})
         if len(self._by_id) != len(self.queries):
             raise InputError(f"query set {self.dataset_id!r}: query ids are not unique; give each query its own query_id")
+
+    def __repr__(self) -> str:
+        return f"QuerySet(dataset_id={self.dataset_id!r}, n={len(self.queries)}, content_hash={self.content_hash[:12]!r})"
 
     def __len__(self) -> int:
         return len(self.queries)

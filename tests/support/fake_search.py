@@ -134,6 +134,9 @@ class FakeSearch:
 class _QuietServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    # socketserver's default backlog of 5 drops SYNs when a batch opens 8+ connections at
+    # once, and the kernel retries them a second later
+    request_queue_size = 128
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         # resets and client timeouts are injected on purpose; keep test output clean
@@ -203,3 +206,38 @@ def _make_handler(svc: FakeSearch) -> type[BaseHTTPRequestHandler]:
             self.connection.close()
 
     return Handler
+
+
+def synthetic_responses(n_queries: int, n_results: int) -> dict[str, Any]:
+    """Deterministic payloads for queries ``"query {i}"``: docs ``d{i}-{j}``, decreasing scores."""
+    return {
+        f"query {i}": {
+            "results": [
+                {"doc_id": f"d{i}-{j}", "score": round(1.0 - j / n_results, 4), "title": f"Document {i}-{j}"}
+                for j in range(n_results)
+            ],
+            "confidence": round((i % 50) / 50, 2),
+            "handoff": i % 10 == 0,
+            "fallback_level": i % 3,
+        }
+        for i in range(n_queries)
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Serve synthetic responses until stdin closes (for benchmarks in another process):
+    ``python tests/support/fake_search.py --queries 225 --results 50`` prints the URL."""
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--queries", type=int, default=225)
+    parser.add_argument("--results", type=int, default=50)
+    args = parser.parse_args(argv)
+    with FakeSearch(synthetic_responses(args.queries, args.results)) as svc:
+        print(svc.url, flush=True)
+        sys.stdin.read()
+
+
+if __name__ == "__main__":
+    main()

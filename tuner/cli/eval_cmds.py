@@ -16,6 +16,11 @@ from tuner.errors import ConfigError, InputError
 
 DEFAULT_DB = Path(".tuner/labels.db")
 
+
+def _console(*, stderr: bool = False) -> Console:
+    # soft_wrap: one message stays one line in CI logs, whatever the terminal width
+    return Console(stderr=stderr, soft_wrap=True)
+
 labels_app = typer.Typer(name="labels", help="The label cache: import, inspect, export unjudged hits.",
                          no_args_is_help=True)
 
@@ -62,7 +67,7 @@ def eval_command(
     from tuner.labels import LabelStore
     from tuner.report import ReportContext, write_reports
 
-    console = Console()
+    console = _console()
     gates = [parse_gate(g, "under") for g in fail_under or []] + [parse_gate(g, "over") for g in fail_over or []]
     known = set(scorecard_keys())  # a typo in a gate fails before any traffic
     for gate in gates:
@@ -96,7 +101,7 @@ def eval_command(
         if path is not None:
             console.print(f"{name:>14}: {path}")
     if misses:
-        err = Console(stderr=True)
+        err = _console(stderr=True)
         for miss in misses:
             err.print(f"[red]{miss.message()}[/]", highlight=False)
         raise typer.Exit(1)
@@ -179,7 +184,7 @@ def labels_import(
     mapping = None if grade_map is None else GradeMap.parse(grade_map)
     summary = LabelStore(db).import_file(file, dataset_id, fmt=fmt, grade_map=mapping)  # type: ignore[arg-type]
     grades = ", ".join(f"L{g}={n}" for g, n in summary.grade_counts.items())
-    Console().print(
+    _console().print(
         f"imported {summary.n_labels} labels for {summary.n_queries} queries into {db} "
         f"(dataset {dataset_id}, {summary.importer}; {summary.n_replaced} replaced) [{grades}]"
     )
@@ -197,7 +202,7 @@ def labels_stats(
     if not db.is_file():
         raise InputError(f"{db}: no label database; create it with `tuner labels import FILE --db {db} --dataset-id ID`")
     store = LabelStore(db)
-    console = Console()
+    console = _console()
     ids = [dataset_id] if dataset_id else store.datasets()
     if not ids:
         console.print(f"{db} holds no labels yet")
@@ -245,5 +250,5 @@ def labels_export_unjudged(
         n = LabelStore(db).export_unjudged(dataset_id, data["unjudged"], out, fmt=fmt, queries=texts)  # type: ignore[arg-type]
     else:
         n = export_unjudged(data["unjudged"], out, fmt=fmt, queries=texts)  # type: ignore[arg-type]
-    Console().print(f"wrote {n} unjudged (query, doc) pairs of dataset {dataset_id} to {out}; fill in 'relevance' "
+    _console().print(f"wrote {n} unjudged (query, doc) pairs of dataset {dataset_id} to {out}; fill in 'relevance' "
                     f"(0..3) and run `tuner labels import {out} --dataset-id {dataset_id}`")

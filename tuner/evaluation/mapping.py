@@ -132,6 +132,8 @@ def build_params(body: Mapping[str, Any]) -> dict[str, Any]:
 
 def resolve_path(payload: Any, path: str) -> Any:
     """Follow a dotted path; returns the module sentinel ``_MISSING`` when absent."""
+    if "." not in path and type(payload) is dict:  # the common case, once per field per hit
+        return payload.get(path, _MISSING)
     node = payload
     for seg in path.split("."):
         if isinstance(node, Mapping):

@@ -74,7 +74,7 @@ def scorecard_keys(metrics: Sequence[str] | None = None) -> tuple[str, ...]:
     return (*ranking, PRIMARY, *oos.OOS_METRICS, *OPERATION_KEYS)
 
 
-@dataclass
+@dataclass(repr=False)
 class BatchResult:
     """Everything one batch evaluation produced; ``metrics`` is the scorecard."""
 
@@ -92,6 +92,13 @@ class BatchResult:
     gains: str = "linear"
     scorecard_version: str = scorecard.SCORECARD_VERSION
     metric_names: tuple[str, ...] = field(default_factory=tuple)
+
+    def __repr__(self) -> str:
+        # short on purpose: asyncio and debuggers repr results, and the full frames are large
+        return (
+            f"BatchResult(dataset_id={self.dataset_id!r}, n_queries={len(self.per_query)}, "
+            f"failed={len(self.failed)}, Primary_Metric_Score={self.metrics.get(PRIMARY, float('nan')):.4f})"
+        )
 
     @property
     def dataset_id(self) -> str:

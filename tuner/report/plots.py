@@ -9,12 +9,14 @@ from __future__ import annotations
 import io
 
 import pandas as pd
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
 
 
 def pr_curve_png(sweep: pd.DataFrame, *, title: str = "Handoff detection") -> bytes:
     """PNG bytes: precision vs recall of 'hand off' (left), rates vs threshold (right)."""
+    # imported here: matplotlib costs ~0.2 s and most importers of tuner.report never plot
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
     fig = Figure(figsize=(10, 4.2), dpi=100)
     FigureCanvasAgg(fig)
     left, right = fig.subplots(1, 2)

@@ -1,0 +1,163 @@
+"""`tuner eval` and `tuner labels` as a user runs them: real subprocesses, a real
+HTTP service on loopback, a real SQLite label cache."""
+
+import csv
+import json
+import subprocess
+import sys
+
+import pytest
+
+from support.fake_search import FakeSearch
+
+N = 6
+
+
+def tuner(*args, cwd):
+    return subprocess.run([sys.executable, "-m", "tuner", *map(str, args)], capture_output=True, text=True,
+                          cwd=cwd, timeout=120)
+
+
+def _payload(i):
+    return {"results": [{"doc_id": f"d{i}-{j}", "score": 1 - j / 10, "title": f"Doc {i}-{j}"} for j in range(8)],
+            "confidence": 0.4 + 0.07 * i, "handoff": i == N - 1, "fallback_level": 0}
+
+
+@pytest.fixture
+def workspace(tmp_path):
+    queries = tmp_path / "demo.jsonl"
+    queries.write_text("".join(
+        json.dumps({"query_id": f"q{i}", "query": f"text {i}", "query_type": "short" if i % 2 else "long",
+                    "source": "faq", "scope": "oos" if i == N - 1 else "in", "date_hint_days": 7}) + "\n"
+        for i in range(N)))
+    labels = tmp_path / "labels.qrels"
+    labels.write_text("".join(f"q{i} 0 d{i}-{j} {(j + 1) % 4}\n" for i in range(N - 1) for j in range(0, 8, 2)))
+    with FakeSearch({f"text {i}": _payload(i) for i in range(N)}) as svc:
+        yield tmp_path, queries, labels, svc
+
+
+def _import(tmp_path, labels):
+    out = tuner("labels", "import", labels, "--db", tmp_path / "labels.db", "--dataset-id", "demo", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    return out
+
+
+def test_labels_import_and_stats(workspace):
+    tmp_path, _, labels, _ = workspace
+    out = _import(tmp_path, labels)
+    assert f"imported {4 * (N - 1)} labels for {N - 1} queries" in out.stdout
+    stats = tuner("labels", "stats", "--db", tmp_path / "labels.db", "--dataset-id", "demo", "--per-query", cwd=tmp_path)
+    assert stats.returncode == 0, stats.stderr
+    assert f"demo: {4 * (N - 1)} labels, {N - 1} queries judged" in stats.stdout
+    assert "fingerprint" in stats.stdout
+
+
+def test_labels_import_bad_row_is_one_line_and_changes_nothing(workspace):
+    tmp_path, _, labels, _ = workspace
+    _import(tmp_path, labels)
+    bad = tmp_path / "bad.qrels"
+    bad.write_text("q1 0 d1-1 2\nq1 0 d1-3 9\n")
+    out = tuner("labels", "import", bad, "--db", tmp_path / "labels.db", "--dataset-id", "demo", cwd=tmp_path)
+    assert out.returncode == 2
+    assert out.stderr.strip().count("\n") == 0 and "bad.qrels:2: grade 9 is not in the grade map" in out.stderr
+    stats = tuner("labels", "stats", "--db", tmp_path / "labels.db", "--dataset-id", "demo", cwd=tmp_path)
+    assert f"demo: {4 * (N - 1)} labels" in stats.stdout
+
+
+def test_eval_writes_reports_and_passes_gates(workspace):
+    tmp_path, queries, labels, svc = workspace
+    _import(tmp_path, labels)
+    snapshot = tmp_path / "config.yaml"
+    snapshot.write_text("fusion:\n  rrf_k: 60\n")
+    out = tuner("eval", "--queries", queries, "--labels-db", tmp_path / "labels.db", "--dataset-id", "demo",
+                "--url", svc.url, "--out", tmp_path / "rep", "--top-k", 8, "--concurrency", 3,
+                "--confidence-field", "confidence", "--handoff-field", "handoff", "--fallback-field", "fallback_level",
+                "--config-snapshot", snapshot, "--fail-under", "Primary_Metric_Score=0.01",
+                "--fail-over", "OOS_FP_Rate=0.5", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "all 2 gate(s) passed" in out.stdout
+    for name in ("report.json", "report.md", "report_per_query.csv", "report_pr_curve.png"):
+        assert (tmp_path / "rep" / name).is_file(), name
+    report = json.loads((tmp_path / "rep" / "report.json").read_text())
+    assert report["context"]["url"] == svc.url and report["context"]["gates"][0]["passed"] is True
+    assert report["config_snapshot"] == "fusion:\n  rrf_k: 60\n"
+    assert report["scorecard"]["N_Queries"] == N and report["scorecard"]["OOS_FP_Rate"] == 0.0
+    sent = {r.body["query"]: r for r in svc.requests}
+    assert sent["text 2"].body == {"query": "text 2", "top_k": 8, "date_hint_days": 7}
+    by_id = {q["query_id"]: q for q in report["queries"]}
+    assert by_id["q2"]["request_id"] == sent["text 2"].headers["X-Request-ID"]
+
+
+def test_missed_gates_exit_non_zero_with_a_line_each(workspace):
+    tmp_path, queries, labels, svc = workspace
+    _import(tmp_path, labels)
+    out = tuner("eval", "--queries", queries, "--labels-db", tmp_path / "labels.db", "--url", svc.url,
+                "--out", tmp_path / "rep", "--fail-under", "Primary_Metric_Score=0.99",
+                "--fail-over", "OOS_FP_Rate=-1", "--fail-under", "NDCG@20=0", cwd=tmp_path)
+    assert out.returncode == 1
+    lines = [line for line in out.stderr.splitlines() if line.startswith("gate missed")]
+    assert len(lines) == 2
+    assert lines[0].startswith("gate missed: Primary_Metric_Score = ") and "is below 0.99" in lines[0]
+    # no --handoff-field: an OOS query with results counts as answered
+    assert lines[1] == "gate missed: OOS_FP_Rate = 1.0000 is above -1 (required OOS_FP_Rate <= -1)"
+    assert (tmp_path / "rep" / "report.json").is_file()  # the report is written before the verdict
+
+
+def test_unknown_gate_metric_fails_before_any_request(workspace):
+    tmp_path, queries, labels, svc = workspace
+    _import(tmp_path, labels)
+    out = tuner("eval", "--queries", queries, "--labels-db", tmp_path / "labels.db", "--url", svc.url,
+                "--fail-under", "Primary_Metric=0.5", cwd=tmp_path)
+    assert out.returncode == 2 and "unknown metric 'Primary_Metric'" in out.stderr
+    assert svc.requests == []
+
+
+def test_eval_with_spec_file_and_export_unjudged(workspace):
+    tmp_path, queries, labels, svc = workspace
+    _import(tmp_path, labels)
+    svc.responses = {f"text {i}": {"payload": {"items": [{"ref": h["doc_id"], "name": h["title"]}
+                                                         for h in _payload(i)["results"]]}} for i in range(N)}
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(
+        "request:\n"
+        f"  url: {svc.url}\n"
+        "  body: {query: '{query}', size: '{top_k}', tag: 'eval-{query_id}'}\n"
+        "  pass_extra: false\n"
+        "response:\n  results_path: payload.items\n  doc_id: ref\n  title: name\n  score: null\n"
+        "top_k: 5\nmax_failed_queries: 0\n"
+    )
+    out = tuner("eval", "--queries", queries, "--labels-db", tmp_path / "labels.db", "--spec", spec,
+                "--out", tmp_path / "rep", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert svc.requests[0].body["size"] == 5 and svc.requests[0].body["tag"].startswith("eval-q")
+
+    todo = tmp_path / "todo.csv"
+    out = tuner("labels", "export-unjudged", "--report", tmp_path / "rep" / "report.json", "--out", todo,
+                "--db", tmp_path / "labels.db", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    rows = list(csv.DictReader(todo.open()))
+    # every in-scope query returned 8 docs, 4 of them labelled (even j); OOS hits are not exported
+    assert len(rows) == (N - 1) * 4
+    assert {r["doc_id"] for r in rows if r["query_id"] == "q0"} == {"d0-1", "d0-3", "d0-5", "d0-7"}
+    assert rows[0]["query"] == "text 0" and rows[0]["title"].startswith("Doc 0-")
+
+
+def test_spec_file_typo_is_located(workspace):
+    tmp_path, queries, labels, svc = workspace
+    _import(tmp_path, labels)
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(f"request:\n  url: {svc.url}\nresponse:\n  result_path: hits\n")
+    out = tuner("eval", "--queries", queries, "--labels-db", tmp_path / "labels.db", "--spec", spec, cwd=tmp_path)
+    assert out.returncode == 2 and "spec.yaml:4: response.result_path: unknown key (did you mean results_path?)" in out.stderr
+
+
+def test_eval_failure_budget_and_missing_labels_exit_2(workspace):
+    tmp_path, queries, labels, svc = workspace
+    out = tuner("eval", "--queries", queries, "--labels-db", tmp_path / "labels.db", "--url", svc.url, cwd=tmp_path)
+    assert out.returncode == 2 and "no labels for dataset 'demo'" in out.stderr
+    _import(tmp_path, labels)
+    svc.fail_always.update({"text 0", "text 1"})
+    out = tuner("eval", "--queries", queries, "--labels-db", tmp_path / "labels.db", "--url", svc.url,
+                "--retries", 0, "--max-failed", 1, "--out", tmp_path / "rep", cwd=tmp_path)
+    assert out.returncode == 2 and "2 of 6 queries failed, the budget allows 1" in out.stderr
+    assert not (tmp_path / "rep").exists()
