@@ -78,12 +78,16 @@ def trials_frame(trials: Iterable[Any]) -> pd.DataFrame:
         }
         row.update({CONSTRAINT_PREFIX + k: v for k, v in constraints.items()})
         assignment = attrs.get(ATTR_ASSIGNMENT) or dict(t.params)
-        row.update({PARAM_PREFIX + k: _cell(v) for k, v in assignment.items()})
+        row.update({PARAM_PREFIX + k: v for k, v in flatten_assignment(assignment).items()})
         row.update({k: v for k, v in (attrs.get(ATTR_METRICS) or {}).items()})
         rows.append(row)
-    frame = pd.DataFrame(rows)
-    if frame.empty:
+    if not rows:
         return pd.DataFrame(columns=_BASE_COLUMNS)
+    frame = pd.DataFrame(rows)
+    # Conditional parameters leave gaps; as object columns ints stay ints (not 13.0).
+    for col in frame.columns:
+        if col.startswith(PARAM_PREFIX):
+            frame[col] = pd.Series([r.get(col) for r in rows], dtype=object, index=frame.index)
     return frame.sort_values("number").reset_index(drop=True)
 
 
@@ -94,8 +98,18 @@ def named_constraints(constraints: Mapping[str, float]) -> dict[str, float]:
     return named or {k: float(v) for k, v in constraints.items()}
 
 
-def _cell(value: Any) -> Any:
-    return tuple(value) if isinstance(value, list) else value
+def flatten_assignment(assignment: Mapping[str, Any]) -> dict[str, Any]:
+    """Weights mappings become one column per component (``fusion.weights.bm25``);
+    lists (ordered windows) become tuples so cells stay hashable and print compactly."""
+    out: dict[str, Any] = {}
+    for key, value in assignment.items():
+        if isinstance(value, Mapping):
+            out.update({f"{key}.{sub}": v for sub, v in value.items()})
+        elif isinstance(value, list):
+            out[key] = tuple(value)
+        else:
+            out[key] = value
+    return out
 
 
 def feasible_ranked(frame: pd.DataFrame, *, maximize: bool = True) -> pd.DataFrame:
@@ -373,3 +387,21 @@ def _atomic_text(path: Path, text: str) -> None:
 def require_trials(frame: pd.DataFrame, study_name: str) -> None:
     if frame.empty:
         raise StudyError(f"study {study_name!r} has no trials yet; run `tuner run EXPERIMENT` first")
+
+
+def param_importances(study: Any) -> dict[str, float]:
+    """fANOVA importances of Optuna's parameters over COMPLETE trials (most important
+    first); empty while there are too few trials or no parameter varies."""
+    import warnings
+
+    import optuna
+
+    complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+    if len(complete) < 2:
+        return {}
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return {k: float(v) for k, v in optuna.importance.get_param_importances(study).items()}
+    except (ValueError, RuntimeError, ZeroDivisionError):
+        return {}

@@ -3,24 +3,29 @@ run trials under a failure budget, stop gracefully, pick the best feasible trial
 
 `StudyLoop` is the loop over trials (ask -> TrialRunner.run -> tell) with the
 failure budget, n-trials / timeout limits and the stop flag; it knows nothing about
-files, backends or MLflow. `tuner.session` wires it to an experiment file.
+files, backends or MLflow; `run_experiment` (below) wires it to an experiment file.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import time
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner import analysis as A
-from tuner.errors import StudyError
-from tuner.trial import StopFlag, TrialOutcome, TrialRunner
+from tuner.errors import EvaluationError, StudyError
+from tuner.result_cache import ResultCache
+from tuner.tracking import MlflowTracker, NullTracker, Tracker
+from tuner.trial import Constraint as TrialConstraint
+from tuner.trial import Bookkeeper, Objective, OnResult, OptunaArtifacts, StopFlag, TrialOutcome, TrialRunner
 
 ATTR_ENQUEUED = "tuner.initial_trials_enqueued"
 ATTR_ARTIFACT_DIR = "tuner.artifact_dir"
@@ -60,6 +65,8 @@ def open_study(
 ) -> optuna.Study:
     """Create the study, or load it when one of that name exists (resume)."""
     direction = "maximize" if maximize else "minimize"
+    if isinstance(storage, str) and storage.startswith("sqlite:///"):
+        storage = sqlite_storage(storage)
     try:
         study = optuna.create_study(
             study_name=name,
@@ -81,6 +88,30 @@ def open_study(
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             study.set_metric_names([objective_metric])
     return study
+
+
+def sqlite_storage(url: str) -> optuna.storages.RDBStorage:
+    """Optuna's RDBStorage on a SQLite file in WAL mode with synchronous=NORMAL.
+
+    Optuna commits every suggested parameter and attribute separately; with SQLite's
+    default rollback journal each commit waits for an fsync, which made bookkeeping a
+    visible share of a short trial. WAL + NORMAL stays consistent after a crash of the
+    tuner (only an OS crash may lose the last commits) and lets optuna-dashboard read
+    while the study writes.
+    """
+    import sqlite3
+
+    path = Path(url[len("sqlite:///"):])
+    if str(path) != ":memory:":
+        path.parent.mkdir(parents=True, exist_ok=True)
+
+    def connect() -> sqlite3.Connection:
+        conn = sqlite3.connect(str(path), timeout=60, check_same_thread=False)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        return conn
+
+    return optuna.storages.RDBStorage(url, engine_kwargs={"creator": connect})
 
 
 @dataclass(frozen=True)
@@ -148,7 +179,7 @@ class FailureBudget:
     last_reason: str | None = None
 
     def record(self, outcome: TrialOutcome) -> None:
-        if outcome.state == "COMPLETE":
+        if outcome.state in ("COMPLETE", "PRUNED"):
             self.consecutive = 0
             return
         if outcome.interrupted:
@@ -203,6 +234,14 @@ class StudyLoop:
         result = RunResult(self.study.study_name)
         started = self.clock()
         self.observer.study_started(self.study, planned=n_trials, timeout=timeout)
+        try:
+            self._loop(result, started, n_trials=n_trials, timeout=timeout)
+        finally:
+            self.runner.flush()  # the last trial's reports and MLflow run
+            result.elapsed_s = self.clock() - started
+        return result
+
+    def _loop(self, result: RunResult, started: float, *, n_trials: int | None, timeout: float | None) -> None:
         while True:
             if self.stop.is_set():
                 result.stopped_by = "signal"
@@ -219,13 +258,10 @@ class StudyLoop:
             why = self.budget.exceeded()
             if why is not None:
                 result.stopped_by = "failure_budget"
-                result.elapsed_s = self.clock() - started
                 raise StudyError(
                     f"study {self.study.study_name!r} stopped: {why}; last failure: {self.budget.last_reason};"
                     " fix the backend or the search space, then `tuner run` resumes the study"
                 )
-        result.elapsed_s = self.clock() - started
-        return result
 
     def _one_trial(self) -> TrialOutcome:
         trial = self.study.ask()
@@ -239,6 +275,8 @@ class StudyLoop:
         if outcome.state == "COMPLETE":
             assert outcome.value is not None
             self.study.tell(trial, outcome.value)
+        elif outcome.state == "PRUNED":
+            self.study.tell(trial, state=TrialState.PRUNED)
         else:
             self.study.tell(trial, state=TrialState.FAIL)
         best = best_feasible_trial(self.study.get_trials(deepcopy=False), maximize=self.maximize)
@@ -276,3 +314,391 @@ def summary_metrics(study: optuna.Study, *, maximize: bool) -> dict[str, float]:
     else:
         out["best_feasible_value"] = math.nan
     return out
+
+
+# ================================================================ wiring an experiment
+#
+# Everything below turns an Experiment (tuner.experiment) into a running StudyLoop:
+# the search space checked against the config files, the labels, the target, MLflow,
+# the Optuna artifact store and the result cache, plus the clean-up every run ends
+# with (originals back from the journal, backend restarted on them, healthy).
+
+
+@dataclass(frozen=True)
+class StudyPaths:
+    """Where a study keeps its files under the experiment's state dir."""
+
+    state_dir: Path
+    study_name: str
+
+    @property
+    def trials_dir(self) -> Path:
+        return self.state_dir / "trials" / _safe(self.study_name)
+
+    @property
+    def artifact_dir(self) -> Path:
+        # One store for all studies: optuna-dashboard takes a single --artifact-dir.
+        return self.state_dir / "optuna-artifacts"
+
+    @property
+    def cache_path(self) -> Path:
+        return self.state_dir / "result-cache.sqlite"
+
+
+def _safe(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+
+
+class LiveEvaluator:
+    """`BatchEvaluator` over the live search API (tuner.evaluation.run_batch) and the
+    per-trial reports (tuner.report.write_reports)."""
+
+    def __init__(self, experiment: Any, queries: Any, qrels: Mapping[str, Mapping[str, int]], labels_fp: str) -> None:
+        self.experiment = experiment
+        self.spec = experiment.evaluation
+        self.queries = queries
+        self.qrels = qrels
+        self.dataset_hash = str(queries.content_hash)
+        self.labels_fingerprint = labels_fp
+        self.spec_fingerprint = spec_fingerprint(self.spec)
+
+    def evaluate(self, *, order_seed: int, on_result: Any) -> Any:
+        from tuner.evaluation import run_batch
+
+        return run_batch(self.spec, self.queries, self.qrels, order_seed=order_seed, on_result=on_result)
+
+    def report_paths(self, result: Any, out_dir: Path) -> dict[str, Path]:
+        """The names tuner.report.write_reports gives its files (stem "report")."""
+        paths = {
+            "json": out_dir / "report.json",
+            "markdown": out_dir / "report.md",
+            "per_query_csv": out_dir / "report_per_query.csv",
+        }
+        if getattr(result, "threshold_sweep", None) is not None:
+            paths["pr_curve_png"] = out_dir / "report_pr_curve.png"
+        return paths
+
+    def write_reports(self, result: Any, out_dir: Path, *, context: Mapping[str, Any], config_snapshot: str) -> dict[str, Path]:
+        from tuner.report import ReportContext, write_reports
+
+        ctx = ReportContext(
+            title=f"Study {context.get('study')} - trial {context.get('trial')}",
+            labels_fingerprint=self.labels_fingerprint,
+            labels_db=str(self.experiment.dataset.labels_db),
+            url=self.spec.request.url,
+            queries_file=str(self.experiment.dataset.queries),
+            spec=self.spec.model_dump(mode="json"),
+            extra=dict(context),
+        )
+        written = {k: Path(v) for k, v in _fields(write_reports(result, out_dir, context=ctx, config_snapshot=config_snapshot)).items()
+                   if v is not None}
+        if written != self.report_paths(result, out_dir):
+            raise EvaluationError(
+                f"report files {sorted(map(str, written.values()))} differ from the paths recorded on the trial;"
+                " update LiveEvaluator.report_paths to tuner.report's naming"
+            )
+        return written
+
+
+def _fields(obj: Any) -> dict[str, Any]:
+    if hasattr(obj, "_asdict"):
+        return dict(obj._asdict())
+    if hasattr(obj, "__dataclass_fields__"):
+        return {k: getattr(obj, k) for k in obj.__dataclass_fields__}
+    return dict(obj)
+
+
+def spec_fingerprint(spec: Any) -> str:
+    """The evaluation settings that change a result: request body and path, response
+    mapping, top_k, gains. Host and port are left out (``port: auto`` picks a new one
+    each run, and a resumed study must still hit its cache), and so are concurrency,
+    timeouts and retries (they change how fast, not what is measured)."""
+    from urllib.parse import urlsplit
+
+    data = spec.model_dump(mode="json")
+    url = urlsplit(data["request"]["url"])
+    data["request"]["url"] = url.path + (f"?{url.query}" if url.query else "")
+    for key in ("concurrency", "timeout_s", "retries", "max_failed_queries", "backoff_s", "backoff_max_s"):
+        data.pop(key, None)
+    return json.dumps(data, sort_keys=True)
+
+
+class PatcherWriter:
+    """`ConfigWriter` over tuner.configpatch: renders through the search space's edits,
+    writes exactly the rendered texts (journal first, atomic writes)."""
+
+    def __init__(self, space: Any, patcher: Any) -> None:
+        self.space = space
+        self.patcher = patcher
+
+    def render(self, assignment: Mapping[str, Any]) -> dict[Path, str]:
+        return self.patcher.render(self.space.edits(assignment))
+
+    def write(self, texts: Mapping[Path, str]) -> None:
+        self.patcher.write(texts)
+
+
+@dataclass
+class Prepared:
+    """An experiment's pieces, loaded and checked before any trial runs."""
+
+    experiment: Any
+    space: Any
+    patcher: Any
+    queries: Any
+    qrels: dict[str, dict[str, int]]
+    labels_fingerprint: str
+    warnings: list[str]
+    recovered: list[Path]
+
+
+def prepare(experiment: Any, *, recover_journal: bool = True) -> Prepared:
+    """Replay a crash's journal, load the space (checked against the config files),
+    the query set and the labels (imported from the experiment's label files when the
+    label store has none for the dataset)."""
+    from tuner.configpatch import ConfigPatcher, recover
+    from tuner.space import load_space
+
+    recovered = recover(experiment.journal_path) if recover_journal else []
+    space = load_space(experiment.search_space, experiment.target.config_files)
+    patcher = ConfigPatcher(experiment.target.config_files, journal_path=experiment.journal_path)
+    warnings = list(experiment.warnings) + space.validate_against(patcher.documents(), patcher.names)
+    queries, qrels, labels_fp = load_dataset(experiment)
+    return Prepared(experiment, space, patcher, queries, qrels, labels_fp, warnings, recovered)
+
+
+def load_dataset(experiment: Any) -> tuple[Any, dict[str, dict[str, int]], str]:
+    """The query set, its labels and the labels' fingerprint."""
+    from tuner.dataset import load_queryset
+    from tuner.labels import LabelStore
+    from tuner.qrels import GradeMap
+
+    ds = experiment.dataset
+    queries = load_queryset(ds.queries, ds.dataset_id)
+    store = LabelStore(ds.labels_db)
+    if queries.dataset_id not in store.datasets():
+        if not ds.labels:
+            store.qrels(queries.dataset_id)  # raises the LabelError that says how to import
+        for source in ds.labels:
+            grade_map = GradeMap({int(k): v for k, v in source.grade_map.items()}) if source.grade_map else None
+            store.import_file(source.path, queries.dataset_id, fmt=source.format, grade_map=grade_map)
+    return queries, store.qrels(queries.dataset_id), store.fingerprint(queries.dataset_id)
+
+
+def initial_variants(prepared: Prepared) -> list[Variant]:
+    """The baseline (the config as found) and the shortlist, as Optuna params."""
+    exp, space = prepared.experiment, prepared.space
+    out: list[Variant] = []
+    if exp.baseline:
+        current = space.current_assignment(prepared.patcher.documents())
+        out.append(Variant("baseline", space.params_for(current)))
+    for i, v in enumerate(exp.variants):
+        out.append(Variant(v.name or f"shortlist-{i + 1}", space.params_for(v.values)))
+    return out
+
+
+def reporter_factory(experiment: Any, pruner: optuna.pruners.BasePruner, queries: Any) -> Any:
+    """Per-query intermediate values for the study's pruner (None without one)."""
+    if isinstance(pruner, optuna.pruners.NopPruner):
+        return None
+    from tuner.pruning import QueryReporter, mode_for, query_steps
+
+    mode = mode_for(pruner)
+    steps = query_steps(queries.query_ids)
+
+    def make(trial: optuna.Trial) -> OnResult:
+        return QueryReporter(trial, steps, mode=mode, objective=experiment.objective.metric)
+
+    return make
+
+
+def order_seed_for(study_seed: int | None) -> Any:
+    """Each trial's query order: shuffled, different per trial, reproducible per study."""
+    import random
+
+    return lambda number: random.Random(f"{study_seed}:{number}").getrandbits(32)
+
+
+def make_tracker(experiment: Any) -> Tracker:
+    if not experiment.tracking.enabled:
+        return NullTracker()
+    return MlflowTracker(
+        experiment.tracking.mlflow_uri,
+        experiment.tracking.experiment_name or experiment.study,
+        artifact_root=experiment.tracking.artifact_location,
+    )
+
+
+def dashboard_commands(experiment: Any) -> dict[str, str]:
+    """Shell commands that open the two UIs on this experiment's stores."""
+    paths = StudyPaths(experiment.state_dir, experiment.study)
+    out = {"optuna": f"optuna-dashboard {experiment.storage} --artifact-dir {paths.artifact_dir}"}
+    if experiment.tracking.enabled:
+        out["mlflow"] = f"mlflow ui --backend-store-uri {experiment.tracking.mlflow_uri}"
+    return out
+
+
+@dataclass
+class RunSummary:
+    """What `tuner run` prints at the end."""
+
+    study_name: str
+    result: RunResult
+    best: FrozenTrial | None
+    baseline: FrozenTrial | None
+    n_trials_total: int
+    dashboards: dict[str, str]
+    warnings: list[str]
+    recovered: list[Path]
+    restored: list[Path]
+    error: str | None = None
+
+
+def run_experiment(
+    experiment: Any,
+    *,
+    n_trials: int | None = None,
+    timeout: float | None = None,
+    stop: StopFlag | None = None,
+    observer: StudyObserver | None = None,
+    use_cache: bool = True,
+) -> RunSummary:
+    """Create or resume the experiment's study and run trials; always restore.
+
+    ``n_trials`` (this run) defaults to what the study still lacks of the experiment's
+    ``n_trials``; ``timeout`` (s, this run) defaults to the experiment's ``timeout_s``.
+    When the failure budget is spent the summary's ``error`` says so (the config is
+    restored all the same); the CLI prints it and exits non-zero.
+    """
+    from tuner.health import wait_healthy
+    from tuner.targets.factory import make_target
+
+    stop = stop or StopFlag()
+    observer = observer or StudyObserver()
+    experiment = experiment.bind_port()
+    prepared = prepare(experiment)
+    for line in prepared.recovered:
+        observer.note(f"restored {line} from a restore journal left by an interrupted run")
+    paths = StudyPaths(experiment.state_dir, experiment.study)
+    maximize = experiment.objective.direction == "maximize"
+    study = open_study(
+        experiment.study,
+        experiment.storage,
+        sampler=experiment.sampler.create(),
+        pruner=experiment.pruner.create(),
+        objective_metric=experiment.objective.metric,
+        maximize=maximize,
+    )
+    study.set_user_attr(ATTR_ARTIFACT_DIR, str(paths.artifact_dir))
+    study.set_user_attr(ATTR_OBJECTIVE, experiment.objective.metric)
+    study.set_user_attr(ATTR_CONSTRAINTS, [c.name for c in experiment.constraints])
+    stale = fail_stale_trials(study)
+    enqueue_initial(study, initial_variants(prepared))
+    if n_trials is None:
+        n_trials = remaining_trials(study, experiment.n_trials)
+    if timeout is None:
+        timeout = experiment.timeout_s
+
+    tracker = make_tracker(experiment)
+    tracker.start_study(
+        experiment.study,
+        params={
+            "sampler": experiment.sampler.type,
+            "objective": f"{experiment.objective.direction} {experiment.objective.metric}",
+            "constraints": "; ".join(c.name for c in experiment.constraints) or "none",
+            "search_space": str(experiment.search_space),
+            "dataset": prepared.queries.dataset_id,
+        },
+        tags={"tuner.experiment_file": str(experiment.source), "tuner.optuna_storage": experiment.storage},
+    )
+    target = make_target(experiment.target, experiment.state_dir)
+    health = experiment.target.health
+
+    def wait() -> None:
+        wait_healthy(health.url, deadline_s=health.deadline_s, target=target, interval_s=health.interval_s,
+                     max_interval_s=max(health.interval_s, 0.5))
+
+    writer = PatcherWriter(prepared.space, prepared.patcher)
+    runner = TrialRunner(
+        study_name=experiment.study,
+        space=prepared.space,
+        writer=writer,
+        target=target,
+        wait_healthy=wait,
+        evaluator=LiveEvaluator(experiment, prepared.queries, prepared.qrels, prepared.labels_fingerprint),
+        trials_dir=paths.trials_dir,
+        objective=Objective(experiment.objective.metric, maximize),
+        constraints=[TrialConstraint(c.name, c.violation) for c in experiment.constraints],
+        cache=ResultCache(paths.cache_path) if use_cache else None,
+        tracker=tracker,
+        artifacts=OptunaArtifacts(paths.artifact_dir),
+        bookkeeper=Bookkeeper(threaded=True, on_error=lambda msg: observer.note(f"warning: {msg}")),
+        stop=stop,
+        on_phase=observer.phase,
+        project_dir=experiment.project_root,
+        reporter_factory=reporter_factory(experiment, study.pruner, prepared.queries),
+        order_seed=order_seed_for(experiment.sampler.seed),
+    )
+    loop = StudyLoop(
+        study,
+        runner,
+        budget=FailureBudget(experiment.failure_budget.max_consecutive, experiment.failure_budget.max_total),
+        stop=stop,
+        observer=observer,
+        maximize=maximize,
+    )
+    result = RunResult(experiment.study, stale_failed=stale)
+    error: str | None = None
+    status = "FINISHED"
+    restored: list[Path] = []
+    try:
+        target.start()
+        result = loop.run(n_trials=n_trials, timeout=timeout)
+        result.stale_failed = stale
+        if result.stopped_by == "signal":
+            status = "KILLED"
+    except StudyError as exc:
+        error, status = str(exc), "FAILED"
+    except KeyboardInterrupt:
+        status = "KILLED"
+        raise
+    finally:
+        try:
+            restored = _restore(prepared, runner.touched_backend, target, wait, observer)
+        finally:
+            runner.bookkeeper.close()
+            target.close()
+            tracker.end_study(status=status, summary=summary_metrics(study, maximize=maximize))
+    trials = study.get_trials(deepcopy=False)
+    summary = RunSummary(
+        study_name=experiment.study,
+        result=result,
+        best=best_feasible_trial(trials, maximize=maximize),
+        baseline=next((t for t in trials if t.user_attrs.get(A.ATTR_VARIANT) == "baseline"), None),
+        n_trials_total=len(trials),
+        dashboards=dashboard_commands(experiment),
+        warnings=prepared.warnings,
+        recovered=prepared.recovered,
+        restored=restored,
+        error=error,
+    )
+    return summary
+
+
+def _restore(prepared: Prepared, touched: bool, target: Any, wait: Any, observer: StudyObserver) -> list[Path]:
+    """Originals back from the journal; when a trial had touched the backend, restart it
+    on them and wait until healthy (so it is never left on a trial's config)."""
+    from tuner.errors import TargetError
+
+    restored = prepared.patcher.restore()
+    if touched:
+        observer.note("restarting the backend on the original config")
+        try:
+            target.restart()
+            wait()
+        except TargetError as exc:
+            raise StudyError(
+                f"original config restored ({', '.join(map(str, restored)) or 'unchanged'}) but the backend did not"
+                f" come back healthy on it: {exc}"
+            ) from exc
+    return restored

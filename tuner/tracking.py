@@ -166,6 +166,16 @@ class MlflowTracker(Tracker):
         )
         return runs[0].info.run_id if runs else None
 
+    def delete_study_runs(self, study_name: str) -> int:
+        """Delete (MLflow soft-delete) every run of ``study_name``: a fresh study of the
+        same name then starts a new parent run. Returns how many were deleted."""
+        runs = self.client.search_runs(
+            [self.experiment_id], filter_string=f"tags.`{TAG_STUDY}` = '{_quote(study_name)}'", max_results=50000
+        )
+        for run in runs:
+            self.client.delete_run(run.info.run_id)
+        return len(runs)
+
     def start_study(self, study_name: str, *, params: Mapping[str, Any], tags: Mapping[str, str]) -> str:
         self.study_name = study_name
         run_id = self.find_parent_run(study_name)

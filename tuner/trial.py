@@ -1,10 +1,18 @@
 """One trial: suggest -> render -> cache lookup -> patch -> restart -> health ->
-evaluate -> reports -> record.
+evaluate -> record.
 
 `TrialRunner.run(trial)` never lets an expected failure escape: a backend that never
 becomes healthy, a crash, too many failed queries or an interrupt all end as a FAIL
 outcome with a one-line reason (the study loop then applies its failure budget).
 Only a second Ctrl-C (KeyboardInterrupt) propagates, after the trial is recorded.
+
+Critical path and bookkeeping. Everything Optuna needs before ``tell`` (metrics,
+constraints, user attributes, the names of the trial's artifacts) is set on the
+critical path. The slow bookkeeping -- the per-trial report files, the artifact bytes
+and the MLflow child run -- is handed to a `Bookkeeper`, one worker thread that runs
+it in order while the next trial restarts the backend and waits for its health. So
+a trial costs little more than its restart, health wait and search calls
+(bench/trial_overhead.py measures it). `Bookkeeper.flush()` waits for the backlog.
 
 The collaborators are small interfaces so this module is tested with real Optuna
 trials and a fake evaluator at the edge: `ConfigWriter` (render and write the
@@ -17,9 +25,11 @@ import json
 import mimetypes
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
@@ -31,8 +41,8 @@ from tuner.result_cache import CachedResult, ResultCache, cache_key
 from tuner.tracking import TAG_CACHE_HIT, Tracker, TrialRecord
 
 Phase = Literal["suggest", "render", "cache", "patch", "restart", "health", "evaluate", "report", "track"]
-PHASES: tuple[Phase, ...] = ("suggest", "render", "cache", "patch", "restart", "health", "evaluate", "report", "track")
 LEGACY_CONSTRAINTS_ATTR = "constraints"  # the system attr optuna-dashboard 0.21 reads
+OnResult = Callable[[str, Mapping[str, Any]], None]
 
 
 # ------------------------------------------------------------------- interfaces
@@ -67,7 +77,12 @@ class BatchEvaluator(Protocol):
     labels_fingerprint: str
     spec_fingerprint: str
 
-    def evaluate(self, *, order_seed: int, on_result: Callable[[Any], None]) -> EvalOutcome: ...
+    def evaluate(self, *, order_seed: int, on_result: OnResult) -> EvalOutcome:
+        """Evaluate every query; ``on_result(query_id, per_query_row)`` after each answer.
+        An exception raised by the callback (optuna.TrialPruned) stops the batch."""
+
+    def report_paths(self, result: EvalOutcome, out_dir: Path) -> Mapping[str, Path]:
+        """The files `write_reports` will write for ``result`` (kind -> path)."""
 
     def write_reports(
         self, result: EvalOutcome, out_dir: Path, *, context: Mapping[str, Any], config_snapshot: str
@@ -113,7 +128,7 @@ class TrialInterrupted(TunerError):
 @dataclass
 class TrialOutcome:
     number: int
-    state: Literal["COMPLETE", "FAIL"]
+    state: Literal["COMPLETE", "FAIL", "PRUNED"]
     value: float | None = None
     assignment: dict[str, Any] = field(default_factory=dict)
     metrics: dict[str, float] = field(default_factory=dict)
@@ -122,6 +137,8 @@ class TrialOutcome:
     cache_hit: bool = False
     interrupted: bool = False
     reports: dict[str, str] = field(default_factory=dict)
+    # critical-path phases; "search" = first request to last answer inside "evaluate";
+    # "report" / "track" are filled by the bookkeeper later (overlapped)
     phase_seconds: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -129,27 +146,97 @@ class TrialOutcome:
         return self.state == "COMPLETE" and all(v <= 0 for v in self.constraints.values())
 
 
+# ----------------------------------------------------------------- bookkeeping
+
+
+class Bookkeeper:
+    """Runs queued bookkeeping in order on one worker thread (or inline when
+    ``threaded`` is false). Errors never fail a trial that already completed; they
+    are collected (``errors``) and passed to ``on_error``."""
+
+    def __init__(self, *, threaded: bool = True, on_error: Callable[[str], None] = lambda message: None) -> None:
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tuner-bookkeeper") if threaded else None
+        self._pending: list[Future[Any]] = []
+        self.on_error = on_error
+        self.errors: list[str] = []
+
+    def submit(self, what: str, fn: Callable[..., Any], *args: Any) -> Future[Any]:
+        def guarded() -> Any:
+            try:
+                return fn(*args)
+            except Exception as exc:  # noqa: BLE001 - reported, never raised into the study
+                message = f"{what}: {type(exc).__name__}: {exc}".splitlines()[0]
+                self.errors.append(message)
+                self.on_error(message)
+                return None
+
+        if self._pool is None:
+            done: Future[Any] = Future()
+            done.set_result(guarded())
+            return done
+        future = self._pool.submit(guarded)
+        self._pending = [f for f in self._pending if not f.done()] + [future]
+        return future
+
+    def flush(self) -> None:
+        """Wait until everything queued so far is done."""
+        for future in list(self._pending):
+            future.result()
+        self._pending = []
+
+    def close(self) -> None:
+        self.flush()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+
+
+class OptunaArtifacts:
+    """Optuna artifacts (optuna-dashboard --artifact-dir DIR) whose bytes arrive late.
+
+    ``register`` records an artifact on the running trial exactly as
+    ``optuna.artifacts.upload_artifact`` does (a ``artifacts:<id>`` system attribute
+    holding its ArtifactMeta); ``write`` stores its bytes later, from the bookkeeper,
+    when the trial is already finished (upload_artifact cannot do that: a finished
+    trial's attributes are frozen).
+    """
+
+    def __init__(self, store_dir: Path) -> None:
+        from optuna.artifacts import FileSystemArtifactStore
+
+        store_dir.mkdir(parents=True, exist_ok=True)
+        self.store_dir = store_dir
+        self.store = FileSystemArtifactStore(str(store_dir))
+
+    def register(self, trial: optuna.Trial, filename: str) -> str:
+        from optuna.artifacts._upload import ARTIFACTS_ATTR_PREFIX, ArtifactMeta
+
+        mimetype, encoding = mimetypes.guess_type(filename)
+        if Path(filename).suffix in {".yaml", ".yml", ".md"}:
+            mimetype = "text/plain"  # shown inline by the dashboard
+        artifact_id = str(uuid.uuid4())
+        meta = ArtifactMeta(artifact_id=artifact_id, filename=filename,
+                            mimetype=mimetype or "application/octet-stream", encoding=encoding)
+        trial.storage.set_trial_system_attr(trial._trial_id, ARTIFACTS_ATTR_PREFIX + artifact_id, json.dumps(asdict(meta)))
+        return artifact_id
+
+    def write(self, artifact_id: str, path: Path) -> None:
+        with open(path, "rb") as fh:
+            self.store.write(artifact_id, fh)
+
+
 # ----------------------------------------------------------------------- runner
 
 
-class ArtifactUploader(Protocol):
-    def __call__(self, trial: optuna.Trial, path: Path) -> None: ...
+@dataclass
+class _Pending:
+    """What the bookkeeper needs to finish a trial after ``tell``."""
 
-
-def optuna_artifact_uploader(store_dir: Path) -> ArtifactUploader:
-    """Upload files as Optuna artifacts (shown by optuna-dashboard --artifact-dir DIR)."""
-    from optuna.artifacts import FileSystemArtifactStore, upload_artifact
-
-    store_dir.mkdir(parents=True, exist_ok=True)
-    store = FileSystemArtifactStore(str(store_dir))
-
-    def upload(trial: optuna.Trial, path: Path) -> None:
-        mimetype, _ = mimetypes.guess_type(path.name)
-        if path.suffix in {".yaml", ".yml", ".md"}:
-            mimetype = "text/plain"
-        upload_artifact(artifact_store=store, file_path=str(path), study_or_trial=trial, mimetype=mimetype)
-
-    return upload
+    number: int
+    outcome: TrialOutcome
+    texts: dict[Path, str]
+    result: Any
+    run_id: Future[Any] | None
+    artifacts: dict[str, str]  # artifact id -> file it holds
 
 
 @dataclass
@@ -167,25 +254,34 @@ class TrialRunner:
     constraints: Sequence[Constraint] = ()
     cache: ResultCache | None = None
     tracker: Tracker | None = None
-    upload_artifact: ArtifactUploader | None = None
+    artifacts: OptunaArtifacts | None = None
+    bookkeeper: Bookkeeper = field(default_factory=lambda: Bookkeeper(threaded=False))
     stop: StopFlag = field(default_factory=StopFlag)
     on_phase: Callable[[int, str], None] = lambda number, phase: None
     # Config names (artifact / cache-key names) relative to this directory when below it.
     project_dir: Path | None = None
+    # Builds the per-query callback that reports intermediate values to the pruner
+    # (tuner.pruning.QueryReporter); it raises optuna.TrialPruned to stop the batch.
+    reporter_factory: Callable[[optuna.Trial], OnResult] | None = None
+    # Query order of a trial's batch (shuffled per trial so early queries are a fair sample).
+    order_seed: Callable[[int], int] = lambda number: number
+    # Bookkeeping timings per trial number (filled on the bookkeeper thread).
+    background_seconds: dict[int, dict[str, float]] = field(default_factory=dict)
+    # Whether any trial wrote a config (the backend then needs a restart on the original).
+    touched_backend: bool = False
 
     def run(self, trial: optuna.Trial) -> TrialOutcome:
         """Run ``trial``; sets its user attrs and constraints; does not call ``tell``."""
         out = TrialOutcome(number=trial.number, state="FAIL")
-        run_id: str | None = None
         texts: dict[Path, str] = {}
+        result: Any = None
+        run_id: Future[Any] | None = None
         try:
             with self._phase(out, "suggest"):
                 out.assignment = dict(self.space.suggest(trial))
                 trial.set_user_attr(A.ATTR_ASSIGNMENT, _jsonable(out.assignment))
             if self.tracker is not None:
-                run_id = self.tracker.start_trial(trial.number, out.assignment)
-                if run_id:
-                    trial.set_user_attr(A.ATTR_MLFLOW_RUN, run_id)
+                run_id = self.bookkeeper.submit("MLflow run", self.tracker.start_trial, trial.number, out.assignment)
             with self._phase(out, "render"):
                 texts = self.writer.render(out.assignment)
             with self._phase(out, "cache"):
@@ -197,32 +293,40 @@ class TrialRunner:
                 out.reports = dict(cached.reports)
                 trial.set_user_attr("cached_from_trial", cached.source_trial)
             else:
-                self._measure(trial, out, texts, key)
+                result = self._measure(trial, out, texts)
             self._complete(trial, out)
+            if cached is None and result is not None:
+                out.reports = {k: str(v) for k, v in self.evaluator.report_paths(result, self._dir(trial.number)).items()}
+                if self.cache is not None:
+                    self.cache.put(key, CachedResult(out.metrics, out.reports, trial.number, self.study_name))
         except KeyboardInterrupt:
-            self._fail(trial, out, "interrupted (second interrupt: trial aborted)")
+            self._fail(out, "interrupted (second interrupt: trial aborted)")
             out.interrupted = True
-            self._record(trial, out, run_id, texts)
+            self._record(trial, out, texts, None, run_id)
             raise
         except TrialInterrupted as exc:
-            self._fail(trial, out, str(exc))
+            self._fail(out, str(exc))
             out.interrupted = True
-        except (HealthTimeout, BackendExited) as exc:
-            self._fail(trial, out, f"{type(exc).__name__}: {exc}")
-        except (TargetError, EvaluationError, TunerError) as exc:
-            self._fail(trial, out, f"{type(exc).__name__}: {exc}")
+        except optuna.TrialPruned as exc:
+            self._fail(out, str(exc) or "pruned")
+            out.state = "PRUNED"
+        except (HealthTimeout, BackendExited, TargetError, EvaluationError, TunerError) as exc:
+            self._fail(out, f"{type(exc).__name__}: {exc}")
         except Exception as exc:  # a crash in a collaborator fails this trial, not the study
-            self._fail(trial, out, f"crash: {type(exc).__name__}: {exc}")
-        self._record(trial, out, run_id, texts)
+            self._fail(out, f"crash: {type(exc).__name__}: {exc}")
+        self._record(trial, out, texts, result, run_id)
         return out
+
+    def flush(self) -> None:
+        """Wait for the bookkeeping of every trial run so far."""
+        self.bookkeeper.flush()
 
     # -------------------------------------------------------------- the steps
 
-    def _measure(self, trial: optuna.Trial, out: TrialOutcome, texts: dict[Path, str], key: str) -> None:
-        trial_dir = self.trials_dir / str(trial.number)
-        trial_dir.mkdir(parents=True, exist_ok=True)
+    def _measure(self, trial: optuna.Trial, out: TrialOutcome, texts: dict[Path, str]) -> Any:
         self._check_stop()
         with self._phase(out, "patch"):
+            self.touched_backend = True
             self.writer.write(texts)
         self._check_stop()
         with self._phase(out, "restart"):
@@ -230,28 +334,24 @@ class TrialRunner:
         with self._phase(out, "health"):
             self.wait_healthy()
         self._check_stop()
-        last_result = [0.0]
+        last_answer = [0.0]
+        report = self.reporter_factory(trial) if self.reporter_factory is not None else None
 
-        def on_result(_: Any) -> None:
-            last_result[0] = time.perf_counter()
+        def on_result(query_id: str, row: Mapping[str, Any]) -> None:
+            last_answer[0] = time.perf_counter()
+            if report is not None:
+                report(query_id, row)
 
         with self._phase(out, "evaluate"):
             started = time.perf_counter()
-            result = self.evaluator.evaluate(order_seed=trial.number, on_result=on_result)
-        # Time from the first request to the last answer: the search calls proper. The
-        # rest of "evaluate" (scoring, OOS analysis) is tuner overhead.
-        out.phase_seconds["search"] = max(0.0, last_result[0] - started) if last_result[0] else 0.0
+            try:
+                result = self.evaluator.evaluate(order_seed=self.order_seed(trial.number), on_result=on_result)
+            finally:
+                # First request to last answer: the search calls proper. The rest of
+                # "evaluate" (scoring, OOS analysis) is tuner overhead.
+                out.phase_seconds["search"] = max(0.0, last_answer[0] - started) if last_answer[0] else 0.0
         out.metrics = {k: float(v) for k, v in result.metrics.items() if _is_number(v)}
-        with self._phase(out, "report"):
-            snapshot = self._snapshot(texts)
-            context = {"study": self.study_name, "trial": trial.number, "assignment": _jsonable(out.assignment)}
-            paths = self.evaluator.write_reports(result, trial_dir, context=context, config_snapshot=snapshot)
-            out.reports = {k: str(v) for k, v in paths.items() if v is not None}
-            for name, text in self._named_texts(texts).items():
-                config_copy = trial_dir / Path(name).name
-                config_copy.write_text(text, encoding="utf-8")
-        if self.cache is not None:
-            self.cache.put(key, CachedResult(out.metrics, out.reports, trial.number, self.study_name))
+        return result
 
     def _complete(self, trial: optuna.Trial, out: TrialOutcome) -> None:
         if self.objective.metric not in out.metrics:
@@ -278,15 +378,15 @@ class TrialRunner:
         out.constraints = constraints
         out.state = "COMPLETE"
 
-    def _fail(self, trial: optuna.Trial, out: TrialOutcome, reason: str) -> None:
+    def _fail(self, out: TrialOutcome, reason: str) -> None:
         out.state = "FAIL"
         out.value = None
         out.fail_reason = reason.splitlines()[0] if reason else "unknown failure"
 
-    def _record(self, trial: optuna.Trial, out: TrialOutcome, run_id: str | None, texts: dict[Path, str]) -> None:
-        """User attrs, Optuna artifacts and the tracker's child run, for every outcome."""
-        self.on_phase(trial.number, "track")
-        started = time.perf_counter()
+    def _record(
+        self, trial: optuna.Trial, out: TrialOutcome, texts: dict[Path, str], result: Any, run_id: Future[Any] | None
+    ) -> None:
+        """Everything ``tell`` must find on the trial, then queue the bookkeeping."""
         attrs: dict[str, Any] = {
             A.ATTR_METRICS: out.metrics,
             A.ATTR_CACHE_HIT: out.cache_hit,
@@ -298,41 +398,64 @@ class TrialRunner:
             attrs["failed_queries"] = out.metrics.get("Failed_Queries")
         if out.fail_reason:
             attrs[A.ATTR_FAIL_REASON] = out.fail_reason
+        if run_id is not None:
+            # Created on the bookkeeper during restart and health wait: long done by now.
+            attrs[A.ATTR_MLFLOW_RUN] = run_id.result()
         for key, value in attrs.items():
-            trial.set_user_attr(key, _jsonable(value))
-        if self.upload_artifact is not None and out.state == "COMPLETE":
-            self._upload(trial, out, texts)
-        if self.tracker is not None:
-            named = self._named_texts(texts) if texts else {}
-            record = TrialRecord(
-                number=trial.number,
-                state=out.state,
-                params=out.assignment,
-                metrics={**out.metrics, **({"objective": out.value} if out.value is not None else {}),
-                         **{f"constraint.{k}": v for k, v in out.constraints.items()}},
-                config_texts={f"config/{Path(n).name}": t for n, t in named.items()},
-                reports={k: Path(v) for k, v in out.reports.items()},
-                fail_reason=out.fail_reason,
-                tags={TAG_CACHE_HIT: str(out.cache_hit).lower(), "tuner.feasible": str(out.feasible).lower()},
-            )
-            self.tracker.finish_trial(run_id, record)
-        out.phase_seconds["track"] = time.perf_counter() - started
+            if value is not None or key == A.ATTR_MLFLOW_RUN:
+                trial.set_user_attr(key, _jsonable(value))
+        artifacts: dict[str, str] = {}
+        if self.artifacts is not None and out.state == "COMPLETE":
+            files = [self._dir(trial.number) / Path(n).name for n in self._named_texts(texts)]
+            files += [Path(out.reports[k]) for k in ("json", "markdown") if k in out.reports]
+            artifacts = {self.artifacts.register(trial, f.name): str(f) for f in files}
+        pending = _Pending(trial.number, out, texts, result, run_id, artifacts)
+        self.bookkeeper.submit(f"bookkeeping of trial #{trial.number}", self._finish, pending)
 
-    def _upload(self, trial: optuna.Trial, out: TrialOutcome, texts: dict[Path, str]) -> None:
-        assert self.upload_artifact is not None
-        trial_dir = self.trials_dir / str(trial.number)
-        trial_dir.mkdir(parents=True, exist_ok=True)
-        for name, text in self._named_texts(texts).items():
-            path = trial_dir / Path(name).name
-            if not path.exists():  # cached trials: write the snapshot they stand for
-                path.write_text(text, encoding="utf-8")
-            self.upload_artifact(trial, path)
-        for kind in ("markdown", "json"):
-            report = out.reports.get(kind)
-            if report and Path(report).is_file():
-                self.upload_artifact(trial, Path(report))
+    def _finish(self, p: _Pending) -> None:
+        """On the bookkeeper: config snapshot and report files, artifact bytes, MLflow."""
+        out, timings = p.outcome, self.background_seconds.setdefault(p.number, {})
+        started = time.perf_counter()
+        trial_dir = self._dir(p.number)
+        named = self._named_texts(p.texts)
+        if named:
+            trial_dir.mkdir(parents=True, exist_ok=True)
+            for name, text in named.items():
+                (trial_dir / Path(name).name).write_text(text, encoding="utf-8")
+        if p.result is not None and out.state == "COMPLETE":
+            context = {"study": self.study_name, "trial": p.number, "assignment": _jsonable(out.assignment)}
+            self.evaluator.write_reports(p.result, trial_dir, context=context, config_snapshot=self._snapshot(p.texts))
+        if self.artifacts is not None:
+            for artifact_id, path in p.artifacts.items():
+                if Path(path).is_file():
+                    self.artifacts.write(artifact_id, Path(path))
+        timings["report"] = time.perf_counter() - started
+        if self.tracker is not None:
+            started = time.perf_counter()
+            run_id = p.run_id.result() if p.run_id is not None else None
+            self.tracker.finish_trial(run_id, self._tracking_record(out, named))
+            timings["track"] = time.perf_counter() - started
+
+    def _tracking_record(self, out: TrialOutcome, named: Mapping[str, str]) -> TrialRecord:
+        metrics = dict(out.metrics)
+        if out.value is not None:
+            metrics["objective"] = out.value
+        metrics.update({f"constraint.{k}": v for k, v in out.constraints.items()})
+        return TrialRecord(
+            number=out.number,
+            state=out.state,
+            params=out.assignment,
+            metrics=metrics,
+            config_texts={f"config/{Path(n).name}": t for n, t in named.items()},
+            reports={k: Path(v) for k, v in out.reports.items()},
+            fail_reason=out.fail_reason,
+            tags={TAG_CACHE_HIT: str(out.cache_hit).lower(), "tuner.feasible": str(out.feasible).lower()},
+        )
 
     # ------------------------------------------------------------------ helpers
+
+    def _dir(self, number: int) -> Path:
+        return self.trials_dir / str(number)
 
     @contextmanager
     def _phase(self, out: TrialOutcome, phase: Phase) -> Iterator[None]:

@@ -11,7 +11,7 @@ from optuna.trial import TrialState
 from tuner import analysis as A
 from tuner.result_cache import ResultCache
 from tuner.study import best_feasible_trial
-from tuner.trial import LEGACY_CONSTRAINTS_ATTR, Constraint, StopFlag, TrialRunner, optuna_artifact_uploader
+from tuner.trial import LEGACY_CONSTRAINTS_ATTR, Bookkeeper, Constraint, OptunaArtifacts, StopFlag, TrialRunner
 
 from study.fakes import CONFIG_TEXT, FileBackend, FormulaEvaluator, TwoParamSpace, YamlWriter, oos_rate, score
 
@@ -76,8 +76,9 @@ def test_complete_trial_patches_config_restarts_and_sets_constraint_both_ways(tm
         assert Path(path).is_file()
     # The config snapshot kept with the trial is the text the backend read.
     assert (tmp_path / "trials" / "0" / "config.yaml").read_text() == cfg.read_text()
-    for phase in ("suggest", "render", "cache", "patch", "restart", "health", "evaluate", "report"):
+    for phase in ("suggest", "render", "cache", "patch", "restart", "health", "evaluate", "search"):
         assert phase in outcome.phase_seconds
+    assert set(runner.background_seconds[0]) == {"report"}  # bookkeeping, off the critical path
 
 
 def test_identical_config_reuses_the_stored_result_without_restart(tmp_path: Path) -> None:
@@ -167,11 +168,14 @@ def test_stop_before_patch_fails_cleanly_as_interrupted(tmp_path: Path) -> None:
 def test_config_and_report_uploaded_as_optuna_artifacts(tmp_path: Path) -> None:
     from optuna.artifacts import get_all_artifact_meta
 
-    runner, _, _, cfg = make_runner(tmp_path, upload_artifact=optuna_artifact_uploader(tmp_path / "artifacts"))
+    runner, _, _, cfg = make_runner(tmp_path, artifacts=OptunaArtifacts(tmp_path / "artifacts"),
+                                    bookkeeper=Bookkeeper(threaded=True))
     storage = optuna.storages.InMemoryStorage()
     study = optuna.create_study(direction="maximize", storage=storage)
     run_one(study, runner, {"x": 0.4, "k": 40})
     run_one(study, runner, {"x": 0.4, "k": 40})  # cached: uploads too
+    runner.flush()  # artifact bytes are written by the bookkeeper thread
+    assert runner.bookkeeper.errors == []
     for frozen in study.trials:
         names = sorted(m.filename for m in get_all_artifact_meta(frozen, storage=storage))
         assert names == ["config.yaml", "report.json", "report.md"]

@@ -9,6 +9,7 @@ import pytest
 from mlflow import MlflowClient
 
 from tuner.study import StudyLoop, Variant, enqueue_initial, open_study
+from tuner.trial import Bookkeeper
 from tuner.tracking import (
     TAG_ROLE,
     TAG_STATE,
@@ -57,12 +58,13 @@ def test_metric_names_are_made_mlflow_safe() -> None:
 
 def test_parent_and_child_runs_with_artifacts_and_exact_config_text(tmp_path: Path, tracker: MlflowTracker) -> None:
     crash = lambda c: "exit code 1" if c["fusion"]["k"] == 60 else None  # noqa: E731
-    runner, _, _, cfg = make_runner(tmp_path, tracker=tracker, crash_when=crash)
+    runner, _, _, cfg = make_runner(tmp_path, tracker=tracker, crash_when=crash, bookkeeper=Bookkeeper(threaded=True))
     study = open_study("s1", f"sqlite:///{tmp_path / 'study.db'}", sampler=optuna.samplers.RandomSampler(seed=1))
     enqueue_initial(study, [Variant("baseline", {"x": 0.8, "k": 20}), Variant("bad", {"x": 0.3, "k": 60}),
                             Variant("again", {"x": 0.8, "k": 20})])
     parent = tracker.start_study("s1", params={"sampler": "random"}, tags={"tuner.experiment": "exp.yaml"})
-    StudyLoop(study, runner).run(n_trials=3, timeout=None)
+    StudyLoop(study, runner).run(n_trials=3, timeout=None)  # flushes the bookkeeper at the end
+    assert runner.bookkeeper.errors == []
     tracker.end_study(status="FINISHED", summary={"best_feasible_value": 0.5})
 
     client = MlflowClient(tracker.tracking_uri)

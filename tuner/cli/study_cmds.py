@@ -1,7 +1,296 @@
-"""Placeholder command group; filled in by its issue."""
+"""`tuner run | best | report | apply | demo`: the study commands.
+
+The only place the study is printed: the library returns summaries, tables and
+plans; this module renders them with rich and maps outcomes to exit codes.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any
 
 import typer
+from rich.console import Console
+from rich.syntax import Syntax
+
+EXIT_INTERRUPTED = {signal.SIGINT: 130, signal.SIGTERM: 143}
 
 
 def register(app: typer.Typer) -> None:
-    return None
+    app.command(name="run")(run_command)
+    app.command(name="best")(best_command)
+    app.command(name="report")(report_command)
+    app.command(name="apply")(apply_command)
+    app.command(name="demo")(demo_command)
+
+
+ExperimentArg = Annotated[Path, typer.Argument(help="Experiment file (experiments/*.yaml).", show_default=False)]
+
+
+def _quiet_libraries() -> None:
+    # MLflow and alembic log INFO lines on every store open; the display says enough.
+    # mlflow sets its logger's level when imported, so import it before lowering it.
+    import warnings
+
+    import mlflow  # noqa: F401
+    import optuna
+
+    for name in ("mlflow", "alembic", "optuna"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    warnings.filterwarnings("ignore", module="mlflow")
+
+
+@contextmanager
+def graceful_signals(stop: Any, console: Console) -> Iterator[dict[str, int]]:
+    """First SIGINT / SIGTERM: finish (or cleanly fail) the current trial, then stop and
+    restore. A second SIGINT aborts the trial at once (the restore still runs)."""
+    received: dict[str, int] = {}
+
+    def handler(signum: int, frame: object) -> None:
+        sig = signal.Signals(signum)
+        if stop.is_set():
+            if sig == signal.SIGINT:
+                raise KeyboardInterrupt
+            return
+        received["signal"] = signum
+        stop.set(f"interrupted by {sig.name}")
+        console.print(f"[yellow]{sig.name}: finishing the current trial, then restoring the original config "
+                      "(Ctrl-C again to abort the trial)[/]")
+
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield received
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+# ------------------------------------------------------------------------------ run
+
+
+def run_command(
+    experiment: ExperimentArg,
+    n_trials: Annotated[int | None, typer.Option("--n-trials", min=1, help=(
+        "Trials to run now (default: what the study still lacks of the experiment's n_trials)."))] = None,
+    timeout: Annotated[float | None, typer.Option("--timeout", min=1, help=(
+        "Seconds for this run; no new trial starts after it (default: the experiment's timeout_s)."))] = None,
+    no_cache: Annotated[bool, typer.Option("--no-cache", help="Re-run identical configs instead of reusing results.")] = False,
+) -> None:
+    """Create or resume the experiment's study and run trials (Ctrl-C / SIGTERM stop cleanly)."""
+    from tuner.experiment import load_experiment
+
+    console = Console()
+    exp = load_experiment(experiment)
+    _run_and_report(exp, console, n_trials=n_trials, timeout=timeout, use_cache=not no_cache)
+
+
+def _run_and_report(exp: Any, console: Console, *, n_trials: int | None, timeout: float | None,
+                    use_cache: bool = True) -> None:
+    from tuner.progress import RichProgress
+    from tuner.study import run_experiment
+    from tuner.trial import StopFlag
+
+    _quiet_libraries()
+    for warning in exp.warnings:
+        console.print(f"[yellow]warning:[/] {warning}")
+    stop = StopFlag()
+    with graceful_signals(stop, console) as received, RichProgress(console, objective=exp.objective.metric) as progress:
+        summary = run_experiment(exp, n_trials=n_trials, timeout=timeout, stop=stop, observer=progress,
+                                 use_cache=use_cache)
+    _print_summary(console, exp, summary)
+    if summary.error:
+        console.print(f"[red]error:[/] {summary.error}")
+        raise typer.Exit(2)
+    if "signal" in received:
+        raise typer.Exit(EXIT_INTERRUPTED.get(signal.Signals(received["signal"]), 1))
+
+
+def _print_summary(console: Console, exp: Any, summary: Any) -> None:
+    from tuner import analysis as A
+    from tuner.apply import load_study
+    from tuner.progress import fmt_duration, summary_tables
+
+    maximize = exp.objective.direction == "maximize"
+    for warning in summary.warnings:
+        console.print(f"[yellow]warning:[/] {warning}")
+    result = summary.result
+    states: dict[str, int] = {}
+    for o in result.ran:
+        states[o.state] = states.get(o.state, 0) + 1
+    ran = ", ".join(f"{n} {s}" for s, n in sorted(states.items())) or "no trials"
+    cached = sum(o.cache_hit for o in result.ran)
+    console.print()
+    console.print(
+        f"[bold]study {summary.study_name}[/]: this run {ran}"
+        + (f" ({cached} from the result cache)" if cached else "")
+        + f" in {fmt_duration(result.elapsed_s)}, stopped by {result.stopped_by}; {summary.n_trials_total} trials in total"
+    )
+    if summary.restored:
+        console.print(f"original config restored: {', '.join(map(str, summary.restored))}")
+    frame = A.trials_frame(load_study(exp).get_trials(deepcopy=False))
+    if summary.best is None:
+        console.print("[yellow]no feasible trial yet[/] (constraints: "
+                      + ", ".join(c.name for c in exp.constraints) + ")")
+    else:
+        for table in summary_tables(frame, objective=exp.objective.metric, maximize=maximize):
+            console.print(table)
+    console.print("\n[bold]dashboards[/]")
+    for name, command in summary.dashboards.items():
+        console.print(f"  {name:7s} {command}", soft_wrap=True)
+    console.print(f"  apply   tuner apply {exp.source} --dry-run", soft_wrap=True)
+
+
+# ------------------------------------------------------------------------------ best
+
+
+def best_command(
+    experiment: ExperimentArg,
+    top: Annotated[int, typer.Option("--top", min=1, help="How many feasible trials to list.")] = 5,
+) -> None:
+    """The top-N feasible trials of the study (infeasible ones listed apart)."""
+    from rich.table import Table
+
+    from tuner import analysis as A
+    from tuner.apply import load_study
+    from tuner.experiment import load_experiment
+
+    console = Console()
+    exp = load_experiment(experiment, check_paths=False)
+    frame = A.trials_frame(load_study(exp).get_trials(deepcopy=False))
+    A.require_trials(frame, exp.study)
+    maximize = exp.objective.direction == "maximize"
+
+    def table(title: str, rows: Any) -> Table:
+        t = Table(title=title)
+        shown = A.summary_table(rows)
+        for col in shown.columns:
+            t.add_column(str(col).removeprefix(A.PARAM_PREFIX).removeprefix(A.CONSTRAINT_PREFIX + ""),
+                         justify="right" if col != "variant" else "left")
+        for row in shown.itertuples(index=False):
+            t.add_row(*(_cell(v) for v in row))
+        return t
+
+    ranked = A.feasible_ranked(frame, maximize=maximize)
+    if ranked.empty:
+        console.print("[yellow]no feasible trial yet[/]")
+    else:
+        console.print(table(f"top {min(top, len(ranked))} feasible trials of {exp.study} "
+                            f"({exp.objective.metric}, {exp.objective.direction})", ranked.head(top)))
+    infeasible = A.infeasible_trials(frame)
+    if not infeasible.empty:
+        console.print(table(f"{len(infeasible)} infeasible trial(s) (constraint violated; least violating first)",
+                            infeasible.head(top)))
+    failed = frame[frame["state"] != "COMPLETE"]
+    if not failed.empty:
+        console.print(f"{len(failed)} trial(s) failed or pruned; `tuner report {experiment}` lists them")
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        return "" if value != value else f"{value:.4f}"
+    if isinstance(value, tuple):
+        return "[" + ", ".join(str(v) for v in value) + "]"
+    return str(value)
+
+
+# ------------------------------------------------------------------------------ report
+
+
+def report_command(
+    experiment: ExperimentArg,
+    out: Annotated[Path | None, typer.Option("--out", help="Output folder (default <state_dir>/reports/<study>).")] = None,
+) -> None:
+    """All trials to CSV and Markdown, plus PNG plots (history, importances, score vs OOS)."""
+    from tuner import analysis as A
+    from tuner.apply import load_study
+    from tuner.experiment import load_experiment
+
+    console = Console()
+    exp = load_experiment(experiment, check_paths=False)
+    _quiet_libraries()
+    study = load_study(exp)
+    frame = A.trials_frame(study.get_trials(deepcopy=False))
+    A.require_trials(frame, exp.study)
+    out_dir = out or exp.state_dir / "reports" / exp.study
+    oos_limit = next((c.bound for c in exp.constraints if c.metric == "OOS_FP_Rate" and c.op == "<="), None)
+    paths = A.write_study_report(
+        frame,
+        out_dir,
+        study_name=exp.study,
+        objective=exp.objective.metric,
+        maximize=exp.objective.direction == "maximize",
+        importances=A.param_importances(study),
+        oos_limit=oos_limit,
+    )
+    console.print(f"wrote {len(frame)} trials of [bold]{exp.study}[/]:")
+    for p in (paths.csv, paths.markdown, paths.history_png, paths.importance_png, paths.score_vs_oos_png):
+        console.print(f"  {p}", soft_wrap=True)
+
+
+# ------------------------------------------------------------------------------ apply
+
+
+def apply_command(
+    experiment: ExperimentArg,
+    trial: Annotated[int | None, typer.Option("--trial", min=0, help="Trial number (default: best feasible).")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Only show the diff.")] = False,
+    tolerance: Annotated[float, typer.Option("--tolerance", min=0.0, help=(
+        "Largest |re-measured - trial| objective difference accepted before rolling back."))] = 0.01,
+) -> None:
+    """Write the best feasible (or --trial N) config into the target's config files, check
+    it by re-evaluating, and roll back automatically when it does not reproduce."""
+    from tuner.apply import apply_plan, plan_apply
+    from tuner.experiment import load_experiment
+
+    console = Console()
+    _quiet_libraries()
+    exp = load_experiment(experiment)
+    plan = plan_apply(exp, trial_number=trial)
+    feas = "feasible" if plan.feasible else "[red]INFEASIBLE[/]"
+    console.print(f"trial #{plan.trial_number} ({feas}, {plan.objective} = {plan.expected:.4f})")
+    if not plan.changes:
+        console.print("the config files already hold this trial's values; nothing to apply")
+        return
+    console.print(Syntax(plan.diff, "diff", theme="ansi_dark", background_color="default"))
+    if dry_run:
+        console.print("[dim]--dry-run: nothing written[/]")
+        return
+    result = apply_plan(plan, tolerance=tolerance, on_step=lambda s: console.print(f"[dim]{s}[/]"))
+    if result.applied:
+        console.print(f"[green]{result.message}[/]")
+        return
+    console.print(f"[red]{result.message}[/]")
+    raise typer.Exit(1)
+
+
+# ------------------------------------------------------------------------------ demo
+
+
+def demo_command(
+    fresh: Annotated[bool, typer.Option("--fresh", help="Delete the demo's study, data and MLflow runs first.")] = False,
+    n_trials: Annotated[int | None, typer.Option("--n-trials", min=1, help=(
+        "Trials to run now (default: complete the demo's 20).")) ] = None,
+) -> None:
+    """Generate demo data, start the reference backend, run a ~20-trial study with the
+    OOS constraint, print the best feasible trial vs the baseline and the dashboards."""
+    import time
+
+    from tuner.demo import find_project, prepare_demo
+
+    console = Console()
+    _quiet_libraries()
+    started = time.monotonic()
+    project = find_project()
+    exp = prepare_demo(project, fresh=fresh, python=sys.executable, on_step=lambda s: console.print(f"[dim]{s}[/]"))
+    console.print(f"[dim]set-up done in {time.monotonic() - started:.1f} s[/]")
+    try:
+        _run_and_report(exp, console, n_trials=n_trials, timeout=None)
+    finally:
+        console.print(f"[dim]demo took {time.monotonic() - started:.0f} s[/]")

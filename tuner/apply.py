@@ -1,0 +1,197 @@
+"""`tuner apply`: put a trial's config into the target's config files, safely.
+
+    plan_apply(experiment, trial_number=None) -> ApplyPlan      # what would change (diff)
+    apply_plan(plan, tolerance=0.01, on_step=None) -> ApplyResult
+
+The plan picks the best feasible trial (or a given one) and renders its assignment
+onto the config files as they are now. Applying backs the files up under
+``<state_dir>/backups/<time>/``, writes them atomically (with the restore journal, so a
+crash mid-apply is undone by the next `tuner run` / `tuner apply`), restarts the
+backend, waits for health, re-evaluates the query set and compares the objective with
+the trial's value. Outside the tolerance -- or when the backend does not come up or the
+evaluation fails -- it rolls back: originals back, backend restarted on them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from tuner import analysis as A
+from tuner.errors import StudyError, TunerError
+from tuner.study import Prepared, best_feasible_trial, is_feasible, prepare
+
+
+@dataclass
+class ApplyPlan:
+    experiment: Any
+    prepared: Prepared
+    trial_number: int
+    objective: str
+    expected: float
+    feasible: bool
+    assignment: dict[str, Any]
+    texts: dict[Path, str]
+    diff: str
+
+    @property
+    def changes(self) -> bool:
+        return bool(self.diff)
+
+
+@dataclass
+class ApplyResult:
+    plan: ApplyPlan
+    applied: bool
+    rolled_back: bool = False
+    measured: float | None = None
+    backups: list[Path] = field(default_factory=list)
+    message: str = ""
+
+
+def load_study(experiment: Any) -> optuna.Study:
+    """The experiment's existing study (StudyError when it has not been run yet)."""
+    try:
+        return optuna.load_study(study_name=experiment.study, storage=experiment.storage)
+    except KeyError as exc:
+        raise StudyError(
+            f"no study {experiment.study!r} in {experiment.storage}; run `tuner run {experiment.source}` first"
+        ) from exc
+
+
+def pick_trial(study: optuna.Study, trial_number: int | None, *, maximize: bool) -> FrozenTrial:
+    trials = study.get_trials(deepcopy=False)
+    if trial_number is None:
+        best = best_feasible_trial(trials, maximize=maximize)
+        if best is None:
+            raise StudyError(
+                f"study {study.study_name!r} has no feasible trial yet; pick one with --trial N or run more trials"
+            )
+        return best
+    found = next((t for t in trials if t.number == trial_number), None)
+    if found is None:
+        raise StudyError(f"study {study.study_name!r} has no trial #{trial_number} (trials 0..{len(trials) - 1})")
+    if found.state != TrialState.COMPLETE:
+        raise StudyError(f"trial #{trial_number} is {found.state.name}, not COMPLETE; pick a completed trial")
+    return found
+
+
+def plan_apply(experiment: Any, *, trial_number: int | None = None) -> ApplyPlan:
+    """Render the chosen trial onto the config files as they are now (nothing written)."""
+    study = load_study(experiment)
+    maximize = experiment.objective.direction == "maximize"
+    trial = pick_trial(study, trial_number, maximize=maximize)
+    prepared = prepare(experiment)  # replays a journal left by a crash first
+    assignment = trial.user_attrs.get(A.ATTR_ASSIGNMENT) or prepared.space.suggest(trial)
+    edits = prepared.space.edits(assignment)
+    return ApplyPlan(
+        experiment=experiment,
+        prepared=prepared,
+        trial_number=trial.number,
+        objective=experiment.objective.metric,
+        expected=float(trial.values[0]),
+        feasible=is_feasible(trial),
+        assignment=dict(assignment),
+        texts=prepared.patcher.render(edits),
+        diff=prepared.patcher.diff(edits),
+    )
+
+
+def backup_configs(files: list[Path], backup_root: Path) -> list[Path]:
+    """Copy each config file to ``backup_root/<UTC time>/`` (index-prefixed names)."""
+    from tuner.configpatch import atomic_write
+
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    folder = backup_root / stamp
+    n = 1
+    while folder.exists():
+        n += 1
+        folder = backup_root / f"{stamp}-{n}"
+    folder.mkdir(parents=True)
+    out = []
+    for i, f in enumerate(files):
+        dest = folder / f"{i}-{f.name}"
+        atomic_write(dest, f.read_bytes())
+        out.append(dest)
+    return out
+
+
+def apply_plan(
+    plan: ApplyPlan, *, tolerance: float = 0.01, on_step: Callable[[str], None] = lambda step: None
+) -> ApplyResult:
+    """Write, restart, check health, re-evaluate, compare; roll back when it does not hold."""
+    from tuner.health import wait_healthy
+    from tuner.study import LiveEvaluator
+    from tuner.targets.factory import make_target
+
+    if tolerance < 0:
+        raise StudyError(f"--tolerance must be >= 0, got {tolerance}")
+    exp = plan.experiment.bind_port()
+    prepared = plan.prepared
+    patcher = prepared.patcher
+    on_step("backing up the config files")
+    backups = backup_configs(patcher.files, exp.state_dir / "backups")
+    result = ApplyResult(plan, applied=False, backups=backups)
+    target = make_target(exp.target, exp.state_dir)
+    health = exp.target.health
+
+    def restart_and_wait() -> None:
+        target.restart()
+        wait_healthy(health.url, deadline_s=health.deadline_s, target=target, interval_s=health.interval_s,
+                     max_interval_s=max(health.interval_s, 0.5))
+
+    try:
+        on_step(f"writing trial #{plan.trial_number}'s config")
+        try:
+            patcher.write(plan.texts)
+            on_step("restarting the backend")
+            restart_and_wait()
+            on_step("re-evaluating the query set")
+            evaluator = LiveEvaluator(exp, prepared.queries, prepared.qrels, prepared.labels_fingerprint)
+            measured = float(evaluator.evaluate(order_seed=0, on_result=lambda qid, row: None).metrics[plan.objective])
+        except TunerError as exc:
+            problem = f"{type(exc).__name__}: {exc}"
+        except BaseException:
+            patcher.restore()  # Ctrl-C or a bug: never leave a half-checked config behind
+            raise
+        else:
+            result.measured = measured
+            problem = None
+            if abs(measured - plan.expected) > tolerance:
+                problem = (
+                    f"{plan.objective} re-measured {measured:.4f}, trial #{plan.trial_number} had {plan.expected:.4f}"
+                    f" (|delta| {abs(measured - plan.expected):.4f} > tolerance {tolerance:g})"
+                )
+        if problem is None:
+            _commit(patcher)
+            result.applied = True
+            result.message = (
+                f"applied trial #{plan.trial_number}: {plan.objective} {result.measured:.4f} "
+                f"(trial {plan.expected:.4f}, within {tolerance:g}); backups in {backups[0].parent}"
+            )
+            return result
+        on_step("rolling back")
+        patcher.restore()
+        result.rolled_back = True
+        try:
+            restart_and_wait()
+            back = "backend restarted on the original config"
+        except TunerError as exc:
+            back = f"but the backend did not come back healthy on it: {exc}"
+        result.message = f"rolled back: {problem}; original config restored, {back}"
+        return result
+    finally:
+        target.close()
+
+
+def _commit(patcher: Any) -> None:
+    """Keep the written config: drop the restore journal instead of replaying it."""
+    journal = getattr(patcher, "journal", None)
+    if journal is not None and journal.path.exists():
+        journal.path.unlink()
