@@ -164,7 +164,12 @@ def load_config(path: Path, *, host: str | None = None, port: int | None = None)
         raise ConfigError(_describe(path, raw, exc.errors()[0])) from exc
     cfg = _resolve_paths(cfg, path.parent)
     if host is not None or port is not None:
-        server = cfg.server.model_copy(update={k: v for k, v in (("host", host), ("port", port)) if v is not None})
+        overrides = {k: v for k, v in (("host", host), ("port", port)) if v is not None}
+        try:
+            server = ServerConfig.model_validate({**cfg.server.model_dump(), **overrides})
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            raise ConfigError(f"--{err['loc'][0]}: {err['msg']} (got {err['input']!r})") from exc
         cfg = cfg.model_copy(update={"server": server})
     problem = _cross_check(cfg)
     if problem is not None:

@@ -27,9 +27,5 @@ class IndexBuildError(BackendError):
     """The on-disk index cache could not be built or read."""
 
 
-class RequestError(BackendError):
-    """A search request is invalid (HTTP 422)."""
-
-
 class LoadError(BackendError):
     """The index load failed after the port was bound; the server stopped."""

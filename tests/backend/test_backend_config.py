@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from conftest import write_corpus
+from backend_testdata import write_corpus
 from fusion_backend.config import load_config
 from fusion_backend.errors import ConfigError
 from support.backend import DEFAULT_CONFIG, free_port, write_backend_config

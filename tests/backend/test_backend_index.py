@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import DOCS, write_corpus
+from backend_testdata import DOCS, write_corpus
 from fusion_backend.config import load_config
 from fusion_backend.corpus import read_corpus
 from fusion_backend.errors import CorpusError

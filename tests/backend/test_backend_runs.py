@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import NOW, write_corpus
+from backend_testdata import NOW, write_corpus
 from fusion_backend.config import load_config
 from fusion_backend.corpus import read_corpus
 from fusion_backend.errors import CorpusError

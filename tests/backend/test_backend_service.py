@@ -14,7 +14,8 @@ from typing import Any
 import httpx
 import pytest
 
-from conftest import BM25_ONLY, NOW, Backends, ids, search, write_corpus
+from backend_testdata import BM25_ONLY, NOW, Backends, ids, search, write_corpus
+from backend_testdata import backends, corpus_path, shared_cache  # noqa: F401  (fixtures)
 from support.backend import launch_backend, start_backend, write_backend_config
 
 pytestmark = pytest.mark.slow

@@ -1,4 +1,8 @@
-"""Fixtures for the reference backend's tests: a small dated corpus and live services.
+"""Test data, helpers and fixtures for the reference backend's tests.
+
+Not a conftest.py on purpose: other test packages import the root conftest as
+``conftest``, and a second conftest module of that name would shadow it. Test modules
+import the fixtures they use from here.
 
 The corpus is furniture with dates relative to ``NOW`` (2024-06-01) so date windows
 have known contents: the three lamps are 22 days old, 73 days old and undated.
@@ -43,16 +47,6 @@ def write_corpus(path: Path, docs: list[dict[str, Any]] = DOCS) -> Path:
     return path
 
 
-@pytest.fixture(scope="session")
-def corpus_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_corpus(tmp_path_factory.mktemp("corpus") / "corpus.jsonl")
-
-
-@pytest.fixture(scope="session")
-def shared_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("index-cache")
-
-
 class Backends:
     """One live service per distinct config (started on first use, stopped at the end)."""
 
@@ -93,13 +87,6 @@ def _merge_into(target: dict[str, Any], layer: dict[str, Any]) -> None:
             target[key] = json.loads(json.dumps(value))
 
 
-@pytest.fixture(scope="session")
-def backends(tmp_path_factory: pytest.TempPathFactory, corpus_path: Path, shared_cache: Path) -> Iterator[Backends]:
-    pool = Backends(tmp_path_factory.mktemp("configs"), corpus_path, shared_cache)
-    yield pool
-    pool.close()
-
-
 def search(backend: RunningBackend, query: str, **extra: Any) -> dict[str, Any]:
     body = {"query": query, "top_k": 50, "now": NOW, **extra}
     response = backend.search(body)
@@ -109,3 +96,20 @@ def search(backend: RunningBackend, query: str, **extra: Any) -> dict[str, Any]:
 
 def ids(payload: dict[str, Any]) -> list[str]:
     return [r["doc_id"] for r in payload["results"]]
+
+
+@pytest.fixture(scope="session")
+def corpus_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_corpus(tmp_path_factory.mktemp("corpus") / "corpus.jsonl")
+
+
+@pytest.fixture(scope="session")
+def shared_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("index-cache")
+
+
+@pytest.fixture(scope="session")
+def backends(tmp_path_factory: pytest.TempPathFactory, corpus_path: Path, shared_cache: Path) -> Iterator[Backends]:
+    pool = Backends(tmp_path_factory.mktemp("configs"), corpus_path, shared_cache)
+    yield pool
+    pool.close()
