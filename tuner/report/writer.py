@@ -59,7 +59,8 @@ def write_reports(
         "per_query_csv": paths.per_query_csv.name,
         "pr_curve_png": pr_name,
     }
-    atomic_write_text(paths.json, json.dumps(report, indent=2, ensure_ascii=False, allow_nan=False) + "\n")
+    # no indent: json's C encoder only runs without one (~10x faster on a per-trial report)
+    atomic_write_text(paths.json, json.dumps(report, ensure_ascii=False, allow_nan=False) + "\n")
     return paths
 
 
