@@ -154,8 +154,13 @@ def test_spec_file_typo_is_located(workspace):
 def test_eval_failure_budget_and_missing_labels_exit_2(workspace):
     tmp_path, queries, labels, svc = workspace
     out = tuner("eval", "--queries", queries, "--labels-db", tmp_path / "labels.db", "--url", svc.url, cwd=tmp_path)
-    assert out.returncode == 2 and "no labels for dataset 'demo'" in out.stderr
+    assert out.returncode == 2 and "no label database here" in out.stderr
+    assert not (tmp_path / "labels.db").exists()  # a typo does not create an empty database
     _import(tmp_path, labels)
+    out = tuner("eval", "--queries", queries, "--labels-db", tmp_path / "labels.db", "--dataset-id", "other",
+                "--url", svc.url, cwd=tmp_path)
+    assert out.returncode == 2 and "no labels for dataset 'other' (datasets with labels: demo)" in out.stderr
+    assert svc.requests == []
     svc.fail_always.update({"text 0", "text 1"})
     out = tuner("eval", "--queries", queries, "--labels-db", tmp_path / "labels.db", "--url", svc.url,
                 "--retries", 0, "--max-failed", 1, "--out", tmp_path / "rep", cwd=tmp_path)

@@ -77,7 +77,7 @@ def eval_command(
                  max_failed=max_failed, gains=gains, confidence=confidence, handoff=handoff, fallback=fallback)
     snapshot = _read_snapshot(config_snapshot)
     query_set = load_queryset(queries, dataset_id)
-    store = LabelStore(labels_db)
+    store = LabelStore(_existing_db(labels_db))
     qrels = store.qrels(query_set.dataset_id)
     fingerprint = store.fingerprint(query_set.dataset_id)
 
@@ -135,6 +135,13 @@ def _spec(spec_file: Path | None, **flags: Any) -> Any:
         first = exc.errors()[0]
         key = ".".join(str(p) for p in first["loc"])
         raise ConfigError(f"evaluation setting {key}: {first['msg']}; fix the flag or the --spec file") from exc
+
+
+def _existing_db(db: Path) -> Path:
+    # opening a missing path would create an empty database and hide a typo
+    if not db.is_file():
+        raise InputError(f"{db}: no label database here; create it with `tuner labels import FILE --db {db} --dataset-id ID`")
+    return db
 
 
 def _read_snapshot(path: Path | None) -> str | None:
@@ -199,9 +206,7 @@ def labels_stats(
     """Grade distribution and coverage of the label cache."""
     from tuner.labels import GRADE_NAMES, LabelStore
 
-    if not db.is_file():
-        raise InputError(f"{db}: no label database; create it with `tuner labels import FILE --db {db} --dataset-id ID`")
-    store = LabelStore(db)
+    store = LabelStore(_existing_db(db))
     console = _console()
     ids = [dataset_id] if dataset_id else store.datasets()
     if not ids:
@@ -247,7 +252,7 @@ def labels_export_unjudged(
     dataset_id = data["context"]["dataset_id"]
     texts = {q["query_id"]: q["query"] for q in data.get("queries", [])}
     if db is not None:
-        n = LabelStore(db).export_unjudged(dataset_id, data["unjudged"], out, fmt=fmt, queries=texts)  # type: ignore[arg-type]
+        n = LabelStore(_existing_db(db)).export_unjudged(dataset_id, data["unjudged"], out, fmt=fmt, queries=texts)  # type: ignore[arg-type]
     else:
         n = export_unjudged(data["unjudged"], out, fmt=fmt, queries=texts)  # type: ignore[arg-type]
     _console().print(f"wrote {n} unjudged (query, doc) pairs of dataset {dataset_id} to {out}; fill in 'relevance' "

@@ -21,7 +21,7 @@ import httpx
 from tuner.dataset import Query, QuerySet
 from tuner.errors import FailureBudgetExceeded, ResponseMappingError
 from tuner.evaluation.client import Exchange, SearchClient
-from tuner.evaluation.mapping import decode_json, parse_response, prepare_request
+from tuner.evaluation.mapping import PreparedRequest, decode_json, parse_response, prepare_request
 from tuner.evaluation.outcomes import FailedQuery, QueryResponse
 from tuner.evaluation.result import BatchResult, evaluate_responses, query_record
 from tuner.evaluation.spec import EvalSpec
@@ -81,7 +81,7 @@ async def run_batch_async(
     failed: list[FailedQuery] = []
 
     async with SearchClient(spec, transport=transport) as client:
-        async def one(q: Query, req: Any) -> tuple[Query, QueryResponse | FailedQuery]:
+        async def one(q: Query, req: PreparedRequest) -> tuple[Query, QueryResponse | FailedQuery]:
             return q, _to_outcome(await client.send(req), spec)
 
         tasks = [asyncio.create_task(one(q, req)) for q, req in zip(order, prepared, strict=True)]
