@@ -316,6 +316,10 @@ class DockerConfig(_Model):
     project: str | None = None
     compose_files: list[Path] = Field(default_factory=list)
     stop_timeout_s: PositiveFloat = 10.0
+    wait_container_health: bool = Field(
+        default=True, description="After a restart, wait for the containers' own healthcheck (when they have one)."
+    )
+    health_deadline_s: PositiveFloat = 120.0
 
 
 class NoneConfig(_Model):
