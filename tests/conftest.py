@@ -8,30 +8,17 @@ provisioning those services).
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = Path(os.environ.get("TUNER_SHARED_DIR", REPO.parent / "shared"))
-DATASETS = SHARED / "datasets"
-
 sys.path.insert(0, str(REPO / "tests"))
 
+from support.integration import DATASETS, SHARED, integration_required, need  # noqa: E402
 
-def integration_required() -> bool:
-    return os.environ.get("TUNER_REQUIRE_INTEGRATION") == "1"
-
-
-def need(condition: bool, reason: str) -> None:
-    """Skip (or fail under TUNER_REQUIRE_INTEGRATION=1) when ``condition`` is false."""
-    if condition:
-        return
-    if integration_required():
-        pytest.fail(f"integration requirement missing (TUNER_REQUIRE_INTEGRATION=1): {reason}")
-    pytest.skip(reason)
+__all__ = ["DATASETS", "SHARED", "integration_required", "need"]
 
 
 @pytest.fixture(scope="session")

@@ -6,7 +6,7 @@ import importlib.util
 import httpx
 import pytest
 
-from conftest import need
+from support.integration import need
 from tuner import metrics
 from tuner.dataset import load_queryset
 from tuner.evaluation import EvalSpec, RequestMapping, ResponseMapping, run_batch

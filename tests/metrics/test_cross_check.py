@@ -14,7 +14,7 @@ import warnings
 
 import numpy as np
 import pytest
-from conftest import need
+from support.integration import need
 
 from tuner.metrics import prepare, score_batch, score_rankings
 from tuner.runs import parse_trec_run

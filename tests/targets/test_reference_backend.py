@@ -10,7 +10,7 @@ import httpx
 import optuna
 import pytest
 
-from conftest import need
+from support.integration import need
 from tuner.configpatch import ConfigPatcher
 from tuner.experiment import ProcessConfig, free_port
 from tuner.health import wait_healthy

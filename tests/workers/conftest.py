@@ -11,7 +11,7 @@ import uuid
 
 import optuna
 import pytest
-from conftest import need
+from support.integration import need
 
 from tuner.workers import DEFAULT_TEST_DSN, sqlalchemy_url
 
