@@ -144,7 +144,7 @@ def apply_plan(
     def restart_and_wait() -> None:
         target.restart()
         wait_healthy(health.url, deadline_s=health.deadline_s, target=target, interval_s=health.interval_s,
-                     max_interval_s=max(health.interval_s, 0.5))
+                     max_interval_s=max(health.interval_s, 0.25))
 
     try:
         on_step(f"writing trial #{plan.trial_number}'s config")

@@ -616,7 +616,7 @@ def run_experiment(
 
     def wait() -> None:
         wait_healthy(health.url, deadline_s=health.deadline_s, target=target, interval_s=health.interval_s,
-                     max_interval_s=max(health.interval_s, 0.5))
+                     max_interval_s=max(health.interval_s, 0.25))
 
     writer = PatcherWriter(prepared.space, prepared.patcher)
     runner = TrialRunner(

@@ -167,34 +167,55 @@ def best_command(
     A.require_trials(frame, exp.study)
     maximize = exp.objective.direction == "maximize"
 
-    def table(title: str, rows: Any) -> Table:
-        t = Table(title=title)
-        shown = A.summary_table(rows)
-        for col in shown.columns:
-            t.add_column(str(col).removeprefix(A.PARAM_PREFIX).removeprefix(A.CONSTRAINT_PREFIX + ""),
-                         justify="right" if col != "variant" else "left")
-        for row in shown.itertuples(index=False):
-            t.add_row(*(_cell(v) for v in row))
+    metric_cols = [m for m in ("OOS_FP_Rate", "Judged@10") if m in frame.columns and m != exp.objective.metric]
+    constraint_cols = [c for c in frame.columns if c.startswith(A.CONSTRAINT_PREFIX)]
+
+    def trials_table(title: str, rows: Any) -> Table:
+        t = Table(title=title, title_justify="left")
+        t.add_column("trial", justify="right")
+        t.add_column(exp.objective.metric, justify="right")
+        for col in metric_cols:
+            t.add_column(col, justify="right")
+        for col in constraint_cols:
+            t.add_column(col.removeprefix(A.CONSTRAINT_PREFIX) + " (violation)", justify="right")
+        t.add_column("variant")
+        for _, row in rows.iterrows():
+            t.add_row(f"#{int(row['number'])}", _cell(row["value"]), *(_cell(row[c]) for c in metric_cols),
+                      *(_cell(row[c]) for c in constraint_cols),
+                      str(row["variant"] or "") + (" (cached)" if row["cache_hit"] else ""))
+        return t
+
+    def params_table(rows: Any) -> Table:
+        t = Table(title="their parameters", title_justify="left")
+        t.add_column("config key")
+        for _, row in rows.iterrows():
+            t.add_column(f"#{int(row['number'])}", justify="right")
+        for col in [c for c in frame.columns if c.startswith(A.PARAM_PREFIX)]:
+            t.add_row(col.removeprefix(A.PARAM_PREFIX), *(_cell(row[col]) for _, row in rows.iterrows()))
         return t
 
     ranked = A.feasible_ranked(frame, maximize=maximize)
     if ranked.empty:
         console.print("[yellow]no feasible trial yet[/]")
     else:
-        console.print(table(f"top {min(top, len(ranked))} feasible trials of {exp.study} "
-                            f"({exp.objective.metric}, {exp.objective.direction})", ranked.head(top)))
+        top_rows = ranked.head(top)
+        console.print(trials_table(f"top {len(top_rows)} feasible trial(s) of {exp.study} "
+                                   f"({exp.objective.direction} {exp.objective.metric})", top_rows))
+        console.print(params_table(top_rows))
     infeasible = A.infeasible_trials(frame)
     if not infeasible.empty:
-        console.print(table(f"{len(infeasible)} infeasible trial(s) (constraint violated; least violating first)",
-                            infeasible.head(top)))
+        console.print(trials_table(f"{len(infeasible)} infeasible trial(s), least violating first",
+                                   infeasible.head(top)))
     failed = frame[frame["state"] != "COMPLETE"]
     if not failed.empty:
         console.print(f"{len(failed)} trial(s) failed or pruned; `tuner report {experiment}` lists them")
 
 
 def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
     if isinstance(value, float):
-        return "" if value != value else f"{value:.4f}"
+        return "-" if value != value else f"{value:.4f}"
     if isinstance(value, tuple):
         return "[" + ", ".join(str(v) for v in value) + "]"
     return str(value)

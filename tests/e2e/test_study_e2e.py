@@ -1,0 +1,330 @@
+"""End to end: real studies against the reference backend run as a process on the demo data.
+
+One module-scoped study (baseline + the four shortlist variants) is shared by the
+checks; the SIGTERM test runs `tuner run` as a subprocess and signals it mid-study.
+Everything lives in tmp dirs; the repository is only read (backend/config.yaml, the
+search spaces, the shortlist).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import optuna
+import pytest
+from mlflow import MlflowClient
+from optuna.trial import TrialState
+
+from tuner import analysis as A
+from tuner.apply import apply_plan, plan_apply
+from tuner.configpatch import get_path
+from tuner.demo import generate_data, write_backend_config
+from tuner.experiment import load_experiment
+from tuner.study import StudyObserver, best_feasible_trial, run_experiment
+from tuner.tracking import TAG_ROLE, TAG_STUDY, TAG_TRIAL
+
+REPO = Path(__file__).resolve().parents[2]
+PYTHON = sys.executable
+N_IN_SCOPE = 100  # a subset keeps a trial around a second; every OOS query is kept
+
+pytestmark = [pytest.mark.slow, pytest.mark.integration]
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+EXPERIMENT = """\
+study: {study}
+project_root: .
+state_dir: .tuner
+sampler: {{type: tpe, seed: 3, multivariate: true, n_startup_trials: 4}}
+n_trials: {n_trials}
+timeout_s: 600
+constraints: [OOS_FP_Rate <= 0.10]
+failure_budget: {{max_consecutive: 3, max_total: 5}}
+dataset:
+  queries: data/queries.jsonl
+  dataset_id: demo
+  labels: [{{path: data/qrels.txt, format: qrels}}]
+target:
+  config_files: [backend/config.yaml]
+  apply: process
+  port: auto
+  process:
+    command: ["{{python}}", -m, fusion_backend, serve, --config, "{{config}}", --port, "{{port}}"]
+  health: {{url: "http://127.0.0.1:{{port}}/health", deadline_s: 60, interval_s: 0.1}}
+evaluation:
+  request: {{url: "http://127.0.0.1:{{port}}/search"}}
+  response: {{confidence: confidence, handoff: handoff, fallback_level: fallback_level}}
+  top_k: 50
+  concurrency: 4
+search_space: {space}
+shortlist: {shortlist}
+"""
+
+
+def make_project(root: Path, data: Path, *, study: str, n_trials: int) -> Path:
+    """A project folder with its own backend config copy, experiment file and state."""
+    (root / "data").mkdir(parents=True)
+    for name in ("queries.jsonl", "qrels.txt", "corpus.jsonl"):
+        (root / "data" / name).write_bytes((data / name).read_bytes())
+    write_backend_config(REPO / "backend" / "config.yaml", root / "backend" / "config.yaml", root / "data" / "corpus.jsonl")
+    exp = root / "experiment.yaml"
+    exp.write_text(EXPERIMENT.format(study=study, n_trials=n_trials, space=REPO / "search_space" / "reference_full.yaml",
+                                     shortlist=REPO / "experiments" / "shortlist_reference.yaml"))
+    return exp
+
+
+@pytest.fixture(scope="module")
+def demo_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The generated demo data, with the query set cut to N_IN_SCOPE in-scope queries."""
+    full = tmp_path_factory.mktemp("demo-full") / "data"
+    generate_data(full, python=PYTHON)
+    rows = [json.loads(line) for line in (full / "queries.jsonl").read_text().splitlines() if line.strip()]
+    kept = [r for r in rows if r["scope"] == "in"][:N_IN_SCOPE] + [r for r in rows if r["scope"] == "oos"]
+    (full / "queries.jsonl").write_text("".join(json.dumps(r) + "\n" for r in kept))
+    return full
+
+
+class AdminConfigProbe(StudyObserver):
+    """Reads GET /admin/config when a trial starts evaluating: what the backend runs on."""
+
+    def __init__(self, base_url: str) -> None:
+        self.base_url = base_url
+        self.seen: dict[int, dict[str, Any]] = {}
+
+    def phase(self, number: int, phase: str) -> None:
+        if phase == "evaluate":
+            self.seen[number] = httpx.get(f"{self.base_url}/admin/config", timeout=10).json()
+
+
+@pytest.fixture(scope="module")
+def study_run(demo_data: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    root = tmp_path_factory.mktemp("project")
+    exp_path = make_project(root, demo_data, study="e2e", n_trials=5)
+    config = root / "backend" / "config.yaml"
+    original = config.read_bytes()
+    exp = load_experiment(exp_path).bind_port()
+    probe = AdminConfigProbe(exp.target.health.url.removesuffix("/health"))
+    summary = run_experiment(exp, observer=probe)
+    study = optuna.load_study(study_name="e2e", storage=exp.storage)
+    return {"root": root, "exp": exp, "exp_path": exp_path, "config": config, "original": original,
+            "probe": probe, "summary": summary, "study": study}
+
+
+def _same(config_value: Any, wanted: Any) -> bool:
+    if isinstance(wanted, dict):
+        return all(_same(config_value[k], v) for k, v in wanted.items())
+    if isinstance(wanted, list):
+        return len(config_value) == len(wanted) and all(_same(a, b) for a, b in zip(config_value, wanted))
+    if isinstance(wanted, float) or isinstance(config_value, float):
+        return math.isclose(float(config_value), float(wanted), rel_tol=1e-9, abs_tol=1e-9)
+    return config_value == wanted
+
+
+def test_every_trial_config_took_effect_in_the_backend(study_run: dict[str, Any]) -> None:
+    trials = study_run["study"].get_trials()
+    assert [t.state for t in trials] == [TrialState.COMPLETE] * 5
+    assert [t.user_attrs["variant"] for t in trials][:2] == ["baseline", "rrf-k20-bm25-heavy"]
+    seen = study_run["probe"].seen
+    assert sorted(seen) == [0, 1, 2, 3, 4]
+    for t in trials:
+        assignment = t.user_attrs["assignment"]
+        for path, wanted in assignment.items():
+            assert _same(get_path(seen[t.number], path), wanted), (t.number, path, wanted)
+    # Trial 1 really changed the backend (not only the file): RRF k 20 instead of 60.
+    assert seen[0]["fusion"]["rrf_k"] == 60 and seen[1]["fusion"]["rrf_k"] == 20
+
+
+def test_original_config_is_back_byte_for_byte(study_run: dict[str, Any]) -> None:
+    assert study_run["config"].read_bytes() == study_run["original"]
+    assert not study_run["exp"].journal_path.exists()
+
+
+def test_best_trial_is_feasible_and_constraints_are_recorded_both_ways(study_run: dict[str, Any]) -> None:
+    trials = study_run["study"].get_trials()
+    best = best_feasible_trial(trials)
+    assert best is not None and study_run["summary"].best.number == best.number
+    for t in trials:
+        rate = t.user_attrs["metrics"]["OOS_FP_Rate"]
+        assert t.system_attrs["constraints:OOS_FP_Rate <= 0.1"] == pytest.approx(rate - 0.10)
+        assert t.system_attrs["constraints"] == [pytest.approx(rate - 0.10)]
+    assert best.user_attrs["metrics"]["OOS_FP_Rate"] <= 0.10
+    feasible_values = [t.value for t in trials if t.user_attrs["metrics"]["OOS_FP_Rate"] <= 0.10]
+    assert best.value == max(feasible_values)
+
+
+def test_mlflow_holds_parent_and_child_runs_with_artifacts(study_run: dict[str, Any], tmp_path: Path) -> None:
+    exp = study_run["exp"]
+    client = MlflowClient(exp.tracking.mlflow_uri)
+    experiment = client.get_experiment_by_name("e2e")
+    assert Path(experiment.artifact_location.removeprefix("file://")) == study_run["root"] / "mlruns"
+    parents = client.search_runs([experiment.experiment_id], f"tags.`{TAG_ROLE}` = 'study'")
+    assert len(parents) == 1 and parents[0].data.tags[TAG_STUDY] == "e2e"
+    children = client.search_runs([experiment.experiment_id], f"tags.mlflow.parentRunId = '{parents[0].info.run_id}'")
+    by_trial = {int(r.data.tags[TAG_TRIAL]): r for r in children}
+    trials = study_run["study"].get_trials()
+    assert sorted(by_trial) == [t.number for t in trials]
+    for t in trials:
+        run = by_trial[t.number]
+        assert run.info.run_id == t.user_attrs["mlflow_run_id"]
+        assert run.data.metrics["Primary_Metric_Score"] == pytest.approx(t.value)
+        reports = {a.path for a in client.list_artifacts(run.info.run_id, "reports")}
+        assert {"reports/report.json", "reports/report.md", "reports/report_per_query.csv"} <= reports
+        local = client.download_artifacts(run.info.run_id, "config/config.yaml", str(tmp_path / str(t.number)))
+        written = exp.state_dir / "trials" / "e2e" / str(t.number) / "config.yaml"
+        assert Path(local).read_bytes() == written.read_bytes()
+
+
+def test_optuna_artifacts_are_listed_for_the_dashboard(study_run: dict[str, Any]) -> None:
+    from optuna.artifacts import get_all_artifact_meta
+
+    study = study_run["study"]
+    artifact_dir = Path(study.user_attrs["tuner.artifact_dir"])
+    for t in study.get_trials():
+        metas = get_all_artifact_meta(t, storage=study._storage)
+        assert sorted(m.filename for m in metas) == ["config.yaml", "report.json", "report.md"]
+        for m in metas:
+            assert (artifact_dir / m.artifact_id).is_file()
+
+
+def test_best_report_and_apply_commands(study_run: dict[str, Any], tmp_path: Path) -> None:
+    exp_path, config = study_run["exp_path"], study_run["config"]
+    best = study_run["summary"].best
+    out = _cli("best", str(exp_path), "--top", "3")
+    assert out.exit_code == 0, out.output
+    rows = [line for line in out.stdout.splitlines() if line.startswith("│") and "#" in line]
+    assert rows and f"#{best.number} " in rows[0]  # the best feasible trial is listed first
+
+    out = _cli("report", str(exp_path), "--out", str(tmp_path / "rep"))
+    assert out.exit_code == 0, out.output
+    frame_csv = (tmp_path / "rep" / "trials.csv").read_text().splitlines()
+    assert len(frame_csv) == 1 + 5
+    for png in ("optimization_history.png", "param_importances.png", "score_vs_oos_fp_rate.png"):
+        assert (tmp_path / "rep" / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    out = _cli("apply", str(exp_path), "--dry-run")
+    assert out.exit_code == 0, out.output
+    assert f"trial #{best.number}" in out.stdout and "+++ b/" in out.stdout
+    assert config.read_bytes() == study_run["original"]
+
+
+def test_apply_keeps_a_reproduced_trial_and_rolls_back_otherwise(study_run: dict[str, Any]) -> None:
+    exp, config, original = study_run["exp"], study_run["config"], study_run["original"]
+    best = study_run["summary"].best
+    try:
+        plan = plan_apply(exp)
+        assert plan.trial_number == best.number and plan.feasible
+        expected_text = plan.texts[config]
+        wrong = plan_apply(exp)
+        wrong.expected += 0.5  # the re-measured score cannot match: must roll back
+        result = apply_plan(wrong, tolerance=0.01)
+        assert result.rolled_back and not result.applied
+        assert "tolerance 0.01" in result.message and "rolled back" in result.message
+        assert config.read_bytes() == original and not exp.journal_path.exists()
+
+        result = apply_plan(plan, tolerance=1e-9)  # deterministic backend: same score again
+        assert result.applied, result.message
+        assert result.measured == pytest.approx(best.value, abs=1e-9)
+        assert config.read_text() == expected_text and not exp.journal_path.exists()
+        assert all(p.read_bytes() == original for p in result.backups)
+    finally:
+        config.write_bytes(original)
+
+
+def _cli(*args: str) -> Any:
+    """The CLI in-process (CliRunner): same commands, no interpreter start-up."""
+    from typer.testing import CliRunner
+
+    from tuner.cli import app
+
+    return CliRunner().invoke(app, list(args), env={"COLUMNS": "200"})
+
+
+def _tuner(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([PYTHON, "-m", "tuner", *args], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "COLUMNS": "200"})
+
+
+def test_sigterm_mid_study_restores_config_and_the_study_resumes(demo_data: Path, tmp_path: Path) -> None:
+    exp_path = make_project(tmp_path, demo_data, study="sig", n_trials=8)
+    config = tmp_path / "backend" / "config.yaml"
+    original = config.read_bytes()
+    exp = load_experiment(exp_path)
+    proc = subprocess.Popen([PYTHON, "-m", "tuner", "run", str(exp_path)], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env={**os.environ, "COLUMNS": "200"})
+    try:
+        deadline = time.monotonic() + 120
+        # Wait until trial 1 patched the config (mid-study: a trial's config is live).
+        while config.read_bytes() == original or not exp.journal_path.exists():
+            assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+            assert time.monotonic() < deadline, "the study never patched the config"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        output, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 143, output
+    assert "SIGTERM" in output and "original config restored" in output
+    assert config.read_bytes() == original
+    assert not exp.journal_path.exists()
+    study = optuna.load_study(study_name="sig", storage=exp.storage)
+    first = study.get_trials()
+    assert not [t for t in first if t.state == TrialState.RUNNING]
+    done_before = max(t.number for t in first if t.state.is_finished())
+
+    again = _tuner("run", str(exp_path), "--n-trials", "1", timeout=180)
+    assert again.returncode == 0, again.stdout + again.stderr
+    numbers = [t.number for t in study.get_trials() if t.state.is_finished()]
+    assert max(numbers) > done_before and len(set(numbers)) == len(numbers)
+    # The queued baseline / shortlist were not queued a second time.
+    variants = [t.user_attrs.get("variant") for t in study.get_trials() if t.user_attrs.get("variant")]
+    assert variants.count("baseline") == 1
+    assert config.read_bytes() == original
+
+
+@pytest.mark.parametrize(
+    ("patch", "expected"),
+    [
+        (("concurrency: 4", "concurency: 4"), "evaluation.concurency: unknown key (did you mean concurrency?)"),
+        (("n_trials: 8", "n_trials: -3"), "n_trials: Input should be greater than 0"),
+    ],
+)
+def test_bad_experiment_files_are_refused_with_one_line(demo_data: Path, tmp_path: Path, patch, expected) -> None:
+    exp_path = make_project(tmp_path, demo_data, study="bad", n_trials=8)
+    exp_path.write_text(exp_path.read_text().replace(*patch))
+    out = _tuner("run", str(exp_path))
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0], out.stderr
+    assert not (tmp_path / ".tuner" / "optuna.db").exists()
+
+
+@pytest.mark.parametrize(
+    ("space", "expected"),
+    [
+        ("params:\n  fusion.rrf_kk: {type: int, low: 1, high: 100}\n", "fusion.rrf_kk: no such key"),
+        ("params:\n  fusion.rrf_k: {type: int, low: 100, high: 1}\n", "inverted bounds low=100 > high=1"),
+        ("params:\n  fusion.method: {type: float, low: 0, high: 1}\n", "type mismatch"),
+    ],
+)
+def test_bad_search_spaces_are_refused_with_one_line(demo_data: Path, tmp_path: Path, space: str, expected: str) -> None:
+    exp_path = make_project(tmp_path, demo_data, study="bad", n_trials=8)
+    bad = tmp_path / "space.yaml"
+    bad.write_text(space)
+    exp_path.write_text(exp_path.read_text().replace(str(REPO / "search_space" / "reference_full.yaml"), str(bad))
+                        .replace(f"shortlist: {REPO / 'experiments' / 'shortlist_reference.yaml'}", ""))
+    out = _tuner("run", str(exp_path))
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0], out.stderr
+    assert "space.yaml" in lines[0]
+    assert (tmp_path / "backend" / "config.yaml").read_text().count("rrf_k: 60") == 1

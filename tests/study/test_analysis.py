@@ -1,0 +1,129 @@
+"""Tables, deltas and report files over trials (pure functions of a trials frame)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.distributions import CategoricalDistribution, FloatDistribution
+from optuna.trial import TrialState, create_trial
+
+from tuner import analysis as A
+from tuner.progress import eta_seconds, fmt_duration
+
+LIMIT = 0.10
+
+
+def trial(number: int, score: float | None, oos: float | None, *, state=TrialState.COMPLETE, variant: str = "",
+          method: str = "rrf", fail: str | None = None) -> optuna.trial.FrozenTrial:
+    attrs = {"assignment": {"fusion.method": method, "fusion.weights": {"bm25": 0.25, "dense": 0.75},
+                            "fallback.windows_days": [30, 90]},
+             "variant": variant}
+    system = {}
+    if state == TrialState.COMPLETE:
+        attrs["metrics"] = {"Primary_Metric_Score": score, "OOS_FP_Rate": oos, "NDCG@20": score / 2}
+        system = {"constraints:OOS_FP_Rate <= 0.1": oos - LIMIT, "constraints": [oos - LIMIT]}
+    if fail:
+        attrs["fail_reason"] = fail
+    t = create_trial(
+        state=state,
+        value=score if state == TrialState.COMPLETE else None,
+        params={"fusion.method": method, "x": 0.5},
+        distributions={"fusion.method": CategoricalDistribution(["rrf", "linear"]), "x": FloatDistribution(0, 1)},
+        user_attrs=attrs,
+        system_attrs=system,
+    )
+    t.number = number
+    return t
+
+
+@pytest.fixture()
+def frame():
+    return A.trials_frame([
+        trial(0, 0.40, 0.20, variant="baseline"),      # infeasible baseline
+        trial(1, 0.55, 0.30),                          # best score, infeasible
+        trial(2, 0.45, 0.05, method="linear"),         # best feasible
+        trial(3, 0.30, 0.00),                          # feasible
+        trial(4, None, None, state=TrialState.FAIL, fail="HealthTimeout: x"),
+    ])
+
+
+def test_feasible_ranking_excludes_infeasible_and_failed(frame) -> None:
+    ranked = A.feasible_ranked(frame)
+    assert list(ranked["number"]) == [2, 3]
+    assert list(A.feasible_ranked(frame, maximize=False)["number"]) == [3, 2]
+    best = A.best_feasible(frame)
+    assert int(best["number"]) == 2
+    infeasible = A.infeasible_trials(frame)
+    assert list(infeasible["number"]) == [0, 1]  # least violating first: 0.10 < 0.20
+    assert list(infeasible["violation"]) == pytest.approx([0.20 - LIMIT, 0.30 - LIMIT])
+
+
+def test_the_legacy_positional_copy_is_not_a_second_constraint(frame) -> None:
+    constraint_cols = [c for c in frame.columns if c.startswith(A.CONSTRAINT_PREFIX)]
+    assert constraint_cols == ["constraint:OOS_FP_Rate <= 0.1"]
+
+
+def test_deltas_are_best_minus_baseline(frame) -> None:
+    best, base = A.best_feasible(frame), A.baseline_row(frame)
+    got = {d.metric: d for d in A.deltas(best, base)}
+    assert set(got) == {"NDCG@20", "Primary_Metric_Score", "OOS_FP_Rate"}
+    assert got["Primary_Metric_Score"].change == pytest.approx(0.45 - 0.40)
+    assert got["OOS_FP_Rate"].change == pytest.approx(0.05 - 0.20)
+    assert got["NDCG@20"].change == pytest.approx(0.45 / 2 - 0.40 / 2)
+
+
+def test_assignment_is_flattened_into_param_columns(frame) -> None:
+    row = frame.iloc[2]
+    assert row["param:fusion.weights.bm25"] == 0.25 and row["param:fusion.weights.dense"] == 0.75
+    assert row["param:fallback.windows_days"] == (30, 90)
+    assert row["param:fusion.method"] == "linear"
+    assert frame.iloc[4]["fail_reason"] == "HealthTimeout: x" and not frame.iloc[4]["feasible"]
+
+
+def test_empty_study_frame_and_require_trials() -> None:
+    from tuner.errors import StudyError
+
+    empty = A.trials_frame([])
+    assert A.best_feasible(empty) is None and A.baseline_row(empty) is None
+    with pytest.raises(StudyError, match="has no trials yet; run `tuner run EXPERIMENT` first"):
+        A.require_trials(empty, "s")
+
+
+def test_markdown_table_escapes_pipes() -> None:
+    import pandas as pd
+
+    text = A.markdown_table(pd.DataFrame([{"a": "x|y", "b": 0.123456, "c": math.nan}]))
+    assert text.splitlines() == ["| a | b | c |", "| --- | --- | --- |", "| x\\|y | 0.1235 |  |"]
+
+
+def test_study_report_files(frame, tmp_path: Path) -> None:
+    paths = A.write_study_report(frame, tmp_path, study_name="s", objective="Primary_Metric_Score", maximize=True,
+                                 importances={"x": 0.7, "fusion.method": 0.3}, oos_limit=LIMIT)
+    import pandas as pd
+
+    back = pd.read_csv(paths.csv)
+    assert list(back["number"]) == [0, 1, 2, 3, 4] and list(back["state"])[-1] == "FAIL"
+    md = paths.markdown.read_text()
+    assert "**Best feasible trial: #2** (Primary_Metric_Score = 0.4500)" in md
+    assert "Against the baseline (trial #0)" in md and "| OOS_FP_Rate | 0.2000 | 0.0500 | -0.1500 |" in md
+    for png in (paths.history_png, paths.importance_png, paths.score_vs_oos_png):
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
+    assert not list(tmp_path.glob(".*"))  # no temp files left behind
+
+
+def test_param_importances_on_a_real_study() -> None:
+    study = optuna.create_study(direction="maximize", sampler=optuna.samplers.RandomSampler(seed=0))
+    assert A.param_importances(study) == {}
+    study.optimize(lambda t: 10 * t.suggest_float("big", 0, 1) + 0.01 * t.suggest_float("small", 0, 1), n_trials=30)
+    imp = A.param_importances(study)
+    assert list(imp) == ["big", "small"] and imp["big"] > 0.9
+
+
+def test_eta_and_durations() -> None:
+    assert eta_seconds(4, 10, 40.0, None) == pytest.approx(40.0 / 4 * 6)
+    assert eta_seconds(4, 10, 40.0, 50.0) == pytest.approx(10.0)  # the timeout comes first
+    assert eta_seconds(0, 10, 0.0, None) is None
+    assert fmt_duration(3725) == "1h02m" and fmt_duration(65) == "1m05s" and fmt_duration(None) == "?"
