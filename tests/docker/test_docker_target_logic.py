@@ -37,6 +37,8 @@ class FakeEngine(DockerAPI):
         self.calls: list[tuple[str, str]] = []
         self.log_lines: dict[str, list[str]] = {}
         self.after_restart: dict[str, list[ContainerState]] = {}  # states returned by later inspects
+        self.die_codes: dict[str, list[int]] = {}
+        self.log_windows: list[tuple[float | None, float | None]] = []
 
     def containers(self, project: str, service: str | None = None) -> list[ContainerState]:
         return [c for i, c in self.by_id.items() if self.project_of[i] == project and service in (None, c.service)]
@@ -62,8 +64,12 @@ class FakeEngine(DockerAPI):
         self.calls.append(("stop", container_id))
         self.by_id[container_id] = dataclasses.replace(self.by_id[container_id], status="exited")
 
-    def logs(self, container_id: str, tail: int, since: float | None = None) -> str:
+    def logs(self, container_id: str, tail: int, since: float | None = None, until: float | None = None) -> str:
+        self.log_windows.append((since, until))
         return "\n".join(self.log_lines.get(container_id, [])[-tail:])
+
+    def exit_codes(self, container_id: str, since: float) -> list[int]:
+        return self.die_codes.get(container_id, [])
 
 
 def box(cid: str, service: str = "backend", **kw: object) -> ContainerState:
@@ -139,17 +145,22 @@ def test_health_deadline_names_the_container_and_its_last_check() -> None:
 
 
 def test_failure_reports_a_crash_loop_through_the_restart_count() -> None:
-    engine = FakeEngine(("proj", box("a")))
+    engine = FakeEngine(("proj", box("a", started_at=100.0)))
     clock = Clock()
     t = target(engine, clock=clock, wait_container_health=False)
     t.restart()
     assert t.failure() is None
+    # The policy restarted it twice: running again, exit code reset by the engine; the
+    # crashed runs' codes come from its events, their output from the log in between.
     engine.log_lines["a"] = ["Traceback", "ValueError: bad weights"]
-    engine.by_id["a"] = box("a", status="running", restart_count=2, exit_code=1)
+    engine.die_codes["a"] = [1, 1]
+    engine.by_id["a"] = box("a", status="running", restart_count=2, exit_code=0, started_at=104.5)
     clock.now += 0.2
     reason = t.failure()
     assert reason is not None
-    assert "restarting in a loop" in reason and "exit code 1" in reason and "ValueError: bad weights" in reason
+    assert "restarting in a loop (exit code 1; 2 restarts by its restart policy)" in reason
+    assert "ValueError: bad weights" in reason
+    assert engine.log_windows[-1] == (100.0, 104.5)
 
 
 def test_failure_polls_the_engine_at_most_every_200ms() -> None:

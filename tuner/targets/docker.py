@@ -18,6 +18,7 @@ SDK by `DockerSDK`), so the decisions here can be tested against a fake engine.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import re
@@ -90,9 +91,14 @@ class DockerAPI(ABC):
     def stop(self, container_id: str, timeout_s: int) -> None: ...
 
     @abstractmethod
-    def logs(self, container_id: str, tail: int, since: float | None = None) -> str:
-        """The last ``tail`` lines of the container's stdout + stderr (written at or
-        after epoch second ``since``, when given)."""
+    def logs(self, container_id: str, tail: int, since: float | None = None, until: float | None = None) -> str:
+        """The last ``tail`` lines of the container's stdout + stderr, written between
+        epoch seconds ``since`` and ``until`` when given."""
+
+    @abstractmethod
+    def exit_codes(self, container_id: str, since: float) -> list[int]:
+        """Exit codes of the container's runs that ended after epoch second ``since``,
+        oldest first (a restart policy starts it again and its state forgets them)."""
 
     def close(self) -> None:
         return None
@@ -171,12 +177,21 @@ class DockerSDK(DockerAPI):
         with self._call(f"stop of container {container_id[:12]}"):
             self._client.api.stop(container_id, timeout=timeout_s)  # type: ignore[attr-defined]
 
-    def logs(self, container_id: str, tail: int, since: float | None = None) -> str:
+    def logs(self, container_id: str, tail: int, since: float | None = None, until: float | None = None) -> str:
         with self._call(f"logs of container {container_id[:12]}"):
             raw = self._client.api.logs(  # type: ignore[attr-defined]
-                container_id, stdout=True, stderr=True, tail=tail, since=since if since else None
+                container_id, stdout=True, stderr=True, tail=tail, since=since or None, until=until or None
             )
         return raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else str(raw)
+
+    def exit_codes(self, container_id: str, since: float) -> list[int]:
+        with self._call(f"events of container {container_id[:12]}"):
+            # With `until` the engine closes the stream after replaying past events.
+            events = self._client.api.events(  # type: ignore[attr-defined]
+                since=since, until=time.time(), filters={"container": container_id, "event": "die"}, decode=True
+            )
+            codes = [int(e.get("Actor", {}).get("Attributes", {}).get("exitCode", -1)) for e in events]
+        return codes
 
     def close(self) -> None:
         self._client.close()  # type: ignore[attr-defined]
@@ -235,7 +250,8 @@ def problem(state: ContainerState | None, *, restarts_before: int = 0, name: str
     if state.status in ("exited", "dead"):
         return f"container {state.name} exited ({how})"
     if state.status == "restarting" or state.restart_count > restarts_before:
-        return f"container {state.name} is restarting in a loop ({how}, {state.restart_count} restarts)"
+        restarts = state.restart_count - restarts_before
+        return f"container {state.name} is restarting in a loop ({how}; {restarts} restarts by its restart policy)"
     if state.status in ("paused", "removing"):
         return f"container {state.name} is {state.status}"
     if state.health == "unhealthy":
@@ -301,6 +317,13 @@ def compose_project_name(compose_files: Sequence[Path], env: dict[str, str] | No
 # ---------------------------------------------------------------- the target
 
 
+@dataclass(frozen=True)
+class _Watched:
+    name: str
+    restarts: int  # restart count right after the tuner's (re)start
+    started_at: float | None  # start time the tuner caused
+
+
 class DockerTarget(Target):
     """The containers of one compose service; see the module docstring."""
 
@@ -329,7 +352,7 @@ class DockerTarget(Target):
         self._clock = clock
         self._sleep = sleep
         self._started_by_us: list[str] = []
-        self._watched: dict[str, tuple[str, int]] = {}  # id -> (name, restart count after our restart)
+        self._watched: dict[str, _Watched] = {}
         self._last_poll = -math.inf
         self._last_problem: str | None = None
         self._stop_timeout = max(0, math.ceil(config.stop_timeout_s))
@@ -410,26 +433,44 @@ class DockerTarget(Target):
     # -- internals
 
     def _watch(self, containers: Sequence[ContainerState]) -> None:
+        """Remember each container's restart count and start time right after the
+        tuner (re)started it: later crashes are measured against these."""
         self._watched = {}
         for c in containers:
             now = self.api.inspect(c.id)
-            self._watched[c.id] = (c.name, now.restart_count if now else 0)
+            self._watched[c.id] = _Watched(c.name, now.restart_count if now else 0, now.started_at if now else None)
         self._last_poll = -math.inf
         self._last_problem = None
 
     def _current_problem(self) -> str | None:
-        for container_id, (name, restarts) in self._watched.items():
-            state = self.api.inspect(container_id)
-            reason = problem(state, restarts_before=restarts, name=name)
+        for container_id in self._watched:
+            reason, _ = self._diagnose(container_id)
             if reason is not None:
-                return self._with_logs(container_id, state, reason)
+                return reason
         return None
 
-    def _with_logs(self, container_id: str, state: ContainerState | None, reason: str) -> str:
-        # Only this run's output: a container's log keeps every earlier run's lines too.
-        since = state.started_at if state is not None else None
-        tail = log_tail(self.api.logs(container_id, tail=50, since=since)) if state is not None else ""
-        return f"{reason}; last log lines: {tail}" if tail else f"{reason} (its log is empty)"
+    def _diagnose(self, container_id: str) -> tuple[str | None, ContainerState | None]:
+        """(why it cannot come up, with exit code and log tail; or None) and its state."""
+        w = self._watched[container_id]
+        state = self.api.inspect(container_id)
+        if state is None:
+            return problem(None, name=w.name), None
+        # Back up after a crash: the state forgot the crashed run; the events and the
+        # log between our start and the current one still have it.
+        crashed_and_back = state.status == "running" and state.restart_count > w.restarts
+        if crashed_and_back and w.started_at is not None:
+            codes = self.api.exit_codes(container_id, since=w.started_at)
+            if codes:
+                state = dataclasses.replace(state, exit_code=codes[-1])
+        reason = problem(state, restarts_before=w.restarts)
+        if reason is None:
+            return None, state
+        if crashed_and_back:
+            text = self.api.logs(container_id, tail=50, since=w.started_at, until=state.started_at)
+        else:  # only this run's output: the log keeps every earlier run's lines too
+            text = self.api.logs(container_id, tail=50, since=state.started_at)
+        tail = log_tail(text)
+        return (f"{reason}; last log lines: {tail}" if tail else f"{reason} (its log is empty)"), state
 
     def _await_container_health(self) -> None:
         """Block until every watched container with a healthcheck reports healthy."""
@@ -437,17 +478,17 @@ class DockerTarget(Target):
         waiting = dict(self._watched)
         seen: dict[str, ContainerState | None] = {}
         while True:
-            for container_id, (name, restarts) in list(waiting.items()):
-                seen[container_id] = state = self.api.inspect(container_id)
-                reason = problem(state, restarts_before=restarts, name=name)
+            for container_id in list(waiting):
+                reason, state = self._diagnose(container_id)
+                seen[container_id] = state
                 if reason is not None:
-                    raise BackendExited(self._with_logs(container_id, state, reason))
+                    raise BackendExited(reason)
                 if state is not None and state.status == "running" and state.health in (None, "healthy"):
                     del waiting[container_id]
             if not waiting:
                 return
             if self._clock() >= deadline:
-                container_id, (name, _) = next(iter(waiting.items()))
+                container_id, name = next(iter(waiting)), next(iter(waiting.values())).name
                 last = seen.get(container_id)
                 health = last.health if last is not None else "gone"
                 said = f"; its last health check said: {_first_line(last.health_output)}" if last and last.health_output else ""
