@@ -97,7 +97,7 @@ def build_images(names: Sequence[str]) -> dict[str, str]:
 
 def write_corpus(path: Path, n_docs: int = 60) -> Path:
     """A small deterministic corpus (aeronautics words, dates) in the backend's JSONL format."""
-    topics = ["boundary layer", "shock wave", "heat transfer", "wing flutter", "supersonic nozzle", "turbulent jet"]
+    topics = TOPICS
     words = ["pressure", "velocity", "laminar", "drag", "lift", "mach", "viscous", "plate", "cylinder", "vortex"]
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w") as fh:
@@ -108,6 +108,28 @@ def write_corpus(path: Path, n_docs: int = 60) -> Path:
                    "date": f"2020-{i % 12 + 1:02d}-{i % 27 + 1:02d}"}
             fh.write(json.dumps(doc) + "\n")
     return path
+
+
+TOPICS = ["boundary layer", "shock wave", "heat transfer", "wing flutter", "supersonic nozzle", "turbulent jet"]
+OOS_QUERIES = ["register allocation in compilers", "database transaction locking"]
+
+
+def write_queries(root: Path, n_docs: int = 60) -> tuple[Path, Path]:
+    """A query per topic of `write_corpus` plus two out-of-scope queries, and qrels
+    grading a topic's documents 3 (first two) or 2 (the rest) for its query."""
+    queries, qrels = root / "queries.jsonl", root / "qrels.txt"
+    root.mkdir(parents=True, exist_ok=True)
+    with queries.open("w") as q, qrels.open("w") as r:
+        for t, topic in enumerate(TOPICS):
+            q.write(json.dumps({"query_id": f"q{t}", "query": topic, "query_type": "short", "source": "test",
+                                "scope": "in"}) + "\n")
+            docs = [i for i in range(n_docs) if i % len(TOPICS) == t]
+            for rank, i in enumerate(docs):
+                r.write(f"q{t} 0 d{i:03d} {3 if rank < 2 else 2}\n")
+        for k, text in enumerate(OOS_QUERIES):
+            q.write(json.dumps({"query_id": f"oos{k}", "query": text, "query_type": "short", "source": "test",
+                                "scope": "oos"}) + "\n")
+    return queries, qrels
 
 
 def write_config(dest: Path, corpus: Path) -> Path:

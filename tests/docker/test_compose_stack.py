@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import optuna
 import pytest
-from conftest import need
+from support.integration import need
 from docker_stack import ComposeStack, build_images, docker_unavailable
 
 from tuner.health import wait_healthy

@@ -277,3 +277,16 @@ def test_unreachable_engine_names_docker_host_and_docker_info(monkeypatch: pytes
     msg = str(err.value)
     assert f"DOCKER_HOST=unix://{tmp_path}/no-engine.sock" in msg and "docker info" in msg
     assert "\n" not in msg
+
+
+def test_the_docker_experiment_file_builds_a_target_for_the_compose_backend(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tuner.experiment import load_experiment
+    from tuner.targets.factory import make_target
+
+    monkeypatch.delenv("COMPOSE_PROJECT_NAME", raising=False)
+    repo = Path(__file__).resolve().parents[2]
+    exp = load_experiment(repo / "experiments" / "docker.yaml", check_paths=False)
+    t = make_target(exp.target, exp.state_dir)  # connects to no engine until used
+    assert isinstance(t, DockerTarget)
+    assert (t.project, t.service) == ("fusion-tuner", "backend")
+    assert t.config_files == [repo / "backend" / "config.yaml"]
