@@ -30,12 +30,14 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import os
 import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal, Protocol
 
 import optuna
@@ -205,6 +207,10 @@ def finished_count(study: optuna.Study) -> int:
     return len(study.get_trials(deepcopy=False, states=COUNTED_STATES))
 
 
+class Stoppable(Protocol):
+    def is_set(self) -> bool: ...
+
+
 class OutcomeLike(Protocol):
     """tuner.trial.TrialOutcome's shape: state COMPLETE / PRUNED / FAIL and the value."""
 
@@ -247,7 +253,7 @@ def run_worker(
     n_trials: int | None,
     replica: int = 0,
     timeout_s: float | None = None,
-    stop: threading.Event | None = None,
+    stop: Stoppable | None = None,
     clock: Callable[[], float] = time.monotonic,
 ) -> WorkerReport:
     """Run trials of ``study`` until it has ``n_trials`` finished ones (study-wide), the
@@ -312,3 +318,239 @@ def _redact(url: str) -> str:
     creds, _, host = tail.rpartition("@")
     user = creds.split(":", 1)[0]
     return f"{head}{sep}{user}:***@{host}"
+
+
+# --------------------------------------------------------------------------- one replica
+
+
+@dataclass
+class Replica:
+    """Where replica N keeps its own copy of the backend's config and its state."""
+
+    index: int
+    config_files: list[Path]
+    state_dir: Path
+
+    @property
+    def pid_file(self) -> Path:
+        return self.state_dir / "backend.pid"
+
+
+def replica_of(experiment: Any, index: int) -> tuple[Any, Replica]:
+    """The experiment as replica ``index`` runs it: the config files copied next to the
+    originals (``config.replica-N.yaml``, so relative paths inside them still resolve),
+    its own state dir (restore journal, result cache, trial reports) and a free port.
+
+    The copies are made from the originals at every start: the originals are never
+    patched by workers, so a crashed replica cannot leak a trial's values into them.
+    """
+    from tuner.errors import ConfigError
+    from tuner.experiment import free_port
+
+    target = experiment.target
+    if target.apply == "docker":
+        raise ConfigError("tuner worker drives process targets; for docker give each worker its own compose "
+                          "project (see docs/scale.md) and use target.apply: process or none per replica")
+    if target.apply == "process" and "{port}" not in " ".join(target.process.command):
+        raise ConfigError("target.process.command has no {port}: replicas would all bind the same port; "
+                          "pass the port to the backend, e.g. --port {port}")
+    copies = []
+    for original in target.config_files:
+        copy_path = original.with_name(f"{original.stem}.replica-{index}{original.suffix}")
+        _atomic_copy(original, copy_path)
+        copies.append(copy_path)
+    replica = Replica(index, copies, experiment.state_dir / "replicas" / str(index))
+    replica.state_dir.mkdir(parents=True, exist_ok=True)
+    bound = experiment.model_copy(update={
+        "target": target.model_copy(update={"config_files": copies}),
+        "state_dir": replica.state_dir,
+    })
+    port = free_port() if target.apply == "process" else None
+    return bound.bind_port(port), replica
+
+
+class PidRecordingTarget:
+    """A Target wrapper that keeps the backend's process id in a file, so the reaper can
+    stop a backend whose worker was killed (process targets start it in its own session,
+    where it would outlive a SIGKILLed worker)."""
+
+    def __init__(self, inner: Any, pid_file: Path) -> None:
+        self._inner = inner
+        self._pid_file = pid_file
+
+    def start(self) -> None:
+        self._inner.start()
+        self._record()
+
+    def restart(self) -> None:
+        self._inner.restart()
+        self._record()
+
+    def stop(self) -> None:
+        self._inner.stop()
+        self._pid_file.unlink(missing_ok=True)
+
+    def failure(self) -> str | None:
+        return self._inner.failure()
+
+    def close(self) -> None:
+        self._inner.close()
+        self._pid_file.unlink(missing_ok=True)
+
+    def _record(self) -> None:
+        pid = getattr(self._inner, "pid", None)
+        if pid is not None:
+            tmp = self._pid_file.with_suffix(".tmp")
+            tmp.write_text(str(pid))
+            tmp.replace(self._pid_file)
+
+
+def start_reaper(pid_file: Path, journal: Path) -> Any:
+    """A watchdog process for this worker: it waits on a pipe the worker holds open and,
+    when the worker dies (even by SIGKILL, which closes the pipe), stops the backend
+    named in ``pid_file`` and restores the config from the restore ``journal``. Returns
+    the write end's owner handle; closing it at a clean exit is harmless."""
+    import subprocess
+    import sys
+
+    read_fd, write_fd = os.pipe()
+    code = ("import sys; from tuner.workers import reap; "
+            f"reap(int(sys.argv[1]), {str(pid_file)!r}, {str(journal)!r})")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(read_fd)], pass_fds=(read_fd,),
+                            start_new_session=True, stdin=subprocess.DEVNULL)
+    os.close(read_fd)
+    return _ReaperHandle(proc, write_fd)
+
+
+@dataclass
+class _ReaperHandle:
+    proc: Any
+    write_fd: int
+
+    def close(self) -> None:
+        os.close(self.write_fd)
+        try:
+            self.proc.wait(timeout=30)
+        except Exception:  # the reaper is best effort; it never holds the worker up
+            pass
+
+
+def reap(read_fd: int, pid_file: str, journal: str) -> None:
+    """The reaper's body (runs in its own process; see start_reaper)."""
+    import signal
+
+    from tuner.configpatch import recover
+
+    while os.read(read_fd, 1):  # returns b"" only when every write end is closed
+        pass
+    path = Path(pid_file)
+    if path.exists():
+        try:
+            pid = int(path.read_text().strip())
+            os.killpg(pid, signal.SIGTERM)
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                os.killpg(pid, 0)
+                time.sleep(0.1)
+            os.killpg(pid, signal.SIGKILL)
+        except (ProcessLookupError, ValueError, PermissionError):
+            pass
+        path.unlink(missing_ok=True)
+    recover(Path(journal))
+
+
+def _atomic_copy(src: Path, dst: Path) -> None:
+    from tuner.report.atomic import atomic_write_bytes
+
+    atomic_write_bytes(dst, src.read_bytes())
+
+
+@dataclass
+class ReplicaSummary:
+    replica: int
+    study_name: str
+    report: WorkerReport
+    restored: list[Path]
+    port: int | None
+
+
+def run_replica(
+    experiment: Any,
+    replica_index: int,
+    *,
+    settings: WorkerSettings | None = None,
+    n_trials: int | None = None,
+    timeout_s: float | None = None,
+    stop: Any = None,
+    note: Callable[[str], None] = lambda text: None,
+) -> ReplicaSummary:
+    """Run one worker of the experiment's study on its own backend replica until the
+    study has ``n_trials`` (default: the experiment's) finished trials. Always restores
+    the replica's config and stops its backend; a reaper does both if this process is
+    killed."""
+    from tuner import study as S
+    from tuner.health import wait_healthy
+    from tuner.result_cache import ResultCache
+    from tuner.targets.factory import make_target
+    from tuner.trial import Constraint as TrialConstraint
+    from tuner.trial import Objective, StopFlag, TrialRunner
+
+    check_storage(experiment.storage, n_workers=2)
+    settings = settings or WorkerSettings()
+    stop = stop or StopFlag()
+    exp, replica = replica_of(experiment, replica_index)
+    prepared = S.prepare(exp)
+    maximize = exp.objective.direction == "maximize"
+    study = S.open_study(exp.study, make_storage(exp.storage, settings), sampler=exp.sampler.create(),
+                         pruner=exp.pruner.create(), objective_metric=exp.objective.metric, maximize=maximize)
+    study.set_user_attr(S.ATTR_OBJECTIVE, exp.objective.metric)
+    study.set_user_attr(S.ATTR_CONSTRAINTS, [c.name for c in exp.constraints])
+    enqueue_once(study, lambda s: S.enqueue_initial(s, S.initial_variants(prepared)))
+    paths = S.StudyPaths(exp.state_dir, exp.study)
+    target = PidRecordingTarget(make_target(exp.target, exp.state_dir), replica.pid_file)
+    health = exp.target.health
+
+    def wait() -> None:
+        wait_healthy(health.url, deadline_s=health.deadline_s, target=target, interval_s=health.interval_s,
+                     max_interval_s=max(health.interval_s, 0.25))
+
+    runner = TrialRunner(
+        study_name=exp.study, space=prepared.space, writer=S.PatcherWriter(prepared.space, prepared.patcher),
+        target=target, wait_healthy=wait,
+        evaluator=S.LiveEvaluator(exp, prepared.queries, prepared.qrels, prepared.labels_fingerprint),
+        trials_dir=paths.trials_dir, objective=Objective(exp.objective.metric, maximize),
+        constraints=[TrialConstraint(c.name, c.violation) for c in exp.constraints],
+        cache=ResultCache(paths.cache_path), stop=stop, project_dir=exp.project_root,
+        reporter_factory=S.reporter_factory(exp, study.pruner, prepared.queries),
+        order_seed=S.order_seed_for(exp.sampler.seed),
+    )
+    reaper = start_reaper(replica.pid_file, exp.journal_path)
+    stop_event = _StopEvent(stop)
+    restored: list[Path] = []
+    try:
+        target.start()
+        report = run_worker(study, runner.run, n_trials=n_trials or exp.n_trials, replica=replica_index,
+                            timeout_s=timeout_s if timeout_s is not None else exp.timeout_s, stop=stop_event)
+    finally:
+        try:
+            # Originals back; a backend that ran a trial restarts on them, so none is
+            # left on a trial's config, and only then stops.
+            restored = prepared.patcher.restore()
+            if runner.touched_backend:
+                target.restart()
+                wait()
+        finally:
+            target.close()
+            reaper.close()
+    note(f"replica {replica_index}: ran trials {report.ran}; stopped by {report.stopped_by}")
+    return ReplicaSummary(replica_index, exp.study, report, restored, exp.target.port)
+
+
+class _StopEvent:
+    """Adapts tuner.trial.StopFlag to the ``is_set`` the worker loop reads."""
+
+    def __init__(self, flag: Any) -> None:
+        self._flag = flag
+
+    def is_set(self) -> bool:
+        return bool(self._flag.is_set())

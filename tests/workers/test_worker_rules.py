@@ -76,3 +76,21 @@ def test_single_worker_on_sqlite_runs_to_the_study_wide_count(tmp_path):
     stop = threading.Event()
     stop.set()
     assert run_worker(study, objective_runner(objective), n_trials=None, stop=stop).stopped_by == "signal"
+
+
+def test_tuner_worker_refuses_sqlite_before_starting_anything(tmp_path):
+    import subprocess
+    import sys
+
+    from workers.replica_setup import write_experiment
+
+    for rel in ("data/queries.jsonl", "data/qrels.txt", "backend/config.yaml"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("")
+    exp = write_experiment(tmp_path, study="s", storage=f"sqlite:///{tmp_path / 'optuna.db'}", n_trials=3)
+    proc = subprocess.run([sys.executable, "-m", "tuner", "worker", str(exp), "--replica", "1"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert "SQLite" in proc.stderr and "queued trials race" in proc.stderr
+    assert not (tmp_path / "optuna.db").exists()
+    assert not (tmp_path / "backend" / "config.replica-1.yaml").exists()

@@ -1,0 +1,132 @@
+"""`tuner worker` processes on one PostgreSQL study, each driving its own reference
+backend replica (process target, own config copy and port): the real trial loop.
+
+One scenario covers the clean and the crash path: two workers start; replica 0 is
+SIGKILLed while its backend runs on a trial's config. Its trial is retried (same
+params) by replica 1, which completes the study and exits cleanly; the killed
+worker's reaper stops its backend and restores its config; afterwards both replica
+configs equal the original byte for byte and no backend process is left.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from tuner.demo import write_backend_config
+from tuner.workers import ATTR_REPLICA, retries_of
+from workers.replica_setup import write_experiment
+
+REPO = Path(__file__).resolve().parents[2]
+
+@pytest.fixture(scope="module")
+def demo_data(tmp_path_factory):
+    from fusion_backend.datagen.demo import write_demo
+
+    data = tmp_path_factory.mktemp("demo") / "data"
+    write_demo(data)
+    return data
+
+
+@pytest.fixture
+def experiment(pg_dsn, demo_data, tmp_path, request):
+    from tuner.workers import sqlalchemy_url
+
+    n_trials = getattr(request, "param", 5)
+    (tmp_path / "data").symlink_to(demo_data)
+    config = tmp_path / "backend" / "config.yaml"
+    write_backend_config(REPO / "backend" / "config.yaml", config, tmp_path / "data" / "corpus.jsonl")
+    name = f"replicas-{uuid.uuid4().hex[:10]}"
+    path = write_experiment(tmp_path, study=name, storage=sqlalchemy_url(pg_dsn), n_trials=n_trials)
+    yield path, name, sqlalchemy_url(pg_dsn), config
+    try:
+        optuna.delete_study(study_name=name, storage=sqlalchemy_url(pg_dsn))
+    except KeyError:
+        pass
+
+
+def start(exp: Path, replica: int) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "tuner", "worker", str(exp), "--replica", str(replica),
+           "--heartbeat", "1", "--grace", "3"]
+    return subprocess.Popen(cmd, cwd=exp.parent, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def finish(proc: subprocess.Popen, timeout: float = 300) -> str:
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        pytest.fail(f"worker did not finish; stderr:\n{err[-3000:]}")
+    assert proc.returncode == 0, f"worker exited {proc.returncode}:\n{err[-3000:]}"
+    return err
+
+
+def backends_running(root: Path) -> list[str]:
+    """Command lines of live processes that serve a config under ``root``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if "fusion_backend" in cmd and str(root) in cmd:
+            found.append(cmd)
+    return found
+
+
+def replica_config(config: Path, n: int) -> Path:
+    return config.with_name(f"{config.stem}.replica-{n}{config.suffix}")
+
+
+@pytest.mark.parametrize("experiment", [5], indirect=True)
+@pytest.mark.slow
+def test_sigkilled_worker_trial_is_retried_and_its_backend_reaped(experiment):
+    exp, name, storage, config = experiment
+    original = config.read_bytes()
+    victim, survivor = start(exp, 0), start(exp, 1)
+    study = None
+    deadline = time.monotonic() + 180
+    killed = None
+    while time.monotonic() < deadline:
+        patched = replica_config(config, 0).exists() and replica_config(config, 0).read_bytes() != original
+        if patched:
+            study = study or optuna.load_study(study_name=name, storage=storage)
+            running = [t for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+                       if t.system_attrs.get(ATTR_REPLICA) == 0]
+            if running:
+                os.kill(victim.pid, signal.SIGKILL)
+                killed = running[0].number
+                break
+        time.sleep(0.1)
+    assert killed is not None, "replica 0 never got a trial on a patched config"
+    victim.wait(timeout=10)
+    finish(survivor)
+
+    trials = {t.number: t for t in optuna.load_study(study_name=name, storage=storage).get_trials(deepcopy=False)}
+    assert trials[killed].state == TrialState.FAIL
+    (retry,) = retries_of(list(trials.values()))[killed]
+    assert trials[retry].state == TrialState.COMPLETE and trials[retry].system_attrs[ATTR_REPLICA] == 1
+    assert trials[retry].params == trials[killed].params
+    assert sum(t.state == TrialState.COMPLETE for t in trials.values()) >= 5
+    assert [t.number for t in trials.values() if t.state not in (TrialState.COMPLETE, TrialState.FAIL)] == []
+    assert sum(t.user_attrs.get("variant") == "baseline" for t in trials.values()) == 1  # queued once
+    assert config.read_bytes() == original  # workers never patch the original
+    # The reaper of the killed worker stopped its backend and restored its config.
+    deadline = time.monotonic() + 30
+    while backends_running(exp.parent) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert backends_running(exp.parent) == []
+    assert replica_config(config, 0).read_bytes() == original
+    assert replica_config(config, 1).read_bytes() == original

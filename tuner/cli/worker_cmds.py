@@ -1,0 +1,61 @@
+"""`tuner worker EXPERIMENT --replica N`: one of several workers on a shared study."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+ExperimentArg = Annotated[Path, typer.Argument(help="Experiment file (experiments/*.yaml).", show_default=False)]
+
+
+def register(app: typer.Typer) -> None:
+    app.command(name="worker")(worker_command)
+
+
+def worker_command(
+    experiment: ExperimentArg,
+    replica: Annotated[int, typer.Option("--replica", min=0, help="This worker's replica number (0, 1, ...): "
+                                         "its own backend copy, port and state dir.")] = 0,
+    n_trials: Annotated[int | None, typer.Option("--n-trials", min=1, help="Study-wide total (default: the "
+                                                 "experiment's n_trials).")] = None,
+    timeout: Annotated[float | None, typer.Option("--timeout", help="Seconds this worker runs at most.")] = None,
+    heartbeat: Annotated[int, typer.Option("--heartbeat", min=1, help="Heartbeat interval (s).")] = 30,
+    grace: Annotated[int | None, typer.Option("--grace", min=2, help="A trial silent this long (s) is failed "
+                                              "and retried by another worker (default 4 x heartbeat).")] = None,
+    max_retry: Annotated[int, typer.Option("--max-retry", min=0, help="Retries of one crashed trial.")] = 2,
+) -> None:
+    """Run trials of the experiment's study (PostgreSQL storage) on backend replica N until
+    the study has n_trials finished trials. Start one per replica, on one or more machines."""
+    from tuner.experiment import load_experiment
+    from tuner.trial import StopFlag
+    from tuner.workers import WorkerSettings, run_replica
+
+    console = Console(stderr=True)
+    exp = load_experiment(experiment)
+    settings = WorkerSettings(heartbeat_interval_s=heartbeat, grace_period_s=grace, max_retry=max_retry)
+    stop = StopFlag()
+    previous = {}
+
+    def handler(signum: int, frame: object) -> None:
+        if stop.is_set():  # a second signal: leave now (the reaper restores the replica)
+            raise KeyboardInterrupt
+        stop.set(f"signal {signal.Signals(signum).name}")
+        console.print(f"[yellow]replica {replica}: stopping after the current trial (again to abort)[/]")
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        previous[sig] = signal.signal(sig, handler)
+    try:
+        summary = run_replica(exp, replica, settings=settings, n_trials=n_trials, timeout_s=timeout, stop=stop,
+                              note=console.print)
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+    console.print(f"replica {replica}: {len(summary.report.ran)} trial(s) {summary.report.ran}, stopped by "
+                  f"{summary.report.stopped_by}; config restored: "
+                  f"{', '.join(map(str, summary.restored)) or 'unchanged'}")
+    if summary.report.stopped_by == "signal":
+        raise typer.Exit(130)
