@@ -89,6 +89,10 @@ class ResultCache:
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
         conn = sqlite3.connect(self.path, timeout=30)
+        # WAL + NORMAL: no fsync per put on the trial's critical path; a crash of the
+        # tuner loses nothing committed (an OS crash may lose the last puts: re-run).
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
         try:
             with conn:  # commits on success, rolls back on error
                 yield conn

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+import httpx
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
@@ -209,6 +210,7 @@ class RunResult:
     stopped_by: str = "n_trials"  # n_trials | timeout | signal | failure_budget
     stale_failed: list[int] = field(default_factory=list)
     elapsed_s: float = 0.0
+    flush_s: float = 0.0  # waiting for the last trials' bookkeeping at the end
 
 
 class Clock(Protocol):
@@ -237,7 +239,9 @@ class StudyLoop:
         try:
             self._loop(result, started, n_trials=n_trials, timeout=timeout)
         finally:
+            flush_started = self.clock()
             self.runner.flush()  # the last trial's reports and MLflow run
+            result.flush_s = self.clock() - flush_started
             result.elapsed_s = self.clock() - started
         return result
 
@@ -264,7 +268,9 @@ class StudyLoop:
                 )
 
     def _one_trial(self) -> TrialOutcome:
+        asked = time.perf_counter()
         trial = self.study.ask()
+        ask_s = time.perf_counter() - asked
         variant = trial.user_attrs.get(A.ATTR_VARIANT)
         self.observer.trial_started(trial.number, variant)
         try:
@@ -272,6 +278,7 @@ class StudyLoop:
         except KeyboardInterrupt:
             self.study.tell(trial, state=TrialState.FAIL)
             raise
+        told = time.perf_counter()
         if outcome.state == "COMPLETE":
             assert outcome.value is not None
             self.study.tell(trial, outcome.value)
@@ -279,6 +286,9 @@ class StudyLoop:
             self.study.tell(trial, state=TrialState.PRUNED)
         else:
             self.study.tell(trial, state=TrialState.FAIL)
+        # Loop-side costs, kept on the outcome only (the trial is finished by now).
+        outcome.phase_seconds["ask"] = ask_s
+        outcome.phase_seconds["tell"] = time.perf_counter() - told
         best = best_feasible_trial(self.study.get_trials(deepcopy=False), maximize=self.maximize)
         self.observer.trial_finished(outcome, best)
         return outcome
@@ -361,11 +371,17 @@ class LiveEvaluator:
         self.dataset_hash = str(queries.content_hash)
         self.labels_fingerprint = labels_fp
         self.spec_fingerprint = spec_fingerprint(self.spec)
+        self.last_search_seconds = 0.0
 
     def evaluate(self, *, order_seed: int, on_result: Any) -> Any:
         from tuner.evaluation import run_batch
 
-        return run_batch(self.spec, self.queries, self.qrels, order_seed=order_seed, on_result=on_result)
+        clock = SearchClock(self.spec.concurrency)
+        try:
+            return run_batch(self.spec, self.queries, self.qrels, order_seed=order_seed, on_result=on_result,
+                             transport=clock)
+        finally:
+            self.last_search_seconds = clock.seconds
 
     def report_paths(self, result: Any, out_dir: Path) -> dict[str, Path]:
         """The names tuner.report.write_reports gives its files (stem "report")."""
@@ -398,6 +414,34 @@ class LiveEvaluator:
                 " update LiveEvaluator.report_paths to tuner.report's naming"
             )
         return written
+
+
+class SearchClock(httpx.AsyncBaseTransport):
+    """httpx's own transport (same connection limits as the evaluation client), timing
+    the window from the first request sent to the last response body read: the search
+    calls proper, measured without a per-query callback."""
+
+    def __init__(self, concurrency: int) -> None:
+        limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+        self._inner = httpx.AsyncHTTPTransport(limits=limits)
+        self._first: float | None = None
+        self._last: float | None = None
+
+    @property
+    def seconds(self) -> float:
+        return 0.0 if self._first is None or self._last is None else self._last - self._first
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if self._first is None:
+            self._first = time.perf_counter()
+        response = await self._inner.handle_async_request(request)
+        body = await response.aread()
+        self._last = time.perf_counter()
+        return httpx.Response(response.status_code, headers=response.headers, content=body,
+                              extensions=response.extensions, request=request)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
 
 
 def _fields(obj: Any) -> dict[str, Any]:

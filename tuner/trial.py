@@ -40,7 +40,7 @@ from tuner.errors import BackendExited, EvaluationError, HealthTimeout, TargetEr
 from tuner.result_cache import CachedResult, ResultCache, cache_key
 from tuner.tracking import TAG_CACHE_HIT, Tracker, TrialRecord
 
-Phase = Literal["suggest", "render", "cache", "patch", "restart", "health", "evaluate", "report", "track"]
+Phase = Literal["suggest", "render", "cache", "patch", "restart", "health", "evaluate", "complete", "record"]
 LEGACY_CONSTRAINTS_ATTR = "constraints"  # the system attr optuna-dashboard 0.21 reads
 OnResult = Callable[[str, Mapping[str, Any]], None]
 
@@ -76,8 +76,10 @@ class BatchEvaluator(Protocol):
     dataset_hash: str
     labels_fingerprint: str
     spec_fingerprint: str
+    #: seconds from the first request sent to the last answer read, of the last evaluate()
+    last_search_seconds: float
 
-    def evaluate(self, *, order_seed: int, on_result: OnResult) -> EvalOutcome:
+    def evaluate(self, *, order_seed: int, on_result: OnResult | None) -> EvalOutcome:
         """Evaluate every query; ``on_result(query_id, per_query_row)`` after each answer.
         An exception raised by the callback (optuna.TrialPruned) stops the batch."""
 
@@ -294,11 +296,13 @@ class TrialRunner:
                 trial.set_user_attr("cached_from_trial", cached.source_trial)
             else:
                 result = self._measure(trial, out, texts)
-            self._complete(trial, out)
-            if cached is None and result is not None:
-                out.reports = {k: str(v) for k, v in self.evaluator.report_paths(result, self._dir(trial.number)).items()}
-                if self.cache is not None:
-                    self.cache.put(key, CachedResult(out.metrics, out.reports, trial.number, self.study_name))
+            with self._phase(out, "complete"):
+                self._complete(trial, out)
+                if cached is None and result is not None:
+                    paths = self.evaluator.report_paths(result, self._dir(trial.number))
+                    out.reports = {k: str(v) for k, v in paths.items()}
+                    if self.cache is not None:
+                        self.cache.put(key, CachedResult(out.metrics, out.reports, trial.number, self.study_name))
         except KeyboardInterrupt:
             self._fail(out, "interrupted (second interrupt: trial aborted)")
             out.interrupted = True
@@ -334,22 +338,12 @@ class TrialRunner:
         with self._phase(out, "health"):
             self.wait_healthy()
         self._check_stop()
-        last_answer = [0.0]
-        report = self.reporter_factory(trial) if self.reporter_factory is not None else None
-
-        def on_result(query_id: str, row: Mapping[str, Any]) -> None:
-            last_answer[0] = time.perf_counter()
-            if report is not None:
-                report(query_id, row)
-
+        # Without a pruner no per-query callback is passed: building each query's row
+        # costs about a millisecond of the event loop's time per query.
+        on_result = self.reporter_factory(trial) if self.reporter_factory is not None else None
         with self._phase(out, "evaluate"):
-            started = time.perf_counter()
-            try:
-                result = self.evaluator.evaluate(order_seed=self.order_seed(trial.number), on_result=on_result)
-            finally:
-                # First request to last answer: the search calls proper. The rest of
-                # "evaluate" (scoring, OOS analysis) is tuner overhead.
-                out.phase_seconds["search"] = max(0.0, last_answer[0] - started) if last_answer[0] else 0.0
+            result = self.evaluator.evaluate(order_seed=self.order_seed(trial.number), on_result=on_result)
+        out.phase_seconds["search"] = float(getattr(self.evaluator, "last_search_seconds", 0.0) or 0.0)
         out.metrics = {k: float(v) for k, v in result.metrics.items() if _is_number(v)}
         return result
 
@@ -387,6 +381,13 @@ class TrialRunner:
         self, trial: optuna.Trial, out: TrialOutcome, texts: dict[Path, str], result: Any, run_id: Future[Any] | None
     ) -> None:
         """Everything ``tell`` must find on the trial, then queue the bookkeeping."""
+        started = time.perf_counter()
+        self._record_attrs(trial, out, texts, result, run_id)
+        out.phase_seconds["record"] = time.perf_counter() - started
+
+    def _record_attrs(
+        self, trial: optuna.Trial, out: TrialOutcome, texts: dict[Path, str], result: Any, run_id: Future[Any] | None
+    ) -> None:
         attrs: dict[str, Any] = {
             A.ATTR_METRICS: out.metrics,
             A.ATTR_CACHE_HIT: out.cache_hit,

@@ -148,14 +148,18 @@ class FormulaEvaluator:
     def spec_fingerprint(self) -> str:
         return self.fingerprint_parts[2]
 
-    def evaluate(self, *, order_seed: int, on_result: Callable[[Any], None]) -> FakeResult:
+    last_search_seconds: float = 0.0
+
+    def evaluate(self, *, order_seed: int, on_result) -> FakeResult:
         self.calls += 1
+        self.last_search_seconds = 0.001
         fusion = self.backend.loaded["fusion"]
         failed = self.failed_queries_when(self.backend.loaded)
         if failed > 2:
             raise FailureBudgetExceeded(f"{failed} of 10 queries failed (max_failed_queries=2); last: q3: timeout")
         for i in range(3):
-            on_result(f"q{i}", {"Primary_Metric_Score": score(float(fusion["x"]), int(fusion["k"]))})
+            if on_result is not None:
+                on_result(f"q{i}", {"Primary_Metric_Score": score(float(fusion["x"]), int(fusion["k"]))})
         x, k = float(fusion["x"]), int(fusion["k"])
         return FakeResult(
             {

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import optuna
@@ -115,7 +116,8 @@ def test_stop_flag_ends_the_loop_after_the_current_trial(tmp_path: Path) -> None
 def test_timeout_stops_before_starting_another_trial(tmp_path: Path) -> None:
     runner, _, _, _ = make_runner(tmp_path)
     study = open_study("s", sqlite_storage(tmp_path), sampler=sampler())
-    ticks = iter([0.0, 0.0, 5.0, 11.0, 11.0])  # start, check, check, check(>timeout), end
+    # start, check before trial 0, before trial 1, before trial 2 (past the timeout), then the end
+    ticks = itertools.chain([0.0, 0.0, 5.0, 11.0], itertools.repeat(11.0))
     result = StudyLoop(study, runner, clock=lambda: next(ticks)).run(n_trials=None, timeout=10.0)
     assert result.stopped_by == "timeout" and len(result.ran) == 2
 
