@@ -25,7 +25,7 @@ _COMMAND_MODULES = (
     "tuner.cli.eval_cmds",
     "tuner.cli.study_cmds",
     "tuner.cli.dashboard_cmd",
-    "tuner.cli.worker_cmds", "tuner.cli.labelqueue_cmd",  # issue 6 (after eval_cmds: adds to `labels`)
+    "tuner.cli.worker_cmds", "tuner.cli.labelqueue_cmd", "tuner.cli.validate_cmd",  # issue 6 (after eval_cmds)
 )
 
 
