@@ -172,14 +172,17 @@ def metric_columns(frame: pd.DataFrame) -> list[str]:
     return [m for m in SCORECARD if m in rest] + sorted(m for m in rest if m not in SCORECARD)
 
 
-def summary_table(frame: pd.DataFrame, *, metrics: Sequence[str] = ("Primary_Metric_Score", "OOS_FP_Rate")) -> pd.DataFrame:
-    """The columns `tuner best` shows: number, value, the given metrics, constraints, params."""
+def summary_table(frame: pd.DataFrame, *, metrics: Sequence[str] = ("OOS_FP_Rate", "Judged@10")) -> pd.DataFrame:
+    """The columns a report lists per trial: number, value, a few metrics, each
+    constraint's violation, variant and the parameters (column names without prefixes)."""
     if frame.empty:
         return frame
     cols = ["number", "value"] + [m for m in metrics if m in frame.columns]
     cols += [c for c in frame.columns if c.startswith(CONSTRAINT_PREFIX)]
     cols += ["variant"] + [c for c in frame.columns if c.startswith(PARAM_PREFIX)]
-    return frame[cols]
+    renamed = {c: c.removeprefix(PARAM_PREFIX) for c in cols if c.startswith(PARAM_PREFIX)}
+    renamed.update({c: c.removeprefix(CONSTRAINT_PREFIX) + " (violation)" for c in cols if c.startswith(CONSTRAINT_PREFIX)})
+    return frame[cols].rename(columns=renamed)
 
 
 def markdown_table(frame: pd.DataFrame, *, floatfmt: str = ".4f") -> str:
@@ -188,8 +191,12 @@ def markdown_table(frame: pd.DataFrame, *, floatfmt: str = ".4f") -> str:
         return "_(none)_\n"
 
     def fmt(v: Any) -> str:
+        if v is None:
+            return ""
         if isinstance(v, float):
             return "" if math.isnan(v) else format(v, floatfmt)
+        if isinstance(v, tuple):
+            return "[" + ", ".join(str(x) for x in v) + "]"
         return str(v).replace("|", "\\|").replace("\n", " ")
 
     header = "| " + " | ".join(str(c) for c in frame.columns) + " |"

@@ -99,7 +99,8 @@ class RichProgress(StudyObserver):
         plan = f"{planned} trial(s)" if planned is not None else "until stopped"
         limit = f", timeout {fmt_duration(timeout)}" if timeout is not None else ""
         waiting = f", {queued} queued (baseline / shortlist)" if queued else ""
-        self.console.print(f"[bold]study {study.study_name}[/]: {finished} finished{waiting}; this run: {plan}{limit}")
+        self.console.print(f"[bold]study {study.study_name}[/]: {finished} finished{waiting}; this run: {plan}{limit}",
+                           soft_wrap=True)
 
     def trial_started(self, number: int, variant: str | None) -> None:
         self.current, self.variant, self.phase_name = number, variant, "starting"
@@ -111,10 +112,10 @@ class RichProgress(StudyObserver):
         self.done += 1
         self.best = best
         self.current = None
-        self.console.print(trial_line(outcome, self.objective))
+        self.console.print(trial_line(outcome, self.objective), soft_wrap=True)
 
     def note(self, text: str) -> None:
-        self.console.print(f"[dim]{text}[/]")
+        self.console.print(f"[dim]{text}[/]", soft_wrap=True)
 
     # -------------------------------------------------------------- rendering
 

@@ -696,7 +696,8 @@ def run_experiment(
     status = "FINISHED"
     restored: list[Path] = []
     try:
-        target.start()
+        if n_trials != 0:
+            target.start()
         result = loop.run(n_trials=n_trials, timeout=timeout)
         result.stale_failed = stale
         if result.stopped_by == "signal":

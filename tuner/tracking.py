@@ -153,7 +153,12 @@ class MlflowTracker(Tracker):
         found = self.client.get_experiment_by_name(self.experiment_name)
         if found is not None:
             return str(found.experiment_id)
-        location = self.artifact_root.resolve().as_uri() if self.artifact_root else None
+        # One folder per MLflow experiment under the artifact root (like MLflow's own
+        # mlruns/<experiment id>/ layout), named after the experiment so it is found by eye.
+        location = None
+        if self.artifact_root is not None:
+            folder = re.sub(r"[^\w.\-]", "_", self.experiment_name)
+            location = (self.artifact_root / folder).resolve().as_uri()
         return str(self.client.create_experiment(self.experiment_name, artifact_location=location))
 
     def find_parent_run(self, study_name: str) -> str | None:

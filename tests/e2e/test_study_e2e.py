@@ -165,7 +165,7 @@ def test_mlflow_holds_parent_and_child_runs_with_artifacts(study_run: dict[str, 
     exp = study_run["exp"]
     client = MlflowClient(exp.tracking.mlflow_uri)
     experiment = client.get_experiment_by_name("e2e")
-    assert Path(experiment.artifact_location.removeprefix("file://")) == study_run["root"] / "mlruns"
+    assert Path(experiment.artifact_location.removeprefix("file://")) == study_run["root"] / "mlruns" / "e2e"
     parents = client.search_runs([experiment.experiment_id], f"tags.`{TAG_ROLE}` = 'study'")
     assert len(parents) == 1 and parents[0].data.tags[TAG_STUDY] == "e2e"
     children = client.search_runs([experiment.experiment_id], f"tags.mlflow.parentRunId = '{parents[0].info.run_id}'")

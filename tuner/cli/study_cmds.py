@@ -16,7 +16,6 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.syntax import Syntax
 
 EXIT_INTERRUPTED = {signal.SIGINT: 130, signal.SIGTERM: 143}
 
@@ -99,7 +98,7 @@ def _run_and_report(exp: Any, console: Console, *, n_trials: int | None, timeout
 
     _quiet_libraries()
     for warning in exp.warnings:
-        console.print(f"[yellow]warning:[/] {warning}")
+        console.print(f"[yellow]warning:[/] {warning}", soft_wrap=True)
     stop = StopFlag()
     with graceful_signals(stop, console) as received, RichProgress(console, objective=exp.objective.metric) as progress:
         summary = run_experiment(exp, n_trials=n_trials, timeout=timeout, stop=stop, observer=progress,
@@ -119,7 +118,7 @@ def _print_summary(console: Console, exp: Any, summary: Any) -> None:
 
     maximize = exp.objective.direction == "maximize"
     for warning in summary.warnings:
-        console.print(f"[yellow]warning:[/] {warning}")
+        console.print(f"[yellow]warning:[/] {warning}", soft_wrap=True)
     result = summary.result
     states: dict[str, int] = {}
     for o in result.ran:
@@ -130,10 +129,14 @@ def _print_summary(console: Console, exp: Any, summary: Any) -> None:
     console.print(
         f"[bold]study {summary.study_name}[/]: this run {ran}"
         + (f" ({cached} from the result cache)" if cached else "")
-        + f" in {fmt_duration(result.elapsed_s)}, stopped by {result.stopped_by}; {summary.n_trials_total} trials in total"
+        + f" in {fmt_duration(result.elapsed_s)}, stopped by {result.stopped_by}; {summary.n_trials_total} trials in total",
+        soft_wrap=True,
     )
+    if not result.ran and result.stopped_by == "n_trials":
+        console.print(f"the study already has the experiment's n_trials ({exp.n_trials}); "
+                      "pass --n-trials N to run N more", soft_wrap=True)
     if summary.restored:
-        console.print(f"original config restored: {', '.join(map(str, summary.restored))}")
+        console.print(f"original config restored: {', '.join(map(str, summary.restored))}", soft_wrap=True)
     frame = A.trials_frame(load_study(exp).get_trials(deepcopy=False))
     if summary.best is None:
         console.print("[yellow]no feasible trial yet[/] (constraints: "
@@ -279,16 +282,35 @@ def apply_command(
     if not plan.changes:
         console.print("the config files already hold this trial's values; nothing to apply")
         return
-    console.print(Syntax(plan.diff, "diff", theme="ansi_dark", background_color="default"))
+    console.print(_colored_diff(plan.diff), soft_wrap=True)
     if dry_run:
         console.print("[dim]--dry-run: nothing written[/]")
         return
     result = apply_plan(plan, tolerance=tolerance, on_step=lambda s: console.print(f"[dim]{s}[/]"))
     if result.applied:
-        console.print(f"[green]{result.message}[/]")
+        console.print(f"[green]{result.message}[/]", soft_wrap=True)
         return
-    console.print(f"[red]{result.message}[/]")
+    console.print(f"[red]{result.message}[/]", soft_wrap=True)
     raise typer.Exit(1)
+
+
+def _colored_diff(diff: str) -> Any:
+    """The unified diff, whole lines (never cropped), + green and - red."""
+    from rich.text import Text
+
+    out = Text()
+    for line in diff.splitlines(keepends=True):
+        style = ""
+        if line.startswith(("+++", "---")):
+            style = "bold"
+        elif line.startswith("+"):
+            style = "green"
+        elif line.startswith("-"):
+            style = "red"
+        elif line.startswith("@@"):
+            style = "cyan"
+        out.append(line, style=style)
+    return out
 
 
 # ------------------------------------------------------------------------------ demo
@@ -309,7 +331,8 @@ def demo_command(
     _quiet_libraries()
     started = time.monotonic()
     project = find_project()
-    exp = prepare_demo(project, fresh=fresh, python=sys.executable, on_step=lambda s: console.print(f"[dim]{s}[/]"))
+    exp = prepare_demo(project, fresh=fresh, python=sys.executable,
+                       on_step=lambda s: console.print(f"[dim]{s}[/]", soft_wrap=True))
     console.print(f"[dim]set-up done in {time.monotonic() - started:.1f} s[/]")
     try:
         _run_and_report(exp, console, n_trials=n_trials, timeout=None)
