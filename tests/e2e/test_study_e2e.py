@@ -328,3 +328,32 @@ def test_bad_search_spaces_are_refused_with_one_line(demo_data: Path, tmp_path: 
     assert len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0], out.stderr
     assert "space.yaml" in lines[0]
     assert (tmp_path / "backend" / "config.yaml").read_text().count("rrf_k: 60") == 1
+
+
+def test_a_backend_that_refuses_every_config_spends_the_failure_budget(demo_data: Path, tmp_path: Path) -> None:
+    exp_path = make_project(tmp_path, demo_data, study="broken", n_trials=8)
+    space = tmp_path / "space.yaml"
+    space.write_text("params:\n  confidence.top_m: {type: int, low: 0, high: 0}   # the backend wants >= 1\n")
+    text = exp_path.read_text().replace(str(REPO / "search_space" / "reference_full.yaml"), str(space))
+    text = text.replace(f"shortlist: {REPO / 'experiments' / 'shortlist_reference.yaml'}", "baseline: false")
+    exp_path.write_text(text.replace("max_consecutive: 3", "max_consecutive: 2"))
+    config = tmp_path / "backend" / "config.yaml"
+    original = config.read_bytes()
+
+    exp = load_experiment(exp_path)
+    summary = run_experiment(exp)
+
+    assert summary.error is not None
+    assert "2 consecutive failed trials (failure_budget.max_consecutive=2)" in summary.error
+    assert "\n" not in summary.error
+    study = optuna.load_study(study_name="broken", storage=exp.storage)
+    trials = study.get_trials()
+    assert [t.state for t in trials] == [TrialState.FAIL, TrialState.FAIL]
+    for t in trials:
+        reason = t.user_attrs["fail_reason"]
+        assert reason.startswith("BackendExited: ") and "exited with code 2" in reason and "top_m" in reason
+    assert config.read_bytes() == original
+    client = MlflowClient(exp.tracking.mlflow_uri)
+    runs = client.search_runs([client.get_experiment_by_name("broken").experiment_id], "tags.`tuner.role` = 'trial'")
+    assert sorted(r.info.status for r in runs) == ["FAILED", "FAILED"]
+    assert all(r.data.tags["tuner.fail_reason"].startswith("BackendExited") for r in runs)
