@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
@@ -27,10 +27,13 @@ from tuner import analysis as A
 from tuner.errors import StudyError, TunerError
 from tuner.study import Prepared, best_feasible_trial, is_feasible, prepare
 
+if TYPE_CHECKING:
+    from tuner.experiment import Experiment
+
 
 @dataclass
 class ApplyPlan:
-    experiment: Any
+    experiment: Experiment
     prepared: Prepared
     trial_number: int
     objective: str
@@ -55,7 +58,7 @@ class ApplyResult:
     message: str = ""
 
 
-def load_study(experiment: Any) -> optuna.Study:
+def load_study(experiment: Experiment) -> optuna.Study:
     """The experiment's existing study (StudyError when it has not been run yet)."""
     try:
         return optuna.load_study(study_name=experiment.study, storage=experiment.storage)
@@ -82,7 +85,7 @@ def pick_trial(study: optuna.Study, trial_number: int | None, *, maximize: bool)
     return found
 
 
-def plan_apply(experiment: Any, *, trial_number: int | None = None) -> ApplyPlan:
+def plan_apply(experiment: Experiment, *, trial_number: int | None = None) -> ApplyPlan:
     """Render the chosen trial onto the config files as they are now (nothing written)."""
     study = load_study(experiment)
     maximize = experiment.objective.direction == "maximize"

@@ -15,7 +15,7 @@ import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import httpx
 import optuna
@@ -27,6 +27,10 @@ from tuner.result_cache import ResultCache
 from tuner.tracking import MlflowTracker, NullTracker, Tracker
 from tuner.trial import Constraint as TrialConstraint
 from tuner.trial import Bookkeeper, Objective, OnResult, OptunaArtifacts, StopFlag, TrialOutcome, TrialRunner
+
+if TYPE_CHECKING:
+    from tuner.dataset import QuerySet
+    from tuner.experiment import Experiment
 
 ATTR_ENQUEUED = "tuner.initial_trials_enqueued"
 ATTR_ARTIFACT_DIR = "tuner.artifact_dir"
@@ -363,7 +367,7 @@ class LiveEvaluator:
     """`BatchEvaluator` over the live search API (tuner.evaluation.run_batch) and the
     per-trial reports (tuner.report.write_reports)."""
 
-    def __init__(self, experiment: Any, queries: Any, qrels: Mapping[str, Mapping[str, int]], labels_fp: str) -> None:
+    def __init__(self, experiment: Experiment, queries: QuerySet, qrels: Mapping[str, Mapping[str, int]], labels_fp: str) -> None:
         self.experiment = experiment
         self.spec = experiment.evaluation
         self.queries = queries
@@ -486,17 +490,17 @@ class PatcherWriter:
 class Prepared:
     """An experiment's pieces, loaded and checked before any trial runs."""
 
-    experiment: Any
+    experiment: Experiment
     space: Any
     patcher: Any
-    queries: Any
+    queries: QuerySet
     qrels: dict[str, dict[str, int]]
     labels_fingerprint: str
     warnings: list[str]
     recovered: list[Path]
 
 
-def prepare(experiment: Any, *, recover_journal: bool = True) -> Prepared:
+def prepare(experiment: Experiment, *, recover_journal: bool = True) -> Prepared:
     """Replay a crash's journal, load the space (checked against the config files),
     the query set and the labels (imported from the experiment's label files when the
     label store has none for the dataset)."""
@@ -511,7 +515,7 @@ def prepare(experiment: Any, *, recover_journal: bool = True) -> Prepared:
     return Prepared(experiment, space, patcher, queries, qrels, labels_fp, warnings, recovered)
 
 
-def load_dataset(experiment: Any) -> tuple[Any, dict[str, dict[str, int]], str]:
+def load_dataset(experiment: Experiment) -> tuple[QuerySet, dict[str, dict[str, int]], str]:
     """The query set, its labels and the labels' fingerprint."""
     from tuner.dataset import load_queryset
     from tuner.labels import LabelStore
@@ -541,7 +545,7 @@ def initial_variants(prepared: Prepared) -> list[Variant]:
     return out
 
 
-def reporter_factory(experiment: Any, pruner: optuna.pruners.BasePruner, queries: Any) -> Any:
+def reporter_factory(experiment: Experiment, pruner: optuna.pruners.BasePruner, queries: QuerySet) -> Any:
     """Per-query intermediate values for the study's pruner (None without one)."""
     if isinstance(pruner, optuna.pruners.NopPruner):
         return None
@@ -563,7 +567,7 @@ def order_seed_for(study_seed: int | None) -> Any:
     return lambda number: random.Random(f"{study_seed}:{number}").getrandbits(32)
 
 
-def make_tracker(experiment: Any) -> Tracker:
+def make_tracker(experiment: Experiment) -> Tracker:
     if not experiment.tracking.enabled:
         return NullTracker()
     return MlflowTracker(
@@ -573,7 +577,7 @@ def make_tracker(experiment: Any) -> Tracker:
     )
 
 
-def dashboard_commands(experiment: Any) -> dict[str, str]:
+def dashboard_commands(experiment: Experiment) -> dict[str, str]:
     """Shell commands that open the two UIs on this experiment's stores."""
     paths = StudyPaths(experiment.state_dir, experiment.study)
     out = {"optuna": f"optuna-dashboard {experiment.storage} --artifact-dir {paths.artifact_dir}"}
@@ -599,7 +603,7 @@ class RunSummary:
 
 
 def run_experiment(
-    experiment: Any,
+    experiment: Experiment,
     *,
     n_trials: int | None = None,
     timeout: float | None = None,
@@ -693,17 +697,16 @@ def run_experiment(
     )
     result = RunResult(experiment.study, stale_failed=stale)
     error: str | None = None
-    status = "FINISHED"
+    status = "FAILED"  # the parent run's status unless the loop ends normally
     restored: list[Path] = []
     try:
         if n_trials != 0:
             target.start()
         result = loop.run(n_trials=n_trials, timeout=timeout)
         result.stale_failed = stale
-        if result.stopped_by == "signal":
-            status = "KILLED"
+        status = "KILLED" if result.stopped_by == "signal" else "FINISHED"
     except StudyError as exc:
-        error, status = str(exc), "FAILED"
+        error = str(exc)
     except KeyboardInterrupt:
         status = "KILLED"
         raise
