@@ -271,8 +271,7 @@ def apply_command(
     tolerance: Annotated[float, typer.Option("--tolerance", min=0.0, help=(
         "Largest |re-measured - trial| objective difference accepted before rolling back."))] = 0.01,
 ) -> None:
-    """Write the best feasible (or --trial N) config into the target's config files, check
-    it by re-evaluating, and roll back automatically when it does not reproduce."""
+    """Write the best feasible (or --trial N) config into the target; re-check it, roll back if it does not hold."""
     from tuner.apply import apply_plan, plan_apply
     from tuner.experiment import load_experiment
 
@@ -324,8 +323,7 @@ def demo_command(
     n_trials: Annotated[int | None, typer.Option("--n-trials", min=1, help=(
         "Trials to run now (default: complete the demo's 20).")) ] = None,
 ) -> None:
-    """Generate demo data, start the reference backend, run a ~20-trial study with the
-    OOS constraint, print the best feasible trial vs the baseline and the dashboards."""
+    """The demo: generated data, the reference backend, a 20-trial study with the OOS constraint."""
     import time
 
     from tuner.demo import find_project, prepare_demo
