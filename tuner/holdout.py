@@ -29,7 +29,7 @@ import hashlib
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
@@ -303,3 +303,12 @@ def _condensed_primary(result: BatchResult, ids: Sequence[str]) -> float:
     rankings = {q: [d for d in r if d in result.qrels.get(q, {})] for q, r in _scored_rankings(result, ids).items()}
     frame = scorecard.score_rankings(rankings, result.qrels, list(ids), gains=result.gains)
     return float(frame[scorecard.PRIMARY_METRIC].mean())
+
+
+def tune_split(queries: Any, config: HoldoutConfig | None) -> tuple[Any, Split | None]:
+    """The query set a study tunes on (tuner.dataset.QuerySet) and its split: the tune
+    part when the holdout is enabled, else every query and None."""
+    if config is None or not config.enabled:
+        return queries, None
+    split = split_queries(queries, config)
+    return queries.subset(query_ids=split.tune), split

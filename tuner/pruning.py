@@ -182,3 +182,37 @@ class QueryReporter:
         conf = record.get("confidence")
         has_results = int(record.get("n_results") or 0) > 0
         return has_results and conf is not None and not math.isnan(conf) and conf >= self.oos_threshold_max
+
+
+def oos_bound(constraints: Sequence[Any]) -> float | None:
+    """The tightest ``OOS_FP_Rate <= b`` among experiment constraints (None: no such constraint)."""
+    bounds = [c.bound for c in constraints if getattr(c, "metric", None) == "OOS_FP_Rate" and c.op == "<="]
+    return min(bounds) if bounds else None
+
+
+def reporter_factory(
+    pruner: optuna.pruners.BasePruner,
+    query_set: Any,
+    *,
+    objective: str = "Primary_Metric_Score",
+    constraints: Sequence[Any] = (),
+    threshold_max: float | None = None,
+    shard_size: int = 10,
+) -> Any:
+    """A ``trial -> on_result`` factory for the study (None when neither a pruner nor an
+    OOS constraint needs per-query reports). ``query_set`` is the tuned query set (its
+    ``query_ids`` and ``oos()``); ``threshold_max`` is the top of a solved
+    confidence-threshold range."""
+    mode = mode_for(pruner)
+    bound = oos_bound(constraints)
+    n_oos = len(query_set.oos())
+    if mode == "none" and (bound is None or n_oos == 0):
+        return None
+    steps = query_steps(query_set.query_ids)
+
+    def make(trial: TrialLike) -> QueryReporter:
+        budget = OOSBudget(bound, n_oos) if bound is not None and n_oos else None
+        return QueryReporter(trial, steps, mode=mode, objective=objective, shard_size=shard_size, oos=budget,
+                             oos_threshold_max=threshold_max)
+
+    return make

@@ -36,7 +36,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import pandas as pd
@@ -264,3 +264,45 @@ def _pick(table: pd.DataFrame, objective: str) -> int:
     tied = pool[np.isclose(pool[objective], best, rtol=0, atol=1e-12)]
     tied = tied[tied["violation"] == tied["violation"].min()]
     return int(tied.index[len(tied) // 2])
+
+
+# --------------------------------------------------------------------------- study wiring
+
+SOLVABLE = (CONFIDENCE_PARAM, MIN_SCORE_PARAM)
+
+
+def solvable_gates(space: Any) -> list[GateRange]:
+    """The post-retrieval params of a search space (tuner.space.SearchSpace) that can be
+    solved client-side, as gate ranges. ConfigError for a post-retrieval param that
+    cannot (e.g. confidence.top_m changes the confidence itself: sample it instead)."""
+    gates = []
+    for name in sorted(space.post_retrieval):
+        p = space[name]
+        if p.path not in SOLVABLE or p.kind != "float":
+            raise ConfigError(
+                f"{name}: post_retrieval: true, but only float {' / '.join(SOLVABLE)} can be solved from one "
+                "retrieval; remove post_retrieval from it so the sampler searches it"
+            )
+        gates.append(GateRange(p.path, p.spec.low, p.spec.high, p.spec.step))
+    return gates
+
+
+def retrieval_values(gates: Sequence[GateRange]) -> dict[str, float]:
+    """The values to write for the retrieval itself: every gate at the low end of its
+    range (the backend still returns results and confidence when it hands off, and a
+    score filter at its lowest drops nothing that another candidate would keep)."""
+    return {g.param: g.low for g in gates}
+
+
+def solve_batch(
+    batch: BatchResult,
+    gates: Sequence[GateRange],
+    *,
+    objective: str = scorecard.PRIMARY_METRIC,
+    constraints: Sequence[ConstraintLike] = (),
+    top_m: int | None = None,
+) -> ThresholdSolution:
+    """``solve`` on a batch retrieved with ``retrieval_values(gates)``."""
+    low = next((g.low for g in gates if g.param == MIN_SCORE_PARAM), 0.0)
+    return solve(Retrieval.from_batch(batch, retrieved_min_score=low, top_m=top_m), gates,
+                 objective=objective, constraints=constraints)

@@ -96,3 +96,15 @@ def test_bad_fraction_and_unknown_keys_are_rejected():
         HoldoutConfig(fraction=0.3, sed=1)
     with pytest.raises(ConfigError, match="no query to tune"):
         draw_split(make_queries({("a", "in"): 1}), fraction=0.9, seed=0)
+
+
+def test_tune_split_restricts_the_query_set_only_when_enabled():
+    from tuner.dataset import QuerySet
+    from tuner.holdout import tune_split
+
+    qs = QuerySet("d", "h", tuple(make_queries(COUNTS)))
+    same, none = tune_split(qs, HoldoutConfig(enabled=False))
+    assert same is qs and none is None
+    tuned, split = tune_split(qs, HoldoutConfig(fraction=0.25, seed=9))
+    assert tuned.query_ids == list(split.tune) and not set(tuned.query_ids) & set(split.holdout)
+    assert tuned.dataset_id == qs.dataset_id

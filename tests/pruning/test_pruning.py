@@ -174,3 +174,22 @@ def test_wilcoxon_pruner_prunes_a_clearly_worse_trial_with_per_query_reports():
     assert states == [optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED]
     assert evaluated[0] == len(ids) and evaluated[1] < len(ids) // 2
     assert study.best_trial.number == 0
+
+
+def test_reporter_factory_wires_pruner_mode_and_oos_budget():
+    from tuner.dataset import QuerySet
+    from tuner.experiment import Constraint
+    from tuner.pruning import oos_bound, reporter_factory
+
+    qs = QuerySet("d", "h", tuple([Query(f"q{i}", "t", "x", "s", "in") for i in range(6)]
+                                  + [Query(f"o{i}", "t", "x", "s", "oos") for i in range(10)]))
+    constraints = [Constraint.parse("OOS_FP_Rate <= 0.2"), Constraint.parse("OOS_FP_Rate <= 0.1"),
+                   Constraint.parse("Judged@10 >= 0.5")]
+    assert oos_bound(constraints) == 0.1 and oos_bound(constraints[2:]) is None
+    assert reporter_factory(optuna.pruners.NopPruner(), qs) is None
+    stop_only = reporter_factory(optuna.pruners.NopPruner(), qs, constraints=constraints, threshold_max=0.8)
+    reporter = stop_only(RecordingTrial())
+    assert reporter.mode == "none" and reporter.oos.budget == 1 and reporter.oos_threshold_max == 0.8
+    wilcoxon = reporter_factory(optuna.pruners.WilcoxonPruner(), qs, objective="NDCG@20")(RecordingTrial())
+    assert wilcoxon.mode == "per_query" and wilcoxon.oos is None and wilcoxon.objective == "NDCG@20"
+    assert wilcoxon.steps == query_steps(qs.query_ids)

@@ -125,3 +125,28 @@ def test_bad_gates_are_rejected():
 def test_grid_includes_both_ends():
     assert list(GateRange(CONFIDENCE_PARAM, 0.2, 0.5, 0.15).values(0.01)) == [0.2, 0.35, 0.5]
     assert list(GateRange(CONFIDENCE_PARAM, 0.2, 0.45, 0.1).values(0.01)) == [0.2, 0.3, 0.4, 0.45]
+
+
+def test_gates_come_from_the_search_space_and_solve_batch_matches_solve(tmp_path):
+    from tuner.space import load_space
+    from tuner.threshold import retrieval_values, solvable_gates, solve_batch
+
+    space_file = tmp_path / "space.yaml"
+    space_file.write_text(
+        "params:\n"
+        "  fusion.rrf_k: {type: int, low: 1, high: 100}\n"
+        "  confidence.threshold: {type: float, low: 0.2, high: 0.8, step: 0.05, post_retrieval: true}\n"
+        "  citation.min_score: {type: float, low: 0.0, high: 0.6, step: 0.1, post_retrieval: true}\n"
+    )
+    gates = solvable_gates(load_space(space_file))
+    assert {g.param: (g.low, g.high, g.step) for g in gates} == {
+        CONFIDENCE_PARAM: (0.2, 0.8, 0.05), MIN_SCORE_PARAM: (0.0, 0.6, 0.1)}
+    assert retrieval_values(gates) == {CONFIDENCE_PARAM: 0.2, MIN_SCORE_PARAM: 0.0}
+    qs, qrels, responses, failed = synthetic_batch(7)
+    batch = evaluate_responses(qs, qrels, responses, failed)
+    direct = solve(Retrieval.from_batch(batch), gates, constraints=[MaxFP(0.3)])
+    assert solve_batch(batch, gates, constraints=[MaxFP(0.3)]).values == direct.values
+
+    space_file.write_text("params:\n  confidence.top_m: {type: int, low: 1, high: 10, post_retrieval: true}\n")
+    with pytest.raises(ConfigError, match="sampler searches it"):
+        solvable_gates(load_space(space_file))
