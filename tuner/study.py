@@ -546,18 +546,14 @@ def initial_variants(prepared: Prepared) -> list[Variant]:
 
 
 def reporter_factory(experiment: Experiment, pruner: optuna.pruners.BasePruner, queries: QuerySet) -> Any:
-    """Per-query intermediate values for the study's pruner (None without one)."""
-    if isinstance(pruner, optuna.pruners.NopPruner):
-        return None
-    from tuner.pruning import QueryReporter, mode_for, query_steps
+    """The per-query callback factory of tuner.pruning: intermediate values for the
+    pruner, and the exact OOS early stop (a trial whose answered OOS queries already
+    exceed what ``OOS_FP_Rate <= b`` allows is stopped as PRUNED). None when neither
+    applies (no per-query callback then)."""
+    from tuner import pruning
 
-    mode = mode_for(pruner)
-    steps = query_steps(queries.query_ids)
-
-    def make(trial: optuna.Trial) -> OnResult:
-        return QueryReporter(trial, steps, mode=mode, objective=experiment.objective.metric)
-
-    return make
+    return pruning.reporter_factory(pruner, queries, objective=experiment.objective.metric,
+                                    constraints=experiment.constraints)
 
 
 def order_seed_for(study_seed: int | None) -> Any:

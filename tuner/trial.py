@@ -314,6 +314,10 @@ class TrialRunner:
         except optuna.TrialPruned as exc:
             self._fail(out, str(exc) or "pruned")
             out.state = "PRUNED"
+            # The OOS early stop knows a lower bound of the rate it stopped on.
+            bound = getattr(exc, "fp_rate_lower_bound", None)
+            if bound is not None:
+                trial.set_user_attr("oos_fp_rate_lower_bound", float(bound))
         except (HealthTimeout, BackendExited, TargetError, EvaluationError, TunerError) as exc:
             self._fail(out, f"{type(exc).__name__}: {exc}")
         except Exception as exc:  # a crash in a collaborator fails this trial, not the study
