@@ -25,6 +25,8 @@ build_images() {
     .ci/lib/build-image.sh backend/Dockerfile backend fusion-tuner/backend:local >/dev/null
     .ci/lib/build-image.sh docker/tools.Dockerfile docker fusion-tuner/tools:local >/dev/null
     .ci/lib/build-image.sh docker/postgres.Dockerfile docker fusion-tuner/postgres:local >/dev/null
+    # Older builds of these images, untagged by the new ones: reclaim their disk.
+    docker image prune -f --filter label=fusion-tuner.image >/dev/null
 }
 
 step "apt (docker.io, debootstrap)" apt_install docker.io debootstrap

@@ -16,3 +16,6 @@ COPY postgres-entrypoint.sh /usr/local/bin/postgres-entrypoint.sh
 EXPOSE 5432
 STOPSIGNAL SIGINT
 ENTRYPOINT ["/usr/local/bin/postgres-entrypoint.sh"]
+
+# Last, so the layers above stay cached; .ci prunes older untagged builds by it.
+LABEL fusion-tuner.image=postgres

@@ -21,3 +21,6 @@ RUN set -eu; \
     rm -rf /src
 
 WORKDIR /data
+
+# Last, so the layers above stay cached; .ci prunes older untagged builds by it.
+LABEL fusion-tuner.image=tools

@@ -15,11 +15,18 @@ apt_install() {
     local missing
     missing="$(apt_missing "$@")"
     [[ -z "$missing" ]] && return 0
-    echo "apt: installing $missing" >&2
+    local log
+    log="$(mktemp /tmp/fusion-tuner-apt.XXXXXX.log)"
+    echo "apt: installing $missing (log: $log)" >&2
     if [[ -z "${_APT_UPDATED:-}" ]]; then
-        apt-get update -qq >&2
+        apt-get update -qq >>"$log" 2>&1 || { tail -n 20 "$log" >&2; return 1; }
         _APT_UPDATED=1
     fi
     # shellcheck disable=SC2086  # word splitting of the package list is intended
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >&2
+    if ! DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >>"$log" 2>&1; then
+        echo "error: apt-get install $missing failed; last log lines:" >&2
+        tail -n 20 "$log" >&2
+        return 1
+    fi
+    rm -f "$log"
 }

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import optuna
 import pytest
-from browser_support import STUDY, DashboardProcess, alive, descendants, make_study_project
+from browser_support import STUDY, DashboardProcess, all_gone, descendants, make_study_project
 
 from tuner.dashboard import Dashboards, UiSpec, ui_specs
 from tuner.errors import ConfigError, TargetError
@@ -95,7 +95,7 @@ def test_stop_ends_each_process_group_including_a_child_that_ignores_sigterm(tmp
         assert dash.failure() is None
     finally:
         dash.stop()
-    assert [pid for pid in below if alive(pid)] == []
+    assert all_gone(below) == []
 
 
 def test_a_ui_that_dies_at_start_is_reported_with_its_exit_code_and_log(tmp_path: Path) -> None:
@@ -125,4 +125,4 @@ def test_sigterm_stops_the_real_uis_without_orphans(tmp_path: Path) -> None:
         assert len(below) >= 2
         code = dash.signal_and_wait(signal.SIGTERM)
     assert code == 0, "".join(dash.output)
-    assert [pid for pid in below if alive(pid)] == []
+    assert all_gone(below) == []

@@ -19,7 +19,7 @@ import pytest
 from browser_support import (
     STUDY,
     DashboardProcess,
-    alive,
+    all_gone,
     chromium,
     chromium_available,
     make_study_project,
@@ -161,4 +161,4 @@ def test_ctrl_c_stops_both_uis_without_orphans(dashboard: DashboardProcess) -> N
     code = dashboard.signal_and_wait(signal.SIGINT)
     assert code == 0, "".join(dashboard.output)
     assert "stopped." in "".join(dashboard.output)
-    assert [pid for pid in below if alive(pid)] == []
+    assert all_gone(below) == []
