@@ -8,7 +8,6 @@ and the original config is back (and live) at the end.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import docker

@@ -31,7 +31,8 @@ def dashboard_command(
     from tuner.dashboard import Dashboards, ui_specs
     from tuner.experiment import load_experiment
 
-    exp = load_experiment(experiment)
+    # The UIs read only the stores: the data set and backend config need not be there.
+    exp = load_experiment(experiment, check_paths=False)
     specs = ui_specs(exp, optuna_port=optuna_port, mlflow_port=mlflow_port)
     dashboards = Dashboards(specs, exp.state_dir / "dashboard")
     # SIGTERM (from a service manager or `kill`) ends the command like Ctrl-C does.
