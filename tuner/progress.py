@@ -154,7 +154,8 @@ def trial_line(outcome: TrialOutcome, objective: str) -> Text:
         if outcome.cache_hit:
             parts.append(("  cached", "dim"))
     else:
-        parts += [(f" {outcome.state} ", "yellow" if outcome.state == "PRUNED" else "red"), outcome.fail_reason or ""]
+        reason = (outcome.fail_reason or "").split(";")[0]  # the what; the full reason is on the trial
+        parts += [(f" {outcome.state} ", "yellow" if outcome.state == "PRUNED" else "red"), reason]
     parts.append((f"  {took:.1f}s", "dim"))
     return Text.assemble(*parts)
 

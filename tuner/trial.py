@@ -346,8 +346,10 @@ class TrialRunner:
         # costs about a millisecond of the event loop's time per query.
         on_result = self.reporter_factory(trial) if self.reporter_factory is not None else None
         with self._phase(out, "evaluate"):
-            result = self.evaluator.evaluate(order_seed=self.order_seed(trial.number), on_result=on_result)
-        out.phase_seconds["search"] = float(getattr(self.evaluator, "last_search_seconds", 0.0) or 0.0)
+            try:
+                result = self.evaluator.evaluate(order_seed=self.order_seed(trial.number), on_result=on_result)
+            finally:  # also for a batch stopped early (pruned, failure budget)
+                out.phase_seconds["search"] = float(getattr(self.evaluator, "last_search_seconds", 0.0) or 0.0)
         out.metrics = {k: float(v) for k, v in result.metrics.items() if _is_number(v)}
         return result
 
