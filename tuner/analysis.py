@@ -22,6 +22,7 @@ from typing import Any
 import pandas as pd
 
 from tuner.errors import StudyError
+from tuner.metrics.scorecard import PRIMARY_METRIC, PRIMARY_SCORECARD
 
 # Trial attribute names shared with tuner.trial (which writes them).
 ATTR_METRICS = "metrics"
@@ -35,18 +36,9 @@ ATTR_PHASES = "phase_seconds"
 CONSTRAINT_PREFIX = "constraint:"
 PARAM_PREFIX = "param:"
 
-SCORECARD = (
-    "NDCG@20",
-    "NDCG@50",
-    "ERR@10",
-    "Strong_Precision@10",
-    "Strong_Precision@20",
-    "Useful_Precision@50",
-    "Avg_Grade@10",
-    "Gain_Recall@20",
-    "Primary_Metric_Score",
-    "OOS_FP_Rate",
-)
+# The scorecard (tuner.metrics), its primary score and the OOS rate: the deltas the
+# run summary and the study report show.
+SCORECARD = (*PRIMARY_SCORECARD, PRIMARY_METRIC, "OOS_FP_Rate")
 
 _BASE_COLUMNS = ["number", "state", "value", "feasible", "violation", "variant", "cache_hit", "fail_reason", "duration_s"]
 

@@ -118,7 +118,8 @@ def _print_summary(console: Console, exp: Any, summary: Any) -> None:
 
     maximize = exp.objective.direction == "maximize"
     for warning in summary.warnings:
-        console.print(f"[yellow]warning:[/] {warning}", soft_wrap=True)
+        if warning not in exp.warnings:  # those were printed at the start
+            console.print(f"[yellow]warning:[/] {warning}", soft_wrap=True)
     result = summary.result
     states: dict[str, int] = {}
     for o in result.ran:
