@@ -70,8 +70,11 @@ def open_study(
 ) -> optuna.Study:
     """Create the study, or load it when one of that name exists (resume)."""
     direction = "maximize" if maximize else "minimize"
-    if isinstance(storage, str) and storage.startswith("sqlite:///"):
-        storage = sqlite_storage(storage)
+    if isinstance(storage, str):
+        from tuner.workers import sqlalchemy_url
+
+        # SQLAlchemy 2.1 sends a bare postgresql:// to psycopg 3; name the installed driver.
+        storage = sqlite_storage(storage) if storage.startswith("sqlite:///") else sqlalchemy_url(storage)
     try:
         study = optuna.create_study(
             study_name=name,
