@@ -211,3 +211,12 @@ def test_corrupt_journal_is_reported_not_applied(files: list[Path], tmp_path: Pa
 def test_missing_config_file_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="config file not found"):
         ConfigPatcher([tmp_path / "nope.yaml"])
+
+
+def test_repeated_patches_of_one_text_do_not_leak_into_each_other() -> None:
+    # patch_text caches the parsed base text; each call must patch a fresh copy of it.
+    first = patch_text(CONFIG, {"fusion.rrf_k": 175, "fallback.windows_days": [14, 120, 365]})
+    second = patch_text(CONFIG, {"fusion.method": "linear"})
+    assert plain(first)["fallback"]["windows_days"] == [14, 120, 365]
+    assert sorted(changed_lines(CONFIG, second)) == [6]
+    assert patch_text(CONFIG, {}) == CONFIG
