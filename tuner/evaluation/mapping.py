@@ -177,13 +177,35 @@ def parse_response(payload: Any, mapping: ResponseMapping, query_id: str) -> Par
             f"query {query_id}: {mapping.results_path!r} is a {type(results).__name__}, not a list; "
             "set response.results_path to the results list"
         )
-    hits = tuple(_hit(item, i, mapping, query_id) for i, item in enumerate(results))
     return ParsedResponse(
-        hits=hits,
+        hits=_hits(results, mapping, query_id),
         confidence=_number(payload, mapping.confidence, query_id),
         handoff=_flag(payload, mapping.handoff, query_id),
         fallback_level=_label(payload, mapping.fallback_level),
     )
+
+
+def _hits(results: list[Any], mapping: ResponseMapping, qid: str) -> tuple[Hit, ...]:
+    """Every hit of a results list. Parsing runs once per hit of every response, on the
+    event loop that also sends the requests, so the common shape (flat keys, a string
+    id, a float score) takes an inlined path; anything else goes through ``_hit``,
+    which holds the rules and the error messages."""
+    doc_key, score_key, title_key = mapping.doc_id, mapping.score, mapping.title
+    if "." in doc_key or (score_key is not None and "." in score_key) or (title_key is not None and "." in title_key):
+        return tuple(_hit(item, i, mapping, qid) for i, item in enumerate(results))
+    out: list[Hit] = []
+    append, isfinite = out.append, math.isfinite
+    for i, item in enumerate(results):
+        if type(item) is dict:
+            doc = item.get(doc_key)
+            score = None if score_key is None else item.get(score_key)
+            title = None if title_key is None else item.get(title_key)
+            if (type(doc) is str and (score is None or (type(score) is float and isfinite(score)))
+                    and (title is None or type(title) is str)):
+                append(Hit(doc, score, title))
+                continue
+        append(_hit(item, i, mapping, qid))
+    return tuple(out)
 
 
 def _hit(item: Any, index: int, mapping: ResponseMapping, qid: str) -> Hit:

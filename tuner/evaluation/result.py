@@ -135,54 +135,111 @@ def evaluate_responses(
     """Score collected outcomes. Every query of ``queries`` must have exactly one
     outcome (a response or a failure): EvaluationError otherwise, since a missing
     query would silently raise the average."""
-    by_id = _outcomes(queries, responses, failed)
-    qs = list(queries)
-    ids = [q.query_id for q in qs]
-    hits = {qid: (o.response.hits if isinstance(o, QueryResponse) else ()) for qid, o in by_id.items()}
-    rankings = {qid: [h.doc_id for h in hs] for qid, hs in hits.items()}
-    labels = {qid: dict(qrels[qid]) for qid in ids if qid in qrels}
+    builder = ResultBuilder(queries, qrels, gains=gains, metrics=metrics)
+    for outcome in [*responses, *failed]:
+        builder.add(outcome)
+    return builder.finish()
 
-    info = _info_frame(qs, by_id)
-    is_oos = (info["scope"] == "oos").to_numpy()
-    answered = _answered(info, is_oos)
-    info["answered"] = answered
 
-    in_ids = [qid for qid, o in zip(ids, is_oos, strict=True) if not o]
-    raw = scorecard.score_rankings({q: rankings[q] for q in in_ids}, labels, in_ids, gains=gains,
-                                   metrics=None if metrics is None else list(metrics))
-    metric_names = tuple(str(c) for c in raw.columns)
-    keep = pd.Series(answered, index=info.index).loc[in_ids].to_numpy()
-    scored = raw.mul(keep.astype(float), axis=0)  # a handed-off / failed query scores 0
+class ResultBuilder:
+    """``evaluate_responses`` one outcome at a time.
 
-    judged = pd.concat(
-        [scorecard.judged_at_k(rankings, labels, in_ids, k) for k in JUDGED_DEPTHS], axis=1
-    ) if in_ids else pd.DataFrame(columns=[f"Judged@{k}" for k in JUDGED_DEPTHS], dtype=float)
-    per_query = info.join(judged).join(scored)
+    ``add`` does the per-query work (the exchange row, the unjudged hits) as each
+    outcome arrives, so a live batch does it in the gaps while it waits for the next
+    answers; ``finish`` is left with the vectorised scoring only, which is what stands
+    between the last answer and the trial's result.
+    """
 
-    raw_primary = raw[PRIMARY].reindex(ids).to_numpy(dtype=float)
-    seen_primary = per_query[PRIMARY].to_numpy(dtype=float)
-    sweep = oos.threshold_sweep(
-        is_oos, info["confidence"].tolist(), info["n_results"].tolist(), raw_primary,
-        observed_scores=seen_primary,
-    )
-    histogram = oos.fallback_histogram(info["query_type"].tolist(), info["fallback_level"].tolist())
+    def __init__(
+        self,
+        queries: QuerySet,
+        qrels: Mapping[str, Mapping[str, int]],
+        *,
+        gains: str = "linear",
+        metrics: Sequence[str] | None = None,
+    ) -> None:
+        self.queries = queries
+        self.qrels = qrels
+        self.gains = gains
+        self.metrics = metrics
+        self._by_id: dict[str, QueryResponse | FailedQuery] = {}
+        self._rows: dict[str, dict[str, Any]] = {}
+        self._unjudged: dict[str, list[UnjudgedHit]] = {}
+        self._labels: dict[str, dict[str, int]] = {}
 
-    failures = [o for o in by_id.values() if isinstance(o, FailedQuery)]
-    summary = _scorecard(per_query, metric_names, is_oos, answered, failures)
-    return BatchResult(
-        metrics=summary,
-        per_query=per_query,
-        unjudged=_unjudged(in_ids, hits, labels),
-        threshold_sweep=sweep,
-        fallback_histogram=histogram,
-        failed=[by_id[q] for q in ids if isinstance(by_id[q], FailedQuery)],
-        queries=queries,
-        hits=hits,
-        qrels=labels,
-        gains=gains,
-        scorecard_version=str(raw.attrs.get("scorecard_version", scorecard.SCORECARD_VERSION)),
-        metric_names=metric_names,
-    )
+    def add(self, outcome: QueryResponse | FailedQuery) -> None:
+        qid = outcome.query_id
+        if qid not in self.queries:
+            raise EvaluationError(
+                f"outcome for query {qid!r}, which is not in query set {self.queries.dataset_id!r}; "
+                "evaluate against the query set the batch was run with"
+            )
+        if qid in self._by_id:
+            raise EvaluationError(f"query {qid}: two outcomes collected; each query needs exactly one")
+        self._by_id[qid] = outcome
+        query = self.queries[qid]
+        self._rows[qid] = _info_row(query, outcome)
+        if qid in self.qrels:
+            self._labels[qid] = dict(self.qrels[qid])
+        if query.scope != "oos" and isinstance(outcome, QueryResponse):
+            self._unjudged[qid] = _unjudged_of(qid, outcome.response.hits, self._labels.get(qid, {}))
+
+    def finish(self) -> BatchResult:
+        queries, gains, metrics, by_id = self.queries, self.gains, self.metrics, self._by_id
+        qs = list(queries)
+        ids = [q.query_id for q in qs]
+        missing = [q for q in ids if q not in by_id]
+        if missing:
+            raise EvaluationError(
+                f"{len(missing)} queries have no outcome (first: {', '.join(missing[:3])}); "
+                "record a FailedQuery for every query that got no response"
+            )
+        outcomes = [by_id[q] for q in ids]
+        hits = {qid: (o.response.hits if isinstance(o, QueryResponse) else ()) for qid, o in zip(ids, outcomes)}
+        labels = {qid: self._labels[qid] for qid in ids if qid in self._labels}
+
+        info = _info_frame_from_rows([self._rows[q] for q in ids], ids)
+        is_oos = (info["scope"] == "oos").to_numpy()
+        answered = _answered(info, is_oos)
+        info["answered"] = answered
+
+        in_ids = [qid for qid, o in zip(ids, is_oos, strict=True) if not o]
+        rankings = {q: [h.doc_id for h in hits[q]] for q in in_ids}
+        raw, judged = scorecard.score_rankings_with_coverage(
+            rankings, labels, in_ids, gains=gains, metrics=None if metrics is None else list(metrics),
+            judged_depths=JUDGED_DEPTHS,
+        )
+        if not in_ids:
+            judged = pd.DataFrame(columns=[f"Judged@{k}" for k in JUDGED_DEPTHS], dtype=float)
+        metric_names = tuple(str(c) for c in raw.columns)
+        keep = answered[~is_oos]
+        scored = raw.mul(keep.astype(float), axis=0)  # a handed-off / failed query scores 0
+        per_query = info.join(judged).join(scored)
+
+        raw_primary = raw[PRIMARY].reindex(ids).to_numpy(dtype=float)
+        seen_primary = per_query[PRIMARY].to_numpy(dtype=float)
+        sweep = oos.threshold_sweep(
+            is_oos, info["confidence"].tolist(), info["n_results"].tolist(), raw_primary,
+            observed_scores=seen_primary,
+        )
+        histogram = oos.fallback_histogram(info["query_type"].tolist(), info["fallback_level"].tolist())
+
+        failures = [o for o in outcomes if isinstance(o, FailedQuery)]
+        summary = _scorecard(per_query, metric_names, is_oos, answered, failures)
+        return BatchResult(
+            metrics=summary,
+            per_query=per_query,
+            unjudged=[u for q in in_ids for u in self._unjudged.get(q, ())],
+            threshold_sweep=sweep,
+            fallback_histogram=histogram,
+            failed=failures,
+            queries=queries,
+            hits=hits,
+            qrels=labels,
+            gains=gains,
+            scorecard_version=str(raw.attrs.get("scorecard_version", scorecard.SCORECARD_VERSION)),
+            metric_names=metric_names,
+        )
 
 
 def query_record(
@@ -216,28 +273,6 @@ def query_record(
 # --------------------------------------------------------------------------- helpers
 
 
-def _outcomes(
-    queries: QuerySet, responses: Iterable[QueryResponse], failed: Iterable[FailedQuery]
-) -> dict[str, QueryResponse | FailedQuery]:
-    by_id: dict[str, QueryResponse | FailedQuery] = {}
-    for outcome in [*responses, *failed]:
-        if outcome.query_id not in queries:
-            raise EvaluationError(
-                f"outcome for query {outcome.query_id!r}, which is not in query set {queries.dataset_id!r}; "
-                "evaluate against the query set the batch was run with"
-            )
-        if outcome.query_id in by_id:
-            raise EvaluationError(f"query {outcome.query_id}: two outcomes collected; each query needs exactly one")
-        by_id[outcome.query_id] = outcome
-    missing = [q for q in queries.query_ids if q not in by_id]
-    if missing:
-        raise EvaluationError(
-            f"{len(missing)} queries have no outcome (first: {', '.join(missing[:3])}); "
-            "record a FailedQuery for every query that got no response"
-        )
-    return by_id
-
-
 def _info_row(q: Query, o: QueryResponse | FailedQuery) -> dict[str, Any]:
     r = o.response if isinstance(o, QueryResponse) else None
     return {
@@ -258,10 +293,9 @@ def _info_row(q: Query, o: QueryResponse | FailedQuery) -> dict[str, Any]:
     }
 
 
-def _info_frame(qs: Sequence[Query], by_id: Mapping[str, QueryResponse | FailedQuery]) -> pd.DataFrame:
+def _info_frame_from_rows(rows: list[dict[str, Any]], ids: list[str]) -> pd.DataFrame:
     columns = [c for c in INFO_COLUMNS if c != "answered"]
-    rows = [_info_row(q, by_id[q.query_id]) for q in qs]
-    frame = pd.DataFrame.from_records(rows, columns=columns, index=pd.Index([q.query_id for q in qs], name="query_id"))
+    frame = pd.DataFrame.from_records(rows, columns=columns, index=pd.Index(ids, name="query_id"))
     frame["handoff"] = frame["handoff"].astype(object)
     frame["confidence"] = frame["confidence"].astype(float)
     return frame
@@ -305,13 +339,13 @@ def _scorecard(
     return summary
 
 
-def _unjudged(in_ids: Sequence[str], hits: Mapping[str, Sequence[Hit]], labels: Mapping[str, Mapping[str, int]]) -> list[UnjudgedHit]:
+def _unjudged_of(qid: str, hits: Sequence[Hit], judged: Mapping[str, int]) -> list[UnjudgedHit]:
+    """The returned documents of one query without a label, first occurrence only."""
     out: list[UnjudgedHit] = []
-    for qid in in_ids:
-        judged = labels.get(qid, {})
-        seen: set[str] = set()
-        for rank, h in enumerate(hits[qid], start=1):
-            if h.doc_id not in judged and h.doc_id not in seen:
-                seen.add(h.doc_id)
-                out.append(UnjudgedHit(qid, rank, h.doc_id, h.title))
+    seen: set[str] = set()
+    for rank, h in enumerate(hits, start=1):
+        doc = h.doc_id
+        if doc not in judged and doc not in seen:
+            seen.add(doc)
+            out.append(UnjudgedHit(qid, rank, doc, h.title))
     return out

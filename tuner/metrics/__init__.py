@@ -5,6 +5,7 @@ Public API (other modules code against exactly this):
 - ``score_rankings(rankings, qrels, query_ids, gains="linear", metrics=None) -> DataFrame``
 - ``aggregate(df) -> dict[str, float]`` (column means)
 - ``judged_at_k(rankings, qrels, query_ids, k) -> Series`` (coverage)
+- ``score_rankings_with_coverage(..., judged_depths=(10, 20)) -> (scores, coverage)``: both from one batch
 - ``list_metrics()``, ``PRIMARY_SCORECARD``, ``SECONDARY_METRICS``, ``SCORECARD_VERSION``
 """
 
@@ -24,6 +25,7 @@ from tuner.metrics.scorecard import (
     primary_metric_score,
     score_batch,
     score_rankings,
+    score_rankings_with_coverage,
 )
 
 __all__ = [
@@ -47,4 +49,5 @@ __all__ = [
     "resolve",
     "score_batch",
     "score_rankings",
+    "score_rankings_with_coverage",
 ]

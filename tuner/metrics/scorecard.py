@@ -82,6 +82,29 @@ def score_rankings(
     return score_batch(batch, [m.name for m in wanted])
 
 
+def score_rankings_with_coverage(
+    rankings: dict[str, list[str]],
+    qrels: dict[str, dict[str, int]],
+    query_ids: list[str],
+    gains: str = "linear",
+    metrics: list[str] | None = None,
+    judged_depths: Sequence[int] = (10, 20),
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``score_rankings`` plus ``judged_at_k`` for each of ``judged_depths``, from one
+    prepared batch (the label lookups are the costly part; this does them once).
+    Returns (scores, coverage) with the same values the separate calls return."""
+    wanted = [resolve(name) for name in (DEFAULT_METRICS if metrics is None else metrics)]
+    needed = wanted + [resolve(name) for name in PRIMARY_SCORECARD]
+    coverage = [resolve(f"Judged@{k}") for k in judged_depths]
+    batch = prepare(
+        rankings, qrels, query_ids, gains=gains,
+        depth=_deepest(needed + coverage), ideal_depth=_deepest(m for m in needed if m.family.uses_ideal),
+    )
+    index = pd.Index(batch.query_ids, name="query_id")
+    judged = pd.DataFrame({m.name: m.compute(batch) for m in coverage}, index=index)
+    return score_batch(batch, [m.name for m in wanted]), judged
+
+
 def score_batch(batch: RankingBatch, metrics: Sequence[str] | None = None) -> pd.DataFrame:
     """Like score_rankings, on an already prepared batch (e.g. prepare(max_grade=4))."""
     wanted = [resolve(name) for name in (DEFAULT_METRICS if metrics is None else metrics)]
