@@ -53,6 +53,7 @@ from pydantic import (
 
 from tuner.errors import ConfigError
 from tuner.evaluation.spec import EvalSpec
+from tuner.holdout import HoldoutConfig
 from tuner.yamlfile import display_path, load_model, read_yaml, to_plain
 
 __all__ = [
@@ -411,6 +412,11 @@ class ExperimentFile(_Model):
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
     shortlist: Path | list[dict[str, Any]] | None = None
     baseline: bool = True
+    # Off by default: a small query set split 70/30 tunes on too few queries to be useful.
+    holdout: HoldoutConfig = Field(
+        default_factory=lambda: HoldoutConfig(enabled=False),
+        description="Seeded tune/holdout split; the study tunes on the tune part and validates on the holdout.",
+    )
 
     @field_validator("constraints", mode="before")
     @classmethod

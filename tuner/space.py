@@ -359,10 +359,19 @@ class SearchSpace:
 
     # ---- sampling
 
-    def suggest(self, trial: optuna.trial.BaseTrial) -> Assignment:
-        """Ask ``trial`` for every active parameter; fixed values are included."""
+    def suggest(self, trial: optuna.trial.BaseTrial, *, skip_post_retrieval: bool = False) -> Assignment:
+        """Ask ``trial`` for every active parameter; fixed values are included.
+
+        With ``skip_post_retrieval`` the post-retrieval params are left out (the trial
+        runner solves them from the retrieval, tuner.threshold) unless the trial was
+        queued with a value for them: the baseline and a shortlist variant that names
+        a threshold are measured at that value, not at a solved one.
+        """
+        queued = _queued_params(trial) if skip_post_retrieval else {}
         out: Assignment = {}
         for p in self.params:
+            if skip_post_retrieval and p.spec.post_retrieval and p.name not in queued:
+                continue
             if self.active(p.name, out):
                 out[p.name] = _suggest(trial, p)
         return out
@@ -586,6 +595,14 @@ def _widened(dist: BaseDistribution, value: Any) -> BaseDistribution:
             return IntDistribution(int(low), int(high), log=dist.log, step=dist.step)
         return FloatDistribution(low, high, log=dist.log, step=dist.step)
     return dist
+
+
+def _queued_params(trial: optuna.trial.BaseTrial) -> Mapping[str, Any]:
+    """The params ``study.enqueue_trial`` fixed for ``trial`` (an optuna.Trial); empty otherwise."""
+    storage, trial_id = getattr(trial, "storage", None), getattr(trial, "_trial_id", None)
+    if storage is None or trial_id is None:
+        return {}
+    return storage.get_trial_system_attrs(trial_id).get("fixed_params") or {}
 
 
 def _suggest_one(trial: optuna.trial.BaseTrial, name: str, dist: BaseDistribution) -> Any:

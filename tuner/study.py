@@ -8,6 +8,7 @@ files, backends or MLflow; `run_experiment` (below) wires it to an experiment fi
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import time
@@ -31,6 +32,8 @@ from tuner.trial import Bookkeeper, Objective, OnResult, OptunaArtifacts, StopFl
 if TYPE_CHECKING:
     from tuner.dataset import QuerySet
     from tuner.experiment import Experiment
+    from tuner.holdout import Split
+    from tuner.threshold import GateRange
 
 ATTR_ENQUEUED = "tuner.initial_trials_enqueued"
 ATTR_ARTIFACT_DIR = "tuner.artifact_dir"
@@ -375,7 +378,10 @@ class LiveEvaluator:
         self.spec = experiment.evaluation
         self.queries = queries
         self.qrels = qrels
-        self.dataset_hash = str(queries.content_hash)
+        # A subset (the tune split) shares its parent's content hash; its query ids keep
+        # its cached results apart from the whole set's.
+        ids = hashlib.sha256("\n".join(queries.query_ids).encode()).hexdigest()[:16]
+        self.dataset_hash = f"{queries.content_hash}:{ids}"
         self.labels_fingerprint = labels_fp
         self.spec_fingerprint = spec_fingerprint(self.spec)
         self.last_search_seconds = 0.0
@@ -501,21 +507,31 @@ class Prepared:
     labels_fingerprint: str
     warnings: list[str]
     recovered: list[Path]
+    # ``queries`` is what the study tunes on: the tune part when the holdout is enabled.
+    all_queries: QuerySet | None = None
+    split: Split | None = None
+    gates: dict[str, GateRange] = field(default_factory=dict)  # post-retrieval param -> its range, solved per trial
 
 
 def prepare(experiment: Experiment, *, recover_journal: bool = True) -> Prepared:
     """Replay a crash's journal, load the space (checked against the config files),
     the query set and the labels (imported from the experiment's label files when the
-    label store has none for the dataset)."""
+    label store has none for the dataset), and split off the holdout queries."""
     from tuner.configpatch import ConfigPatcher, recover
+    from tuner.holdout import tune_split
     from tuner.space import load_space
+    from tuner.threshold import solvable_gates
 
     recovered = recover(experiment.journal_path) if recover_journal else []
     space = load_space(experiment.search_space, experiment.target.config_files)
+    # ConfigError now, not after the first trial; solvable_gates goes in sorted name order.
+    gates = dict(zip(sorted(space.post_retrieval), solvable_gates(space), strict=True))
     patcher = ConfigPatcher(experiment.target.config_files, journal_path=experiment.journal_path)
     warnings = list(experiment.warnings) + space.validate_against(patcher.documents(), patcher.names)
-    queries, qrels, labels_fp = load_dataset(experiment)
-    return Prepared(experiment, space, patcher, queries, qrels, labels_fp, warnings, recovered)
+    all_queries, qrels, labels_fp = load_dataset(experiment)
+    queries, split = tune_split(all_queries, experiment.holdout)
+    return Prepared(experiment, space, patcher, queries, qrels, labels_fp, warnings, recovered,
+                    all_queries=all_queries, split=split, gates=gates)
 
 
 def load_dataset(experiment: Experiment) -> tuple[QuerySet, dict[str, dict[str, int]], str]:
@@ -548,15 +564,75 @@ def initial_variants(prepared: Prepared) -> list[Variant]:
     return out
 
 
-def reporter_factory(experiment: Experiment, pruner: optuna.pruners.BasePruner, queries: QuerySet) -> Any:
+def reporter_factory(
+    experiment: Experiment, pruner: optuna.pruners.BasePruner, queries: QuerySet,
+    gates: Mapping[str, GateRange] | None = None,
+) -> Any:
     """The per-query callback factory of tuner.pruning: intermediate values for the
     pruner, and the exact OOS early stop (a trial whose answered OOS queries already
     exceed what ``OOS_FP_Rate <= b`` allows is stopped as PRUNED). None when neither
-    applies (no per-query callback then)."""
-    from tuner import pruning
+    applies (no per-query callback then).
 
+    With a solved confidence threshold an OOS query counts as answered only when it
+    would be at the top of the range. A solved citation minimum can empty a result
+    list, which the per-query row at the retrieval's minimum cannot show, so the OOS
+    early stop is off then (it could stop a trial that a higher minimum makes feasible).
+    """
+    from tuner import pruning
+    from tuner.threshold import CONFIDENCE_PARAM, MIN_SCORE_PARAM
+
+    by_path = {g.param: g for g in (gates or {}).values()}
+    constraints = () if MIN_SCORE_PARAM in by_path else experiment.constraints
+    top = by_path[CONFIDENCE_PARAM].high if CONFIDENCE_PARAM in by_path else None
     return pruning.reporter_factory(pruner, queries, objective=experiment.objective.metric,
-                                    constraints=experiment.constraints)
+                                    constraints=constraints, threshold_max=top)
+
+
+def build_runner(
+    prepared: Prepared,
+    study: optuna.Study,
+    *,
+    target: Any,
+    wait_healthy: Any,
+    stop: StopFlag,
+    use_cache: bool = True,
+    tracker: Tracker | None = None,
+    artifacts: OptunaArtifacts | None = None,
+    bookkeeper: Bookkeeper | None = None,
+    on_phase: Any = None,
+) -> TrialRunner:
+    """The trial runner of an experiment (shared by `tuner run` and `tuner worker`):
+    the live evaluator on the tune queries, objective and constraints, result cache,
+    per-query pruning callback and the post-retrieval gates solved per trial."""
+    exp = prepared.experiment
+    paths = StudyPaths(exp.state_dir, exp.study)
+    maximize = exp.objective.direction == "maximize"
+    gates = prepared.gates
+    extra: dict[str, Any] = {}
+    if bookkeeper is not None:
+        extra["bookkeeper"] = bookkeeper
+    if on_phase is not None:
+        extra["on_phase"] = on_phase
+    return TrialRunner(
+        study_name=exp.study,
+        space=prepared.space,
+        writer=PatcherWriter(prepared.space, prepared.patcher),
+        target=target,
+        wait_healthy=wait_healthy,
+        evaluator=LiveEvaluator(exp, prepared.queries, prepared.qrels, prepared.labels_fingerprint),
+        trials_dir=paths.trials_dir,
+        objective=Objective(exp.objective.metric, maximize),
+        constraints=[TrialConstraint(c.name, c.violation) for c in exp.constraints],
+        cache=ResultCache(paths.cache_path) if use_cache else None,
+        tracker=tracker,
+        artifacts=artifacts,
+        stop=stop,
+        project_dir=exp.project_root,
+        reporter_factory=reporter_factory(exp, study.pruner, prepared.queries, gates),
+        order_seed=order_seed_for(exp.sampler.seed),
+        gates=gates,
+        **extra,
+    )
 
 
 def order_seed_for(study_seed: int | None) -> Any:
@@ -599,6 +675,7 @@ class RunSummary:
     recovered: list[Path]
     restored: list[Path]
     error: str | None = None
+    holdout: Any = None  # tuner.validate.HoldoutRun, when the holdout is enabled and a best trial exists
 
 
 def run_experiment(
@@ -639,6 +716,10 @@ def run_experiment(
     study.set_user_attr(ATTR_ARTIFACT_DIR, str(paths.artifact_dir))
     study.set_user_attr(ATTR_OBJECTIVE, experiment.objective.metric)
     study.set_user_attr(ATTR_CONSTRAINTS, [c.name for c in experiment.constraints])
+    if prepared.split is not None:
+        from tuner.validate import record_split
+
+        record_split(study, prepared.split)
     stale = fail_stale_trials(study)
     enqueue_initial(study, initial_variants(prepared))
     if n_trials is None:
@@ -665,26 +746,11 @@ def run_experiment(
         wait_healthy(health.url, deadline_s=health.deadline_s, target=target, interval_s=health.interval_s,
                      max_interval_s=max(health.interval_s, 0.25))
 
-    writer = PatcherWriter(prepared.space, prepared.patcher)
-    runner = TrialRunner(
-        study_name=experiment.study,
-        space=prepared.space,
-        writer=writer,
-        target=target,
-        wait_healthy=wait,
-        evaluator=LiveEvaluator(experiment, prepared.queries, prepared.qrels, prepared.labels_fingerprint),
-        trials_dir=paths.trials_dir,
-        objective=Objective(experiment.objective.metric, maximize),
-        constraints=[TrialConstraint(c.name, c.violation) for c in experiment.constraints],
-        cache=ResultCache(paths.cache_path) if use_cache else None,
-        tracker=tracker,
+    runner = build_runner(
+        prepared, study, target=target, wait_healthy=wait, stop=stop, use_cache=use_cache, tracker=tracker,
         artifacts=OptunaArtifacts(paths.artifact_dir),
         bookkeeper=Bookkeeper(threaded=True, on_error=lambda msg: observer.note(f"warning: {msg}")),
-        stop=stop,
         on_phase=observer.phase,
-        project_dir=experiment.project_root,
-        reporter_factory=reporter_factory(experiment, study.pruner, prepared.queries),
-        order_seed=order_seed_for(experiment.sampler.seed),
     )
     loop = StudyLoop(
         study,
@@ -729,7 +795,23 @@ def run_experiment(
         restored=restored,
         error=error,
     )
+    if prepared.split is not None and summary.best is not None and error is None and result.stopped_by != "signal":
+        summary.holdout = _validate(experiment, summary, observer)
     return summary
+
+
+def _validate(experiment: Experiment, summary: RunSummary, observer: StudyObserver) -> Any:
+    """The holdout validation at the end of a run; a failure is a warning (the study
+    itself is fine, and `tuner validate` can be run again)."""
+    from tuner.errors import TunerError
+    from tuner.validate import validate_holdout
+
+    observer.note("validating baseline and best trial on the holdout queries")
+    try:
+        return validate_holdout(experiment, on_step=observer.note)
+    except TunerError as exc:
+        summary.warnings.append(f"holdout validation failed: {exc}; run `tuner validate {experiment.source}` again")
+        return None
 
 
 def _restore(prepared: Prepared, touched: bool, target: Any, wait: Any, observer: StudyObserver) -> list[Path]:

@@ -37,10 +37,14 @@ import optuna
 
 from tuner import analysis as A
 from tuner.errors import BackendExited, EvaluationError, HealthTimeout, TargetError, TunerError
+from tuner.report.atomic import atomic_write_text
 from tuner.result_cache import CachedResult, ResultCache, cache_key
 from tuner.tracking import TAG_CACHE_HIT, Tracker, TrialRecord
 
-Phase = Literal["suggest", "render", "cache", "patch", "restart", "health", "evaluate", "complete", "record"]
+Phase = Literal["suggest", "render", "cache", "patch", "restart", "health", "evaluate", "solve", "complete", "record"]
+SOLVED_PREFIX = "solved."  # metrics holding a solved gate's value and the sweep's counts
+SWEEP_REPORT = "threshold_sweep_csv"  # TrialOutcome.reports key of the sweep table
+SWEEP_FILE = "threshold_sweep.csv"
 LEGACY_CONSTRAINTS_ATTR = "constraints"  # the system attr optuna-dashboard 0.21 reads
 OnResult = Callable[[str, Mapping[str, Any]], None]
 
@@ -239,6 +243,7 @@ class _Pending:
     result: Any
     run_id: Future[Any] | None
     artifacts: dict[str, str]  # artifact id -> file it holds
+    sweep: Any = None  # the threshold sweep table (pandas), when gates were solved
 
 
 @dataclass
@@ -271,36 +276,55 @@ class TrialRunner:
     background_seconds: dict[int, dict[str, float]] = field(default_factory=dict)
     # Whether any trial wrote a config (the backend then needs a restart on the original).
     touched_backend: bool = False
+    # Post-retrieval params solved from each trial's retrieval (param name ->
+    # tuner.threshold.GateRange); empty: every param is sampled.
+    gates: Mapping[str, Any] = field(default_factory=dict)
 
     def run(self, trial: optuna.Trial) -> TrialOutcome:
         """Run ``trial``; sets its user attrs and constraints; does not call ``tell``."""
         out = TrialOutcome(number=trial.number, state="FAIL")
         texts: dict[Path, str] = {}
         result: Any = None
+        sweep: Any = None
         run_id: Future[Any] | None = None
         try:
             with self._phase(out, "suggest"):
-                out.assignment = dict(self.space.suggest(trial))
+                if self.gates:
+                    out.assignment = dict(self.space.suggest(trial, skip_post_retrieval=True))  # type: ignore[call-arg]
+                else:
+                    out.assignment = dict(self.space.suggest(trial))
+                solving = {n: g for n, g in self.gates.items() if n not in out.assignment}
                 trial.set_user_attr(A.ATTR_ASSIGNMENT, _jsonable(out.assignment))
             if self.tracker is not None:
                 run_id = self.bookkeeper.submit("MLflow run", self.tracker.start_trial, trial.number, out.assignment)
             with self._phase(out, "render"):
-                texts = self.writer.render(out.assignment)
+                # The retrieval runs with every solved gate at the low end of its range, so
+                # the backend gates nothing away that another candidate value would keep.
+                texts = self.writer.render({**out.assignment, **{n: g.low for n, g in solving.items()}})
             with self._phase(out, "cache"):
-                key = self._cache_key(texts)
+                key = self._cache_key(texts, solving)
                 cached = self.cache.get(key) if self.cache is not None else None
             if cached is not None:
                 out.cache_hit = True
                 out.metrics = dict(cached.metrics)
                 out.reports = dict(cached.reports)
+                out.assignment.update({n: out.metrics[SOLVED_PREFIX + n] for n in solving})
                 trial.set_user_attr("cached_from_trial", cached.source_trial)
             else:
                 result = self._measure(trial, out, texts)
+                if solving:
+                    with self._phase(out, "solve"):
+                        sweep = self._solve(out, result, solving)
+            if solving:
+                texts = self.writer.render(out.assignment)  # the snapshot shows the solved values
+                trial.set_user_attr(A.ATTR_ASSIGNMENT, _jsonable(out.assignment))
             with self._phase(out, "complete"):
                 self._complete(trial, out)
                 if cached is None and result is not None:
                     paths = self.evaluator.report_paths(result, self._dir(trial.number))
                     out.reports = {k: str(v) for k, v in paths.items()}
+                    if sweep is not None:
+                        out.reports[SWEEP_REPORT] = str(self._dir(trial.number) / SWEEP_FILE)
                     if self.cache is not None:
                         self.cache.put(key, CachedResult(out.metrics, out.reports, trial.number, self.study_name))
         except KeyboardInterrupt:
@@ -322,7 +346,7 @@ class TrialRunner:
             self._fail(out, f"{type(exc).__name__}: {exc}")
         except Exception as exc:  # a crash in a collaborator fails this trial, not the study
             self._fail(out, f"crash: {type(exc).__name__}: {exc}")
-        self._record(trial, out, texts, result, run_id)
+        self._record(trial, out, texts, result, run_id, sweep)
         return out
 
     def flush(self) -> None:
@@ -352,6 +376,22 @@ class TrialRunner:
                 out.phase_seconds["search"] = float(getattr(self.evaluator, "last_search_seconds", 0.0) or 0.0)
         out.metrics = {k: float(v) for k, v in result.metrics.items() if _is_number(v)}
         return result
+
+    def _solve(self, out: TrialOutcome, result: Any, solving: Mapping[str, Any]) -> Any:
+        """Pick the solved gate values from the retrieval; the trial's metrics become the
+        batch metrics overridden by what the gates at those values score. Returns the sweep."""
+        from tuner.threshold import solve_batch
+
+        sol = solve_batch(result, list(solving.values()), objective=self.objective.metric,
+                          constraints=self.constraints)
+        by_path = {g.param: name for name, g in solving.items()}
+        solved = {by_path[path]: value for path, value in sol.values.items()}
+        out.assignment.update(solved)
+        counts = {f"{SOLVED_PREFIX}{k}": v for k, v in sol.metrics.items() if k.startswith("n_")}
+        out.metrics.update({k: v for k, v in sol.metrics.items() if not k.startswith("n_")})
+        # Kept in the metrics too, so a cache hit restores the solved values.
+        out.metrics.update(counts | {SOLVED_PREFIX + n: float(v) for n, v in solved.items()})
+        return sol.table
 
     def _complete(self, trial: optuna.Trial, out: TrialOutcome) -> None:
         if self.objective.metric not in out.metrics:
@@ -384,15 +424,17 @@ class TrialRunner:
         out.fail_reason = reason.splitlines()[0] if reason else "unknown failure"
 
     def _record(
-        self, trial: optuna.Trial, out: TrialOutcome, texts: dict[Path, str], result: Any, run_id: Future[Any] | None
+        self, trial: optuna.Trial, out: TrialOutcome, texts: dict[Path, str], result: Any,
+        run_id: Future[Any] | None, sweep: Any = None,
     ) -> None:
         """Everything ``tell`` must find on the trial, then queue the bookkeeping."""
         started = time.perf_counter()
-        self._record_attrs(trial, out, texts, result, run_id)
+        self._record_attrs(trial, out, texts, result, run_id, sweep)
         out.phase_seconds["record"] = time.perf_counter() - started
 
     def _record_attrs(
-        self, trial: optuna.Trial, out: TrialOutcome, texts: dict[Path, str], result: Any, run_id: Future[Any] | None
+        self, trial: optuna.Trial, out: TrialOutcome, texts: dict[Path, str], result: Any,
+        run_id: Future[Any] | None, sweep: Any = None,
     ) -> None:
         attrs: dict[str, Any] = {
             A.ATTR_METRICS: out.metrics,
@@ -414,9 +456,10 @@ class TrialRunner:
         artifacts: dict[str, str] = {}
         if self.artifacts is not None and out.state == "COMPLETE":
             files = [self._dir(trial.number) / Path(n).name for n in self._named_texts(texts)]
-            files += [Path(out.reports[k]) for k in ("json", "markdown") if k in out.reports]
+            files += [Path(out.reports[k]) for k in ("json", "markdown", SWEEP_REPORT) if k in out.reports]
             artifacts = {self.artifacts.register(trial, f.name): str(f) for f in files}
-        pending = _Pending(trial.number, out, texts, result, run_id, artifacts)
+        pending = _Pending(trial.number, out, texts, result, run_id, artifacts,
+                           sweep if out.state == "COMPLETE" else None)
         self.bookkeeper.submit(f"bookkeeping of trial #{trial.number}", self._finish, pending)
 
     def _finish(self, p: _Pending) -> None:
@@ -432,6 +475,9 @@ class TrialRunner:
         if p.result is not None and out.state == "COMPLETE":
             context = {"study": self.study_name, "trial": p.number, "assignment": _jsonable(out.assignment)}
             self.evaluator.write_reports(p.result, trial_dir, context=context, config_snapshot=self._snapshot(p.texts))
+        if p.sweep is not None:
+            trial_dir.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(trial_dir / SWEEP_FILE, p.sweep.to_csv(index=False))
         if self.artifacts is not None:
             for artifact_id, path in p.artifacts.items():
                 if Path(path).is_file():
@@ -489,12 +535,18 @@ class TrialRunner:
                 pass
         return p.as_posix()
 
-    def _cache_key(self, texts: Mapping[Path, str]) -> str:
+    def _cache_key(self, texts: Mapping[Path, str], solving: Mapping[str, Any] | None = None) -> str:
+        spec = self.evaluator.spec_fingerprint
+        if solving:
+            # A solved result also depends on the gate grids, the objective and the constraints.
+            spec += json.dumps({"solve": {n: [g.low, g.high, g.step] for n, g in sorted(solving.items())},
+                                "objective": self.objective.metric,
+                                "constraints": [c.name for c in self.constraints]}, sort_keys=True)
         return cache_key(
             self._named_texts(texts),
             dataset_hash=self.evaluator.dataset_hash,
             labels_fingerprint=self.evaluator.labels_fingerprint,
-            eval_spec_json=self.evaluator.spec_fingerprint,
+            eval_spec_json=spec,
         )
 
     def _snapshot(self, texts: Mapping[Path, str]) -> str:

@@ -69,9 +69,10 @@ def validate_holdout(
         raise StudyError(f"study {experiment.study!r} has no baseline trial; set baseline: true and run it first")
     exp = experiment.bind_port()
     prepared = prepare(exp)
-    split = split_queries(prepared.queries, holdout)
+    all_queries = prepared.all_queries if prepared.all_queries is not None else prepared.queries
+    split = split_queries(all_queries, holdout)
     _check_same_split(study.user_attrs.get(ATTR_HOLDOUT), split)
-    queries = prepared.queries.subset(query_ids=split.holdout)
+    queries = all_queries.subset(query_ids=split.holdout)
     evaluator = LiveEvaluator(exp, queries, prepared.qrels, prepared.labels_fingerprint)
     target = make_target(exp.target, exp.state_dir)
     health = exp.target.health

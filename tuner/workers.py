@@ -490,10 +490,8 @@ def run_replica(
     killed."""
     from tuner import study as S
     from tuner.health import wait_healthy
-    from tuner.result_cache import ResultCache
     from tuner.targets.factory import make_target
-    from tuner.trial import Constraint as TrialConstraint
-    from tuner.trial import Objective, StopFlag, TrialRunner
+    from tuner.trial import StopFlag
 
     check_storage(experiment.storage, n_workers=2)
     settings = settings or WorkerSettings()
@@ -505,8 +503,11 @@ def run_replica(
                          pruner=exp.pruner.create(), objective_metric=exp.objective.metric, maximize=maximize)
     study.set_user_attr(S.ATTR_OBJECTIVE, exp.objective.metric)
     study.set_user_attr(S.ATTR_CONSTRAINTS, [c.name for c in exp.constraints])
+    if prepared.split is not None:
+        from tuner.validate import record_split
+
+        record_split(study, prepared.split)
     enqueue_once(study, lambda s: S.enqueue_initial(s, S.initial_variants(prepared)))
-    paths = S.StudyPaths(exp.state_dir, exp.study)
     target = PidRecordingTarget(make_target(exp.target, exp.state_dir), replica.pid_file)
     health = exp.target.health
 
@@ -514,16 +515,7 @@ def run_replica(
         wait_healthy(health.url, deadline_s=health.deadline_s, target=target, interval_s=health.interval_s,
                      max_interval_s=max(health.interval_s, 0.25))
 
-    runner = TrialRunner(
-        study_name=exp.study, space=prepared.space, writer=S.PatcherWriter(prepared.space, prepared.patcher),
-        target=target, wait_healthy=wait,
-        evaluator=S.LiveEvaluator(exp, prepared.queries, prepared.qrels, prepared.labels_fingerprint),
-        trials_dir=paths.trials_dir, objective=Objective(exp.objective.metric, maximize),
-        constraints=[TrialConstraint(c.name, c.violation) for c in exp.constraints],
-        cache=ResultCache(paths.cache_path), stop=stop, project_dir=exp.project_root,
-        reporter_factory=S.reporter_factory(exp, study.pruner, prepared.queries),
-        order_seed=S.order_seed_for(exp.sampler.seed),
-    )
+    runner = S.build_runner(prepared, study, target=target, wait_healthy=wait, stop=stop)
     reaper = start_reaper(replica.pid_file, exp.journal_path)
     stop_event = _StopEvent(stop)
     restored: list[Path] = []

@@ -33,6 +33,9 @@ from tuner.study import StudyObserver, best_feasible_trial, run_experiment
 from tuner.tracking import TAG_ROLE, TAG_STUDY, TAG_TRIAL
 
 REPO = Path(__file__).resolve().parents[2]
+# The low ends of the post-retrieval ranges in search_space/reference_full.yaml.
+GATE_LOW = {"confidence.threshold": 0.0, "citation.min_score": 0.0}
+SOLVE_TOLERANCE = 0.01
 PYTHON = sys.executable
 N_IN_SCOPE = 100  # a subset keeps a trial around a second; every OOS query is kept
 
@@ -135,10 +138,20 @@ def test_every_trial_config_took_effect_in_the_backend(study_run: dict[str, Any]
     assert [t.user_attrs["variant"] for t in trials][:2] == ["baseline", "rrf-k20-bm25-heavy"]
     seen = study_run["probe"].seen
     assert sorted(seen) == [0, 1, 2, 3, 4]
+    solved_trials = set()
     for t in trials:
         assignment = t.user_attrs["assignment"]
         for path, wanted in assignment.items():
-            assert _same(get_path(seen[t.number], path), wanted), (t.number, path, wanted)
+            if (solved := t.user_attrs["metrics"].get(f"solved.{path}")) is not None:
+                # A solved gate: the retrieval ran at the low end of its range, the trial
+                # records the value the solver picked.
+                solved_trials.add(t.number)
+                assert wanted == solved and _same(get_path(seen[t.number], path), GATE_LOW[path]), (t.number, path)
+            else:
+                assert _same(get_path(seen[t.number], path), wanted), (t.number, path, wanted)
+    # The baseline and the strict-gate variant were queued with their gate values (measured
+    # as given); the three fusion-only variants leave the gates to the solver.
+    assert solved_trials == {1, 2, 3}
     # Trial 1 really changed the backend (not only the file): RRF k 20 instead of 60.
     assert seen[0]["fusion"]["rrf_k"] == 60 and seen[1]["fusion"]["rrf_k"] == 20
 
@@ -157,16 +170,46 @@ def test_best_trial_is_feasible_and_constraints_are_recorded_both_ways(study_run
         rate = t.user_attrs["metrics"]["OOS_FP_Rate"]
         assert t.system_attrs["constraints:OOS_FP_Rate <= 0.1"] == pytest.approx(rate - 0.10)
         assert t.system_attrs["constraints"] == [pytest.approx(rate - 0.10)]
-    # The OOS early stop ends a trial as PRUNED once its answered OOS queries exceed the
-    # budget of OOS_FP_Rate <= 0.10: such a trial can no longer be feasible.
-    pruned = [t for t in trials if t.state == TrialState.PRUNED]
-    assert pruned  # the dense-heavy shortlist variant answers most OOS queries
-    for t in pruned:
-        assert t.user_attrs["fail_reason"].startswith("OOS early stop")
-        assert t.user_attrs["oos_fp_rate_lower_bound"] > 0.10
+    # The space solves citation.min_score, which can empty a result list after the fact,
+    # so the per-query OOS early stop is off (it could stop a trial a higher minimum
+    # makes feasible): nothing is pruned, and the dense-heavy variant that answers most
+    # OOS queries at the retrieval's gates is made feasible by its solved threshold.
+    assert not [t for t in trials if t.state == TrialState.PRUNED]
+    dense = next(t for t in trials if t.user_attrs["variant"] == "rrf-k60-dense-heavy")
+    assert dense.state == TrialState.COMPLETE and "solved.confidence.threshold" in dense.user_attrs["metrics"]
     assert best.user_attrs["metrics"]["OOS_FP_Rate"] <= 0.10
     feasible_values = [t.value for t in complete if t.user_attrs["metrics"]["OOS_FP_Rate"] <= 0.10]
     assert best.value == max(feasible_values)
+
+
+def test_solved_trials_score_the_best_feasible_row_of_their_threshold_sweep(study_run: dict[str, Any]) -> None:
+    import numpy as np
+    import pandas as pd
+
+    exp, study = study_run["exp"], study_run["study"]
+    n_t, n_m = 91, 51  # the grids of [0, 0.9] and [0, 0.5] at step 0.01
+    solved = [t for t in study.get_trials(states=(TrialState.COMPLETE,))
+              if "solved.confidence.threshold" in t.user_attrs["metrics"]]
+    assert solved
+    for t in solved:
+        sweep = pd.read_csv(exp.state_dir / "trials" / "e2e" / str(t.number) / "threshold_sweep.csv")
+        assert t.user_attrs["reports"]["threshold_sweep_csv"].endswith("threshold_sweep.csv")
+        assert len(sweep) == n_t * n_m
+        assert np.isclose(sweep["confidence.threshold"].max(), 0.9)
+        feasible = sweep[sweep["OOS_FP_Rate"] <= 0.10]
+        assert len(feasible), t.number
+        assert t.value == pytest.approx(feasible["Primary_Metric_Score"].max(), abs=1e-12)
+        a = t.user_attrs["assignment"]
+        row = sweep[np.isclose(sweep["confidence.threshold"], a["confidence.threshold"])
+                    & np.isclose(sweep["citation.min_score"], a["citation.min_score"])]
+        assert len(row) == 1 and row["Primary_Metric_Score"].iloc[0] == pytest.approx(t.value, abs=1e-12)
+        assert row["OOS_FP_Rate"].iloc[0] == pytest.approx(t.user_attrs["metrics"]["OOS_FP_Rate"], abs=1e-12)
+        # The snapshot of the trial's config holds the solved values (what `tuner apply` writes).
+        written = (exp.state_dir / "trials" / "e2e" / str(t.number) / "config.yaml").read_text()
+        from ruamel.yaml import YAML
+
+        doc = YAML(typ="safe").load(written)
+        assert _same(get_path(doc, "confidence.threshold"), a["confidence.threshold"])
 
 
 def test_mlflow_holds_parent_and_child_runs_with_artifacts(study_run: dict[str, Any], tmp_path: Path) -> None:
@@ -201,7 +244,9 @@ def test_optuna_artifacts_are_listed_for_the_dashboard(study_run: dict[str, Any]
     artifact_dir = Path(study.user_attrs["tuner.artifact_dir"])
     for t in study.get_trials(states=(TrialState.COMPLETE,)):
         metas = get_all_artifact_meta(t, storage=study._storage)
-        assert sorted(m.filename for m in metas) == ["config.yaml", "report.json", "report.md"]
+        solved = "solved.confidence.threshold" in t.user_attrs["metrics"]
+        expected = ["config.yaml", "report.json", "report.md"] + (["threshold_sweep.csv"] if solved else [])
+        assert sorted(m.filename for m in metas) == sorted(expected)
         for m in metas:
             assert (artifact_dir / m.artifact_id).is_file()
 
@@ -246,6 +291,27 @@ def test_apply_keeps_a_reproduced_trial_and_rolls_back_otherwise(study_run: dict
         assert result.measured == pytest.approx(best.value, abs=1e-9)
         assert config.read_text() == expected_text and not exp.journal_path.exists()
         assert all(p.read_bytes() == original for p in result.backups)
+    finally:
+        config.write_bytes(original)
+
+
+def test_apply_of_a_solved_trial_writes_the_solved_gates_and_reproduces_its_score(study_run: dict[str, Any]) -> None:
+    exp, config, original = study_run["exp"], study_run["config"], study_run["original"]
+    solved = [t for t in study_run["study"].get_trials(states=(TrialState.COMPLETE,))
+              if "solved.confidence.threshold" in t.user_attrs["metrics"]]
+    trial = max(solved, key=lambda t: t.value)
+    try:
+        plan = plan_apply(exp, trial_number=trial.number)
+        from ruamel.yaml import YAML
+
+        doc = YAML(typ="safe").load(plan.texts[config])
+        for path in GATE_LOW:
+            assert _same(get_path(doc, path), trial.user_attrs["assignment"][path]), path
+        # The solver models the backend's gates exactly but for the fallback window of an
+        # emptied list and top_m over filtered hits (tuner.threshold); SOLVE_TOLERANCE bounds both here.
+        result = apply_plan(plan, tolerance=SOLVE_TOLERANCE)
+        assert result.applied, result.message
+        assert result.measured == pytest.approx(trial.value, abs=SOLVE_TOLERANCE)
     finally:
         config.write_bytes(original)
 
@@ -368,3 +434,36 @@ def test_a_backend_that_refuses_every_config_spends_the_failure_budget(demo_data
     runs = client.search_runs([client.get_experiment_by_name("broken").experiment_id], "tags.`tuner.role` = 'trial'")
     assert sorted(r.info.status for r in runs) == ["FAILED", "FAILED"]
     assert all(r.data.tags["tuner.fail_reason"].startswith("BackendExited") for r in runs)
+
+
+def test_a_study_with_a_holdout_tunes_without_it_and_validates_at_the_end(demo_data: Path, tmp_path: Path) -> None:
+    from tuner.holdout import split_queries
+    from tuner.dataset import load_queryset
+
+    exp_path = make_project(tmp_path, demo_data, study="held", n_trials=2)
+    exp_path.write_text(exp_path.read_text() + "holdout: {fraction: 0.3, seed: 5}\n")
+    exp = load_experiment(exp_path).bind_port()
+    summary = run_experiment(exp)
+    assert summary.error is None and summary.best is not None
+    queries = load_queryset(exp.dataset.queries, "demo")
+    split = split_queries(queries, exp.holdout)
+    study = optuna.load_study(study_name="held", storage=exp.storage)
+    recorded = study.user_attrs["tuner.holdout"]
+    assert (recorded["seed"], recorded["n_holdout"], recorded["n_tune"]) == (5, len(split.holdout), len(split.tune))
+    assert len(split.holdout) == round(0.3 * len(queries.queries))
+    # Trials saw the tune queries only.
+    for t in study.get_trials(states=(TrialState.COMPLETE,)):
+        per_query = (exp.state_dir / "trials" / "held" / str(t.number) / "report_per_query.csv").read_text()
+        ids = {line.split(",")[0] for line in per_query.splitlines()[1:]}
+        assert ids == set(split.tune), t.number
+    # The end-of-run validation compared baseline and best on the holdout queries.
+    run = summary.holdout
+    assert run is not None and run.markdown_path.is_file()
+    data = json.loads(run.json_path.read_text())
+    assert set(data["holdout_query_ids"]) == set(split.holdout)
+    assert (data["baseline_trial"], data["best_trial"]) == (summary.baseline.number, summary.best.number)
+    primary = next(m for m in data["metrics"] if m["metric"] == "Primary_Metric_Score")
+    assert primary["delta"] == pytest.approx(primary["candidate"] - primary["baseline"], abs=1e-12)
+    out = _cli("report", str(exp_path), "--out", str(tmp_path / "rep"))
+    assert out.exit_code == 0, out.output
+    assert "Holdout validation" in out.stdout and str(run.markdown_path) in out.stdout.replace("\n", "")

@@ -112,6 +112,8 @@ def test_bind_port_fills_every_port_placeholder(project: Path) -> None:
         ("constraints: ['OOS_FP_Rate < 0.1']\n", "constraints: cannot parse constraint 'OOS_FP_Rate < 0.1'"),
         ("failure_budget: {max_total: 0}\n", "failure_budget.max_total: Input should be greater than 0"),
         ("objective: {direction: up}\n", "objective.direction: Input should be 'maximize' or 'minimize'"),
+        ("holdout: {fraction: 1.5}\n", "holdout.fraction: Input should be less than 1"),
+        ("holdout: {sede: 3}\n", "holdout.sede: unknown key (did you mean seed?)"),
     ],
 )
 def test_bad_keys_are_refused_with_file_line_and_fix(project: Path, extra: str, needle: str) -> None:
@@ -262,3 +264,11 @@ def test_shipped_reference_experiment_loads(tmp_path: Path) -> None:
     assert len(exp.variants) >= 3
     for variant in exp.variants:
         assert space.params_for(variant.values)  # every shortlist variant is representable
+
+
+def test_holdout_is_off_unless_the_file_has_a_holdout_section(project: Path) -> None:
+    assert load_experiment(write_exp(project, MINIMAL)).holdout.enabled is False
+    held = load_experiment(write_exp(project, MINIMAL + "holdout: {seed: 7, fraction: 0.25}\n")).holdout
+    assert (held.enabled, held.seed, held.fraction) == (True, 7, 0.25)
+    off = load_experiment(write_exp(project, MINIMAL + "holdout: {enabled: false, seed: 7}\n")).holdout
+    assert off.enabled is False

@@ -207,6 +207,19 @@ def test_post_retrieval_flags_and_file_indices(space: SearchSpace) -> None:
     assert space.file_indices == frozenset({0})
 
 
+def test_suggest_can_leave_post_retrieval_params_to_the_solver_unless_queued(space: SearchSpace) -> None:
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    study.enqueue_trial(space.params_for({"confidence.threshold": 0.35}))
+    queued, free = study.ask(), study.ask()
+    # A queued gate value (the baseline, a shortlist variant) is measured as given ...
+    assert space.suggest(queued, skip_post_retrieval=True)["confidence.threshold"] == 0.35
+    # ... any other trial leaves it out (and Optuna records no such param).
+    assigned = space.suggest(free, skip_post_retrieval=True)
+    assert "confidence.threshold" not in assigned and "confidence.threshold" not in free.params
+    assert set(assigned) == set(space.suggest(optuna.trial.FixedTrial(free.params | {"confidence.threshold": 0.5}))) - {
+        "confidence.threshold"}
+
+
 # ---------------------------------------------------------------- validation errors
 
 

@@ -145,6 +145,8 @@ def _print_summary(console: Console, exp: Any, summary: Any) -> None:
     else:
         for table in summary_tables(frame, objective=exp.objective.metric, maximize=maximize):
             console.print(table)
+    if summary.holdout is not None:
+        _print_holdout(console, summary.holdout)
     console.print("\n[bold]dashboards[/]")
     for name, command in summary.dashboards.items():
         console.print(f"  {name:7s} {command}", soft_wrap=True)
@@ -152,6 +154,22 @@ def _print_summary(console: Console, exp: Any, summary: Any) -> None:
     console.print("\n[bold]next[/]")
     console.print(f"  tuner best {exp.source}", soft_wrap=True)
     console.print(f"  tuner apply {exp.source} --dry-run", soft_wrap=True)
+
+
+def _print_holdout(console: Console, run: Any) -> None:
+    """The end-of-study holdout check: verdict, primary delta with its interval, warnings."""
+    report = run.report
+    row = report.comparison.loc[report.primary]
+    console.print(
+        f"\n[bold]holdout[/] ({report.n_in_scope} in-scope of {report.n_queries} held-out queries, never tuned on): "
+        f"best trial #{run.best_trial} vs baseline #{run.baseline_trial} on {report.primary}: "
+        f"{row['baseline']:.4f} -> {row['candidate']:.4f} ({row['delta']:+.4f}, "
+        f"CI [{row['ci_low']:+.4f}, {row['ci_high']:+.4f}], p {row['p_value']:.3f}): {report.verdict}",
+        soft_wrap=True,
+    )
+    for warning in report.warnings:
+        console.print(f"[yellow]warning:[/] {warning}", soft_wrap=True)
+    console.print(f"  {run.markdown_path}", soft_wrap=True)
 
 
 # ------------------------------------------------------------------------------ best
@@ -260,6 +278,21 @@ def report_command(
     console.print(f"wrote {len(frame)} trials of [bold]{exp.study}[/]:")
     for p in (paths.csv, paths.markdown, paths.history_png, paths.importance_png, paths.score_vs_oos_png):
         console.print(f"  {p}", soft_wrap=True)
+    _print_holdout_link(console, exp, exp.state_dir / "reports" / exp.study)
+
+
+def _print_holdout_link(console: Console, exp: Any, folder: Path) -> None:
+    """holdout.md (written by `tuner run` with a holdout, or `tuner validate`) when present."""
+    from tuner.validate import REPORT_MD
+
+    holdout_md = folder / REPORT_MD
+    if holdout_md.is_file():
+        console.print("\n[bold]holdout validation[/]")
+        console.print(holdout_md.read_text(encoding="utf-8"), markup=False, highlight=False)
+        console.print(f"  {holdout_md}", soft_wrap=True)
+    else:
+        console.print(f"no holdout validation yet: run `tuner validate {exp.source}` (set holdout: in the experiment "
+                      "file so the study tunes without the held-out queries)", soft_wrap=True)
 
 
 # ------------------------------------------------------------------------------ apply
