@@ -23,7 +23,7 @@ from tuner.errors import FailureBudgetExceeded, ResponseMappingError
 from tuner.evaluation.client import Exchange, SearchClient
 from tuner.evaluation.mapping import PreparedRequest, decode_json, parse_response, prepare_request
 from tuner.evaluation.outcomes import FailedQuery, QueryResponse
-from tuner.evaluation.result import BatchResult, evaluate_responses, query_record
+from tuner.evaluation.result import BatchResult, ResultBuilder, evaluate_responses, query_record
 from tuner.evaluation.spec import EvalSpec
 
 #: on_result(query_id, record): record is the query's per-query row (see query_record).
@@ -77,12 +77,17 @@ async def run_batch_async(
     # Build every request first: a template error is a config error, found before any traffic.
     prepared = [prepare_request(spec, q, str(uuid.uuid4())) for q in order]
     allowed = spec.allowed_failures(len(order))
-    responses: list[QueryResponse] = []
     failed: list[FailedQuery] = []
+    # Scores each outcome as it arrives, so little is left after the last answer.
+    builder = ResultBuilder(queries, qrels, gains=spec.gains, metrics=metrics)
 
     async with SearchClient(spec, transport=transport) as client:
         async def one(q: Query, req: PreparedRequest) -> tuple[Query, QueryResponse | FailedQuery]:
-            return q, _to_outcome(await client.send(req), spec)
+            exchange = await client.send(req)
+            # Parsing holds the event loop; yield first so the request that just got
+            # this one's concurrency slot goes out before the answer is parsed.
+            await asyncio.sleep(0)
+            return q, _to_outcome(exchange, spec)
 
         tasks = [asyncio.create_task(one(q, req)) for q, req in zip(order, prepared, strict=True)]
         try:
@@ -92,8 +97,7 @@ async def run_batch_async(
                     failed.append(outcome)
                     if len(failed) > allowed:
                         raise budget_error(failed, len(order), spec)
-                else:
-                    responses.append(outcome)
+                builder.add(outcome)
                 if on_result is not None:
                     on_result(query.query_id, query_record(query, outcome, qrels, gains=spec.gains, metrics=metrics))
         finally:
@@ -101,7 +105,7 @@ async def run_batch_async(
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
 
-    return evaluate_responses(queries, qrels, responses, failed, gains=spec.gains, metrics=metrics)
+    return builder.finish()
 
 
 def _to_outcome(exchange: Exchange, spec: EvalSpec) -> QueryResponse | FailedQuery:
