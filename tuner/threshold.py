@@ -171,8 +171,11 @@ def solve(
     if MIN_SCORE_PARAM in by_name:
         values[MIN_SCORE_PARAM] = float(row[MIN_SCORE_PARAM])
     metric_cols = [c for c in table.columns if c not in (CONFIDENCE_PARAM, MIN_SCORE_PARAM, "violation")]
+    # The whole scorecard at the chosen pair, so a trial's NDCG@20 etc. match its objective
+    # (the batch's own are those of the ungated retrieval).
+    card = scorecard_at(retrieval, float(row[CONFIDENCE_PARAM]), float(row[MIN_SCORE_PARAM]))
     return ThresholdSolution(
-        values=values, objective=float(row[objective]), metrics={c: float(row[c]) for c in metric_cols},
+        values=values, objective=float(row[objective]), metrics=card | {c: float(row[c]) for c in metric_cols},
         violation=float(row["violation"]), feasible=bool(row["violation"] <= 0), table=table,
     )
 
@@ -207,6 +210,23 @@ def sweep(retrieval: Retrieval, thresholds: np.ndarray, min_scores: np.ndarray, 
     if retrieval.top_m is not None:
         frame["n_below_top_m"] = ((kept[m_flat] > 0) & (kept[m_flat] < retrieval.top_m)).sum(axis=1)
     return frame
+
+
+def scorecard_at(retrieval: Retrieval, threshold: float, min_score: float) -> dict[str, float]:
+    """Mean of every scorecard metric over the in-scope queries with the gates at
+    (threshold, min_score): a handed-off, emptied or failed query scores 0."""
+    ins = [q for q in retrieval.queries if q.scope != "oos"]
+    if not ins:
+        return {}
+    rankings: dict[str, list[str]] = {}
+    for q in ins:
+        ranking = [doc for doc, score in q.hits if math.isnan(score) or score >= min_score - _EPS]
+        conf = -math.inf if q.confidence is None else q.confidence
+        rankings[q.query_id] = [] if q.failed or conf < threshold else ranking
+    ids = [q.query_id for q in ins]
+    frame = scorecard.score_rankings(rankings, {i: dict(retrieval.qrels.get(i, {})) for i in ids}, ids,
+                                     gains=retrieval.gains)
+    return {str(c): float(frame[c].mean()) for c in frame.columns}
 
 
 def _kept_counts(qs: Sequence[QueryRetrieval], min_scores: np.ndarray) -> np.ndarray:

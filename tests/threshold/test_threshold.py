@@ -88,6 +88,11 @@ def test_sweep_and_choice_equal_brute_force(seed):
     chosen = (round(solution.values[CONFIDENCE_PARAM], 2), round(solution.values[MIN_SCORE_PARAM], 1))
     assert chosen in feasible
     assert feasible[chosen]["Primary_Metric_Score"] == pytest.approx(best, abs=1e-12)
+    # Every scorecard metric of the solution is the gated batch's at the chosen pair.
+    from tuner.metrics import DEFAULT_METRICS
+
+    for name in DEFAULT_METRICS:
+        assert solution.metrics[name] == pytest.approx(feasible[chosen][name], abs=1e-12), name
 
 
 def test_without_constraints_the_best_threshold_is_the_lowest_that_keeps_all_answers():
