@@ -252,7 +252,8 @@ def query_record(
 ) -> dict[str, Any]:
     """The per-query row for one outcome as soon as it arrives: the same values the
     final ``per_query`` frame holds for it (plus ``query_id``). For per-query
-    callbacks such as pruning; about a millisecond, so it can run for every query."""
+    callbacks such as pruning; about 0.3 ms (one prepared batch, no frames), so it can
+    run for every query."""
     row = _info_row(query, outcome)
     row["answered"] = bool(_answered_one(row, query.scope == "oos"))
     row["query_id"] = query.query_id
@@ -260,13 +261,13 @@ def query_record(
         return row
     qid = query.query_id
     ranking = {qid: [h.doc_id for h in outcome.response.hits]} if isinstance(outcome, QueryResponse) else {}
-    labels = {qid: dict(qrels[qid])} if qid in qrels else {}
-    for k in JUDGED_DEPTHS:
-        row[f"Judged@{k}"] = float(scorecard.judged_at_k(ranking, labels, [qid], k).iloc[0])
-    scores = scorecard.score_rankings(ranking, labels, [qid], gains=gains,
-                                      metrics=None if metrics is None else list(metrics))
+    labels = {qid: qrels[qid]} if qid in qrels else {}
+    # arrays, not frames: this runs on the event loop for every answer of a pruned batch
+    _, scores, judged = scorecard.score_arrays(ranking, labels, [qid], gains=gains, metrics=metrics,
+                                               judged_depths=JUDGED_DEPTHS)
+    row.update({name: float(values[0]) for name, values in judged.items()})
     keep = 1.0 if row["answered"] else 0.0
-    row.update({str(name): float(value) * keep for name, value in scores.iloc[0].items()})
+    row.update({str(name): float(values[0]) * keep for name, values in scores.items()})
     return row
 
 

@@ -6,6 +6,7 @@ Public API (other modules code against exactly this):
 - ``aggregate(df) -> dict[str, float]`` (column means)
 - ``judged_at_k(rankings, qrels, query_ids, k) -> Series`` (coverage)
 - ``score_rankings_with_coverage(..., judged_depths=(10, 20)) -> (scores, coverage)``: both from one batch
+- ``score_arrays(...) -> (batch, {metric: array}, {Judged@k: array})``: the same without frames
 - ``list_metrics()``, ``PRIMARY_SCORECARD``, ``SECONDARY_METRICS``, ``SCORECARD_VERSION``
 """
 
@@ -25,6 +26,7 @@ from tuner.metrics.scorecard import (
     primary_metric_score,
     score_batch,
     score_rankings,
+    score_arrays,
     score_rankings_with_coverage,
 )
 
@@ -49,5 +51,6 @@ __all__ = [
     "resolve",
     "score_batch",
     "score_rankings",
+    "score_arrays",
     "score_rankings_with_coverage",
 ]

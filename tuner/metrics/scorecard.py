@@ -93,6 +93,25 @@ def score_rankings_with_coverage(
     """``score_rankings`` plus ``judged_at_k`` for each of ``judged_depths``, from one
     prepared batch (the label lookups are the costly part; this does them once).
     Returns (scores, coverage) with the same values the separate calls return."""
+    batch, scores, judged = score_arrays(rankings, qrels, query_ids, gains, metrics, judged_depths)
+    index = pd.Index(batch.query_ids, name="query_id")
+    frame = pd.DataFrame(scores, index=index)
+    frame.attrs.update(gains=batch.gains, scorecard_version=SCORECARD_VERSION, max_grade=batch.max_grade)
+    return frame, pd.DataFrame(judged, index=index)
+
+
+def score_arrays(
+    rankings: Mapping[str, Sequence[str]],
+    qrels: Mapping[str, Mapping[str, int]],
+    query_ids: Sequence[str],
+    gains: str = "linear",
+    metrics: Sequence[str] | None = None,
+    judged_depths: Sequence[int] = (10, 20),
+) -> tuple[RankingBatch, dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """The arrays behind ``score_rankings_with_coverage``, without building frames:
+    (batch, {metric: per-query values, ..., Primary_Metric_Score}, {Judged@k: ...}).
+    For per-query callers (a query's row as its answer arrives) where a DataFrame
+    would cost more than the scoring."""
     wanted = [resolve(name) for name in (DEFAULT_METRICS if metrics is None else metrics)]
     needed = wanted + [resolve(name) for name in PRIMARY_SCORECARD]
     coverage = [resolve(f"Judged@{k}") for k in judged_depths]
@@ -100,24 +119,27 @@ def score_rankings_with_coverage(
         rankings, qrels, query_ids, gains=gains,
         depth=_deepest(needed + coverage), ideal_depth=_deepest(m for m in needed if m.family.uses_ideal),
     )
-    index = pd.Index(batch.query_ids, name="query_id")
-    judged = pd.DataFrame({m.name: m.compute(batch) for m in coverage}, index=index)
-    return score_batch(batch, [m.name for m in wanted]), judged
+    judged = {m.name: m.compute(batch) for m in coverage}
+    return batch, _score_columns(batch, wanted), judged
 
 
 def score_batch(batch: RankingBatch, metrics: Sequence[str] | None = None) -> pd.DataFrame:
     """Like score_rankings, on an already prepared batch (e.g. prepare(max_grade=4))."""
     wanted = [resolve(name) for name in (DEFAULT_METRICS if metrics is None else metrics)]
+    frame = pd.DataFrame(_score_columns(batch, wanted), index=pd.Index(batch.query_ids, name="query_id"))
+    frame.attrs.update(gains=batch.gains, scorecard_version=SCORECARD_VERSION, max_grade=batch.max_grade)
+    return frame
+
+
+def _score_columns(batch: RankingBatch, wanted: Sequence[Metric]) -> dict[str, np.ndarray]:
     primary = [resolve(name) for name in PRIMARY_SCORECARD]
     columns: dict[str, np.ndarray] = {}
-    for metric in {m.name: m for m in wanted + primary}.values():
+    for metric in {m.name: m for m in [*wanted, *primary]}.values():
         _check_depth(metric, batch)
         columns[metric.name] = metric.compute(batch)
     scores = {m.name: columns[m.name] for m in wanted}
     scores[PRIMARY_METRIC] = primary_metric_score(columns, batch)
-    frame = pd.DataFrame(scores, index=pd.Index(batch.query_ids, name="query_id"))
-    frame.attrs.update(gains=batch.gains, scorecard_version=SCORECARD_VERSION, max_grade=batch.max_grade)
-    return frame
+    return scores
 
 
 def primary_metric_score(columns: Mapping[str, np.ndarray], batch: RankingBatch) -> np.ndarray:
