@@ -166,3 +166,40 @@ def test_eval_failure_budget_and_missing_labels_exit_2(workspace):
                 "--retries", 0, "--max-failed", 1, "--out", tmp_path / "rep", cwd=tmp_path)
     assert out.returncode == 2 and "2 of 6 queries failed, the budget allows 1" in out.stderr
     assert not (tmp_path / "rep").exists()
+
+
+def _experiment(tmp_path, labels, url):
+    (tmp_path / "config.yaml").write_text("fusion:\n  rrf_k: 60  # RRF constant\n")
+    (tmp_path / "space.yaml").write_text("params:\n  fusion.rrf_k: {type: int, low: 5, high: 100}\n")
+    exp = tmp_path / "exp.yaml"
+    exp.write_text(
+        "study: eval-from-experiment\nn_trials: 1\n"
+        f"dataset: {{queries: demo.jsonl, labels: [{{path: {labels.name}, format: qrels}}]}}\n"
+        "target:\n  config_files: [config.yaml]\n  apply: none\n  health: {url: 'http://127.0.0.1:{port}/health'}\n"
+        f"evaluation:\n  request: {{url: '{url}'}}\n"
+        "  response: {confidence: confidence, handoff: handoff, fallback_level: fallback_level}\n  top_k: 8\n"
+        "search_space: space.yaml\n"
+    )
+    return exp
+
+
+def test_eval_takes_queries_labels_and_mapping_from_an_experiment(workspace):
+    tmp_path, _, labels, svc = workspace
+    exp = _experiment(tmp_path, labels, svc.url)
+    out = tuner("eval", "--experiment", exp, "--out", tmp_path / "rep", "--fail-over", "OOS_FP_Rate=0.5", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    report = json.loads((tmp_path / "rep" / "report.json").read_text())
+    # the labels were imported from the experiment's declared label file (none existed before)
+    assert report["scorecard"]["N_Queries"] == N
+    assert report["scorecard"]["Judged@10"] > 0
+    # the response mapping came from the experiment: the one OOS query was handed off
+    assert report["scorecard"]["OOS_FP_Rate"] == 0.0
+    assert {r.body["top_k"] for r in svc.requests} == {8}
+
+
+def test_eval_experiment_with_port_placeholder_needs_port(workspace):
+    tmp_path, _, labels, _ = workspace
+    exp = _experiment(tmp_path, labels, "http://127.0.0.1:{port}/search")
+    out = tuner("eval", "--experiment", exp, "--out", tmp_path / "rep", cwd=tmp_path)
+    assert out.returncode == 2
+    assert "pass --port N" in out.stderr and out.stderr.strip().count("\n") == 0

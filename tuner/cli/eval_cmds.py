@@ -34,7 +34,12 @@ def register(app: typer.Typer) -> None:
 
 
 def eval_command(
-    queries: Annotated[Path, typer.Option("--queries", help="Query set (JSONL).")],
+    queries: Annotated[Path | None, typer.Option("--queries", help="Query set (JSONL).")] = None,
+    experiment: Annotated[Path | None, typer.Option(
+        "--experiment", help="Take the query set, labels and request/response mapping from an experiment file "
+        "(flags still override).")] = None,
+    port: Annotated[int | None, typer.Option(
+        "--port", help="With --experiment: the backend's port, filling {port} in its URLs.")] = None,
     url: Annotated[str | None, typer.Option("--url", help="Search endpoint, e.g. http://127.0.0.1:8080/search.")] = None,
     spec_file: Annotated[Path | None, typer.Option(
         "--spec", help="YAML EvalSpec: request (url, method, headers, body template, pass_extra), response "
@@ -73,13 +78,19 @@ def eval_command(
     for gate in gates:
         if gate.metric not in known:
             raise InputError(f"gate {gate.describe()}: unknown metric {gate.metric!r}; known: {', '.join(sorted(known))}")
-    spec = _spec(spec_file, url=url, top_k=top_k, concurrency=concurrency, timeout_s=timeout_s, retries=retries,
+    flags = dict(url=url, top_k=top_k, concurrency=concurrency, timeout_s=timeout_s, retries=retries,
                  max_failed=max_failed, gains=gains, confidence=confidence, handoff=handoff, fallback=fallback)
     snapshot = _read_snapshot(config_snapshot)
-    query_set = load_queryset(queries, dataset_id)
-    store = LabelStore(_existing_db(labels_db))
-    qrels = store.qrels(query_set.dataset_id)
-    fingerprint = store.fingerprint(query_set.dataset_id)
+    if experiment is not None:
+        spec, query_set, qrels, fingerprint, labels_db, queries = _from_experiment(experiment, port, spec_file, flags)
+    else:
+        if queries is None:
+            raise InputError("tuner eval needs --queries FILE (or --experiment FILE)")
+        spec = _spec(spec_file, **flags)
+        query_set = load_queryset(queries, dataset_id)
+        store = LabelStore(_existing_db(labels_db))
+        qrels = store.qrels(query_set.dataset_id)
+        fingerprint = store.fingerprint(query_set.dataset_id)
 
     console.print(f"evaluating {len(query_set)} queries of [bold]{query_set.dataset_id}[/] against {spec.request.url} "
                   f"(concurrency {spec.concurrency}, top_k {spec.top_k})")
@@ -109,12 +120,29 @@ def eval_command(
         console.print(f"[green]all {len(gates)} gate(s) passed[/]")
 
 
-def _spec(spec_file: Path | None, **flags: Any) -> Any:
+def _from_experiment(path: Path, port: int | None, spec_file: Path | None, flags: dict[str, Any]) -> tuple[Any, ...]:
+    """Spec, queries, labels (imported from the experiment's label files when missing)."""
+    from tuner.experiment import load_experiment
+    from tuner.study import load_dataset
+
+    exp = load_experiment(path)
+    if port is not None or isinstance(exp.target.port, int):
+        exp = exp.bind_port(port)
+    if "{port}" in exp.evaluation.request.url and flags["url"] is None:
+        raise InputError(f"{path}: the search URL has a {{port}} placeholder; pass --port N (the running backend's port)")
+    spec = _spec(spec_file, base=exp.evaluation, **flags)
+    query_set, qrels, fingerprint = load_dataset(exp)
+    return spec, query_set, qrels, fingerprint, exp.dataset.labels_db, exp.dataset.queries
+
+
+def _spec(spec_file: Path | None, base: Any = None, **flags: Any) -> Any:
     from tuner.evaluation import EvalSpec, RequestMapping
     from tuner.yamlfile import load_model
 
     if spec_file is not None:
         base = load_model(spec_file, EvalSpec)
+    elif base is not None:
+        pass
     elif flags["url"] is not None:
         base = EvalSpec(request=RequestMapping(url=flags["url"]))
     else:
