@@ -1,0 +1,129 @@
+"""A trial with a post-retrieval gate: the retrieval runs at the gate's low end, the
+runner solves the gate from the batch, records the solved value and the sweep, and a
+cache hit restores the solved value. The batch is a real BatchResult (the evaluation
+core on synthetic responses); expected values come from tuner.threshold.solve on it."""
+
+from __future__ import annotations
+
+import csv
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+from ruamel.yaml import YAML
+
+from tuner import analysis as A
+from tuner.evaluation.result import evaluate_responses
+from tuner.result_cache import ResultCache
+from tuner.space import load_space
+from tuner.threshold import CONFIDENCE_PARAM, Retrieval, solve, solvable_gates
+from tuner.trial import Constraint, TrialRunner
+
+from study.fakes import FileBackend, YamlWriter
+from threshold.test_threshold import synthetic_batch
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+BOUND = 0.3
+CONFIG = "fusion:\n  x: 0.5\nconfidence:\n  threshold: 0.6\n"
+SPACE = """\
+params:
+  fusion.x: {type: float, low: 0.0, high: 1.0}
+  confidence.threshold: {type: float, low: 0.2, high: 0.8, step: 0.05, post_retrieval: true}
+"""
+
+
+class BatchEvaluator:
+    """Returns the same real batch whatever the backend loaded, and notes the gate it ran with."""
+
+    dataset_hash, labels_fingerprint, spec_fingerprint = "d", "l", "s"
+    last_search_seconds = 0.0
+
+    def __init__(self, backend: FileBackend, batch: Any) -> None:
+        self.backend, self.batch = backend, batch
+        self.calls: list[float] = []
+
+    def evaluate(self, *, order_seed: int, on_result: Any) -> Any:
+        self.calls.append(float(self.backend.loaded["confidence"]["threshold"]))
+        return self.batch
+
+    def report_paths(self, result: Any, out_dir: Path) -> dict[str, Path]:
+        return {"json": out_dir / "report.json"}
+
+    def write_reports(self, result: Any, out_dir: Path, *, context: Any, config_snapshot: str) -> dict[str, Path]:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / "report.json").write_text("{}")
+        return {"json": out_dir / "report.json"}
+
+
+@pytest.fixture
+def setup(tmp_path: Path) -> dict[str, Any]:
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text(CONFIG)
+    (tmp_path / "space.yaml").write_text(textwrap.dedent(SPACE))
+    space = load_space(tmp_path / "space.yaml", [cfg])
+    qs, qrels, responses, failed = synthetic_batch(1)
+    batch = evaluate_responses(qs, qrels, responses, failed)
+    backend = FileBackend(cfg)
+    evaluator = BatchEvaluator(backend, batch)
+    constraint = Constraint("OOS_FP_Rate <= 0.3", lambda m: m["OOS_FP_Rate"] - BOUND)
+    runner = TrialRunner(
+        study_name="s", space=space, writer=YamlWriter(cfg), target=backend, wait_healthy=lambda: None,
+        evaluator=evaluator, trials_dir=tmp_path / "trials", constraints=[constraint],
+        cache=ResultCache(tmp_path / "cache.sqlite"),
+        gates=dict(zip(sorted(space.post_retrieval), solvable_gates(space), strict=True)),
+    )
+    expected = solve(Retrieval.from_batch(batch), solvable_gates(space), constraints=[constraint])
+    return {"runner": runner, "evaluator": evaluator, "space": space, "batch": batch, "expected": expected,
+            "tmp": tmp_path, "study": optuna.create_study(direction="maximize")}
+
+
+def run(study: optuna.Study, runner: TrialRunner, params: dict | None = None) -> Any:
+    if params is not None:
+        study.enqueue_trial(params)
+    trial = study.ask()
+    out = runner.run(trial)
+    study.tell(trial, out.value) if out.state == "COMPLETE" else study.tell(trial, state=TrialState.FAIL)
+    runner.flush()
+    return out, study.trials[-1]
+
+
+def test_a_free_trial_retrieves_at_the_low_end_and_records_the_solved_gate(setup: dict[str, Any]) -> None:
+    runner, evaluator, expected, tmp = setup["runner"], setup["evaluator"], setup["expected"], setup["tmp"]
+    out, frozen = run(setup["study"], runner, {"fusion.x": 0.25})
+    assert out.state == "COMPLETE" and evaluator.calls == [0.2]  # retrieved with the gate at low
+    solved = expected.values[CONFIDENCE_PARAM]
+    assert out.value == pytest.approx(expected.objective, abs=1e-12)
+    assert out.metrics["OOS_FP_Rate"] == pytest.approx(expected.metrics["OOS_FP_Rate"], abs=1e-12)
+    assert out.constraints["OOS_FP_Rate <= 0.3"] == pytest.approx(expected.metrics["OOS_FP_Rate"] - BOUND)
+    assert frozen.user_attrs[A.ATTR_ASSIGNMENT] == {"fusion.x": 0.25, CONFIDENCE_PARAM: solved}
+    assert out.metrics[f"solved.{CONFIDENCE_PARAM}"] == solved
+    assert CONFIDENCE_PARAM not in frozen.params  # the sampler never saw it
+    trial_dir = tmp / "trials" / str(frozen.number)
+    snapshot = YAML(typ="safe").load((trial_dir / "config.yaml").read_text())
+    assert snapshot["confidence"]["threshold"] == solved and snapshot["fusion"]["x"] == 0.25
+    rows = list(csv.DictReader((trial_dir / "threshold_sweep.csv").open()))
+    assert len(rows) == len(expected.table) == 13  # 0.2, 0.25, ..., 0.8
+    assert max(float(r["Primary_Metric_Score"]) for r in rows if float(r["OOS_FP_Rate"]) <= BOUND) == \
+        pytest.approx(out.value, abs=1e-12)
+
+
+def test_a_cache_hit_restores_the_solved_gate_without_evaluating(setup: dict[str, Any]) -> None:
+    runner, evaluator, study = setup["runner"], setup["evaluator"], setup["study"]
+    first, _ = run(study, runner, {"fusion.x": 0.25})
+    again, frozen = run(study, runner, {"fusion.x": 0.25})
+    assert again.cache_hit and len(evaluator.calls) == 1
+    assert again.assignment == first.assignment and again.value == first.value
+    assert frozen.user_attrs[A.ATTR_ASSIGNMENT][CONFIDENCE_PARAM] == setup["expected"].values[CONFIDENCE_PARAM]
+
+
+def test_a_trial_queued_with_a_gate_value_is_measured_at_it(setup: dict[str, Any]) -> None:
+    runner, evaluator, batch = setup["runner"], setup["evaluator"], setup["batch"]
+    out, frozen = run(setup["study"], runner, setup["space"].params_for({"fusion.x": 0.5, CONFIDENCE_PARAM: 0.6}))
+    assert evaluator.calls == [0.6]  # the baseline's own gate, not the low end
+    assert out.value == pytest.approx(batch.metrics["Primary_Metric_Score"], abs=1e-12)
+    assert not any(k.startswith("solved.") for k in out.metrics)
+    assert frozen.user_attrs[A.ATTR_ASSIGNMENT][CONFIDENCE_PARAM] == 0.6
+    assert not (setup["tmp"] / "trials" / str(frozen.number) / "threshold_sweep.csv").exists()
