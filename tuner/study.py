@@ -526,6 +526,13 @@ def prepare(experiment: Experiment, *, recover_journal: bool = True) -> Prepared
     space = load_space(experiment.search_space, experiment.target.config_files)
     # ConfigError now, not after the first trial; solvable_gates goes in sorted name order.
     gates = dict(zip(sorted(space.post_retrieval), solvable_gates(space), strict=True))
+    if gates and experiment.objective.direction != "maximize":
+        from tuner.errors import ConfigError
+
+        raise ConfigError(
+            f"{experiment.source}: objective.direction: minimize, but post_retrieval gates "
+            f"({', '.join(gates)}) are solved for the highest objective; maximise, or drop post_retrieval"
+        )
     patcher = ConfigPatcher(experiment.target.config_files, journal_path=experiment.journal_path)
     warnings = list(experiment.warnings) + space.validate_against(patcher.documents(), patcher.names)
     all_queries, qrels, labels_fp = load_dataset(experiment)

@@ -299,8 +299,11 @@ def solvable_gates(space: Any) -> list[GateRange]:
     for name in sorted(space.post_retrieval):
         p = space[name]
         if p.path not in SOLVABLE or p.kind != "float":
+            from tuner.yamlfile import display_path
+
+            where = f"{display_path(space.source)}: " if getattr(space, "source", None) else ""
             raise ConfigError(
-                f"{name}: post_retrieval: true, but only float {' / '.join(SOLVABLE)} can be solved from one "
+                f"{where}{name}: post_retrieval: true, but only float {' / '.join(SOLVABLE)} can be solved from one "
                 "retrieval; remove post_retrieval from it so the sampler searches it"
             )
         gates.append(GateRange(p.path, p.spec.low, p.spec.high, p.spec.step))

@@ -373,6 +373,8 @@ def test_sigterm_mid_study_restores_config_and_the_study_resumes(demo_data: Path
     [
         (("concurrency: 4", "concurency: 4"), "evaluation.concurency: unknown key (did you mean concurrency?)"),
         (("n_trials: 8", "n_trials: -3"), "n_trials: Input should be greater than 0"),
+        (("timeout_s: 600", "timeout_s: 600\nobjective: {direction: minimize}"),
+         "objective.direction: minimize, but post_retrieval gates (citation.min_score, confidence.threshold)"),
     ],
 )
 def test_bad_experiment_files_are_refused_with_one_line(demo_data: Path, tmp_path: Path, patch, expected) -> None:
@@ -391,6 +393,8 @@ def test_bad_experiment_files_are_refused_with_one_line(demo_data: Path, tmp_pat
         ("params:\n  fusion.rrf_kk: {type: int, low: 1, high: 100}\n", "fusion.rrf_kk: no such key"),
         ("params:\n  fusion.rrf_k: {type: int, low: 100, high: 1}\n", "inverted bounds low=100 > high=1"),
         ("params:\n  fusion.method: {type: float, low: 0, high: 1}\n", "type mismatch"),
+        ("params:\n  confidence.top_m: {type: int, low: 1, high: 10, post_retrieval: true}\n",
+         "confidence.top_m: post_retrieval: true, but only float"),
     ],
 )
 def test_bad_search_spaces_are_refused_with_one_line(demo_data: Path, tmp_path: Path, space: str, expected: str) -> None:
