@@ -42,6 +42,7 @@ from tuner.evaluation import (  # noqa: E402
     query_record,
     run_batch,
 )
+from tuner.evaluation.client import shared_ssl_context  # noqa: E402
 from tuner.evaluation.mapping import Hit, ParsedResponse  # noqa: E402
 
 
@@ -58,7 +59,7 @@ def _qrels(n: int, k: int) -> dict[str, dict[str, int]]:
 async def _raw(url: str, queries: QuerySet, concurrency: int, top_k: int) -> None:
     sem = asyncio.Semaphore(concurrency)
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-    async with httpx.AsyncClient(limits=limits) as client:
+    async with httpx.AsyncClient(limits=limits, verify=shared_ssl_context()) as client:  # as run_batch
         async def one(q: Query) -> None:
             async with sem:
                 r = await client.post(url, json={"query": q.query, "top_k": top_k})

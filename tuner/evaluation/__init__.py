@@ -4,7 +4,8 @@
 - ``mapping``: pure translation query record -> request body, JSON response -> hits
 - ``client``: the HTTP seam (httpx, bounded concurrency, retries, request ids)
 - ``oos``: out-of-scope / handoff metrics, confidence threshold sweep, fallback histogram
-- ``result``: ``evaluate_responses`` (pure) -> ``BatchResult``
+- ``result``: ``evaluate_responses`` (pure) -> ``BatchResult``; ``ResultBuilder`` the same
+  one outcome at a time (what ``run_batch`` feeds as answers arrive)
 - ``batch``: ``run_batch`` (sends the queries, failure budget, per-query callback)
 - ``gates``: CI regression gates over a scorecard
 """
@@ -13,7 +14,7 @@ from tuner.evaluation.batch import OnResult, check_failure_budget, run_batch, ru
 from tuner.evaluation.gates import Gate, GateMiss, check_gates, parse_gate
 from tuner.evaluation.mapping import Hit, ParsedResponse
 from tuner.evaluation.outcomes import FailedQuery, QueryResponse, UnjudgedHit
-from tuner.evaluation.result import BatchResult, evaluate_responses, query_record, scorecard_keys
+from tuner.evaluation.result import BatchResult, ResultBuilder, evaluate_responses, query_record, scorecard_keys
 from tuner.evaluation.spec import EvalSpec, RequestMapping, ResponseMapping
 
 __all__ = [
@@ -28,6 +29,7 @@ __all__ = [
     "QueryResponse",
     "RequestMapping",
     "ResponseMapping",
+    "ResultBuilder",
     "UnjudgedHit",
     "check_failure_budget",
     "check_gates",
