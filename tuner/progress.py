@@ -31,6 +31,7 @@ _PHASE_LABEL = {
     "restart": "restarting backend",
     "health": "waiting for health",
     "evaluate": "evaluating queries",
+    "solve": "solving gates",
     "report": "writing reports",
     "track": "recording (Optuna + MLflow)",
 }

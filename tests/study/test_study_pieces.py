@@ -107,17 +107,22 @@ def test_first_signal_requests_a_stop_second_sigint_aborts() -> None:
 
 def test_demo_backend_config_points_at_the_data_and_keeps_comments(tmp_path: Path) -> None:
     from tuner.configpatch import get_path
-    from tuner.demo import write_backend_config
+    from tuner.demo import DEMO_BASELINE, write_backend_config
     from ruamel.yaml import YAML
 
     template = REPO / "backend" / "config.yaml"
     dest = tmp_path / "demo" / "config.yaml"
     write_backend_config(template, dest, tmp_path / "demo" / "data" / "corpus.jsonl")
     text = dest.read_text()
-    assert get_path(YAML().load(text), "data.corpus") == "data/corpus.jsonl"
+    doc = YAML().load(text)
+    assert get_path(doc, "data.corpus") == "data/corpus.jsonl"
+    for key, value in DEMO_BASELINE.items():
+        assert get_path(doc, key) == value
     original = template.read_text().splitlines()
     changed = [(a, b) for a, b in zip(original, text.splitlines()) if a != b]
-    assert len(changed) == 1 and "corpus:" in changed[0][0]  # one line differs; comments kept
+    # only the corpus line and the baseline's lines differ; their comments are kept
+    assert len(changed) == 1 + len(DEMO_BASELINE) and "corpus:" in changed[0][0]
+    assert all("#" in b for a, b in changed[1:])
     assert len(text.splitlines()) == len(original)
 
 
