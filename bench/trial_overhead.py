@@ -17,8 +17,11 @@ every trial really runs) it measures, in one run:
    run (httpx.AsyncClient, the same concurrency, the same request bodies, no parsing)
    on the same backend process, interleaved ``--repeats`` times. Goal >= 90 %.
 
-Prints medians and ratios. The backend and the tuner share the machine's cores, so
-figures vary with load; the ratios are measured side by side in the same run.
+Prints a per-phase breakdown (medians, share of the trial, backend or tuner), the
+medians and ratios, and PASS / MISS per goal with the load average before and after.
+The backend and the tuner share the machine's cores, so figures vary with load; the
+ratios are measured side by side in the same run. The plain load uses the evaluation
+client's shared TLS context, so neither side pays for loading the CA bundle per run.
 """
 
 from __future__ import annotations
