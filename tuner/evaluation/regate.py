@@ -1,0 +1,73 @@
+"""A batch re-scored as if the backend had applied post-retrieval gates: pure, no I/O.
+
+A trial that solves ``confidence.threshold`` / ``citation.min_score`` (tuner.threshold)
+retrieves with the gates at the low end of their ranges, then scores the solved
+values client-side. ``regate`` turns that retrieval into the BatchResult the backend
+would have produced at the solved values, so the trial's reports (report.json,
+report.md, the per-query CSV) describe the same numbers as the trial's score.
+
+Gate model (the same as tuner.threshold's, so both give the same metrics):
+
+- a hit is kept when its score >= min_score (up to rounding); a hit without a score
+  is kept, since nothing can be compared;
+- an answered query is handed off when its confidence < threshold (no confidence:
+  handed off once a threshold is set) or when no hit survives the filter;
+- a failed query stays failed.
+
+The rebuilt responses go through ``evaluate_responses``, the one scoring path.
+"""
+
+from __future__ import annotations
+
+import math
+
+from tuner.evaluation.mapping import Hit, ParsedResponse
+from tuner.evaluation.outcomes import QueryResponse
+from tuner.evaluation.result import PRIMARY, BatchResult, evaluate_responses
+
+#: the reference backend keeps scores equal to min_score up to rounding (as tuner.threshold)
+_EPS = 1e-9
+
+
+def regate(result: BatchResult, *, confidence_threshold: float | None, min_score: float | None) -> BatchResult:
+    """``result`` as if the backend had run with these gates (None: that gate as retrieved).
+
+    Exact when the batch was retrieved with both gates at or below the given values
+    (hits the backend already dropped cannot come back)."""
+    pq = result.per_query
+    failed_ids = {f.query_id for f in result.failed}
+    responses: list[QueryResponse] = []
+    for q in result.queries:
+        qid = q.query_id
+        if qid in failed_ids:
+            continue
+        row = pq.loc[qid]
+        hits = result.hits[qid]
+        kept = hits if min_score is None else tuple(h for h in hits if _kept(h, min_score))
+        conf = None if _missing(row["confidence"]) else float(row["confidence"])
+        handoff = row["handoff"]
+        handoff = None if _missing(handoff) else bool(handoff)
+        if confidence_threshold is not None:
+            handoff = conf is None or conf < confidence_threshold
+        if min_score is not None and not kept:
+            handoff = True  # an emptied result list is handed off
+        fallback = row["fallback_level"]
+        responses.append(QueryResponse(
+            qid, str(row["request_id"]),
+            ParsedResponse(kept, conf, handoff, None if _missing(fallback) else str(fallback)),
+            latency_ms=float(row["latency_ms"]), attempts=int(row["attempts"]),
+        ))
+    ranking = [m for m in result.metric_names if m != PRIMARY]
+    return evaluate_responses(
+        result.queries, result.qrels, responses, result.failed,
+        gains=result.gains, metrics=ranking or None,
+    )
+
+
+def _kept(hit: Hit, min_score: float) -> bool:
+    return hit.score is None or math.isnan(hit.score) or hit.score >= min_score - _EPS
+
+
+def _missing(value: object) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
