@@ -314,7 +314,9 @@ class TrialRunner:
                 result = self._measure(trial, out, texts)
                 if solving:
                     with self._phase(out, "solve"):
-                        sweep = self._solve(out, result, solving)
+                        # The reports describe the batch at the solved gates (the trial's score),
+                        # not the retrieval at the low end; the sweep keeps every grid point.
+                        sweep, result = self._solve(out, result, solving)
             if solving:
                 texts = self.writer.render(out.assignment)  # the snapshot shows the solved values
                 trial.set_user_attr(A.ATTR_ASSIGNMENT, _jsonable(out.assignment))
@@ -377,21 +379,27 @@ class TrialRunner:
         out.metrics = {k: float(v) for k, v in result.metrics.items() if _is_number(v)}
         return result
 
-    def _solve(self, out: TrialOutcome, result: Any, solving: Mapping[str, Any]) -> Any:
-        """Pick the solved gate values from the retrieval; the trial's metrics become the
-        batch metrics overridden by what the gates at those values score. Returns the sweep."""
-        from tuner.threshold import solve_batch
+    def _solve(self, out: TrialOutcome, result: Any, solving: Mapping[str, Any]) -> tuple[Any, Any]:
+        """Pick the solved gate values from the retrieval; the trial's metrics become those
+        of the batch re-scored at those values. Returns the sweep and the re-scored batch."""
+        from tuner.evaluation.regate import regate
+        from tuner.threshold import CONFIDENCE_PARAM, MIN_SCORE_PARAM, solve_batch
 
         sol = solve_batch(result, list(solving.values()), objective=self.objective.metric,
                           constraints=self.constraints)
         by_path = {g.param: name for name, g in solving.items()}
         solved = {by_path[path]: value for path, value in sol.values.items()}
         out.assignment.update(solved)
+        gated = regate(result, confidence_threshold=sol.values.get(CONFIDENCE_PARAM),
+                       min_score=sol.values.get(MIN_SCORE_PARAM))
+        # One source for the score and the reports: the re-scored batch (equal to the
+        # solver's values, tests/evaluation/test_regate.py); the solver adds what a batch lacks.
+        out.metrics = {k: float(v) for k, v in gated.metrics.items() if _is_number(v)}
+        out.metrics.update({k: v for k, v in sol.metrics.items() if not k.startswith("n_") and k not in out.metrics})
         counts = {f"{SOLVED_PREFIX}{k}": v for k, v in sol.metrics.items() if k.startswith("n_")}
-        out.metrics.update({k: v for k, v in sol.metrics.items() if not k.startswith("n_")})
         # Kept in the metrics too, so a cache hit restores the solved values.
         out.metrics.update(counts | {SOLVED_PREFIX + n: float(v) for n, v in solved.items()})
-        return sol.table
+        return sol.table, gated
 
     def _complete(self, trial: optuna.Trial, out: TrialOutcome) -> None:
         if self.objective.metric not in out.metrics:
@@ -474,6 +482,12 @@ class TrialRunner:
                 (trial_dir / Path(name).name).write_text(text, encoding="utf-8")
         if p.result is not None and out.state == "COMPLETE":
             context = {"study": self.study_name, "trial": p.number, "assignment": _jsonable(out.assignment)}
+            solved = {n: out.metrics[SOLVED_PREFIX + n] for n in self.gates if SOLVED_PREFIX + n in out.metrics}
+            if solved:
+                context["solved_gates"] = solved
+                context["solved_gates_note"] = (
+                    "retrieved with these gates at the low end of their range, then solved client-side; "
+                    f"this report is the batch re-scored at the solved values (every candidate: {SWEEP_FILE})")
             self.evaluator.write_reports(p.result, trial_dir, context=context, config_snapshot=self._snapshot(p.texts))
         if p.sweep is not None:
             trial_dir.mkdir(parents=True, exist_ok=True)

@@ -6,6 +6,7 @@ core on synthetic responses); expected values come from tuner.threshold.solve on
 from __future__ import annotations
 
 import csv
+import json
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from ruamel.yaml import YAML
 
 from tuner import analysis as A
 from tuner.evaluation.result import evaluate_responses
+from tuner.report import ReportContext, write_reports
 from tuner.result_cache import ResultCache
 from tuner.space import load_space
 from tuner.threshold import CONFIDENCE_PARAM, Retrieval, solve, solvable_gates
@@ -44,18 +46,21 @@ class BatchEvaluator:
     def __init__(self, backend: FileBackend, batch: Any) -> None:
         self.backend, self.batch = backend, batch
         self.calls: list[float] = []
+        self.written: list[Any] = []
 
     def evaluate(self, *, order_seed: int, on_result: Any) -> Any:
         self.calls.append(float(self.backend.loaded["confidence"]["threshold"]))
         return self.batch
 
     def report_paths(self, result: Any, out_dir: Path) -> dict[str, Path]:
-        return {"json": out_dir / "report.json"}
+        return {"json": out_dir / "report.json", "per_query_csv": out_dir / "report_per_query.csv"}
 
     def write_reports(self, result: Any, out_dir: Path, *, context: Any, config_snapshot: str) -> dict[str, Path]:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        (out_dir / "report.json").write_text("{}")
-        return {"json": out_dir / "report.json"}
+        # the real report writer, as the live evaluator calls it
+        self.written.append(result)
+        paths = write_reports(result, out_dir, context=ReportContext(extra=dict(context)),
+                              config_snapshot=config_snapshot)
+        return {"json": paths.json, "per_query_csv": paths.per_query_csv}
 
 
 @pytest.fixture
@@ -127,3 +132,27 @@ def test_a_trial_queued_with_a_gate_value_is_measured_at_it(setup: dict[str, Any
     assert not any(k.startswith("solved.") for k in out.metrics)
     assert frozen.user_attrs[A.ATTR_ASSIGNMENT][CONFIDENCE_PARAM] == 0.6
     assert not (setup["tmp"] / "trials" / str(frozen.number) / "threshold_sweep.csv").exists()
+
+
+def test_a_solved_trials_report_describes_the_batch_at_the_solved_gate(setup: dict[str, Any]) -> None:
+    runner, evaluator, batch, tmp = setup["runner"], setup["evaluator"], setup["batch"], setup["tmp"]
+    out, frozen = run(setup["study"], runner, {"fusion.x": 0.25})
+    solved = out.metrics[f"solved.{CONFIDENCE_PARAM}"]
+    trial_dir = tmp / "trials" / str(frozen.number)
+    report = json.loads((trial_dir / "report.json").read_text())
+    card = report["scorecard"]
+    assert card  # every scorecard key is the trial's own value, so the report matches the score
+    for name, value in card.items():
+        assert value == pytest.approx(out.metrics[name], abs=1e-12, nan_ok=True), name
+    assert card["Primary_Metric_Score"] == pytest.approx(out.value, abs=1e-12)
+    assert frozen.user_attrs["judged@10"] == card["Judged@10"]
+    assert report["context"]["solved_gates"] == {CONFIDENCE_PARAM: solved}
+    # the per-query CSV: a query is answered iff it is in scope or OOS, did not fail and
+    # its confidence reaches the solved threshold (the synthetic retrieval handed off below 0.6)
+    rows = {r["query_id"]: r for r in csv.DictReader((trial_dir / "report_per_query.csv").open())}
+    for q in batch.queries:
+        conf = batch.per_query.loc[q.query_id, "confidence"]
+        ok = batch.per_query.loc[q.query_id, "status"] == "ok"
+        expected = (conf >= solved) if ok else (q.scope == "oos")
+        assert (rows[q.query_id]["answered"] == "True") == bool(expected), q.query_id
+    assert batch.metrics["Primary_Metric_Score"] != pytest.approx(out.value)  # the raw batch differs
