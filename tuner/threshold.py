@@ -240,31 +240,38 @@ def _kept_counts(qs: Sequence[QueryRetrieval], min_scores: np.ndarray) -> np.nda
 
 def _scores_by_cut(retrieval: Retrieval, min_scores: np.ndarray, kept: np.ndarray, objective: str) -> np.ndarray:
     """Per (min_score, query): the objective of the filtered ranking, each distinct
-    (query, filtered list) scored once in one scorecard call."""
-    qs = retrieval.queries
+    (query, filtered list) scored once in one scorecard call.
+
+    A higher cut keeps a subset of a lower one, so a query's filtered lists differ only
+    in length: each is built once per distinct kept count (not once per cut), and the
+    grid is filled from the score array by position."""
     rankings: dict[str, list[str]] = {}
     qrels: dict[str, Mapping[str, int]] = {}
-    key_of = np.empty(kept.shape, dtype=object)
-    for j, q in enumerate(qs):
+    pos = np.full(kept.shape, -1, dtype=np.int64)  # (M, Q) -> index into the scored lists
+    for j, q in enumerate(retrieval.queries):
         if q.scope == "oos" or q.failed:
             continue
-        for i, m in enumerate(min_scores):
-            ranking = [doc for doc, score in q.hits if math.isnan(score) or score >= m - _EPS]
-            key = f"{q.query_id}\x00{len(ranking)}"  # filtered lists of one query differ only in length
-            key_of[i, j] = key
-            if key not in rankings:
-                rankings[key] = ranking
-                qrels[key] = retrieval.qrels.get(q.query_id, {})
+        counts = kept[:, j]
+        distinct, first = np.unique(counts, return_index=True)
+        scores = np.array([score for _, score in q.hits], dtype=float)
+        labels = retrieval.qrels.get(q.query_id, {})
+        slot_of: dict[int, int] = {}
+        for count, i in sorted(zip(distinct.tolist(), first.tolist(), strict=True), key=lambda ci: ci[1]):
+            keep = np.isnan(scores) | (scores >= min_scores[i] - _EPS)
+            key = f"{q.query_id}\x00{count}"
+            slot_of[count] = len(rankings)
+            rankings[key] = [doc for (doc, _), k in zip(q.hits, keep.tolist(), strict=True) if k]
+            qrels[key] = labels
+        pos[:, j] = [slot_of[c] for c in counts.tolist()]
     out = np.zeros(kept.shape)
     if not rankings:
         return out
-    ids = list(rankings)
     metric_list = None if objective == scorecard.PRIMARY_METRIC else [objective]
-    frame = scorecard.score_rankings(rankings, dict(qrels), ids, gains=retrieval.gains, metrics=metric_list)
-    col = frame[objective]
-    for (i, j), key in np.ndenumerate(key_of):
-        if key is not None:
-            out[i, j] = col[key]
+    _, columns, _ = scorecard.score_arrays(rankings, qrels, list(rankings), gains=retrieval.gains,
+                                           metrics=metric_list, judged_depths=())
+    values = np.asarray(columns[objective], dtype=float)
+    scored = pos >= 0
+    out[scored] = values[pos[scored]]
     return out
 
 
