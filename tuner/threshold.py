@@ -87,6 +87,8 @@ class QueryRetrieval:
     confidence: float | None
     hits: tuple[tuple[str, float], ...]
     failed: bool = False
+    #: the backend handed it off at retrieval (stands when the confidence gate is not solved)
+    handoff: bool = False
 
 
 @dataclass(frozen=True)
@@ -107,8 +109,10 @@ class Retrieval:
             rec = pq.loc[q.query_id]
             conf = rec["confidence"]
             hits = tuple((h.doc_id, math.nan if h.score is None else float(h.score)) for h in batch.hits[q.query_id])
+            failed = rec["status"] == "failed"
             rows.append(QueryRetrieval(
-                q.query_id, q.scope, None if pd.isna(conf) else float(conf), hits, failed=rec["status"] == "failed",
+                q.query_id, q.scope, None if pd.isna(conf) else float(conf), hits, failed=failed,
+                handoff=not failed and not bool(rec["answered"]),
             ))
         return cls(tuple(rows), batch.qrels, retrieved_min_score, top_m, batch.gains)
 
@@ -161,7 +165,9 @@ def solve(
             f"{MIN_SCORE_PARAM}: the retrieval ran with min_score={retrieval.retrieved_min_score:g}, so values "
             f"down to {ms.min():g} cannot be evaluated; retrieve with min_score at the range's low end"
         )
-    table = sweep(retrieval, ts, ms, objective=objective)
+    # An unsolved confidence gate ran in the backend at its own value: its handoffs stand.
+    backend_handoff = CONFIDENCE_PARAM not in by_name
+    table = sweep(retrieval, ts, ms, objective=objective, backend_handoff=backend_handoff)
     table["violation"] = _violations(table, constraints)
     pick = _pick(table, objective)
     row = table.loc[pick]
@@ -173,16 +179,21 @@ def solve(
     metric_cols = [c for c in table.columns if c not in (CONFIDENCE_PARAM, MIN_SCORE_PARAM, "violation")]
     # The whole scorecard at the chosen pair, so a trial's NDCG@20 etc. match its objective
     # (the batch's own are those of the ungated retrieval).
-    card = scorecard_at(retrieval, float(row[CONFIDENCE_PARAM]), float(row[MIN_SCORE_PARAM]))
+    card = scorecard_at(retrieval, float(row[CONFIDENCE_PARAM]), float(row[MIN_SCORE_PARAM]),
+                        backend_handoff=backend_handoff)
     return ThresholdSolution(
         values=values, objective=float(row[objective]), metrics=card | {c: float(row[c]) for c in metric_cols},
         violation=float(row["violation"]), feasible=bool(row["violation"] <= 0), table=table,
     )
 
 
-def sweep(retrieval: Retrieval, thresholds: np.ndarray, min_scores: np.ndarray, *, objective: str) -> pd.DataFrame:
+def sweep(
+    retrieval: Retrieval, thresholds: np.ndarray, min_scores: np.ndarray, *, objective: str,
+    backend_handoff: bool = False,
+) -> pd.DataFrame:
     """One row per (threshold, min_score): the objective (in-scope mean), the OOS metrics,
-    and the counts that flag approximations."""
+    and the counts that flag approximations. ``backend_handoff``: a query the backend
+    handed off stays handed off (the confidence gate is not being solved)."""
     qs = retrieval.queries
     if not qs:
         raise EvaluationError("threshold sweep over an empty batch; evaluate at least one query")
@@ -194,6 +205,8 @@ def sweep(retrieval: Retrieval, thresholds: np.ndarray, min_scores: np.ndarray, 
     t_grid, m_idx = np.meshgrid(thresholds, np.arange(len(min_scores)), indexing="ij")
     t_flat, m_flat = t_grid.ravel(), m_idx.ravel()
     conf_ok = conf[None, :] >= t_flat[:, None]                      # (T*M, Q)
+    if backend_handoff:
+        conf_ok &= ~np.array([q.handoff for q in qs])[None, :]
     answered = conf_ok & (kept[m_flat] > 0)
     answered = np.where(failed[None, :], is_oos[None, :], answered)
     value = np.where(answered, scores[m_flat], 0.0)
@@ -212,9 +225,12 @@ def sweep(retrieval: Retrieval, thresholds: np.ndarray, min_scores: np.ndarray, 
     return frame
 
 
-def scorecard_at(retrieval: Retrieval, threshold: float, min_score: float) -> dict[str, float]:
+def scorecard_at(
+    retrieval: Retrieval, threshold: float, min_score: float, *, backend_handoff: bool = False,
+) -> dict[str, float]:
     """Mean of every scorecard metric over the in-scope queries with the gates at
-    (threshold, min_score): a handed-off, emptied or failed query scores 0."""
+    (threshold, min_score): a handed-off, emptied or failed query scores 0
+    (``backend_handoff`` as in ``sweep``)."""
     ins = [q for q in retrieval.queries if q.scope != "oos"]
     if not ins:
         return {}
@@ -222,7 +238,8 @@ def scorecard_at(retrieval: Retrieval, threshold: float, min_score: float) -> di
     for q in ins:
         ranking = [doc for doc, score in q.hits if math.isnan(score) or score >= min_score - _EPS]
         conf = -math.inf if q.confidence is None else q.confidence
-        rankings[q.query_id] = [] if q.failed or conf < threshold else ranking
+        handed_off = conf < threshold or (backend_handoff and q.handoff)
+        rankings[q.query_id] = [] if q.failed or handed_off else ranking
     ids = [q.query_id for q in ins]
     frame = scorecard.score_rankings(rankings, {i: dict(retrieval.qrels.get(i, {})) for i in ids}, ids,
                                      gains=retrieval.gains)

@@ -75,3 +75,16 @@ def test_unscored_hits_survive_the_score_filter_and_an_emptied_list_is_handed_of
     assert gated.per_query.loc[second.query_id, "handoff"] is True
     assert gated.per_query.loc[second.query_id, "n_results"] == 0
     assert not gated.per_query.loc[second.query_id, "answered"]
+
+
+@pytest.mark.parametrize("m", [0.0, 0.3, 0.7])
+def test_regate_with_only_min_score_equals_the_solver_and_keeps_the_backends_handoffs(m: float) -> None:
+    qs, qrels, responses, failed = synthetic_batch(4)  # the backend hands off below confidence 0.6
+    batch = evaluate_responses(qs, qrels, responses, failed)
+    sol = solve_batch(batch, [GateRange(MIN_SCORE_PARAM, m, m)])
+    gated = regate(batch, confidence_threshold=None, min_score=m)
+    for name, value in sol.metrics.items():
+        if not name.startswith("n_"):
+            assert gated.metrics[name] == pytest.approx(value, abs=1e-12), name
+    handed_off = {r.query_id for r in responses if r.response.confidence < 0.6}
+    assert not gated.per_query.loc[sorted(handed_off), "answered"].any()

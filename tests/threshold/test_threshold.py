@@ -155,3 +155,18 @@ def test_gates_come_from_the_search_space_and_solve_batch_matches_solve(tmp_path
     space_file.write_text("params:\n  confidence.top_m: {type: int, low: 1, high: 10, post_retrieval: true}\n")
     with pytest.raises(ConfigError, match="sampler searches it"):
         solvable_gates(load_space(space_file))
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_an_unsolved_confidence_gate_keeps_the_backends_handoffs(seed):
+    # synthetic_batch's backend hands off below confidence 0.6 (a sampled threshold)
+    qs, qrels, responses, failed = synthetic_batch(seed)
+    batch = evaluate_responses(qs, qrels, responses, failed)
+    solution = solve(Retrieval.from_batch(batch), [GateRange(MIN_SCORE_PARAM, 0.0, 0.6, 0.1)])
+    assert len(solution.table) == 7
+    for row in solution.table.to_dict("records"):
+        expected = brute_force(qs, qrels, responses, failed, 0.6, row[MIN_SCORE_PARAM])
+        for name in ("Primary_Metric_Score", "OOS_FP_Rate", "InScope_Handoff_Rate"):
+            assert row[name] == pytest.approx(expected[name], abs=1e-12), (row[MIN_SCORE_PARAM], name)
+    chosen = brute_force(qs, qrels, responses, failed, 0.6, solution.values[MIN_SCORE_PARAM])
+    assert solution.metrics["NDCG@20"] == pytest.approx(chosen["NDCG@20"], abs=1e-12)
