@@ -28,47 +28,33 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "docker"))
 from docker_stack import free_port, write_config, write_corpus, write_queries  # noqa: E402
 
+from support.reference_experiment import write_reference_experiment  # noqa: E402
+
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
 ARTIFACTS = Path(os.environ.get("TUNER_TEST_ARTIFACTS", REPO / "test-artifacts")) / "browser"
 
 STUDY = "browser-study"
 
-EXPERIMENT = f"""\
-study: {STUDY}
-project_root: .
-state_dir: .tuner
-sampler: {{type: tpe, seed: 5}}
-n_trials: 4
-timeout_s: 300
-constraints: [Strong_Precision@10 >= 0.5]
-failure_budget: {{max_consecutive: 3, max_total: 3}}
-dataset:
-  queries: data/queries.jsonl
-  dataset_id: browser-test
-  labels: [{{path: data/qrels.txt, format: qrels}}]
-target:
-  config_files: [backend/config.yaml]
-  apply: process
-  port: auto
-  process:
-    command: ["{{python}}", -m, fusion_backend, serve, --config, "{{config}}", --port, "{{port}}"]
-  health: {{url: "http://127.0.0.1:{{port}}/health", deadline_s: 60, interval_s: 0.1}}
-evaluation:
-  request: {{url: "http://127.0.0.1:{{port}}/search", body: {{query: "{{query}}", top_k: "{{top_k}}"}}}}
-  response: {{results_path: results, doc_id: doc_id, score: score, confidence: confidence, handoff: handoff,
-             fallback_level: fallback_level}}
-  top_k: 20
-  concurrency: 2
-search_space: space.yaml
 # A quality floor as the constraint: handing every query off ranks nothing (infeasible),
 # answering every query does not. (An OOS_FP_Rate constraint would not do here: trials
 # that break it stop early as PRUNED, and the dashboard marks only COMPLETE ones.)
-shortlist:
-  - {{name: answer-all, confidence.threshold: 0.0}}
-  - {{name: hand-off-all, confidence.threshold: 0.99}}
-tracking: {{enabled: true}}
-"""
+EXPERIMENT: dict[str, Any] = {
+    "project_root": ".",
+    "state_dir": ".tuner",
+    "sampler": {"type": "tpe", "seed": 5},
+    "timeout_s": 300,
+    "constraints": ["Strong_Precision@10 >= 0.5"],
+    "failure_budget": {"max_consecutive": 3, "max_total": 3},
+    "dataset": {"dataset_id": "browser-test"},
+    "target": {"health": {"deadline_s": 60}},
+    "evaluation": {"response": {"results_path": "results", "doc_id": "doc_id", "score": "score"},
+                   "concurrency": 2},
+    "search_space": "space.yaml",
+    "shortlist": [{"name": "answer-all", "confidence.threshold": 0.0},
+                  {"name": "hand-off-all", "confidence.threshold": 0.99}],
+    "tracking": {"enabled": True},
+}
 
 SPACE = """\
 params:
@@ -92,7 +78,7 @@ def make_study_project(root: Path) -> StudyProject:
     write_queries(root / "data")
     write_config(root / "backend" / "config.yaml", corpus)
     (root / "space.yaml").write_text(SPACE)
-    (root / "experiment.yaml").write_text(EXPERIMENT)
+    write_reference_experiment(root, study=STUDY, n_trials=4, **EXPERIMENT)
     return StudyProject(root)
 
 

@@ -27,12 +27,14 @@ from optuna.trial import TrialState
 from tuner import analysis as A
 from tuner.apply import apply_plan, plan_apply
 from tuner.configpatch import get_path
-from tuner.demo import generate_data, write_backend_config
+from tuner.demo import generate_data
 from tuner.experiment import load_experiment
 from tuner.study import StudyObserver, best_feasible_trial, run_experiment
 from tuner.tracking import TAG_ROLE, TAG_STUDY, TAG_TRIAL
 
-REPO = Path(__file__).resolve().parents[2]
+from support.reference_experiment import (DROP, FULL_SPACE, SHORTLIST, copy_backend_config, deep_merge,
+                                          write_reference_experiment)
+
 # The low ends of the post-retrieval ranges in search_space/reference_full.yaml.
 GATE_LOW = {"confidence.threshold": 0.0, "citation.min_score": 0.0}
 SOLVE_TOLERANCE = 0.01
@@ -43,46 +45,31 @@ pytestmark = [pytest.mark.slow, pytest.mark.integration]
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
-EXPERIMENT = """\
-study: {study}
-project_root: .
-state_dir: .tuner
-sampler: {{type: tpe, seed: 3, multivariate: true, n_startup_trials: 4}}
-n_trials: {n_trials}
-timeout_s: 600
-constraints: [OOS_FP_Rate <= 0.10]
-failure_budget: {{max_consecutive: 3, max_total: 5}}
-dataset:
-  queries: data/queries.jsonl
-  dataset_id: demo
-  labels: [{{path: data/qrels.txt, format: qrels}}]
-target:
-  config_files: [backend/config.yaml]
-  apply: process
-  port: auto
-  process:
-    command: ["{{python}}", -m, fusion_backend, serve, --config, "{{config}}", --port, "{{port}}"]
-  health: {{url: "http://127.0.0.1:{{port}}/health", deadline_s: 60, interval_s: 0.1}}
-evaluation:
-  request: {{url: "http://127.0.0.1:{{port}}/search"}}
-  response: {{confidence: confidence, handoff: handoff, fallback_level: fallback_level}}
-  top_k: 50
-  concurrency: 4
-search_space: {space}
-shortlist: {shortlist}
-"""
+# What the e2e studies run on top of the shared reference experiment: the full space
+# (retrieval and post-retrieval gates) with the shortlist queued after the baseline.
+E2E_EXPERIMENT: dict[str, Any] = {
+    "project_root": ".",
+    "state_dir": ".tuner",
+    "sampler": {"type": "tpe", "seed": 3, "multivariate": True, "n_startup_trials": 4},
+    "timeout_s": 600,
+    "constraints": ["OOS_FP_Rate <= 0.10"],
+    "failure_budget": {"max_consecutive": 3, "max_total": 5},
+    "target": {"health": {"deadline_s": 60}},
+    "evaluation": {"request": {"body": DROP}, "top_k": 50, "concurrency": 4},
+    "search_space": FULL_SPACE,
+    "shortlist": SHORTLIST,
+    "tracking": {"enabled": True},
+}
 
 
-def make_project(root: Path, data: Path, *, study: str, n_trials: int) -> Path:
-    """A project folder with its own backend config copy, experiment file and state."""
+def make_project(root: Path, data: Path, *, study: str, n_trials: int, **overrides: Any) -> Path:
+    """A project folder with its own backend config copy, experiment file and state;
+    ``overrides`` are deep-merged over E2E_EXPERIMENT."""
     (root / "data").mkdir(parents=True)
     for name in ("queries.jsonl", "qrels.txt", "corpus.jsonl"):
         (root / "data" / name).write_bytes((data / name).read_bytes())
-    write_backend_config(REPO / "backend" / "config.yaml", root / "backend" / "config.yaml", root / "data" / "corpus.jsonl")
-    exp = root / "experiment.yaml"
-    exp.write_text(EXPERIMENT.format(study=study, n_trials=n_trials, space=REPO / "search_space" / "reference_full.yaml",
-                                     shortlist=REPO / "experiments" / "shortlist_reference.yaml"))
-    return exp
+    copy_backend_config(root)
+    return write_reference_experiment(root, study=study, n_trials=n_trials, **deep_merge(E2E_EXPERIMENT, overrides))
 
 
 @pytest.fixture(scope="module")
@@ -369,17 +356,17 @@ def test_sigterm_mid_study_restores_config_and_the_study_resumes(demo_data: Path
 
 
 @pytest.mark.parametrize(
-    ("patch", "expected"),
+    ("overrides", "expected"),
     [
-        (("concurrency: 4", "concurency: 4"), "evaluation.concurency: unknown key (did you mean concurrency?)"),
-        (("n_trials: 8", "n_trials: -3"), "n_trials: Input should be greater than 0"),
-        (("timeout_s: 600", "timeout_s: 600\nobjective: {direction: minimize}"),
+        ({"evaluation": {"concurrency": DROP, "concurency": 4}},
+         "evaluation.concurency: unknown key (did you mean concurrency?)"),
+        ({"n_trials": -3}, "n_trials: Input should be greater than 0"),
+        ({"objective": {"direction": "minimize"}},
          "objective.direction: minimize, but post_retrieval gates (citation.min_score, confidence.threshold)"),
     ],
 )
-def test_bad_experiment_files_are_refused_with_one_line(demo_data: Path, tmp_path: Path, patch, expected) -> None:
-    exp_path = make_project(tmp_path, demo_data, study="bad", n_trials=8)
-    exp_path.write_text(exp_path.read_text().replace(*patch))
+def test_bad_experiment_files_are_refused_with_one_line(demo_data: Path, tmp_path: Path, overrides, expected) -> None:
+    exp_path = make_project(tmp_path, demo_data, study="bad", **{"n_trials": 8, **overrides})
     out = _tuner("run", str(exp_path))
     assert out.returncode == 2
     lines = out.stderr.strip().splitlines()
@@ -398,11 +385,9 @@ def test_bad_experiment_files_are_refused_with_one_line(demo_data: Path, tmp_pat
     ],
 )
 def test_bad_search_spaces_are_refused_with_one_line(demo_data: Path, tmp_path: Path, space: str, expected: str) -> None:
-    exp_path = make_project(tmp_path, demo_data, study="bad", n_trials=8)
     bad = tmp_path / "space.yaml"
     bad.write_text(space)
-    exp_path.write_text(exp_path.read_text().replace(str(REPO / "search_space" / "reference_full.yaml"), str(bad))
-                        .replace(f"shortlist: {REPO / 'experiments' / 'shortlist_reference.yaml'}", ""))
+    exp_path = make_project(tmp_path, demo_data, study="bad", n_trials=8, search_space=bad, shortlist=DROP)
     out = _tuner("run", str(exp_path))
     assert out.returncode == 2
     lines = out.stderr.strip().splitlines()
@@ -412,12 +397,10 @@ def test_bad_search_spaces_are_refused_with_one_line(demo_data: Path, tmp_path: 
 
 
 def test_a_backend_that_refuses_every_config_spends_the_failure_budget(demo_data: Path, tmp_path: Path) -> None:
-    exp_path = make_project(tmp_path, demo_data, study="broken", n_trials=8)
     space = tmp_path / "space.yaml"
     space.write_text("params:\n  confidence.top_m: {type: int, low: 0, high: 0}   # the backend wants >= 1\n")
-    text = exp_path.read_text().replace(str(REPO / "search_space" / "reference_full.yaml"), str(space))
-    text = text.replace(f"shortlist: {REPO / 'experiments' / 'shortlist_reference.yaml'}", "baseline: false")
-    exp_path.write_text(text.replace("max_consecutive: 3", "max_consecutive: 2"))
+    exp_path = make_project(tmp_path, demo_data, study="broken", n_trials=8, search_space=space, shortlist=DROP,
+                            baseline=False, failure_budget={"max_consecutive": 2})
     config = tmp_path / "backend" / "config.yaml"
     original = config.read_bytes()
 
@@ -444,8 +427,7 @@ def test_a_study_with_a_holdout_tunes_without_it_and_validates_at_the_end(demo_d
     from tuner.holdout import split_queries
     from tuner.dataset import load_queryset
 
-    exp_path = make_project(tmp_path, demo_data, study="held", n_trials=2)
-    exp_path.write_text(exp_path.read_text() + "holdout: {fraction: 0.3, seed: 5}\n")
+    exp_path = make_project(tmp_path, demo_data, study="held", n_trials=2, holdout={"fraction": 0.3, "seed": 5})
     exp = load_experiment(exp_path).bind_port()
     summary = run_experiment(exp)
     assert summary.error is None and summary.best is not None

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import optuna
 import pytest
@@ -21,46 +20,20 @@ from tuner.errors import StudyError
 from tuner.holdout import HoldoutConfig, split_queries
 from tuner.validate import record_split, validate_holdout
 
-REPO = Path(__file__).resolve().parents[2]
-
-EXPERIMENT = """
-study: validate-test
-state_dir: state
-storage: sqlite:///{db}
-n_trials: 3
-dataset:
-  queries: data/queries.jsonl
-  dataset_id: demo
-  labels: [{{path: data/qrels.txt, format: qrels}}]
-target:
-  config_files: [backend/config.yaml]
-  apply: process
-  port: auto
-  process:
-    command: ["{{python}}", -m, fusion_backend, serve, --config, "{{config}}", --port, "{{port}}"]
-  health: {{url: "http://127.0.0.1:{{port}}/health", deadline_s: 90, interval_s: 0.1}}
-evaluation:
-  request: {{url: "http://127.0.0.1:{{port}}/search", body: {{query: "{{query}}", top_k: "{{top_k}}"}}}}
-  response: {{confidence: confidence, handoff: handoff, fallback_level: fallback_level}}
-  top_k: 20
-search_space: {space}
-tracking: {{enabled: false}}
-"""
+from support.reference_experiment import copy_backend_config, write_reference_experiment
 
 
 @pytest.fixture
 def setup(tmp_path):
     from fusion_backend.datagen.demo import write_demo
 
-    from tuner.demo import write_backend_config
     from tuner.experiment import load_experiment
     from tuner.study import prepare
 
     write_demo(tmp_path / "data")
-    config = tmp_path / "backend" / "config.yaml"
-    write_backend_config(REPO / "backend" / "config.yaml", config, tmp_path / "data" / "corpus.jsonl")
-    path = tmp_path / "experiment.yaml"
-    path.write_text(EXPERIMENT.format(db=tmp_path / "optuna.db", space=REPO / "search_space" / "reference_fusion.yaml"))
+    config = copy_backend_config(tmp_path)
+    path = write_reference_experiment(tmp_path, study="validate-test", n_trials=3,
+                                      storage=f"sqlite:///{tmp_path / 'optuna.db'}")
     exp = load_experiment(path)
     prepared = prepare(exp)
     baseline = prepared.space.current_assignment(prepared.patcher.documents())
