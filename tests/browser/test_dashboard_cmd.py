@@ -19,15 +19,9 @@ from browser_support import STUDY, DashboardProcess, all_gone, descendants, make
 
 from tuner.dashboard import Dashboards, UiSpec, ui_specs
 from tuner.errors import ConfigError, TargetError
-from tuner.experiment import load_experiment
+from tuner.experiment import free_port, load_experiment
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def http_server_spec(name: str, port: int, *, grandchild_ignoring_sigterm: bool = False) -> UiSpec:

@@ -15,13 +15,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from tuner.experiment import free_port  # noqa: F401  (re-exported: browser tests, bench/restart_bench.py)
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = REPO / "compose.yaml"
@@ -35,12 +36,6 @@ IMAGES = {
     "tools": (REPO / "docker" / "tools.Dockerfile", REPO / "docker", "fusion-tuner/tools:local"),
     "postgres": (REPO / "docker" / "postgres.Dockerfile", REPO / "docker", "fusion-tuner/postgres:local"),
 }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def compose_command() -> list[str] | None:

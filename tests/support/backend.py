@@ -21,7 +21,6 @@ import contextlib
 import copy
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -32,6 +31,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+
+from tuner.experiment import free_port
 
 HOST = "127.0.0.1"
 BACKEND_DIR = Path(__file__).resolve().parents[2] / "backend"
@@ -101,12 +102,6 @@ class RunningBackend:
     def _failure(self, what: str) -> str:
         tail = "\n".join(self.stderr().strip().splitlines()[-20:]) or "(stderr empty)"
         return f"backend {self.config_path} on port {self.port} {what}; stderr:\n{tail}"
-
-
-def free_port(host: str = HOST) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
 
 
 def launch_backend(config_path: Path, *, port: int | None = None, host: str = HOST,
