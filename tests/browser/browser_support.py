@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "docker"))
 from docker_stack import free_port, write_config, write_corpus, write_queries  # noqa: E402
 
-from support.reference_experiment import write_reference_experiment  # noqa: E402
+from support.reference_experiment import deep_merge, write_reference_experiment  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
@@ -72,13 +72,14 @@ class StudyProject:
         return self.root / "experiment.yaml"
 
 
-def make_study_project(root: Path) -> StudyProject:
+def make_study_project(root: Path, **overrides: Any) -> StudyProject:
+    """``overrides`` are deep-merged into EXPERIMENT (see support.reference_experiment)."""
     root.mkdir(parents=True, exist_ok=True)
     corpus = write_corpus(root / "data" / "corpus.jsonl")
     write_queries(root / "data")
     write_config(root / "backend" / "config.yaml", corpus)
     (root / "space.yaml").write_text(SPACE)
-    write_reference_experiment(root, study=STUDY, n_trials=4, **EXPERIMENT)
+    write_reference_experiment(root, study=STUDY, n_trials=4, **deep_merge(EXPERIMENT, overrides))
     return StudyProject(root)
 
 

@@ -38,11 +38,7 @@ def http_server_spec(name: str, port: int, *, grandchild_ignoring_sigterm: bool 
 
 
 def study_experiment(root: Path, *, tracking: bool = True) -> Path:
-    project = make_study_project(root)
-    if not tracking:
-        text = project.experiment.read_text().replace("tracking: {enabled: true}", "tracking: {enabled: false}")
-        project.experiment.write_text(text)
-    return project.experiment
+    return make_study_project(root, tracking={"enabled": tracking}).experiment
 
 
 def create_storage(experiment: Path) -> None:
