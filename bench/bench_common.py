@@ -9,6 +9,7 @@ the tuner's own ``tuner.space`` so sampling and encodings are the study's.
 
 from __future__ import annotations
 
+import argparse
 import math
 import statistics
 import warnings
@@ -56,6 +57,15 @@ def make_space(work: Path, *, with_threshold: bool = True) -> SearchSpace:
     path = work / ("space.yaml" if with_threshold else "space_no_threshold.yaml")
     path.write_text(SPACE_YAML % (THRESHOLD_YAML if with_threshold else ""))
     return load_space(path)
+
+
+def study_bench_args(doc: str) -> argparse.ArgumentParser:
+    """The options every study benchmark takes (sampler, threshold, pruning), same defaults."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--datasets", default="demo,cranfield")
+    ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--trials", type=int, default=40)
+    return ap
 
 
 def quiet() -> None:

@@ -20,7 +20,6 @@ Goal: >= 40% fewer query evaluations with the final best within 0.5% of no pruni
 
 from __future__ import annotations
 
-import argparse
 import random
 import statistics
 import sys
@@ -40,6 +39,7 @@ from bench_common import (  # noqa: E402
     best_so_far,
     make_space,
     quiet,
+    study_bench_args,
     table,
     tpe,
 )
@@ -116,10 +116,7 @@ def bench_dataset(name: str, work: Path, seeds: int, n_trials: int) -> dict[str,
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--datasets", default="demo,cranfield")
-    ap.add_argument("--seeds", type=int, default=5)
-    ap.add_argument("--trials", type=int, default=40)
+    ap = study_bench_args(__doc__)
     args = ap.parse_args()
     quiet()
     with tempfile.TemporaryDirectory(prefix="pruning-bench-") as tmp:

@@ -22,7 +22,6 @@ a restart + HTTP batch; --verify checks one config against the live service.
 
 from __future__ import annotations
 
-import argparse
 import math
 import sys
 import tempfile
@@ -43,6 +42,7 @@ from bench_common import (  # noqa: E402
     median_curve,
     quiet,
     run_study,
+    study_bench_args,
     table,
     tpe,
 )
@@ -100,10 +100,7 @@ def bench_dataset(name: str, work: Path, seeds: int, n_trials: int, verify: bool
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--datasets", default="demo,cranfield")
-    ap.add_argument("--seeds", type=int, default=5)
-    ap.add_argument("--trials", type=int, default=40)
+    ap = study_bench_args(__doc__)
     ap.add_argument("--verify", action="store_true", help="check the cached backend against the live service")
     args = ap.parse_args()
     quiet()

@@ -15,7 +15,6 @@ and the trials each needs to reach 95% / 99% of the sampled study's final best.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import tempfile
@@ -24,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_common import first_reaching, median_curve, quiet, run_study, table, tpe  # noqa: E402
+from bench_common import first_reaching, median_curve, quiet, run_study, study_bench_args, table, tpe  # noqa: E402
 from cached_backend import CachedBackend, bundle  # noqa: E402
 
 CHECKPOINTS = (5, 10, 15, 20, 30, 40, 60, 80)
@@ -66,10 +65,7 @@ def _median_trials(values: list[int | None], n_trials: int) -> float:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--datasets", default="demo,cranfield")
-    ap.add_argument("--seeds", type=int, default=5)
-    ap.add_argument("--trials", type=int, default=40)
+    ap = study_bench_args(__doc__)
     args = ap.parse_args()
     quiet()
     with tempfile.TemporaryDirectory(prefix="threshold-bench-") as tmp:
