@@ -8,6 +8,7 @@ and the original config is back (and live) at the end.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import docker
@@ -17,6 +18,7 @@ import pytest
 from docker_stack import ComposeStack, build_images, docker_unavailable, write_queries
 from optuna.trial import TrialState
 from support.integration import need
+from support.reference_experiment import DROP, write_reference_experiment
 
 from tuner import analysis as A
 from tuner.experiment import load_experiment
@@ -27,37 +29,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 BROKEN_K = -3  # the backend's config model requires fusion.rrf_k >= 0: it exits with code 2
-
-EXPERIMENT = """\
-study: docker-study
-project_root: .
-state_dir: .tuner
-sampler: {{type: tpe, seed: 1}}
-n_trials: 3
-timeout_s: 600
-constraints: []  # this test is about restarts; the OOS early stop would prune trials
-failure_budget: {{max_consecutive: 2, max_total: 2}}
-dataset:
-  queries: data/queries.jsonl
-  dataset_id: docker-test
-  labels: [{{path: data/qrels.txt, format: qrels}}]
-target:
-  config_files: [backend/config.yaml]
-  apply: docker
-  docker: {{service: backend, project: {project}, stop_timeout_s: 5, health_deadline_s: 60}}
-  health: {{url: "{url}/health", deadline_s: 60, interval_s: 0.1}}
-evaluation:
-  request: {{url: "{url}/search", body: {{query: "{{query}}", top_k: "{{top_k}}"}}}}
-  response: {{results_path: results, doc_id: doc_id, score: score, confidence: confidence, handoff: handoff,
-             fallback_level: fallback_level}}
-  top_k: 20
-  concurrency: 2
-search_space: space.yaml
-shortlist:
-  - {{name: k20, fusion.rrf_k: 20}}
-  - {{name: broken, fusion.rrf_k: {broken}}}
-tracking: {{enabled: false}}
-"""
 
 SPACE = """\
 params:
@@ -82,6 +53,23 @@ class ContainerProbe(StudyObserver):
             self.started_at[number] = c.attrs["State"]["StartedAt"]
 
 
+def write_experiment(root: Path, project: str, url: str) -> Path:
+    return write_reference_experiment(
+        root, study="docker-study", n_trials=3, project_root=".", state_dir=".tuner",
+        sampler={"type": "tpe", "seed": 1}, timeout_s=600,
+        constraints=[],  # this test is about restarts; the OOS early stop would prune trials
+        failure_budget={"max_consecutive": 2, "max_total": 2},
+        dataset={"dataset_id": "docker-test"},
+        target={"apply": "docker", "port": DROP, "process": DROP,
+                "docker": {"service": "backend", "project": project, "stop_timeout_s": 5, "health_deadline_s": 60},
+                "health": {"url": f"{url}/health", "deadline_s": 60}},
+        evaluation={"request": {"url": f"{url}/search"}, "concurrency": 2,
+                    "response": {"results_path": "results", "doc_id": "doc_id", "score": "score"}},
+        search_space="space.yaml",
+        shortlist=[{"name": "k20", "fusion.rrf_k": 20}, {"name": "broken", "fusion.rrf_k": BROKEN_K}],
+    )
+
+
 @pytest.fixture(scope="module")
 def study_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     reason = docker_unavailable()
@@ -90,8 +78,7 @@ def study_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, An
     stack = ComposeStack.create(tmp_path_factory.mktemp("docker-study"))
     write_queries(stack.root / "data")
     (stack.root / "space.yaml").write_text(SPACE)
-    exp_path = stack.root / "experiment.yaml"
-    exp_path.write_text(EXPERIMENT.format(project=stack.project, url=stack.backend_url, broken=BROKEN_K))
+    exp_path = write_experiment(stack.root, stack.project, stack.backend_url)
     original = stack.config_path.read_bytes()
     try:
         stack.up("backend")
