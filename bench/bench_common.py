@@ -142,7 +142,7 @@ def first_reaching(curve: Sequence[float], target: float) -> int | None:
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     cells = [[_fmt(v) for v in row] for row in rows]
-    widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(headers)]
+    widths = [max([len(h), *(len(r[i]) for r in cells)]) for i, h in enumerate(headers)]
     line = lambda vals: "  ".join(v.rjust(w) for v, w in zip(vals, widths))  # noqa: E731
     return "\n".join([line(headers), line(["-" * w for w in widths]), *(line(r) for r in cells)])
 
