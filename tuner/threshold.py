@@ -216,7 +216,7 @@ def sweep(
         MIN_SCORE_PARAM: min_scores[m_flat],
         objective: value[:, ins].mean(axis=1) if ins.any() else 0.0,
     })
-    for name, col in oos._rates(is_oos, answered).items():
+    for name, col in oos.oos_rates(is_oos, answered).items():
         frame[name] = col
     frame["n_answered"] = answered.sum(axis=1)
     frame["n_emptied"] = ((kept[m_flat] == 0) & np.array([len(q.hits) > 0 for q in qs])[None, :]).sum(axis=1)

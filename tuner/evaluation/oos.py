@@ -54,7 +54,7 @@ def _f1(precision: np.ndarray, recall: np.ndarray) -> np.ndarray:
     return _ratio(2 * precision * recall, precision + recall)
 
 
-def _rates(is_oos: np.ndarray, answered: np.ndarray) -> dict[str, np.ndarray]:
+def oos_rates(is_oos: np.ndarray, answered: np.ndarray) -> dict[str, np.ndarray]:
     """The OOS metrics for one answered-mask (1-D) or several stacked (2-D, one row each)."""
     oos, ins = is_oos.astype(bool), ~is_oos.astype(bool)
     handoff = ~answered
@@ -79,7 +79,7 @@ def _rates(is_oos: np.ndarray, answered: np.ndarray) -> dict[str, np.ndarray]:
 
 def handoff_metrics(is_oos: Sequence[bool], answered: Sequence[bool]) -> dict[str, float]:
     """The OOS / handoff scorecard for one batch."""
-    rates = _rates(np.asarray(is_oos, dtype=bool), np.asarray(answered, dtype=bool))
+    rates = oos_rates(np.asarray(is_oos, dtype=bool), np.asarray(answered, dtype=bool))
     return {name: float(value) for name, value in rates.items()}
 
 
@@ -110,7 +110,7 @@ def threshold_sweep(
     results = np.asarray(n_results, dtype=np.int64) > 0
     ts = np.asarray(thresholds, dtype=float)
     answer = (conf[has][None, :] >= ts[:, None] - 1e-12) & results[has][None, :]
-    frame = pd.DataFrame(_rates(oos[has], answer), index=pd.Index(ts, name="threshold"))
+    frame = pd.DataFrame(oos_rates(oos[has], answer), index=pd.Index(ts, name="threshold"))
     frame.insert(0, "n_handoff", (~answer).sum(axis=1))
     frame.insert(0, "n", int(has.sum()))
     if primary_scores is not None:
