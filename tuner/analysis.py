@@ -12,8 +12,6 @@ feasibility, which is why reports carry this selection.
 from __future__ import annotations
 
 import math
-import os
-import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +21,7 @@ import pandas as pd
 
 from tuner.errors import StudyError
 from tuner.metrics.scorecard import PRIMARY_METRIC, PRIMARY_SCORECARD
+from tuner.report.atomic import atomic_write_text, atomic_write_with
 
 # Trial attribute names shared with tuner.trial (which writes them).
 ATTR_METRICS = "metrics"
@@ -229,11 +228,11 @@ def write_study_report(
         importance_png=out_dir / "param_importances.png",
         score_vs_oos_png=out_dir / "score_vs_oos_fp_rate.png",
     )
-    _atomic_text(paths.csv, frame.to_csv(index=False))
+    atomic_write_text(paths.csv, frame.to_csv(index=False))
     plot_history(frame, paths.history_png, objective=objective, maximize=maximize)
     plot_importances(importances, paths.importance_png)
     plot_score_vs_oos(frame, paths.score_vs_oos_png, objective=objective, oos_metric=oos_metric, oos_limit=oos_limit)
-    _atomic_text(
+    atomic_write_text(
         paths.markdown,
         study_markdown(frame, study_name=study_name, objective=objective, maximize=maximize, importances=importances,
                        images=paths),
@@ -299,14 +298,8 @@ def _save(fig: Any, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig.tight_layout()
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".png")
-    os.close(fd)
     try:
-        fig.savefig(tmp, format="png")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        atomic_write_with(path, lambda fh: fig.savefig(fh, format="png"))
     finally:
         plt.close(fig)
 
@@ -370,17 +363,6 @@ def plot_score_vs_oos(
     ax.set_title(f"{objective} vs {oos_metric}")
     ax.legend(loc="best", fontsize="small")
     _save(fig, path)
-
-
-def _atomic_text(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def require_trials(frame: pd.DataFrame, study_name: str) -> None:

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -21,6 +19,7 @@ from rich.table import Table
 from tuner import metrics
 from tuner.errors import InputError
 from tuner.qrels import IDENTITY, GradeMap, read_qrels
+from tuner.report.atomic import atomic_write_text
 from tuner.runs import Run, read_run
 
 COVERAGE_DEPTHS = (10, 20)
@@ -105,17 +104,7 @@ def _finite(value: float) -> float | None:
 
 
 def _write_json(path: Path, report: dict[str, Any]) -> None:
-    # Write beside the target and rename, so a crash never leaves half a report.
-    text = json.dumps(report, indent=2, allow_nan=False) + "\n"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write_text(path, json.dumps(report, indent=2, allow_nan=False) + "\n")
 
 
 def _print(console: Console, report: dict[str, Any], per_query: pd.DataFrame | None) -> None:
