@@ -56,8 +56,9 @@ class UiSpec:
         return f"http://{self.host}:{self.port}{self.health_path}"
 
 
-def _tool(name: str) -> str:
-    """A console script of this environment (beside the interpreter), else from PATH."""
+def console_script(name: str) -> str:
+    """A console script of this environment (beside the interpreter), else from PATH.
+    Printed commands use it too, so they run as pasted without activating the venv."""
     beside = Path(sys.executable).parent / name
     return str(beside) if beside.exists() else name
 
@@ -79,7 +80,7 @@ def ui_specs(
     specs = [
         UiSpec(
             name="optuna-dashboard",
-            argv=[_tool("optuna-dashboard"), storage, "--artifact-dir", str(artifact_dir),
+            argv=[console_script("optuna-dashboard"), storage, "--artifact-dir", str(artifact_dir),
                   "--host", host, "--port", str(optuna_port)],
             host=host,
             port=optuna_port,
@@ -92,7 +93,7 @@ def ui_specs(
         specs.append(
             UiSpec(
                 name="mlflow",
-                argv=[_tool("mlflow"), "server", "--backend-store-uri", experiment.tracking.mlflow_uri,
+                argv=[console_script("mlflow"), "server", "--backend-store-uri", experiment.tracking.mlflow_uri,
                       "--host", host, "--port", str(mlflow_port), "--workers", "1"],
                 host=host,
                 port=mlflow_port,

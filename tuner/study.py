@@ -664,10 +664,13 @@ def make_tracker(experiment: Experiment) -> Tracker:
 
 def dashboard_commands(experiment: Experiment) -> dict[str, str]:
     """Shell commands that open the two UIs on this experiment's stores."""
+    from tuner.dashboard import console_script
+
     paths = StudyPaths(experiment.state_dir, experiment.study)
-    out = {"optuna": f"optuna-dashboard {experiment.storage} --artifact-dir {paths.artifact_dir}"}
+    out = {"optuna": f"{console_script('optuna-dashboard')} {experiment.storage} --artifact-dir {paths.artifact_dir}"}
     if experiment.tracking.enabled:
-        out["mlflow"] = f"mlflow ui --backend-store-uri {experiment.tracking.mlflow_uri}"
+        out["mlflow"] = f"{console_script('mlflow')} ui --backend-store-uri {experiment.tracking.mlflow_uri}"
+    out["both"] = f"{console_script('tuner')} dashboard {experiment.source}"
     return out
 
 

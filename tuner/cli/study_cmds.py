@@ -150,10 +150,12 @@ def _print_summary(console: Console, exp: Any, summary: Any) -> None:
     console.print("\n[bold]dashboards[/]")
     for name, command in summary.dashboards.items():
         console.print(f"  {name:7s} {command}", soft_wrap=True)
-    console.print(f"  both    tuner dashboard {exp.source}", soft_wrap=True)
+    from tuner.dashboard import console_script
+
+    tuner = console_script("tuner")
     console.print("\n[bold]next[/]")
-    console.print(f"  tuner best {exp.source}", soft_wrap=True)
-    console.print(f"  tuner apply {exp.source} --dry-run", soft_wrap=True)
+    console.print(f"  {tuner} best {exp.source}", soft_wrap=True)
+    console.print(f"  {tuner} apply {exp.source} --dry-run", soft_wrap=True)
 
 
 def _print_holdout(console: Console, run: Any) -> None:
