@@ -123,7 +123,7 @@ async def plain_load(bodies: list[dict[str, Any]], url: str, concurrency: int, t
 
 def throughput(exp_path: Path, repeats: int) -> dict[str, float]:
     exp = load_experiment(exp_path).bind_port()
-    queries, qrels, labels_fp = load_dataset(exp)
+    queries, qrels, labels_fp, _note = load_dataset(exp)
     spec = exp.evaluation
     evaluator = LiveEvaluator(exp, queries, qrels, labels_fp)  # exactly what a trial runs
     bodies = [prepare_request(spec, q, f"bench-{i}").json for i, q in enumerate(queries)]

@@ -128,15 +128,22 @@ def backup_configs(files: list[Path], backup_root: Path) -> list[Path]:
 
 
 def apply_plan(
-    plan: ApplyPlan, *, tolerance: float = 0.01, on_step: Callable[[str], None] = lambda step: None
+    plan: ApplyPlan, *, tolerance: float = 0.01, on_step: Callable[[str], None] = lambda step: None,
+    skip_checks: bool = False,
 ) -> ApplyResult:
-    """Write, restart, check health, re-evaluate, compare; roll back when it does not hold."""
+    """Write, restart, check health, re-evaluate, compare; roll back when it does not hold.
+
+    The preflight's static checks run before anything is written (PreflightError); its
+    batch checks run on the re-measured batch, and a stop there rolls back like a miss."""
     from tuner.health import wait_healthy
+    from tuner.preflight import check_batch
+    from tuner.preflight_live import static_preflight
     from tuner.study import LiveEvaluator
     from tuner.targets.factory import make_target
 
     if tolerance < 0:
         raise StudyError(f"--tolerance must be >= 0, got {tolerance}")
+    static_preflight(plan.prepared, skip=skip_checks).raise_for_stops("tuner apply")
     exp = plan.experiment.bind_port()
     prepared = plan.prepared
     patcher = prepared.patcher
@@ -159,7 +166,9 @@ def apply_plan(
             restart_and_wait()
             on_step("re-evaluating the query set")
             evaluator = LiveEvaluator(exp, prepared.queries, prepared.qrels, prepared.labels_fingerprint)
-            measured = float(evaluator.evaluate(order_seed=0, on_result=lambda qid, row: None).metrics[plan.objective])
+            batch = evaluator.evaluate(order_seed=0, on_result=lambda qid, row: None)
+            measured = float(batch.metrics[plan.objective])
+            stops = [] if skip_checks else [f for f in check_batch(batch, exp.evaluation) if f.level == "stop"]
         except TunerError as exc:
             problem = f"{type(exc).__name__}: {exc}"
         except BaseException:
@@ -167,8 +176,8 @@ def apply_plan(
             raise
         else:
             result.measured = measured
-            problem = None
-            if abs(measured - plan.expected) > tolerance:
+            problem = f"preflight: {stops[0].message}" if stops else None
+            if problem is None and abs(measured - plan.expected) > tolerance:
                 problem = (
                     f"{plan.objective} re-measured {measured:.4f}, trial #{plan.trial_number} had {plan.expected:.4f}"
                     f" (|delta| {abs(measured - plan.expected):.4f} > tolerance {tolerance:g})"

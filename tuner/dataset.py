@@ -8,7 +8,8 @@ One JSON object per line::
 ``query_id``, ``query``, ``query_type``, ``source`` and ``scope`` are required;
 ``split`` is optional; every other key is an *extra request field* that the batch
 evaluation passes into the search request body. A query set has a stable
-``dataset_id`` (the file stem unless given) and a ``content_hash`` over its
+``dataset_id`` (the file stem unless given, without a ``.queries`` suffix: the
+importers write ``NAME.queries.jsonl``) and a ``content_hash`` over its
 canonical content, so reformatting the file (key order, spacing, blank lines)
 does not change the hash but any change of a value does.
 """
@@ -126,8 +127,16 @@ class QuerySet:
         return QuerySet(self.dataset_id, self.content_hash, kept, self.path)
 
 
+def default_dataset_id(path: str | Path) -> str:
+    """The dataset id a query file stands for: its stem, less a ``.queries`` suffix
+    (``cranfield.queries.jsonl`` -> ``cranfield``), so datasets imported side by side
+    get distinct ids without the user naming them."""
+    stem = Path(path).stem
+    return stem[: -len(".queries")] if stem.endswith(".queries") and stem != ".queries" else stem
+
+
 def load_queryset(path: str | Path, dataset_id: str | None = None) -> QuerySet:
-    """Read a JSONL query set; ``dataset_id`` defaults to the file stem.
+    """Read a JSONL query set; ``dataset_id`` defaults to ``default_dataset_id(path)``.
 
     Raises InputError (one line, ``file:line``) on malformed JSON, a missing or empty
     required field, a duplicate query id or an unknown scope.
@@ -139,7 +148,7 @@ def load_queryset(path: str | Path, dataset_id: str | None = None) -> QuerySet:
         raise InputError(f"{p}: query set file not found; pass an existing JSONL file") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(f"{p}: cannot read query set ({exc}); pass a UTF-8 JSONL file") from exc
-    return parse_queryset(text.splitlines(), name=str(p), dataset_id=dataset_id or p.stem, path=p)
+    return parse_queryset(text.splitlines(), name=str(p), dataset_id=dataset_id or default_dataset_id(p), path=p)
 
 
 def parse_queryset(
@@ -210,3 +219,50 @@ def _to_query(rec: dict[str, Any], where: str) -> Query:
         split=split,
         extra=extra,
     )
+
+
+UnjudgedPolicy = Literal["drop", "keep", "error"]
+UNJUDGED_POLICIES: tuple[str, ...] = ("drop", "keep", "error")
+
+
+@dataclass(frozen=True)
+class JudgedSubset:
+    """A query set with the unjudged-queries policy applied, and what it did."""
+
+    queries: QuerySet
+    unjudged: tuple[str, ...]  # in-scope query ids without a single judgment
+    policy: str
+    n_in_scope: int  # in-scope queries before the policy
+
+    @property
+    def note(self) -> str | None:
+        """One line for the console and the reports, None when every query is judged."""
+        n, total = len(self.unjudged), self.n_in_scope
+        if not n:
+            return None
+        first = ", ".join(self.unjudged[:3])
+        if self.policy == "drop":
+            return (f"dropped {n} of {total} in-scope queries that have no judgments at all (first: {first}); "
+                    "they would score 0 whatever the config (dataset.unjudged_queries: drop)")
+        return (f"kept {n} in-scope queries that have no judgments at all (first: {first}): each scores 0 "
+                "whatever the config (dataset.unjudged_queries: keep); judge them or set drop")
+
+
+def judged_subset(queries: QuerySet, judged_ids: Iterable[str], policy: str = "drop") -> JudgedSubset:
+    """Apply the unjudged-queries policy: in-scope queries without any judgment are
+    dropped (``drop``), kept and scored 0 (``keep``), or refused (``error``). OOS
+    queries need no judgments and are always kept."""
+    if policy not in UNJUDGED_POLICIES:
+        raise InputError(f"unjudged queries policy {policy!r}: use one of {', '.join(UNJUDGED_POLICIES)}")
+    judged = set(judged_ids)
+    n_in_scope = len(queries.in_scope())
+    unjudged = tuple(q.query_id for q in queries if q.scope == "in" and q.query_id not in judged)
+    if unjudged and policy == "error":
+        raise InputError(
+            f"query set {queries.dataset_id!r}: {len(unjudged)} of {len(queries.in_scope())} in-scope queries have no "
+            f"judgments (first: {', '.join(unjudged[:3])}); judge them, or set dataset.unjudged_queries: drop"
+        )
+    if unjudged and policy == "drop":
+        skip = set(unjudged)
+        queries = queries.subset(query_ids=[q.query_id for q in queries if q.query_id not in skip])
+    return JudgedSubset(queries, unjudged, policy, n_in_scope)

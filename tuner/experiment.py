@@ -290,6 +290,11 @@ class DatasetConfig(_Model):
     dataset_id: str | None = Field(default=None, description="Default: derived from the query file by tuner.dataset.")
     labels_db: Path | None = None
     labels: list[LabelSource] = Field(default_factory=list, description="Imported when missing from labels_db.")
+    unjudged_queries: Literal["drop", "keep", "error"] = Field(
+        default="drop",
+        description="In-scope queries with no judgment at all: drop them (counted and said), keep them (each "
+        "scores 0 whatever the config) or stop with an error.",
+    )
 
 
 # ---------------------------------------------------------------- target

@@ -13,7 +13,7 @@ target's config files and says how to sample it::
         length: 2
         first: {low: 7, high: 60}
         gap: {low: 1, high: 180}
-      confidence.threshold: {type: float, low: 0.2, high: 0.9, post_retrieval: true}
+      rag.min_confidence: {type: float, low: 0.2, high: 0.9, gate: confidence}   # solved per trial
     fixed:
       sources.bm25.depth: 100
 
@@ -29,6 +29,7 @@ Public API (used by the study and ``tuner apply``)::
     SearchSpace.edits(assignment) -> dict[int, dict[str, Any]]         # file index -> {dotted path: value}
     SearchSpace.active(name, assignment) -> bool
     SearchSpace.post_retrieval -> frozenset[str]                       # gate-only param names
+    ParamSpec.gate -> "confidence" | "min_score" | None                # a gate's role
 
 An *assignment* maps parameter names (the keys under ``params``/``fixed``; by default
 the dotted path itself) to the values written into the config: a scalar, a mapping of
@@ -47,6 +48,12 @@ group. Optuna parameters are an internal encoding of it:
 A parameter with ``when: {other: value | [values]}`` is active only when every named
 parameter is active and has one of those values; an inactive parameter is neither
 suggested nor written (the config keeps its value).
+
+A *gate* (``gate: confidence`` or ``gate: min_score``, which implies ``post_retrieval``)
+only filters what one retrieval returned, so tuner.threshold solves it per trial
+instead of sampling it. The role, not the key, says how: a backend may call its
+confidence gate ``rag.min_confidence``. On the reference backend's own keys
+(``REFERENCE_GATES``) ``post_retrieval: true`` alone implies the role.
 """
 
 from __future__ import annotations
@@ -74,7 +81,14 @@ from tuner.yamlfile import did_you_mean, display_path, line_of, load_model, read
 Scalar = Union[str, bool, int, float]  # noqa: UP007 - pydantic tries members in order
 Assignment = dict[str, Any]
 
-__all__ = ["Assignment", "SearchSpace", "load_space", "ParamSpec"]
+__all__ = ["Assignment", "SearchSpace", "load_space", "ParamSpec", "GATE_ROLES", "REFERENCE_GATES"]
+
+#: ``confidence``: hand a query off when the response's confidence < value;
+#: ``min_score``: drop results scoring < value (an emptied list is handed off).
+GateRole = Literal["confidence", "min_score"]
+GATE_ROLES: tuple[str, ...] = ("confidence", "min_score")
+#: The reference backend's gate keys: spaces written before ``gate:`` existed name no role.
+REFERENCE_GATES: dict[str, str] = {"confidence.threshold": "confidence", "citation.min_score": "min_score"}
 
 
 class _Model(BaseModel):
@@ -86,6 +100,16 @@ class _Common(_Model):
     file: int | str | None = Field(default=None, description="Config file index or path; default: the space's file.")
     when: dict[str, Scalar | list[Scalar]] = Field(default_factory=dict)
     post_retrieval: bool = Field(default=False, description="Only gates results after retrieval (issue 6).")
+    gate: GateRole | None = Field(default=None, description="A post-retrieval gate's role; implies post_retrieval.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _gate_implies_post_retrieval(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("gate") is not None:
+            if data.get("post_retrieval") is False:
+                raise ValueError("gate: implies post_retrieval: true; drop post_retrieval: false")
+            data = {**data, "post_retrieval": True}
+        return data
 
 
 def _check_bounds(low: float, high: float, log: bool, step: float | None) -> None:
@@ -244,6 +268,13 @@ class ParamSpec:
     def kind(self) -> str:
         return self.spec.type
 
+    @property
+    def gate(self) -> str | None:
+        """A post-retrieval param's role: declared with ``gate:``, else the reference key's own."""
+        if not self.spec.post_retrieval:
+            return None
+        return self.spec.gate or REFERENCE_GATES.get(self.path)
+
 
 # ---------------------------------------------------------------- numeric encodings
 
@@ -302,6 +333,7 @@ class SearchSpace:
         self.source = source
         self._params = {p.name: p for p in params}
         self._order = _condition_order(source, self._params)
+        _check_gates(source, params)
 
     # ---- inspection
 
@@ -515,6 +547,31 @@ def _check_conditions(path: Path, specs: Sequence[ParamSpec]) -> None:
                             f"{where}: {p.name}: when: {cond}: {value!r} is not one of its choices "
                             f"{other.spec.choices}{did_you_mean(str(value), [str(c) for c in other.spec.choices])}"
                         )
+
+
+def _check_gates(source: Path, specs: Sequence[ParamSpec]) -> None:
+    """Every post-retrieval param is a float gate with a known role, one param per role."""
+    seen: dict[str, str] = {}
+    for p in specs:
+        if not p.spec.post_retrieval:
+            continue
+        where = display_path(source) + (f":{p.line}" if p.line else "")
+        if p.kind != "float":
+            raise ConfigError(
+                f"{where}: {p.name}: post_retrieval/gate needs a float (solved from one retrieval), this is "
+                f"{p.kind}; remove post_retrieval/gate so the sampler searches it"
+            )
+        if p.gate is None:
+            raise ConfigError(
+                f"{where}: {p.name}: post_retrieval: true does not say which gate it is; add gate: confidence "
+                "(hand off when the response's confidence < value) or gate: min_score (drop results scoring < value)"
+            )
+        if p.gate in seen:
+            raise ConfigError(
+                f"{where}: {p.name}: a second gate: {p.gate} (after {seen[p.gate]}); one param per role can be "
+                "solved, remove post_retrieval/gate from one of them"
+            )
+        seen[p.gate] = p.name
 
 
 def _condition_order(source: Path, params: Mapping[str, ParamSpec]) -> list[str]:

@@ -24,6 +24,8 @@ from optuna.trial import FrozenTrial, TrialState
 
 from tuner import analysis as A
 from tuner.errors import EvaluationError, StudyError
+from tuner.preflight import PreflightReport
+from tuner.preflight_live import preflight_on_target, preflight_verdict, static_preflight
 from tuner.result_cache import ResultCache
 from tuner.tracking import MlflowTracker, NullTracker, Tracker
 from tuner.trial import Constraint as TrialConstraint
@@ -39,6 +41,7 @@ ATTR_ENQUEUED = "tuner.initial_trials_enqueued"
 ATTR_ARTIFACT_DIR = "tuner.artifact_dir"
 ATTR_OBJECTIVE = "tuner.objective"
 ATTR_CONSTRAINTS = "tuner.constraints"
+ATTR_PREFLIGHT = "tuner.preflight"
 INTERRUPTED = "interrupted"
 
 
@@ -385,16 +388,28 @@ class LiveEvaluator:
         self.labels_fingerprint = labels_fp
         self.spec_fingerprint = spec_fingerprint(self.spec)
         self.last_search_seconds = 0.0
+        #: the preflight of the run (tuner.preflight), recorded in every report's context
+        self.preflight: PreflightReport | None = None
 
     def evaluate(self, *, order_seed: int, on_result: Any) -> Any:
         from tuner.evaluation import run_batch
 
+        from tuner.preflight import empty_results_problem
+
         clock = SearchClock(self.spec.concurrency)
         try:
-            return run_batch(self.spec, self.queries, self.qrels, order_seed=order_seed, on_result=on_result,
-                             transport=clock)
+            result = run_batch(self.spec, self.queries, self.qrels, order_seed=order_seed, on_result=on_result,
+                               transport=clock)
         finally:
             self.last_search_seconds = clock.seconds
+        # A mostly empty batch is a broken request or mapping, not a config that scores 0:
+        # failing the trial keeps the 0 out of the sampler's model and under the failure budget.
+        problem = empty_results_problem(result, self.spec)
+        if problem is not None:
+            raise EvaluationError(f"{problem}; a broken request or response mapping, not a bad config "
+                                  "(tuner check EXPERIMENT shows a raw response); raise evaluation.max_empty_share "
+                                  "if empty results are expected")
+        return result
 
     def report_paths(self, result: Any, out_dir: Path) -> dict[str, Path]:
         """The names tuner.report.write_reports gives its files (stem "report")."""
@@ -417,7 +432,7 @@ class LiveEvaluator:
             url=self.spec.request.url,
             queries_file=str(self.experiment.dataset.queries),
             spec=self.spec.model_dump(mode="json"),
-            extra=dict(context),
+            extra={**self._preflight_context(), **context},
         )
         written = {k: Path(v) for k, v in _fields(write_reports(result, out_dir, context=ctx, config_snapshot=config_snapshot)).items()
                    if v is not None}
@@ -427,6 +442,13 @@ class LiveEvaluator:
                 " update LiveEvaluator.report_paths to tuner.report's naming"
             )
         return written
+
+
+    def _preflight_context(self) -> dict[str, Any]:
+        if self.preflight is None:
+            return {}
+        return {"preflight": {"verdict": preflight_verdict(self.preflight),
+                              "findings": [f.to_dict() for f in self.preflight.findings]}}
 
 
 class SearchClock(httpx.AsyncBaseTransport):
@@ -514,6 +536,7 @@ class Prepared:
     all_queries: QuerySet | None = None
     split: Split | None = None
     gates: dict[str, GateRange] = field(default_factory=dict)  # post-retrieval param -> its range, solved per trial
+    dataset_note: str | None = None  # what dataset.unjudged_queries did (tuner.dataset.judged_subset)
 
 
 def prepare(experiment: Experiment, *, recover_journal: bool = True) -> Prepared:
@@ -523,12 +546,13 @@ def prepare(experiment: Experiment, *, recover_journal: bool = True) -> Prepared
     from tuner.configpatch import ConfigPatcher, recover
     from tuner.holdout import tune_split
     from tuner.space import load_space
-    from tuner.threshold import solvable_gates
+    from tuner.threshold import check_gate_mapping, solvable_gates
 
     recovered = recover(experiment.journal_path) if recover_journal else []
     space = load_space(experiment.search_space, experiment.target.config_files)
     # ConfigError now, not after the first trial; solvable_gates goes in sorted name order.
     gates = dict(zip(sorted(space.post_retrieval), solvable_gates(space), strict=True))
+    check_gate_mapping(gates.values(), experiment.evaluation.response, where=f"{experiment.source}: ")
     if gates and experiment.objective.direction != "maximize":
         from tuner.errors import ConfigError
 
@@ -538,15 +562,18 @@ def prepare(experiment: Experiment, *, recover_journal: bool = True) -> Prepared
         )
     patcher = ConfigPatcher(experiment.target.config_files, journal_path=experiment.journal_path)
     warnings = list(experiment.warnings) + space.validate_against(patcher.documents(), patcher.names)
-    all_queries, qrels, labels_fp = load_dataset(experiment)
+    all_queries, qrels, labels_fp, dataset_note = load_dataset(experiment)
+    if dataset_note:
+        warnings.append(dataset_note)
     queries, split = tune_split(all_queries, experiment.holdout)
     return Prepared(experiment, space, patcher, queries, qrels, labels_fp, warnings, recovered,
-                    all_queries=all_queries, split=split, gates=gates)
+                    all_queries=all_queries, split=split, gates=gates, dataset_note=dataset_note)
 
 
-def load_dataset(experiment: Experiment) -> tuple[QuerySet, dict[str, dict[str, int]], str]:
-    """The query set, its labels and the labels' fingerprint."""
-    from tuner.dataset import load_queryset
+def load_dataset(experiment: Experiment) -> tuple[QuerySet, dict[str, dict[str, int]], str, str | None]:
+    """The query set (``dataset.unjudged_queries`` applied), its labels, the labels'
+    fingerprint and the one-line note of what the unjudged-queries policy did (or None)."""
+    from tuner.dataset import judged_subset, load_queryset
     from tuner.labels import LabelStore
     from tuner.qrels import GradeMap
 
@@ -559,7 +586,9 @@ def load_dataset(experiment: Experiment) -> tuple[QuerySet, dict[str, dict[str, 
         for source in ds.labels:
             grade_map = GradeMap({int(k): v for k, v in source.grade_map.items()}) if source.grade_map else None
             store.import_file(source.path, queries.dataset_id, fmt=source.format, grade_map=grade_map)
-    return queries, store.qrels(queries.dataset_id), store.fingerprint(queries.dataset_id)
+    qrels = store.qrels(queries.dataset_id)
+    judged = judged_subset(queries, qrels, ds.unjudged_queries)
+    return judged.queries, qrels, store.fingerprint(queries.dataset_id), judged.note
 
 
 def initial_variants(prepared: Prepared) -> list[Variant]:
@@ -583,17 +612,17 @@ def reporter_factory(
     exceed what ``OOS_FP_Rate <= b`` allows is stopped as PRUNED). None when neither
     applies (no per-query callback then).
 
-    With a solved confidence threshold an OOS query counts as answered only when it
-    would be at the top of the range. A solved citation minimum can empty a result
+    With a solved confidence gate an OOS query counts as answered only when it would
+    be at the top of the range. A solved min_score gate can empty a result
     list, which the per-query row at the retrieval's minimum cannot show, so the OOS
     early stop is off then (it could stop a trial that a higher minimum makes feasible).
     """
     from tuner import pruning
-    from tuner.threshold import CONFIDENCE_PARAM, MIN_SCORE_PARAM
+    from tuner.threshold import CONFIDENCE, MIN_SCORE
 
-    by_path = {g.param: g for g in (gates or {}).values()}
-    constraints = () if MIN_SCORE_PARAM in by_path else experiment.constraints
-    top = by_path[CONFIDENCE_PARAM].high if CONFIDENCE_PARAM in by_path else None
+    by_role = {g.role: g for g in (gates or {}).values()}
+    constraints = () if MIN_SCORE in by_role else experiment.constraints
+    top = by_role[CONFIDENCE].high if CONFIDENCE in by_role else None
     return pruning.reporter_factory(pruner, queries, objective=experiment.objective.metric,
                                     constraints=constraints, threshold_max=top)
 
@@ -610,6 +639,7 @@ def build_runner(
     artifacts: OptunaArtifacts | None = None,
     bookkeeper: Bookkeeper | None = None,
     on_phase: Any = None,
+    preflight: PreflightReport | None = None,
 ) -> TrialRunner:
     """The trial runner of an experiment (shared by `tuner run` and `tuner worker`):
     the live evaluator on the tune queries, objective and constraints, result cache,
@@ -623,13 +653,15 @@ def build_runner(
         extra["bookkeeper"] = bookkeeper
     if on_phase is not None:
         extra["on_phase"] = on_phase
+    evaluator = LiveEvaluator(exp, prepared.queries, prepared.qrels, prepared.labels_fingerprint)
+    evaluator.preflight = preflight  # every trial's report says whether the set-up was checked
     return TrialRunner(
         study_name=exp.study,
         space=prepared.space,
         writer=PatcherWriter(prepared.space, prepared.patcher),
         target=target,
         wait_healthy=wait_healthy,
-        evaluator=LiveEvaluator(exp, prepared.queries, prepared.qrels, prepared.labels_fingerprint),
+        evaluator=evaluator,
         trials_dir=paths.trials_dir,
         objective=Objective(exp.objective.metric, maximize),
         constraints=[TrialConstraint(c.name, c.violation) for c in exp.constraints],
@@ -699,8 +731,13 @@ def run_experiment(
     stop: StopFlag | None = None,
     observer: StudyObserver | None = None,
     use_cache: bool = True,
+    skip_checks: bool = False,
 ) -> RunSummary:
     """Create or resume the experiment's study and run trials; always restore.
+
+    The preflight (tuner.preflight) runs first: its static checks before anything is
+    touched, its batch checks on the config as found before the first trial; a stop
+    raises PreflightError (``skip_checks``: findings recorded, nothing stops).
 
     ``n_trials`` (this run) defaults to what the study still lacks of the experiment's
     ``n_trials``; ``timeout`` (s, this run) defaults to the experiment's ``timeout_s``.
@@ -716,6 +753,8 @@ def run_experiment(
     prepared = prepare(experiment)
     for line in prepared.recovered:
         observer.note(f"restored {line} from a restore journal left by an interrupted run")
+    preflight = static_preflight(prepared, skip=skip_checks)
+    preflight.raise_for_stops()
     paths = StudyPaths(experiment.state_dir, experiment.study)
     maximize = experiment.objective.direction == "maximize"
     study = open_study(
@@ -739,6 +778,16 @@ def run_experiment(
         n_trials = remaining_trials(study, experiment.n_trials)
     if timeout is None:
         timeout = experiment.timeout_s
+    target = make_target(experiment.target, experiment.state_dir)
+    health = experiment.target.health
+
+    def wait() -> None:
+        wait_healthy(health.url, deadline_s=health.deadline_s, target=target, interval_s=health.interval_s,
+                     max_interval_s=max(health.interval_s, 0.25))
+
+    if n_trials != 0:
+        preflight_on_target(prepared, preflight, target, wait, note=observer.note)
+    study.set_user_attr(ATTR_PREFLIGHT, preflight.to_dict())
 
     tracker = make_tracker(experiment)
     tracker.start_study(
@@ -750,20 +799,14 @@ def run_experiment(
             "search_space": str(experiment.search_space),
             "dataset": prepared.queries.dataset_id,
         },
-        tags={"tuner.experiment_file": str(experiment.source), "tuner.optuna_storage": experiment.storage},
+        tags={"tuner.experiment_file": str(experiment.source), "tuner.optuna_storage": experiment.storage,
+              "tuner.preflight": preflight_verdict(preflight)},
     )
-    target = make_target(experiment.target, experiment.state_dir)
-    health = experiment.target.health
-
-    def wait() -> None:
-        wait_healthy(health.url, deadline_s=health.deadline_s, target=target, interval_s=health.interval_s,
-                     max_interval_s=max(health.interval_s, 0.25))
-
     runner = build_runner(
         prepared, study, target=target, wait_healthy=wait, stop=stop, use_cache=use_cache, tracker=tracker,
         artifacts=OptunaArtifacts(paths.artifact_dir),
         bookkeeper=Bookkeeper(threaded=True, on_error=lambda msg: observer.note(f"warning: {msg}")),
-        on_phase=observer.phase,
+        on_phase=observer.phase, preflight=preflight,
     )
     loop = StudyLoop(
         study,

@@ -1,8 +1,10 @@
 """Post-retrieval gates solved from one retrieval instead of sampled by the study.
 
-The confidence threshold (``confidence.threshold``: hand off when confidence < t) and
-the citation minimum (``citation.min_score``: drop results scoring below m) do not
-change what the backend retrieves, only what it shows. The backend returns its
+A gate has a *role*, whatever its config key (``gate:`` in the search space,
+tuner.space): a ``confidence`` gate hands off when the response's confidence < t (the
+reference backend's ``confidence.threshold``, another backend's ``rag.min_confidence``),
+a ``min_score`` gate drops results scoring below m (``citation.min_score``). Neither
+changes what the backend retrieves, only what it shows. The backend returns its
 results and confidence even when it hands off, so one batch evaluation per trial is
 enough to know what *every* (t, m) would have scored: this module evaluates the whole
 grid client-side, picks the best pair that meets the constraints, and returns the
@@ -24,6 +26,10 @@ counts the queries concerned (``n_emptied``, ``n_below_top_m``): a backend that 
 back to a wider date window when the filter empties a list, and a confidence that is
 computed over the filtered hits when fewer than ``top_m`` survive the filter.
 
+The sweep table names its gate columns by the gates' config keys, so a trial's
+threshold_sweep.csv says what was solved; ``ThresholdSolution.by_role`` gives the chosen
+values by role to the code that applies them (tuner.evaluation.regate).
+
 Candidate values: the grid ``low, low+step, ..., high`` of each gate (the search
 space's step, else ``resolution``). Outcomes are step functions of t and m, so a fine
 grid covers the whole range; ties on the objective go to the lowest constraint
@@ -34,7 +40,7 @@ away from a breakpoint that the next batch of queries might cross.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -44,12 +50,17 @@ import pandas as pd
 from tuner import metrics as scorecard
 from tuner.errors import ConfigError, EvaluationError
 from tuner.evaluation import oos
+from tuner.space import GATE_ROLES, REFERENCE_GATES
 
 if TYPE_CHECKING:
     from tuner.evaluation.result import BatchResult
 
+CONFIDENCE, MIN_SCORE = GATE_ROLES  # the roles (tuner.space.GATE_ROLES)
+# The reference backend's keys of those roles (a GateRange on them needs no role).
 CONFIDENCE_PARAM = "confidence.threshold"
 MIN_SCORE_PARAM = "citation.min_score"
+#: the response field each role reads (tuner.evaluation.spec.ResponseMapping)
+RESPONSE_FIELD = {CONFIDENCE: "confidence", MIN_SCORE: "score"}
 _EPS = 1e-9  # the reference backend keeps scores equal to min_score up to rounding
 
 
@@ -61,12 +72,23 @@ class ConstraintLike(Protocol):
 
 @dataclass(frozen=True)
 class GateRange:
-    """One post-retrieval parameter and the values to try."""
+    """One post-retrieval parameter (``param``: its config key), its role and the values
+    to try. ``role`` "" takes the reference key's role; any other key must name one."""
 
     param: str
     low: float
     high: float
     step: float | None = None
+    role: str = ""
+
+    def __post_init__(self) -> None:
+        role = self.role or REFERENCE_GATES.get(self.param, "")
+        if role not in GATE_ROLES:
+            raise ConfigError(
+                f"{self.param}: post-retrieval gate with role {self.role!r} cannot be solved client-side; "
+                f"give it one of the roles {list(GATE_ROLES)} (gate: confidence or gate: min_score in the space)"
+            )
+        object.__setattr__(self, "role", role)
 
     def values(self, resolution: float) -> np.ndarray:
         if not (math.isfinite(self.low) and math.isfinite(self.high)) or self.high < self.low:
@@ -121,12 +143,13 @@ class Retrieval:
 class ThresholdSolution:
     """The chosen gate values, what they score, and the whole sweep."""
 
-    values: dict[str, float]
+    values: dict[str, float]  # by the gates' config keys
     objective: float
     metrics: dict[str, float]
     violation: float
     feasible: bool
     table: pd.DataFrame = field(repr=False)
+    by_role: dict[str, float] = field(default_factory=dict)  # the same values by role
 
 
 def solve(
@@ -139,61 +162,75 @@ def solve(
 ) -> ThresholdSolution:
     """Evaluate every grid point of ``gates`` on ``retrieval`` and pick the best feasible one.
 
-    ``gates`` holds ``confidence.threshold`` and/or ``citation.min_score`` (a gate not
-    given keeps the value the retrieval ran with: no confidence gate, no extra score
-    filter). When no grid point is feasible, the one with the smallest violation wins
-    and ``feasible`` is False, so the trial still reports an honest constraint value.
+    ``gates`` holds at most one gate per role (a role not given keeps the value the
+    retrieval ran with: no confidence gate, no extra score filter). When no grid point
+    is feasible, the one with the smallest violation wins and ``feasible`` is False, so
+    the trial still reports an honest constraint value.
     """
-    known = {CONFIDENCE_PARAM, MIN_SCORE_PARAM}
-    by_name = {g.param: g for g in gates}
-    if unknown := set(by_name) - known:
-        raise ConfigError(
-            f"post_retrieval param {sorted(unknown)[0]!r} cannot be solved client-side; "
-            f"only {sorted(known)} can (drop post_retrieval: true from the others)"
-        )
-    ts = by_name[CONFIDENCE_PARAM].values(resolution) if CONFIDENCE_PARAM in by_name else np.array([-math.inf])
+    by_role = _by_role(gates)
+    conf, cut = by_role.get(CONFIDENCE), by_role.get(MIN_SCORE)
+    ts = conf.values(resolution) if conf else np.array([-math.inf])
     # Without a min_score gate nothing is filtered (-inf keeps every hit, scored or not).
-    ms = by_name[MIN_SCORE_PARAM].values(resolution) if MIN_SCORE_PARAM in by_name else np.array([-math.inf])
-    if MIN_SCORE_PARAM in by_name and (unscored := [q.query_id for q in retrieval.queries
-                                                    if any(math.isnan(s) for _, s in q.hits)]):
-        raise ConfigError(
-            f"{MIN_SCORE_PARAM}: query {unscored[0]} has hits without a score, so a score filter cannot be "
-            "evaluated; map response.score to the field the backend filters on"
-        )
-    if MIN_SCORE_PARAM in by_name and ms.min() < retrieval.retrieved_min_score - _EPS:
-        raise ConfigError(
-            f"{MIN_SCORE_PARAM}: the retrieval ran with min_score={retrieval.retrieved_min_score:g}, so values "
-            f"down to {ms.min():g} cannot be evaluated; retrieve with min_score at the range's low end"
-        )
+    ms = cut.values(resolution) if cut else np.array([-math.inf])
+    if cut is not None:
+        _check_cut(retrieval, cut, float(ms.min()))
     # An unsolved confidence gate ran in the backend at its own value: its handoffs stand.
-    backend_handoff = CONFIDENCE_PARAM not in by_name
-    table = sweep(retrieval, ts, ms, objective=objective, backend_handoff=backend_handoff)
+    backend_handoff = conf is None
+    names = (conf.param if conf else None, cut.param if cut else None)
+    table = sweep(retrieval, ts, ms, objective=objective, backend_handoff=backend_handoff, names=names)
     table["violation"] = _violations(table, constraints)
-    pick = _pick(table, objective)
-    row = table.loc[pick]
-    values = {}
-    if CONFIDENCE_PARAM in by_name:
-        values[CONFIDENCE_PARAM] = float(row[CONFIDENCE_PARAM])
-    if MIN_SCORE_PARAM in by_name:
-        values[MIN_SCORE_PARAM] = float(row[MIN_SCORE_PARAM])
-    metric_cols = [c for c in table.columns if c not in (CONFIDENCE_PARAM, MIN_SCORE_PARAM, "violation")]
+    row = table.loc[_pick(table, objective)]
+    t = float(row[conf.param]) if conf else -math.inf
+    m = float(row[cut.param]) if cut else -math.inf
+    chosen = {g.role: (t if g.role == CONFIDENCE else m) for g in gates}
+    metric_cols = [c for c in table.columns if c not in names and c != "violation"]
     # The whole scorecard at the chosen pair, so a trial's NDCG@20 etc. match its objective
     # (the batch's own are those of the ungated retrieval).
-    card = scorecard_at(retrieval, float(row[CONFIDENCE_PARAM]), float(row[MIN_SCORE_PARAM]),
-                        backend_handoff=backend_handoff)
+    card = scorecard_at(retrieval, t, m, backend_handoff=backend_handoff)
     return ThresholdSolution(
-        values=values, objective=float(row[objective]), metrics=card | {c: float(row[c]) for c in metric_cols},
-        violation=float(row["violation"]), feasible=bool(row["violation"] <= 0), table=table,
+        values={g.param: chosen[g.role] for g in gates}, objective=float(row[objective]),
+        metrics=card | {c: float(row[c]) for c in metric_cols},
+        violation=float(row["violation"]), feasible=bool(row["violation"] <= 0), table=table, by_role=chosen,
     )
+
+
+def _by_role(gates: Sequence[GateRange]) -> dict[str, GateRange]:
+    """The gates by role; one per role and one per key (both name a sweep column)."""
+    out: dict[str, GateRange] = {}
+    for g in gates:
+        if g.role in out:
+            raise ConfigError(
+                f"{g.param}: a second {g.role} gate (after {out[g.role].param}); solve one gate per role"
+            )
+        out[g.role] = g
+    if len({g.param for g in gates}) < len(gates):
+        raise ConfigError(f"gates {[g.param for g in gates]} repeat a key; give each gate its own key")
+    return out
+
+
+def _check_cut(retrieval: Retrieval, cut: GateRange, lowest: float) -> None:
+    """A score cut-off is exact only over scored hits retrieved at or below its lowest value."""
+    if unscored := [q.query_id for q in retrieval.queries if any(math.isnan(s) for _, s in q.hits)]:
+        raise ConfigError(
+            f"{cut.param}: query {unscored[0]} has hits without a score, so a score filter cannot be "
+            "evaluated; map response.score to the field the backend filters on"
+        )
+    if lowest < retrieval.retrieved_min_score - _EPS:
+        raise ConfigError(
+            f"{cut.param}: the retrieval ran with min_score={retrieval.retrieved_min_score:g}, so values "
+            f"down to {lowest:g} cannot be evaluated; retrieve with min_score at the range's low end"
+        )
 
 
 def sweep(
     retrieval: Retrieval, thresholds: np.ndarray, min_scores: np.ndarray, *, objective: str,
-    backend_handoff: bool = False,
+    backend_handoff: bool = False, names: tuple[str | None, str | None] = (CONFIDENCE, MIN_SCORE),
 ) -> pd.DataFrame:
     """One row per (threshold, min_score): the objective (in-scope mean), the OOS metrics,
     and the counts that flag approximations. ``backend_handoff``: a query the backend
-    handed off stays handed off (the confidence gate is not being solved)."""
+    handed off stays handed off (the confidence gate is not being solved). ``names``:
+    the columns of the threshold and the min_score (the gates' keys); None leaves a gate
+    that is not being solved out of the table."""
     qs = retrieval.queries
     if not qs:
         raise EvaluationError("threshold sweep over an empty batch; evaluate at least one query")
@@ -211,11 +248,8 @@ def sweep(
     answered = np.where(failed[None, :], is_oos[None, :], answered)
     value = np.where(answered, scores[m_flat], 0.0)
     ins = ~is_oos
-    frame = pd.DataFrame({
-        CONFIDENCE_PARAM: t_flat,
-        MIN_SCORE_PARAM: min_scores[m_flat],
-        objective: value[:, ins].mean(axis=1) if ins.any() else 0.0,
-    })
+    gate_cols = {n: v for n, v in zip(names, (t_flat, min_scores[m_flat]), strict=True) if n is not None}
+    frame = pd.DataFrame({**gate_cols, objective: value[:, ins].mean(axis=1) if ins.any() else 0.0})
     for name, col in oos.oos_rates(is_oos, answered).items():
         frame[name] = col
     frame["n_answered"] = answered.sum(axis=1)
@@ -312,26 +346,29 @@ def _pick(table: pd.DataFrame, objective: str) -> int:
 
 # --------------------------------------------------------------------------- study wiring
 
-SOLVABLE = (CONFIDENCE_PARAM, MIN_SCORE_PARAM)
-
-
 def solvable_gates(space: Any) -> list[GateRange]:
-    """The post-retrieval params of a search space (tuner.space.SearchSpace) that can be
-    solved client-side, as gate ranges. ConfigError for a post-retrieval param that
-    cannot (e.g. confidence.top_m changes the confidence itself: sample it instead)."""
+    """The post-retrieval params of a search space (tuner.space.SearchSpace) as gate
+    ranges, in sorted name order. The space has checked that each is a float with a
+    role, one per role (tuner.space: gate:)."""
     gates = []
     for name in sorted(space.post_retrieval):
         p = space[name]
-        if p.path not in SOLVABLE or p.kind != "float":
-            from tuner.yamlfile import display_path
-
-            where = f"{display_path(space.source)}: " if getattr(space, "source", None) else ""
-            raise ConfigError(
-                f"{where}{name}: post_retrieval: true, but only float {' / '.join(SOLVABLE)} can be solved from one "
-                "retrieval; remove post_retrieval from it so the sampler searches it"
-            )
-        gates.append(GateRange(p.path, p.spec.low, p.spec.high, p.spec.step))
+        gates.append(GateRange(p.path, p.spec.low, p.spec.high, p.spec.step, role=p.gate))
     return gates
+
+
+def check_gate_mapping(gates: Iterable[GateRange], response: Any, *, where: str = "") -> None:
+    """ConfigError when a gate's role reads a response field that ``response`` (the
+    experiment's evaluation.response, tuner.evaluation.spec.ResponseMapping) leaves
+    unmapped: without confidences every query would be handed off, without scores
+    nothing can be cut. ``where`` prefixes the message (the experiment file)."""
+    for g in gates:
+        name = RESPONSE_FIELD[g.role]
+        if getattr(response, name, None) is None:
+            raise ConfigError(
+                f"{where}{g.param}: gate: {g.role} reads the response's {name}, but evaluation.response.{name} "
+                f"is not mapped; set it to the response field holding the {name} (or drop the gate)"
+            )
 
 
 def retrieval_values(gates: Sequence[GateRange]) -> dict[str, float]:
@@ -350,6 +387,6 @@ def solve_batch(
     top_m: int | None = None,
 ) -> ThresholdSolution:
     """``solve`` on a batch retrieved with ``retrieval_values(gates)``."""
-    low = next((g.low for g in gates if g.param == MIN_SCORE_PARAM), 0.0)
+    low = next((g.low for g in gates if g.role == MIN_SCORE), 0.0)
     return solve(Retrieval.from_batch(batch, retrieved_min_score=low, top_m=top_m), gates,
                  objective=objective, constraints=constraints)

@@ -383,15 +383,15 @@ class TrialRunner:
         """Pick the solved gate values from the retrieval; the trial's metrics become those
         of the batch re-scored at those values. Returns the sweep and the re-scored batch."""
         from tuner.evaluation.regate import regate
-        from tuner.threshold import CONFIDENCE_PARAM, MIN_SCORE_PARAM, solve_batch
+        from tuner.threshold import CONFIDENCE, MIN_SCORE, solve_batch
 
         sol = solve_batch(result, list(solving.values()), objective=self.objective.metric,
                           constraints=self.constraints)
-        by_path = {g.param: name for name, g in solving.items()}
-        solved = {by_path[path]: value for path, value in sol.values.items()}
+        # By role, not by key: the backend's own names for its gates do not matter here.
+        solved = {name: sol.by_role[g.role] for name, g in solving.items()}
         out.assignment.update(solved)
-        gated = regate(result, confidence_threshold=sol.values.get(CONFIDENCE_PARAM),
-                       min_score=sol.values.get(MIN_SCORE_PARAM))
+        gated = regate(result, confidence_threshold=sol.by_role.get(CONFIDENCE),
+                       min_score=sol.by_role.get(MIN_SCORE))
         # One source for the score and the reports: the re-scored batch (equal to the
         # solver's values, tests/evaluation/test_regate.py); the solver adds what a batch lacks.
         out.metrics = {k: float(v) for k, v in gated.metrics.items() if _is_number(v)}
@@ -553,7 +553,7 @@ class TrialRunner:
         spec = self.evaluator.spec_fingerprint
         if solving:
             # A solved result also depends on the gate grids, the objective and the constraints.
-            spec += json.dumps({"solve": {n: [g.low, g.high, g.step] for n, g in sorted(solving.items())},
+            spec += json.dumps({"solve": {n: [g.low, g.high, g.step, g.role] for n, g in sorted(solving.items())},
                                 "objective": self.objective.metric,
                                 "constraints": [c.name for c in self.constraints]}, sort_keys=True)
         return cache_key(

@@ -483,6 +483,7 @@ def run_replica(
     timeout_s: float | None = None,
     stop: Any = None,
     note: Callable[[str], None] = lambda text: None,
+    skip_checks: bool = False,
 ) -> ReplicaSummary:
     """Run one worker of the experiment's study on its own backend replica until the
     study has ``n_trials`` (default: the experiment's) finished trials. Always restores
@@ -490,6 +491,7 @@ def run_replica(
     killed."""
     from tuner import study as S
     from tuner.health import wait_healthy
+    from tuner.preflight_live import preflight_on_target, static_preflight
     from tuner.targets.factory import make_target
     from tuner.trial import StopFlag
 
@@ -498,6 +500,8 @@ def run_replica(
     stop = stop or StopFlag()
     exp, replica = replica_of(experiment, replica_index)
     prepared = S.prepare(exp)
+    preflight = static_preflight(prepared, skip=skip_checks)
+    preflight.raise_for_stops(f"replica {replica_index} preflight")
     maximize = exp.objective.direction == "maximize"
     study = S.open_study(exp.study, make_storage(exp.storage, settings), sampler=exp.sampler.create(),
                          pruner=exp.pruner.create(), objective_metric=exp.objective.metric, maximize=maximize)
@@ -515,11 +519,13 @@ def run_replica(
         wait_healthy(health.url, deadline_s=health.deadline_s, target=target, interval_s=health.interval_s,
                      max_interval_s=max(health.interval_s, 0.25))
 
-    runner = S.build_runner(prepared, study, target=target, wait_healthy=wait, stop=stop)
+    runner = S.build_runner(prepared, study, target=target, wait_healthy=wait, stop=stop, preflight=preflight)
     reaper = start_reaper(replica.pid_file, exp.journal_path)
     stop_event = _StopEvent(stop)
     restored: list[Path] = []
     try:
+        # each replica checks its own backend (its copy of the config, its port)
+        preflight_on_target(prepared, preflight, target, wait, note=note)
         target.start()
         report = run_worker(study, runner.run, n_trials=n_trials or exp.n_trials, replica=replica_index,
                             timeout_s=timeout_s if timeout_s is not None else exp.timeout_s, stop=stop_event)

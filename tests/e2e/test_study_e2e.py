@@ -381,7 +381,7 @@ def test_bad_experiment_files_are_refused_with_one_line(demo_data: Path, tmp_pat
         ("params:\n  fusion.rrf_k: {type: int, low: 100, high: 1}\n", "inverted bounds low=100 > high=1"),
         ("params:\n  fusion.method: {type: float, low: 0, high: 1}\n", "type mismatch"),
         ("params:\n  confidence.top_m: {type: int, low: 1, high: 10, post_retrieval: true}\n",
-         "confidence.top_m: post_retrieval: true, but only float"),
+         "confidence.top_m: post_retrieval/gate needs a float"),
     ],
 )
 def test_bad_search_spaces_are_refused_with_one_line(demo_data: Path, tmp_path: Path, space: str, expected: str) -> None:

@@ -10,7 +10,9 @@ import pytest
 
 from support.fake_search import FakeSearch
 
-N = 6
+N_IN = 5  # judged in-scope queries
+N_OOS = 5  # enough out-of-scope queries for an OOS gate to mean something
+N = N_IN + N_OOS
 
 
 def tuner(*args, cwd):
@@ -20,7 +22,7 @@ def tuner(*args, cwd):
 
 def _payload(i):
     return {"results": [{"doc_id": f"d{i}-{j}", "score": 1 - j / 10, "title": f"Doc {i}-{j}"} for j in range(8)],
-            "confidence": 0.4 + 0.07 * i, "handoff": i == N - 1, "fallback_level": 0}
+            "confidence": 0.4 + 0.07 * i, "handoff": i >= N_IN, "fallback_level": 0}
 
 
 @pytest.fixture
@@ -28,10 +30,10 @@ def workspace(tmp_path):
     queries = tmp_path / "demo.jsonl"
     queries.write_text("".join(
         json.dumps({"query_id": f"q{i}", "query": f"text {i}", "query_type": "short" if i % 2 else "long",
-                    "source": "faq", "scope": "oos" if i == N - 1 else "in", "date_hint_days": 7}) + "\n"
+                    "source": "faq", "scope": "oos" if i >= N_IN else "in", "date_hint_days": 7}) + "\n"
         for i in range(N)))
     labels = tmp_path / "labels.qrels"
-    labels.write_text("".join(f"q{i} 0 d{i}-{j} {(j + 1) % 4}\n" for i in range(N - 1) for j in range(0, 8, 2)))
+    labels.write_text("".join(f"q{i} 0 d{i}-{j} {(j + 1) % 4}\n" for i in range(N_IN) for j in range(0, 8, 2)))
     with FakeSearch({f"text {i}": _payload(i) for i in range(N)}) as svc:
         yield tmp_path, queries, labels, svc
 
@@ -45,10 +47,10 @@ def _import(tmp_path, labels):
 def test_labels_import_and_stats(workspace):
     tmp_path, _, labels, _ = workspace
     out = _import(tmp_path, labels)
-    assert f"imported {4 * (N - 1)} labels for {N - 1} queries" in out.stdout
+    assert f"imported {4 * (N_IN)} labels for {N_IN} queries" in out.stdout
     stats = tuner("labels", "stats", "--db", tmp_path / "labels.db", "--dataset-id", "demo", "--per-query", cwd=tmp_path)
     assert stats.returncode == 0, stats.stderr
-    assert f"demo: {4 * (N - 1)} labels, {N - 1} queries judged" in stats.stdout
+    assert f"demo: {4 * (N_IN)} labels, {N_IN} queries judged" in stats.stdout
     assert "fingerprint" in stats.stdout
 
 
@@ -61,7 +63,7 @@ def test_labels_import_bad_row_is_one_line_and_changes_nothing(workspace):
     assert out.returncode == 2
     assert out.stderr.strip().count("\n") == 0 and "bad.qrels:2: grade 9 is not in the grade map" in out.stderr
     stats = tuner("labels", "stats", "--db", tmp_path / "labels.db", "--dataset-id", "demo", cwd=tmp_path)
-    assert f"demo: {4 * (N - 1)} labels" in stats.stdout
+    assert f"demo: {4 * (N_IN)} labels" in stats.stdout
 
 
 def test_eval_writes_reports_and_passes_gates(workspace):
@@ -121,7 +123,7 @@ def test_eval_with_spec_file_and_export_unjudged(workspace):
     spec.write_text(
         "request:\n"
         f"  url: {svc.url}\n"
-        "  body: {query: '{query}', size: '{top_k}', tag: 'eval-{query_id}'}\n"
+        "  body: {query: '{query}', size: '{top_k}', tag: 'eval-{query_id}', days: '{date_hint_days}'}\n"
         "  pass_extra: false\n"
         "response:\n  results_path: payload.items\n  doc_id: ref\n  title: name\n  score: null\n"
         "top_k: 5\nmax_failed_queries: 0\n"
@@ -130,6 +132,7 @@ def test_eval_with_spec_file_and_export_unjudged(workspace):
                 "--out", tmp_path / "rep", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert svc.requests[0].body["size"] == 5 and svc.requests[0].body["tag"].startswith("eval-q")
+    assert svc.requests[0].body["days"] == 7  # pass_extra: false, so the template sends it
 
     todo = tmp_path / "todo.csv"
     out = tuner("labels", "export-unjudged", "--report", tmp_path / "rep" / "report.json", "--out", todo,
@@ -137,9 +140,21 @@ def test_eval_with_spec_file_and_export_unjudged(workspace):
     assert out.returncode == 0, out.stderr
     rows = list(csv.DictReader(todo.open()))
     # every in-scope query returned 8 docs, 4 of them labelled (even j); OOS hits are not exported
-    assert len(rows) == (N - 1) * 4
+    assert len(rows) == (N_IN) * 4
     assert {r["doc_id"] for r in rows if r["query_id"] == "q0"} == {"d0-1", "d0-3", "d0-5", "d0-7"}
     assert rows[0]["query"] == "text 0" and rows[0]["title"].startswith("Doc 0-")
+
+
+def test_eval_stops_when_the_query_set_carries_fields_the_request_never_sends(workspace):
+    tmp_path, queries, labels, svc = workspace
+    _import(tmp_path, labels)
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(f"request:\n  url: {svc.url}\n  body: {{query: '{{query}}'}}\n  pass_extra: false\n")
+    out = tuner("eval", "--queries", queries, "--labels-db", tmp_path / "labels.db", "--spec", spec,
+                "--out", tmp_path / "rep", cwd=tmp_path)
+    assert out.returncode == 2 and out.stderr.strip().count("\n") == 0
+    assert "fields the request never sends: date_hint_days (10 queries)" in out.stderr
+    assert svc.requests == []  # found before any traffic
 
 
 def test_spec_file_typo_is_located(workspace):
@@ -164,7 +179,7 @@ def test_eval_failure_budget_and_missing_labels_exit_2(workspace):
     svc.fail_always.update({"text 0", "text 1"})
     out = tuner("eval", "--queries", queries, "--labels-db", tmp_path / "labels.db", "--url", svc.url,
                 "--retries", 0, "--max-failed", 1, "--out", tmp_path / "rep", cwd=tmp_path)
-    assert out.returncode == 2 and "2 of 6 queries failed, the budget allows 1" in out.stderr
+    assert out.returncode == 2 and f"2 of {N} queries failed, the budget allows 1" in out.stderr
     assert not (tmp_path / "rep").exists()
 
 

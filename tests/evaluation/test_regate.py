@@ -88,3 +88,17 @@ def test_regate_with_only_min_score_equals_the_solver_and_keeps_the_backends_han
             assert gated.metrics[name] == pytest.approx(value, abs=1e-12), name
     handed_off = {r.query_id for r in responses if r.response.confidence < 0.6}
     assert not gated.per_query.loc[sorted(handed_off), "answered"].any()
+
+
+@pytest.mark.parametrize(("t", "m"), [(0.45, 0.3), (0.7, 0.6)])
+def test_regate_by_role_equals_the_solver_on_renamed_keys(t: float, m: float) -> None:
+    # Another backend's keys for the same gates: the solver reports by role, regate takes roles.
+    batch = retrieved_at_low_end(1)
+    gates = [GateRange("rag.min_confidence", t, t, role="confidence"), GateRange("rag.cutoff", m, m, role="min_score")]
+    sol = solve_batch(batch, gates)
+    assert sol.values == {"rag.min_confidence": t, "rag.cutoff": m}
+    assert sol.by_role == {"confidence": t, "min_score": m}
+    gated = regate(batch, confidence_threshold=sol.by_role["confidence"], min_score=sol.by_role["min_score"])
+    for name, value in sol.metrics.items():
+        if not name.startswith("n_"):
+            assert gated.metrics[name] == pytest.approx(value, abs=1e-12), name

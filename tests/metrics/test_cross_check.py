@@ -53,8 +53,9 @@ def rankings_of(run: dict[str, dict[str, float]]) -> dict[str, list[str]]:
     return parse_trec_run(lines, source="<generated>").rankings
 
 
-def ours(qrels, run, metrics, gains="linear", max_grade=3):
-    batch = prepare(rankings_of(run), qrels, list(qrels), gains=gains, max_grade=max_grade)
+def ours(qrels, run, metrics, gains="linear", max_grade=3, relevance_level=1):
+    batch = prepare(rankings_of(run), qrels, list(qrels), gains=gains, max_grade=max_grade,
+                    relevance_level=relevance_level)
     return score_batch(batch, metrics)
 
 
@@ -75,22 +76,42 @@ PYTREC_EQUIVALENTS = {
 }
 
 
+# Families that follow relevance_level, compared with trec_eval run at the same -l;
+# ndcg is here because trec_eval's ignores -l and so must ours.
+AT_RELEVANCE_LEVEL = {"P_10": "P@10", "P_50": "P@50", "recall_50": "Recall@50", "map": "AP",
+                      "map_cut_10": "AP@10", "recip_rank": "MRR", "success_10": "Success@10",
+                      "ndcg_cut_10": "NDCG@10", "ndcg": "NDCG"}
+
+
+def pytrec_reference(qrels, run, measures, level):
+    names = set()
+    for measure in measures:  # "P_10" -> "P.10": pytrec_eval names its cutoffs explicitly
+        base, _, cutoff = measure.rpartition("_")
+        names.add(f"{base}.{cutoff}" if cutoff.isdigit() else measure)
+    return pytrec_eval.RelevanceEvaluator(qrels, names, relevance_level=level).evaluate(run)
+
+
 @pytest.mark.parametrize("level", sorted(PYTREC_EQUIVALENTS))
 def test_against_pytrec_eval_with_tied_scores(level):
     qrels, run = random_collection(seed=level, ties=True)
     equivalents = PYTREC_EQUIVALENTS[level]
-    measures = set()
-    for measure in equivalents:  # "P_10" -> "P.10": pytrec_eval names its cutoffs explicitly
-        base, _, cutoff = measure.rpartition("_")
-        measures.add(f"{base}.{cutoff}" if cutoff.isdigit() else measure)
-    evaluator = pytrec_eval.RelevanceEvaluator(qrels, measures, relevance_level=level)
-    reference = evaluator.evaluate(run)
+    reference = pytrec_reference(qrels, run, equivalents, level)
     scores = ours(qrels, run, list(equivalents.values()))
     for measure, metric in equivalents.items():
         expected = {q: values[measure] for q, values in reference.items()}
         assert_close(scores[metric], expected, f"{metric} vs trec_eval {measure} -l{level}")
     handed_off = [q for q in qrels if q not in run]
     assert handed_off and (scores.loc[handed_off].to_numpy() == 0).all()
+
+
+@pytest.mark.parametrize("level", [1, 2, 3])
+def test_relevance_level_against_pytrec_eval(level):
+    qrels, run = random_collection(seed=20 + level, ties=True)
+    reference = pytrec_reference(qrels, run, AT_RELEVANCE_LEVEL, level)
+    scores = ours(qrels, run, list(AT_RELEVANCE_LEVEL.values()), relevance_level=level)
+    for measure, metric in AT_RELEVANCE_LEVEL.items():
+        expected = {q: values[measure] for q, values in reference.items()}
+        assert_close(scores[metric], expected, f"{metric} at relevance_level={level} vs trec_eval {measure} -l{level}")
 
 
 def test_against_ranx_exp_gains_and_cut_reciprocal_ranks():

@@ -31,8 +31,8 @@ RANKED = [3, 0, 1, 0, 2]
 JUDGED = [3, 1, 0, 2, 3, 2]
 
 
-def score(metric: str, gains: str = "linear", rankings=RANKING, qrels=QRELS) -> float:
-    df = score_rankings(rankings, qrels, list(rankings), gains=gains, metrics=[metric])
+def score(metric: str, gains: str = "linear", rankings=RANKING, qrels=QRELS, level: int = 1) -> float:
+    df = score_rankings(rankings, qrels, list(rankings), gains=gains, metrics=[metric], relevance_level=level)
     return float(df[metric].iloc[0])
 
 
@@ -225,9 +225,73 @@ def test_duplicate_query_id_and_unknown_gain_scheme_are_rejected():
 
 
 def test_public_contract_signature_and_registry():
-    params = list(inspect.signature(score_rankings).parameters)
-    assert params == ["rankings", "qrels", "query_ids", "gains", "metrics"]
+    params = inspect.signature(score_rankings).parameters
+    assert list(params) == ["rankings", "qrels", "query_ids", "gains", "metrics", "relevance_level"]
+    assert params["relevance_level"].kind is inspect.Parameter.KEYWORD_ONLY
+    assert params["relevance_level"].default == 1
     names = {family.name for family in list_metrics()}
     for metric in DEFAULT_METRICS:
         assert metric.split("@")[0] in names
     assert set(PRIMARY_SCORECARD).isdisjoint(SECONDARY_METRICS)
+
+
+@pytest.mark.parametrize("level", [1, 2, 3])
+def test_binary_metrics_count_grades_at_or_above_the_relevance_level(level):
+    hits = [g >= level for g in RANKED]
+    relevant = sum(g >= level for g in JUDGED)
+    assert score("P@4", level=level) == pytest.approx(sum(hits[:4]) / 4)
+    assert score("Recall@3", level=level) == pytest.approx(sum(hits[:3]) / relevant)
+    assert score("Success@2", level=level) == float(any(hits[:2]))
+    assert score("MRR", level=level) == pytest.approx(1 / (hits.index(True) + 1))
+    def ap(k: int) -> float:
+        return sum(sum(hits[:r]) / r for r in range(1, k + 1) if hits[r - 1]) / relevant
+
+    assert score("AP", level=level) == pytest.approx(ap(len(hits)))
+    assert score("AP@3", level=level) == pytest.approx(ap(3))
+
+
+def test_graded_and_named_level_metrics_ignore_the_relevance_level():
+    # trec_eval's ndcg ignores -l; Strong_/Exact_ name their own level; graded MAP
+    # and the rest use the grades themselves.
+    ranking = {"q": ["c", "e", "b", "a", "d"]}
+    graded = ["NDCG@5", "NDCG", "DCG@3", "Useful_Precision@5", "ERR@5", "Avg_Grade@5", "Gain_Recall@5", "MAP@5", "Strong_Precision@5",
+              "Exact_Precision@5", "Strong_Success@1", "Exact_Success@3", "MRR_Strong@5", "MRR_Exact@5"]
+    base = score_rankings(ranking, QRELS, ["q"], metrics=graded)
+    for level in (2, 3):
+        moved = score_rankings(ranking, QRELS, ["q"], metrics=graded, relevance_level=level)
+        pd.testing.assert_series_equal(moved.loc["q", graded], base.loc["q", graded])
+
+
+def test_default_relevance_level_is_the_live_scorecard():
+    rankings = {"q": RANKING["q"], "r": ["f", "g", "x"]}
+    qrels = {**QRELS, "r": {"f": 3, "g": 1, "h": 2}}
+    default = score_rankings(rankings, qrels, ["q", "r"])
+    explicit = score_rankings(rankings, qrels, ["q", "r"], relevance_level=1)
+    pd.testing.assert_frame_equal(default, explicit)
+    assert default.attrs["relevance_level"] == 1
+    at_two = score_rankings(rankings, qrels, ["q", "r"], relevance_level=2, metrics=["P@10", *PRIMARY_SCORECARD])
+    default = score_rankings(rankings, qrels, ["q", "r"], metrics=["P@10", *PRIMARY_SCORECARD])
+    assert at_two.attrs["relevance_level"] == 2
+    # -l moves the binary measures a TREC user compares, never the tuner's objective.
+    assert at_two.loc["r", "P@10"] < default.loc["r", "P@10"]
+    assert at_two.loc["r", PRIMARY_METRIC] == default.loc["r", PRIMARY_METRIC]
+
+
+@pytest.mark.parametrize("bad", [0, 4, -1, 2.5, True, "2"])
+def test_relevance_level_outside_the_grade_scale_is_an_input_error(bad):
+    with pytest.raises(InputError, match=rf"relevance level {bad!r} is not a grade in 1\.\.3; use 1"):
+        score_rankings(RANKING, QRELS, ["q"], relevance_level=bad)
+    assert prepare(RANKING, QRELS, ["q"], max_grade=4, relevance_level=4).relevance_level == 4
+
+
+def test_binary_flag_of_every_family_says_whether_the_relevance_level_moves_it():
+    # A grade-1 hit on top of each ranking: any metric reading L changes from L=1 to L=2.
+    rankings = {"q": ["c", "e", "a", "d"], "r": ["g1", "x", "y", "f"]}
+    qrels = {**QRELS, "r": {"g1": 1, "f": 3, "h": 2, "i": 1}}
+    names = [f"{family.name}@3" for family in list_metrics()]
+    one = score_rankings(rankings, qrels, ["q", "r"], metrics=names)
+    two = score_rankings(rankings, qrels, ["q", "r"], metrics=names, relevance_level=2)
+    for family, name in zip(list_metrics(), names):
+        moved = not np.allclose(one[name], two[name], equal_nan=True)
+        assert moved == family.binary, f"{family.name}: binary={family.binary} but moved={moved}"
+        assert family.trec_eval  # every family states its trec_eval measure, or "none"

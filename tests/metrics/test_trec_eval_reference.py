@@ -29,8 +29,9 @@ _EQUIVALENTS: list[tuple[str, Callable[[re.Match[str]], str]]] = [
     (r"unj_(\d+)", lambda m: f"Judged@{m[1]}"),  # unj = 1 - Judged (the runs have 500 docs)
 ]
 
-# Binary measures count grade >= 1 as relevant; trec_eval -l2 moves that line to 2.
-# trec_eval reads a negative grade as "unjudged" (it shows in unj_k), hence None.
+# Binary measures count grade >= 1 as relevant; trec_eval -l2 (relevance_level=2)
+# moves that line to 2. trec_eval reads a negative grade as "unjudged" (it shows in
+# unj_k), hence None.
 BINARY_AT_1 = GradeMap({-1: None, 0: 0, 1: 1})
 BINARY_AT_2 = GradeMap({-1: None, 0: 0, 1: 0, 2: 1, 3: 1, 4: 1})
 GRADED = GradeMap({-1: None, 0: 0, 1: 1, 2: 2, 3: 3, 4: 4})
@@ -88,16 +89,30 @@ def test_all_trec_measures_of_out_test_aq(reference, run):
     assert compare(expected, prepare(run, qrels, QUERIES, max_grade=1)) == []
 
 
-def test_graded_ndcg_of_out_test_aql(reference, run):
-    expected = expected_values(reference / "out.test.aql", lambda m: m.startswith("ndcg"))
-    assert {"NDCG", "NDCG@10", "NDCG@20"} <= set(expected)
+def test_every_measure_of_out_test_aql_with_relevance_level_two(reference, run):
+    # out.test.aql is `trec_eval -l2` on qrels.rel_level (grades -1..4): the graded
+    # qrels go in as they are and relevance_level=2 does what -l2 does, for all
+    # measures at once (ndcg_* included) in one batch.
+    expected = expected_values(reference / "out.test.aql", lambda m: True)
+    assert {"NDCG", "NDCG@10", "P@5", "P@10", "MRR", "AP", "AP@10", "Recall@100", "Success@1"} <= set(expected)
     qrels = read_qrels(reference / "qrels.rel_level", GRADED)
-    assert compare(expected, prepare(run, qrels, QUERIES, max_grade=4)) == []
+    batch = prepare(run, qrels, QUERIES, max_grade=4, relevance_level=2)
+    assert compare(expected, batch) == []
 
 
-def test_binary_measures_at_level_two_of_out_test_aql(reference, run):
+def test_trec_eval_ndcg_ignores_the_relevance_level(reference, run):
+    # Had -l2 applied to ndcg (grade 1 worth nothing), query 301's ndcg values in
+    # out.test.aql would be lower: they are not, so ndcg keeps every grade's gain.
+    expected = expected_values(reference / "out.test.aql", lambda m: m.startswith("ndcg"))
+    below_two_dropped = GradeMap({-1: None, 0: 0, 1: 0, 2: 2, 3: 3, 4: 4})
+    qrels = read_qrels(reference / "qrels.rel_level", below_two_dropped)
+    wrong = compare(expected, prepare(run, qrels, QUERIES, max_grade=4, relevance_level=2))
+    assert any(line.startswith("NDCG 301:") for line in wrong)
+
+
+def test_binary_measures_at_level_two_equal_a_binary_grade_map(reference, run):
+    # The same -l2 numbers from qrels flattened to 0/1 at grade 2 (the old way).
     expected = expected_values(reference / "out.test.aql", lambda m: not m.startswith("ndcg"))
-    assert {"P@5", "P@10", "MRR", "AP", "Recall@100"} <= set(expected)
     qrels = read_qrels(reference / "qrels.rel_level", BINARY_AT_2)
     assert compare(expected, prepare(run, qrels, QUERIES, max_grade=1)) == []
 

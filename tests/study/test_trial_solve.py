@@ -43,13 +43,14 @@ class BatchEvaluator:
     dataset_hash, labels_fingerprint, spec_fingerprint = "d", "l", "s"
     last_search_seconds = 0.0
 
-    def __init__(self, backend: FileBackend, batch: Any) -> None:
-        self.backend, self.batch = backend, batch
+    def __init__(self, backend: FileBackend, batch: Any, gate_key: str = "confidence.threshold") -> None:
+        self.backend, self.batch, self.gate_key = backend, batch, gate_key
         self.calls: list[float] = []
         self.written: list[Any] = []
 
     def evaluate(self, *, order_seed: int, on_result: Any) -> Any:
-        self.calls.append(float(self.backend.loaded["confidence"]["threshold"]))
+        section, key = self.gate_key.split(".")
+        self.calls.append(float(self.backend.loaded[section][key]))
         return self.batch
 
     def report_paths(self, result: Any, out_dir: Path) -> dict[str, Path]:
@@ -63,16 +64,27 @@ class BatchEvaluator:
         return {"json": paths.json, "per_query_csv": paths.per_query_csv}
 
 
+# Another backend's name for the same confidence gate, declared by role.
+RENAMED_CONFIG = "fusion:\n  x: 0.5\nrag:\n  min_confidence: 0.6\n"
+RENAMED_SPACE = SPACE.replace("confidence.threshold:", "rag.min_confidence:").replace(
+    "post_retrieval: true", "gate: confidence")
+
+
 @pytest.fixture
 def setup(tmp_path: Path) -> dict[str, Any]:
+    return make_setup(tmp_path, CONFIG, SPACE, "confidence.threshold")
+
+
+def make_setup(tmp_path: Path, config: str, space_text: str, gate_key: str) -> dict[str, Any]:
+    tmp_path.mkdir(exist_ok=True)
     cfg = tmp_path / "config.yaml"
-    cfg.write_text(CONFIG)
-    (tmp_path / "space.yaml").write_text(textwrap.dedent(SPACE))
+    cfg.write_text(config)
+    (tmp_path / "space.yaml").write_text(textwrap.dedent(space_text))
     space = load_space(tmp_path / "space.yaml", [cfg])
     qs, qrels, responses, failed = synthetic_batch(1)
     batch = evaluate_responses(qs, qrels, responses, failed)
     backend = FileBackend(cfg)
-    evaluator = BatchEvaluator(backend, batch)
+    evaluator = BatchEvaluator(backend, batch, gate_key)
     constraint = Constraint("OOS_FP_Rate <= 0.3", lambda m: m["OOS_FP_Rate"] - BOUND)
     runner = TrialRunner(
         study_name="s", space=space, writer=YamlWriter(cfg), target=backend, wait_healthy=lambda: None,
@@ -156,3 +168,52 @@ def test_a_solved_trials_report_describes_the_batch_at_the_solved_gate(setup: di
         expected = (conf >= solved) if ok else (q.scope == "oos")
         assert (rows[q.query_id]["answered"] == "True") == bool(expected), q.query_id
     assert batch.metrics["Primary_Metric_Score"] != pytest.approx(out.value)  # the raw batch differs
+
+
+def test_a_renamed_gate_is_solved_and_reported_like_the_reference_key(setup: dict[str, Any], tmp_path: Path) -> None:
+    other = make_setup(tmp_path / "renamed", RENAMED_CONFIG, RENAMED_SPACE, "rag.min_confidence")
+    ref_out, ref_frozen = run(setup["study"], setup["runner"], {"fusion.x": 0.25})
+    out, frozen = run(other["study"], other["runner"], {"fusion.x": 0.25})
+    key = "rag.min_confidence"
+    assert other["evaluator"].calls == [0.2]  # retrieved at the renamed gate's low end
+    solved = ref_out.metrics[f"solved.{CONFIDENCE_PARAM}"]
+    assert out.value == ref_out.value and out.constraints == ref_out.constraints
+    assert out.metrics == {(f"solved.{key}" if k == f"solved.{CONFIDENCE_PARAM}" else k): v
+                           for k, v in ref_out.metrics.items()}
+    assert frozen.user_attrs[A.ATTR_ASSIGNMENT] == {"fusion.x": 0.25, key: solved}
+    ref_dir, trial_dir = (s["tmp"] / "trials" / str(f.number) for s, f in ((setup, ref_frozen), (other, frozen)))
+    snapshot = YAML(typ="safe").load((trial_dir / "config.yaml").read_text())
+    assert snapshot["rag"]["min_confidence"] == solved and "confidence" not in snapshot
+    # The sweep CSV says what was solved: the same table, its gate column named by the key.
+    ref_csv, csv_text = ((d / "threshold_sweep.csv").read_text().splitlines() for d in (ref_dir, trial_dir))
+    assert csv_text[0] == ref_csv[0].replace(CONFIDENCE_PARAM, key) and csv_text[1:] == ref_csv[1:]
+    assert csv_text[0].split(",")[0] == key
+    report, ref_report = (json.loads((d / "report.json").read_text()) for d in (trial_dir, ref_dir))
+    assert report["context"]["solved_gates"] == {key: solved}
+    assert report["scorecard"] == ref_report["scorecard"]
+    ref_rows, rows = ((d / "report_per_query.csv").read_text() for d in (ref_dir, trial_dir))
+    assert rows == ref_rows
+
+
+def test_the_studys_pruning_callback_reads_gates_by_role() -> None:
+    from types import SimpleNamespace
+
+    from tuner.dataset import Query, QuerySet
+    from tuner.experiment import Constraint as ExpConstraint
+    from tuner.study import reporter_factory
+    from tuner.threshold import GateRange
+
+    qs = QuerySet("d", "h", (Query("q", "t", "x", "s", "in"), Query("o", "t", "x", "s", "oos")))
+    exp = SimpleNamespace(constraints=[ExpConstraint.parse("OOS_FP_Rate <= 0.5")],
+                          objective=SimpleNamespace(metric="Primary_Metric_Score"))
+    nop = optuna.pruners.NopPruner()
+
+    def made(*gates: GateRange) -> Any:
+        factory = reporter_factory(exp, nop, qs, {g.param: g for g in gates})
+        return None if factory is None else factory(optuna.create_study().ask())
+
+    conf = made(GateRange("rag.min_confidence", 0.1, 0.7, role="confidence"))
+    assert conf.oos_threshold_max == made(GateRange(CONFIDENCE_PARAM, 0.1, 0.7)).oos_threshold_max == 0.7
+    # a solved score cut-off can empty lists the per-query rows cannot show: no OOS early stop
+    assert made(GateRange("rag.cutoff", 0.0, 0.5, role="min_score")) is None
+    assert made(GateRange("citation.min_score", 0.0, 0.5)) is None

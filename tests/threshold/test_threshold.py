@@ -15,6 +15,9 @@ from tuner.evaluation.outcomes import FailedQuery, QueryResponse
 from tuner.evaluation.result import evaluate_responses
 from tuner.threshold import CONFIDENCE_PARAM, MIN_SCORE_PARAM, GateRange, Retrieval, solve
 
+# Another backend's names for the same two gates: solved by role, not by key.
+RENAMED = ("rag.min_confidence", "rag.cutoff")
+
 
 class MaxFP:
     """A constraint 'OOS_FP_Rate <= bound' in the shape experiment.Constraint has."""
@@ -59,11 +62,14 @@ def brute_force(qs, qrels, responses, failed, t, m):
     return evaluate_responses(qs, qrels, gated, failed).metrics
 
 
+@pytest.mark.parametrize("keys", [(CONFIDENCE_PARAM, MIN_SCORE_PARAM), RENAMED])
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_sweep_and_choice_equal_brute_force(seed):
+def test_sweep_and_choice_equal_brute_force(seed, keys):
+    conf_key, cut_key = keys
     qs, qrels, responses, failed = synthetic_batch(seed)
     batch = evaluate_responses(qs, qrels, responses, failed)
-    gates = [GateRange(CONFIDENCE_PARAM, 0.2, 0.8, 0.05), GateRange(MIN_SCORE_PARAM, 0.0, 0.6, 0.1)]
+    gates = [GateRange(conf_key, 0.2, 0.8, 0.05, role="confidence"),
+             GateRange(cut_key, 0.0, 0.6, 0.1, role="min_score")]
     bound = 0.3
     solution = solve(Retrieval.from_batch(batch), gates, constraints=[MaxFP(bound)])
 
@@ -75,7 +81,7 @@ def test_sweep_and_choice_equal_brute_force(seed):
         for m in ms:
             brute[(t, m)] = brute_force(qs, qrels, responses, failed, t, m)
     for row in solution.table.to_dict("records"):
-        expected = brute[(round(row[CONFIDENCE_PARAM], 2), round(row[MIN_SCORE_PARAM], 1))]
+        expected = brute[(round(row[conf_key], 2), round(row[cut_key], 1))]
         assert row["Primary_Metric_Score"] == pytest.approx(expected["Primary_Metric_Score"], abs=1e-12)
         assert row["OOS_FP_Rate"] == pytest.approx(expected["OOS_FP_Rate"], abs=1e-12)
         assert row["InScope_Handoff_Rate"] == pytest.approx(expected["InScope_Handoff_Rate"], abs=1e-12)
@@ -85,7 +91,8 @@ def test_sweep_and_choice_equal_brute_force(seed):
     best = max(v["Primary_Metric_Score"] for v in feasible.values())
     assert solution.feasible
     assert solution.objective == pytest.approx(best, abs=1e-12)
-    chosen = (round(solution.values[CONFIDENCE_PARAM], 2), round(solution.values[MIN_SCORE_PARAM], 1))
+    chosen = (round(solution.values[conf_key], 2), round(solution.values[cut_key], 1))
+    assert solution.by_role == {"confidence": solution.values[conf_key], "min_score": solution.values[cut_key]}
     assert chosen in feasible
     assert feasible[chosen]["Primary_Metric_Score"] == pytest.approx(best, abs=1e-12)
     # Every scorecard metric of the solution is the gated batch's at the chosen pair.
@@ -123,6 +130,15 @@ def test_bad_gates_are_rejected():
         solve(retrieval, [GateRange(MIN_SCORE_PARAM, 0.0, 0.5, 0.1)])
     with pytest.raises(ConfigError, match="cannot be solved client-side"):
         solve(retrieval, [GateRange("fusion.rrf_k", 1, 100, 1)])
+    with pytest.raises(ConfigError, match="give it one of the roles"):
+        GateRange("rag.min_confidence", 0.0, 0.5, role="threshold")
+    with pytest.raises(ConfigError, match="a second confidence gate"):
+        solve(retrieval, [GateRange(CONFIDENCE_PARAM, 0.0, 0.5), GateRange(RENAMED[0], 0.0, 0.5, role="confidence")])
+    with pytest.raises(ConfigError, match="repeat a key"):
+        solve(retrieval, [GateRange("rag.x", 0.2, 0.5, role="confidence"),
+                          GateRange("rag.x", 0.2, 0.5, role="min_score")])
+    with pytest.raises(ConfigError, match=r"rag\.cutoff: the retrieval ran with min_score=0\.2"):
+        solve(retrieval, [GateRange(RENAMED[1], 0.0, 0.5, 0.1, role="min_score")])
     with pytest.raises(ConfigError, match="empty"):
         solve(retrieval, [GateRange(CONFIDENCE_PARAM, 0.9, 0.1)])
 
@@ -170,3 +186,66 @@ def test_an_unsolved_confidence_gate_keeps_the_backends_handoffs(seed):
             assert row[name] == pytest.approx(expected[name], abs=1e-12), (row[MIN_SCORE_PARAM], name)
     chosen = brute_force(qs, qrels, responses, failed, 0.6, solution.values[MIN_SCORE_PARAM])
     assert solution.metrics["NDCG@20"] == pytest.approx(chosen["NDCG@20"], abs=1e-12)
+
+
+def renamed(gates):
+    return [GateRange({CONFIDENCE_PARAM: RENAMED[0], MIN_SCORE_PARAM: RENAMED[1]}[g.param], g.low, g.high, g.step,
+                      role=g.role) for g in gates]
+
+
+@pytest.mark.parametrize(("seed", "gates"), [
+    (0, [GateRange(CONFIDENCE_PARAM, 0.2, 0.8, 0.05), GateRange(MIN_SCORE_PARAM, 0.0, 0.6, 0.1)]),
+    (1, [GateRange(CONFIDENCE_PARAM, 0.0, 0.9, 0.01)]),
+    (2, [GateRange(MIN_SCORE_PARAM, 0.0, 0.6, 0.05)]),
+])
+def test_a_renamed_gate_is_solved_and_reported_like_the_reference_key(seed, gates):
+    qs, qrels, responses, failed = synthetic_batch(seed)
+    retrieval = Retrieval.from_batch(evaluate_responses(qs, qrels, responses, failed))
+    ref = solve(retrieval, gates, constraints=[MaxFP(0.3)])
+    other = solve(retrieval, renamed(gates), constraints=[MaxFP(0.3)])
+    assert other.by_role == ref.by_role and len(ref.by_role) == len(gates)
+    assert other.values == {RENAMED[0 if g.role == "confidence" else 1]: ref.values[g.param] for g in gates}
+    assert (other.objective, other.violation, other.feasible) == (ref.objective, ref.violation, ref.feasible)
+    assert other.metrics == ref.metrics
+    # The sweep names its gate columns by the keys solved, and only those.
+    columns = {CONFIDENCE_PARAM: RENAMED[0], MIN_SCORE_PARAM: RENAMED[1]}
+    assert [c for c in other.table.columns if c.startswith("rag.")] == [columns[g.param] for g in gates]
+    assert not {CONFIDENCE_PARAM, MIN_SCORE_PARAM} & set(other.table.columns)
+    assert other.table.equals(ref.table.rename(columns=columns))
+
+
+def test_a_gated_space_with_renamed_keys_gives_roled_gates(tmp_path):
+    from tuner.space import load_space
+    from tuner.threshold import retrieval_values, solvable_gates, solve_batch
+
+    space_file = tmp_path / "space.yaml"
+    space_file.write_text(
+        "params:\n"
+        "  rag.min_confidence: {type: float, low: 0.2, high: 0.8, step: 0.05, gate: confidence}\n"
+        "  rag.cutoff: {type: float, low: 0.0, high: 0.6, step: 0.1, gate: min_score}\n"
+    )
+    gates = solvable_gates(load_space(space_file))
+    assert gates == [GateRange("rag.cutoff", 0.0, 0.6, 0.1, "min_score"),
+                     GateRange("rag.min_confidence", 0.2, 0.8, 0.05, "confidence")]
+    assert retrieval_values(gates) == {"rag.cutoff": 0.0, "rag.min_confidence": 0.2}
+    qs, qrels, responses, failed = synthetic_batch(7)
+    batch = evaluate_responses(qs, qrels, responses, failed)
+    reference = [GateRange(CONFIDENCE_PARAM, 0.2, 0.8, 0.05), GateRange(MIN_SCORE_PARAM, 0.0, 0.6, 0.1)]
+    assert solve_batch(batch, gates).by_role == solve_batch(batch, reference).by_role
+
+
+@pytest.mark.parametrize(("role", "unmapped"), [("confidence", {"confidence": None}), ("min_score", {"score": None})])
+def test_a_gate_needs_its_response_field_mapped(role, unmapped):
+    from tuner.evaluation.spec import ResponseMapping
+    from tuner.threshold import check_gate_mapping
+
+    gate = GateRange("rag.gate", 0.0, 0.5, role=role)
+    check_gate_mapping([gate], ResponseMapping(confidence="conf", score="s"))
+    check_gate_mapping([], ResponseMapping(confidence=None, score=None))  # nothing to solve, nothing needed
+    field = next(iter(unmapped))
+    with pytest.raises(ConfigError) as exc:
+        check_gate_mapping([gate], ResponseMapping(**({"confidence": "conf", "score": "s"} | unmapped)),
+                           where="exp.yaml: ")
+    message = str(exc.value)
+    assert message.startswith(f"exp.yaml: rag.gate: gate: {role} reads the response's {field}")
+    assert f"evaluation.response.{field} is not mapped; set it" in message and "\n" not in message

@@ -24,6 +24,7 @@ _COMMAND_MODULES = (
     "tuner.cli.score_cmd",
     "tuner.cli.eval_cmds",
     "tuner.cli.study_cmds",
+    "tuner.cli.check_cmd",
     "tuner.cli.dashboard_cmd",
     "tuner.cli.worker_cmds", "tuner.cli.labelqueue_cmd", "tuner.cli.validate_cmd",  # issue 6 (after eval_cmds)
 )

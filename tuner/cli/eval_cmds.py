@@ -65,11 +65,31 @@ def eval_command(
         "--fail-under", help="Gate: exit 1 when METRIC < VALUE, e.g. Primary_Metric_Score=0.6 (repeatable).")] = None,
     fail_over: Annotated[list[str] | None, typer.Option(
         "--fail-over", help="Gate: exit 1 when METRIC > VALUE, e.g. OOS_FP_Rate=0.1 (repeatable).")] = None,
+    unjudged: Annotated[str, typer.Option(
+        "--unjudged-queries", help="In-scope queries without any judgment: drop (counted), keep (each scores 0) "
+        "or error. With --experiment: its dataset.unjudged_queries.")] = "drop",
+    skip_checks: Annotated[bool, typer.Option(
+        "--skip-checks", help="Report even when the preflight finds a set-up that gives wrong numbers "
+        "(the report records it); otherwise exit 2.")] = False,
 ) -> None:
-    """Run one batch evaluation against a live search API and write its reports."""
-    from tuner.dataset import load_queryset
+    """Run one batch evaluation against a live search API and write its reports.
+
+    The preflight checks (`tuner check`) run on this batch: most queries empty, doc ids
+    that match no label, most queries handed off, a gate on OOS metrics without OOS
+    queries stop with exit 2 (the reports are written all the same)."""
+    from tuner.dataset import judged_subset, load_queryset
     from tuner.evaluation import check_gates, parse_gate, run_batch, scorecard_keys
+    from tuner.evaluation.probe import fetch_raw
     from tuner.labels import LabelStore
+    from tuner.preflight import (
+        PreflightReport,
+        check_batch,
+        check_constraints,
+        check_judged_queries,
+        check_request_fields,
+        gate_constraint,
+    )
+    from tuner.preflight_live import preflight_verdict
     from tuner.report import ReportContext, write_reports
 
     console = _console()
@@ -82,7 +102,9 @@ def eval_command(
                  max_failed=max_failed, gains=gains, confidence=confidence, handoff=handoff, fallback=fallback)
     snapshot = _read_snapshot(config_snapshot)
     if experiment is not None:
-        spec, query_set, qrels, fingerprint, labels_db, queries = _from_experiment(experiment, port, spec_file, flags)
+        spec, query_set, qrels, fingerprint, labels_db, queries, note = _from_experiment(
+            experiment, port, spec_file, flags)
+        policy = "from the experiment"
     else:
         if queries is None:
             raise InputError("tuner eval needs --queries FILE (or --experiment FILE)")
@@ -91,18 +113,35 @@ def eval_command(
         store = LabelStore(_existing_db(labels_db))
         qrels = store.qrels(query_set.dataset_id)
         fingerprint = store.fingerprint(query_set.dataset_id)
+        judged = judged_subset(query_set, qrels, unjudged)
+        query_set, note, policy = judged.queries, judged.note, unjudged
 
+    preflight = PreflightReport(n_total=len(query_set), skipped=skip_checks)
+    preflight.extend(check_judged_queries(note, policy))
+    preflight.extend(check_request_fields(spec, query_set))
+    preflight.extend(check_constraints([gate_constraint(g) for g in gates], query_set))
+    preflight.raise_for_stops("tuner eval")
     console.print(f"evaluating {len(query_set)} queries of [bold]{query_set.dataset_id}[/] against {spec.request.url} "
                   f"(concurrency {spec.concurrency}, top_k {spec.top_k})")
     result = run_batch(spec, query_set, qrels, order_seed=order_seed)
+    preflight.n_checked = len(query_set)
+    preflight.extend(check_batch(result, spec, raw_response=lambda qid: fetch_raw(spec, query_set[qid])))
     out_dir = out or Path(".tuner/reports") / f"{query_set.dataset_id}-{datetime.now(UTC):%Y%m%dT%H%M%SZ}"
     misses = check_gates(result.metrics, gates)
     context = ReportContext(
         title=title, labels_fingerprint=fingerprint, labels_db=str(labels_db), url=spec.request.url,
         queries_file=str(queries), spec=spec.model_dump(mode="json"),
-        extra={"gates": [{"gate": g.describe(), "passed": all(m.gate != g for m in misses)} for g in gates]},
+        extra={"gates": [{"gate": g.describe(), "passed": all(m.gate != g for m in misses)} for g in gates],
+               "preflight": {"verdict": preflight_verdict(preflight),
+                             "findings": [f.to_dict() for f in preflight.findings]}},
     )
     paths = write_reports(result, out_dir, context=context, config_snapshot=snapshot)
+    for finding in preflight.findings:
+        style = {"stop": "red", "warn": "yellow"}.get(finding.level, "dim")
+        console.print(f"[{style}]preflight {finding.level}:[/] {finding.message}", highlight=False)
+    if preflight.stops and not skip_checks:
+        console.print(f"report (for diagnosis): {paths.json}")
+    preflight.raise_for_stops("tuner eval")
 
     console.print(_scorecard_table(result.metrics))
     if result.failed:
@@ -131,8 +170,8 @@ def _from_experiment(path: Path, port: int | None, spec_file: Path | None, flags
     if "{port}" in exp.evaluation.request.url and flags["url"] is None:
         raise InputError(f"{path}: the search URL has a {{port}} placeholder; pass --port N (the running backend's port)")
     spec = _spec(spec_file, base=exp.evaluation, **flags)
-    query_set, qrels, fingerprint = load_dataset(exp)
-    return spec, query_set, qrels, fingerprint, exp.dataset.labels_db, exp.dataset.queries
+    query_set, qrels, fingerprint, note = load_dataset(exp)
+    return spec, query_set, qrels, fingerprint, exp.dataset.labels_db, exp.dataset.queries, note
 
 
 def _spec(spec_file: Path | None, base: Any = None, **flags: Any) -> Any:
@@ -188,11 +227,12 @@ def _scorecard_table(metrics: dict[str, float]) -> Table:
     table.add_column("metric")
     table.add_column("value", justify="right")
     shown = ["Primary_Metric_Score", *PRIMARY_SCORECARD, "OOS_FP_Rate", "InScope_Handoff_Rate", "Handoff_F1",
-             "Judged@10", "Judged@20", "Latency_Avg_ms", "Latency_P95_ms", "Failed_Queries", "N_Queries"]
+             "Judged@10", "Judged@20", "Empty_Queries", "Latency_Avg_ms", "Latency_P95_ms", "Failed_Queries",
+             "N_Queries"]
     for name in shown:
         if name in metrics:
             value = metrics[name]
-            text = f"{value:.0f}" if name.startswith(("N_", "Failed")) else (
+            text = "n/a" if value != value else f"{value:.0f}" if name.startswith(("N_", "Failed", "Empty")) else (
                 f"{value:.1f}" if name.startswith("Latency") else f"{value:.4f}")
             table.add_row(name, text)
     return table

@@ -29,6 +29,9 @@ def register(app: typer.Typer) -> None:
 
 
 ExperimentArg = Annotated[Path, typer.Argument(help="Experiment file (experiments/*.yaml).", show_default=False)]
+SkipChecksOption = Annotated[bool, typer.Option(
+    "--skip-checks", help="Run even when the preflight (`tuner check`) finds a set-up that gives wrong numbers; "
+    "the findings and the skip are recorded in the reports.")]
 
 
 def _quiet_libraries() -> None:
@@ -81,17 +84,21 @@ def run_command(
     timeout: Annotated[float | None, typer.Option("--timeout", min=1, help=(
         "Seconds for this run; no new trial starts after it (default: the experiment's timeout_s)."))] = None,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Re-run identical configs instead of reusing results.")] = False,
+    skip_checks: SkipChecksOption = False,
 ) -> None:
-    """Create or resume the experiment's study and run trials (Ctrl-C / SIGTERM stop cleanly)."""
+    """Create or resume the experiment's study and run trials (Ctrl-C / SIGTERM stop cleanly).
+
+    The preflight (`tuner check`) runs first and stops with exit 2 on a set-up that
+    would give wrong numbers."""
     from tuner.experiment import load_experiment
 
     console = Console()
     exp = load_experiment(experiment)
-    _run_and_report(exp, console, n_trials=n_trials, timeout=timeout, use_cache=not no_cache)
+    _run_and_report(exp, console, n_trials=n_trials, timeout=timeout, use_cache=not no_cache, skip_checks=skip_checks)
 
 
 def _run_and_report(exp: Any, console: Console, *, n_trials: int | None, timeout: float | None,
-                    use_cache: bool = True) -> None:
+                    use_cache: bool = True, skip_checks: bool = False) -> None:
     from tuner.progress import RichProgress
     from tuner.study import run_experiment
     from tuner.trial import StopFlag
@@ -102,7 +109,7 @@ def _run_and_report(exp: Any, console: Console, *, n_trials: int | None, timeout
     stop = StopFlag()
     with graceful_signals(stop, console) as received, RichProgress(console, objective=exp.objective.metric) as progress:
         summary = run_experiment(exp, n_trials=n_trials, timeout=timeout, stop=stop, observer=progress,
-                                 use_cache=use_cache)
+                                 use_cache=use_cache, skip_checks=skip_checks)
     _print_summary(console, exp, summary)
     if summary.error:
         console.print(f"[red]error:[/] {summary.error}")
@@ -306,6 +313,7 @@ def apply_command(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Only show the diff.")] = False,
     tolerance: Annotated[float, typer.Option("--tolerance", min=0.0, help=(
         "Largest |re-measured - trial| objective difference accepted before rolling back."))] = 0.01,
+    skip_checks: SkipChecksOption = False,
 ) -> None:
     """Write the best feasible (or --trial N) config into the target; re-check it, roll back if it does not hold."""
     from tuner.apply import apply_plan, plan_apply
@@ -315,6 +323,11 @@ def apply_command(
     _quiet_libraries()
     exp = load_experiment(experiment)
     plan = plan_apply(exp, trial_number=trial)
+    if dry_run:  # the static checks cost nothing: say what a real apply would refuse
+        from tuner.preflight_live import static_preflight
+
+        for finding in static_preflight(plan.prepared).stops:
+            console.print(f"[red]preflight stop:[/] {finding.message}", soft_wrap=True, highlight=False)
     feas = "feasible" if plan.feasible else "[red]INFEASIBLE[/]"
     console.print(f"trial #{plan.trial_number} ({feas}, {plan.objective} = {plan.expected:.4f})")
     if not plan.changes:
@@ -324,7 +337,8 @@ def apply_command(
     if dry_run:
         console.print("[dim]--dry-run: nothing written[/]")
         return
-    result = apply_plan(plan, tolerance=tolerance, on_step=lambda s: console.print(f"[dim]{s}[/]"))
+    result = apply_plan(plan, tolerance=tolerance, on_step=lambda s: console.print(f"[dim]{s}[/]"),
+                        skip_checks=skip_checks)
     if result.applied:
         console.print(f"[green]{result.message}[/]", soft_wrap=True)
         return

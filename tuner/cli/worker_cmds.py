@@ -27,6 +27,9 @@ def worker_command(
     grace: Annotated[int | None, typer.Option("--grace", min=2, help="A trial silent this long (s) is failed "
                                               "and retried by another worker (default 4 x heartbeat).")] = None,
     max_retry: Annotated[int, typer.Option("--max-retry", min=0, help="Retries of one crashed trial.")] = 2,
+    skip_checks: Annotated[bool, typer.Option("--skip-checks", help=(
+        "Run even when this replica's preflight finds a set-up that gives wrong numbers (recorded in the reports)."
+    ))] = False,
 ) -> None:
     """Run trials of the experiment's study (PostgreSQL storage) on backend replica N until
     the study has n_trials finished trials. Start one per replica, on one or more machines."""
@@ -50,7 +53,7 @@ def worker_command(
         previous[sig] = signal.signal(sig, handler)
     try:
         summary = run_replica(exp, replica, settings=settings, n_trials=n_trials, timeout_s=timeout, stop=stop,
-                              note=console.print)
+                              note=console.print, skip_checks=skip_checks)
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)

@@ -40,6 +40,7 @@ class ParsedResponse:
     confidence: float | None = None
     handoff: bool | None = None
     fallback_level: str | None = None
+    handoff_reason: str | None = None
 
 
 # --------------------------------------------------------------------------- request
@@ -182,6 +183,7 @@ def parse_response(payload: Any, mapping: ResponseMapping, query_id: str) -> Par
         confidence=_number(payload, mapping.confidence, query_id),
         handoff=_flag(payload, mapping.handoff, query_id),
         fallback_level=_label(payload, mapping.fallback_level),
+        handoff_reason=_label(payload, mapping.handoff_reason),
     )
 
 

@@ -1,8 +1,9 @@
 """A batch re-scored as if the backend had applied post-retrieval gates: pure, no I/O.
 
-A trial that solves ``confidence.threshold`` / ``citation.min_score`` (tuner.threshold)
-retrieves with the gates at the low end of their ranges, then scores the solved
-values client-side. ``regate`` turns that retrieval into the BatchResult the backend
+A trial that solves its gates (tuner.threshold: a ``confidence`` and/or a ``min_score``
+gate, whatever their config keys) retrieves with the gates at the low end of their
+ranges, then scores the solved values client-side. The gates come in by role, never by
+key, so any backend's gates re-score the same way. ``regate`` turns that retrieval into the BatchResult the backend
 would have produced at the solved values, so the trial's reports (report.json,
 report.md, the per-query CSV) describe the same numbers as the trial's score.
 

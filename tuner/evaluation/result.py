@@ -15,6 +15,7 @@ Rules that make the numbers comparable across trials:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -50,6 +51,7 @@ INFO_COLUMNS: tuple[str, ...] = (
     "n_results",
     "handoff",
     "answered",
+    "handoff_reason",
     "confidence",
     "fallback_level",
 )
@@ -61,6 +63,7 @@ OPERATION_KEYS: tuple[str, ...] = (
     "Latency_P95_ms",
     *(f"Judged@{k}" for k in JUDGED_DEPTHS),
     "Failed_Queries",
+    "Empty_Queries",
     "N_Queries",
     "N_InScope_Queries",
     "N_OOS_Queries",
@@ -289,6 +292,7 @@ def _info_row(q: Query, o: QueryResponse | FailedQuery) -> dict[str, Any]:
         "latency_ms": np.nan if o.latency_ms is None else float(o.latency_ms),
         "n_results": len(r.hits) if r is not None else 0,
         "handoff": r.handoff if r is not None else None,
+        "handoff_reason": r.handoff_reason if r is not None else None,
         "confidence": np.nan if r is None or r.confidence is None else r.confidence,
         "fallback_level": r.fallback_level if r is not None else None,
     }
@@ -331,9 +335,12 @@ def _scorecard(
     summary["Latency_P95_ms"] = float(np.percentile(latency, 95)) if latency.size else 0.0
     for k in JUDGED_DEPTHS:
         col = in_scope[f"Judged@{k}"].dropna() if len(in_scope) else pd.Series(dtype=float)
-        # no returned hit at all means nothing lacks a label: full coverage
-        summary[f"Judged@{k}"] = float(col.mean()) if len(col) else 1.0
+        # Coverage of what was shown: over the queries that returned something. When
+        # nothing came back, coverage is undefined (NaN), never "fully judged".
+        summary[f"Judged@{k}"] = float(col.mean()) if len(col) else math.nan
     summary["Failed_Queries"] = float(len(failures))
+    # beside Judged@k: the in-scope queries that came back without a single result
+    summary["Empty_Queries"] = float(((in_scope["status"] == "ok") & (in_scope["n_results"] == 0)).sum())
     summary["N_Queries"] = float(len(per_query))
     summary["N_InScope_Queries"] = float((~is_oos).sum())
     summary["N_OOS_Queries"] = float(is_oos.sum())

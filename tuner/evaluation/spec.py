@@ -44,6 +44,8 @@ class ResponseMapping(_Strict):
     title: str | None = "title"
     confidence: str | None = None
     handoff: str | None = None
+    #: a text saying why a query was handed off (which config key); the preflight quotes it
+    handoff_reason: str | None = None
     fallback_level: str | None = None
 
 
@@ -66,6 +68,11 @@ class EvalSpec(_Strict):
         default=0.2, description="First retry wait; doubles per attempt (with jitter) up to backoff_max_s."
     )
     backoff_max_s: PositiveFloat = 5.0
+    max_empty_share: float = Field(
+        default=0.5, ge=0, le=1,
+        description="A trial whose in-scope queries come back with no results above this share fails with "
+        "that reason instead of scoring 0 (a broken request or mapping, not a bad config); 1 turns it off.",
+    )
 
     @field_validator("max_failed_queries")
     @classmethod

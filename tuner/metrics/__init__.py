@@ -2,7 +2,7 @@
 
 Public API (other modules code against exactly this):
 
-- ``score_rankings(rankings, qrels, query_ids, gains="linear", metrics=None) -> DataFrame``
+- ``score_rankings(rankings, qrels, query_ids, gains="linear", metrics=None, *, relevance_level=1) -> DataFrame``
 - ``aggregate(df) -> dict[str, float]`` (column means)
 - ``judged_at_k(rankings, qrels, query_ids, k) -> Series`` (coverage)
 - ``score_rankings_with_coverage(..., judged_depths=(10, 20)) -> (scores, coverage)``: both from one batch
@@ -10,7 +10,7 @@ Public API (other modules code against exactly this):
 - ``list_metrics()``, ``PRIMARY_SCORECARD``, ``SECONDARY_METRICS``, ``SCORECARD_VERSION``
 """
 
-from tuner.metrics.batch import MAX_GRADE, RankingBatch, prepare
+from tuner.metrics.batch import MAX_GRADE, RankingBatch, check_relevance_level, prepare
 from tuner.metrics.gains import GAIN_SCHEMES, gain_table
 from tuner.metrics.registry import Metric, MetricFamily, resolve
 from tuner.metrics.scorecard import (
@@ -43,6 +43,7 @@ __all__ = [
     "MetricFamily",
     "RankingBatch",
     "aggregate",
+    "check_relevance_level",
     "gain_table",
     "judged_at_k",
     "list_metrics",

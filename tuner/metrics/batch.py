@@ -36,6 +36,7 @@ class RankingBatch:
     ``grade_counts[i, g]`` counts query i's judged documents with grade g, so
     recall-style denominators never need the qrels again. ``ideal_grades[i]`` holds
     query i's judged grades sorted best first (the ideal ranking for NDCG).
+    ``relevance_level`` is trec_eval's ``-l``: binary metrics count grade >= it as relevant.
     """
 
     query_ids: tuple[str, ...]
@@ -46,6 +47,7 @@ class RankingBatch:
     grade_counts: np.ndarray  # (n_queries, max_grade + 1) int64
     gains: str = "linear"
     max_grade: int = MAX_GRADE
+    relevance_level: int = 1
     depth_limit: int | None = None  # prepare(depth=...): metrics may not cut deeper
     ideal_depth_limit: int | None = None
 
@@ -95,6 +97,7 @@ def prepare(
     depth: int | None = None,
     ideal_depth: int | None = None,
     max_grade: int = MAX_GRADE,
+    relevance_level: int = 1,
 ) -> RankingBatch:
     """Build a RankingBatch.
 
@@ -103,11 +106,14 @@ def prepare(
     missing from ``qrels`` has no relevant documents. ``depth`` keeps only the first
     ``depth`` ranks (None = the longest ranking); ``ideal_depth`` likewise bounds
     the ideal ranking (None = every judged document). Bounding both to the largest
-    cutoff asked for saves work and changes no @k value.
+    cutoff asked for saves work and changes no @k value. ``relevance_level`` (trec_eval
+    ``-l``) is the grade from which binary metrics (P, Recall, Success, MRR, AP) count a
+    document as relevant; graded metrics ignore it, as trec_eval's ndcg does.
     """
     check_gain_scheme(gains)
     if not 0 < max_grade < _UNJUDGED:
         raise ValueError(f"max_grade must be in 1..{_UNJUDGED - 1}, got {max_grade}")
+    relevance_level = check_relevance_level(relevance_level, max_grade)
     query_ids = tuple(query_ids)
     _check_unique(query_ids)
     no_labels: Mapping[str, int] = {}
@@ -129,9 +135,22 @@ def prepare(
         grade_counts=grade_counts,
         gains=gains,
         max_grade=max_grade,
+        relevance_level=relevance_level,
         depth_limit=depth,
         ideal_depth_limit=ideal_depth,
     )
+
+
+def check_relevance_level(level: int, max_grade: int = MAX_GRADE) -> int:
+    """Return ``level`` when it is a grade in 1..max_grade, else raise InputError with the fix."""
+    # 0 would make every unjudged document (grade 0 here) relevant, unlike trec_eval,
+    # and a level above the top grade would make every binary metric silently 0.
+    if isinstance(level, bool) or not hasattr(level, "__index__") or not 1 <= operator.index(level) <= max_grade:
+        raise InputError(
+            f"relevance level {level!r} is not a grade in 1..{max_grade}; use 1 (grade >= 1 is relevant, "
+            f"the default) up to {max_grade} (e.g. -l 2 for grade >= 2, as TREC DL reports MAP)"
+        )
+    return operator.index(level)
 
 
 def _check_unique(query_ids: tuple[str, ...]) -> None:

@@ -4,6 +4,12 @@ Every function takes a RankingBatch and a cutoff ``k`` (None = the whole ranking
 returns one float per query. Positions past the end of a ranking hold grade 0, so a
 short or empty ranking simply scores lower; nothing divides by the ranking length.
 Formulas are written out in docs/metrics.md.
+
+Binary metrics (P, Recall, Success, MRR, AP) count a document as
+relevant when its grade >= ``batch.relevance_level`` (trec_eval's ``-l``, default 1).
+The Strong_ / Exact_ variants name their own level and graded metrics (NDCG, DCG,
+ERR, Avg_Grade, Gain_Recall, graded MAP) use the grades themselves, so ``-l`` leaves
+them alone: trec_eval's ndcg ignores ``-l`` too (checked against out.test.aql).
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ import numpy as np
 from tuner.metrics.batch import RankingBatch
 
 STRONG = 2  # grade >= 2: Mostly or Fully relevant
-USEFUL = 1  # grade >= 1: at least Weakly relevant (trec_eval's default binary cut)
+USEFUL = 1  # grade >= 1: at least Weakly relevant (graded MAP's R; -l does not move it)
 
 
 @lru_cache(maxsize=8)
@@ -78,8 +84,14 @@ def _precision_at_least(batch: RankingBatch, k: int | None, min_grade: int) -> n
 
 
 def precision(batch: RankingBatch, k: int | None) -> np.ndarray:
-    """P@k = |{r <= k : g_r >= 1}| / k (trec_eval P_k, binary at grade 1)."""
-    return _precision_at_least(batch, k, USEFUL)
+    """P@k = |{r <= k : g_r >= L}| / k, L = relevance level (trec_eval P_k at -l L)."""
+    return _precision_at_least(batch, k, batch.relevance_level)
+
+
+def useful_precision(batch: RankingBatch, k: int | None) -> np.ndarray:
+    """Useful_Precision@k = |{r <= k : g_r >= 1}| / k. Named by its level like the
+    Strong_ / Exact_ variants, so it (and Primary_Metric_Score) ignores -l."""
+    return _precision_at_least(batch, k, 1)
 
 
 def strong_precision(batch: RankingBatch, k: int | None) -> np.ndarray:
@@ -104,9 +116,10 @@ def gain_recall(batch: RankingBatch, k: int | None) -> np.ndarray:
 
 
 def recall(batch: RankingBatch, k: int | None) -> np.ndarray:
-    """Recall@k = |{r <= k : g_r >= 1}| / |{judged d : g_d >= 1}| (trec_eval recall_k)."""
-    hits = (batch.top(k) >= USEFUL).sum(axis=1)
-    return _safe_div(hits, batch.relevant_count(USEFUL))
+    """Recall@k = |{r <= k : g_r >= L}| / |{judged d : g_d >= L}| (trec_eval recall_k)."""
+    level = batch.relevance_level
+    hits = (batch.top(k) >= level).sum(axis=1)
+    return _safe_div(hits, batch.relevant_count(level))
 
 
 def _success_at_least(batch: RankingBatch, k: int | None, min_grade: int) -> np.ndarray:
@@ -114,8 +127,8 @@ def _success_at_least(batch: RankingBatch, k: int | None, min_grade: int) -> np.
 
 
 def success(batch: RankingBatch, k: int | None) -> np.ndarray:
-    """Success@k = 1 if some g_r >= 1 with r <= k, else 0 (trec_eval success_k)."""
-    return _success_at_least(batch, k, USEFUL)
+    """Success@k = 1 if some g_r >= L with r <= k, else 0 (trec_eval success_k)."""
+    return _success_at_least(batch, k, batch.relevance_level)
 
 
 def strong_success(batch: RankingBatch, k: int | None) -> np.ndarray:
@@ -134,8 +147,8 @@ def _reciprocal_rank_at_least(batch: RankingBatch, k: int | None, min_grade: int
 
 
 def mrr(batch: RankingBatch, k: int | None) -> np.ndarray:
-    """RR@k = 1 / rank of the first g_r >= 1 within k, else 0 (trec_eval recip_rank)."""
-    return _reciprocal_rank_at_least(batch, k, USEFUL)
+    """RR@k = 1 / rank of the first g_r >= L within k, else 0 (trec_eval recip_rank)."""
+    return _reciprocal_rank_at_least(batch, k, batch.relevance_level)
 
 
 def mrr_strong(batch: RankingBatch, k: int | None) -> np.ndarray:
@@ -149,10 +162,11 @@ def mrr_exact(batch: RankingBatch, k: int | None) -> np.ndarray:
 
 
 def average_precision(batch: RankingBatch, k: int | None) -> np.ndarray:
-    """AP@k = sum_{r<=k, g_r>=1} P@r / |{judged d : g_d >= 1}| (trec_eval map, map_cut_k)."""
-    hits = (batch.top(k) >= USEFUL).astype(np.float64)
+    """AP@k = sum_{r<=k, g_r>=L} P@r / |{judged d : g_d >= L}| (trec_eval map, map_cut_k)."""
+    level = batch.relevance_level
+    hits = (batch.top(k) >= level).astype(np.float64)
     precision_at = np.cumsum(hits, axis=1) / np.arange(1, hits.shape[1] + 1)
-    return _safe_div((precision_at * hits).sum(axis=1), batch.relevant_count(USEFUL))
+    return _safe_div((precision_at * hits).sum(axis=1), batch.relevant_count(level))
 
 
 def graded_map(batch: RankingBatch, k: int | None) -> np.ndarray:
@@ -160,6 +174,8 @@ def graded_map(batch: RankingBatch, k: int | None) -> np.ndarray:
 
     wP@r = (1/r) sum_{j<=r} w_j is precision with graded weights; R counts judged
     documents with g >= 1. With 0/1 grades this is AP@k normalised by min(k, R).
+    Not trec_eval's map / map_cut_k (that is AP / AP@k). R stays at g >= 1 under any
+    relevance level: every g > 0 earns weight, so a perfect ranking must still score 1.
     """
     top = batch.top(k)
     weights = top / batch.max_grade

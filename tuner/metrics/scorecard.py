@@ -64,6 +64,8 @@ def score_rankings(
     query_ids: list[str],
     gains: str = "linear",
     metrics: list[str] | None = None,
+    *,
+    relevance_level: int = 1,
 ) -> pd.DataFrame:
     """Score every query: index = query_ids (in order), a column per metric + Primary_Metric_Score.
 
@@ -71,12 +73,14 @@ def score_rankings(
     an empty list (handed off, no results) scores 0 on every ranking metric. Grades
     must be 0..3; unjudged documents count as grade 0. ``metrics`` defaults to the
     primary scorecard + the secondary set; any registered ``FAMILY@k`` is accepted.
-    The aggregate of a column is its mean (see ``aggregate``).
+    ``relevance_level`` is trec_eval's ``-l``: binary metrics (P, Useful_Precision,
+    Recall, Success, MRR, AP) count grade >= it as relevant; the default 1 is the
+    live scorecard. The aggregate of a column is its mean (see ``aggregate``).
     """
     wanted = [resolve(name) for name in (DEFAULT_METRICS if metrics is None else metrics)]
     needed = wanted + [resolve(name) for name in PRIMARY_SCORECARD]
     batch = prepare(
-        rankings, qrels, query_ids, gains=gains,
+        rankings, qrels, query_ids, gains=gains, relevance_level=relevance_level,
         depth=_deepest(needed), ideal_depth=_deepest(m for m in needed if m.family.uses_ideal),
     )
     return score_batch(batch, [m.name for m in wanted])
@@ -89,14 +93,17 @@ def score_rankings_with_coverage(
     gains: str = "linear",
     metrics: list[str] | None = None,
     judged_depths: Sequence[int] = (10, 20),
+    *,
+    relevance_level: int = 1,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """``score_rankings`` plus ``judged_at_k`` for each of ``judged_depths``, from one
     prepared batch (the label lookups are the costly part; this does them once).
     Returns (scores, coverage) with the same values the separate calls return."""
-    batch, scores, judged = score_arrays(rankings, qrels, query_ids, gains, metrics, judged_depths)
+    batch, scores, judged = score_arrays(rankings, qrels, query_ids, gains, metrics, judged_depths,
+                                         relevance_level=relevance_level)
     index = pd.Index(batch.query_ids, name="query_id")
     frame = pd.DataFrame(scores, index=index)
-    frame.attrs.update(gains=batch.gains, scorecard_version=SCORECARD_VERSION, max_grade=batch.max_grade)
+    frame.attrs.update(_attrs(batch))
     return frame, pd.DataFrame(judged, index=index)
 
 
@@ -107,6 +114,8 @@ def score_arrays(
     gains: str = "linear",
     metrics: Sequence[str] | None = None,
     judged_depths: Sequence[int] = (10, 20),
+    *,
+    relevance_level: int = 1,
 ) -> tuple[RankingBatch, dict[str, np.ndarray], dict[str, np.ndarray]]:
     """The arrays behind ``score_rankings_with_coverage``, without building frames:
     (batch, {metric: per-query values, ..., Primary_Metric_Score}, {Judged@k: ...}).
@@ -116,7 +125,7 @@ def score_arrays(
     needed = wanted + [resolve(name) for name in PRIMARY_SCORECARD]
     coverage = [resolve(f"Judged@{k}") for k in judged_depths]
     batch = prepare(
-        rankings, qrels, query_ids, gains=gains,
+        rankings, qrels, query_ids, gains=gains, relevance_level=relevance_level,
         depth=_deepest(needed + coverage), ideal_depth=_deepest(m for m in needed if m.family.uses_ideal),
     )
     judged = {m.name: m.compute(batch) for m in coverage}
@@ -127,8 +136,14 @@ def score_batch(batch: RankingBatch, metrics: Sequence[str] | None = None) -> pd
     """Like score_rankings, on an already prepared batch (e.g. prepare(max_grade=4))."""
     wanted = [resolve(name) for name in (DEFAULT_METRICS if metrics is None else metrics)]
     frame = pd.DataFrame(_score_columns(batch, wanted), index=pd.Index(batch.query_ids, name="query_id"))
-    frame.attrs.update(gains=batch.gains, scorecard_version=SCORECARD_VERSION, max_grade=batch.max_grade)
+    frame.attrs.update(_attrs(batch))
     return frame
+
+
+def _attrs(batch: RankingBatch) -> dict[str, object]:
+    """What a frame's numbers were computed under, so two frames are never compared blind."""
+    return {"gains": batch.gains, "scorecard_version": SCORECARD_VERSION, "max_grade": batch.max_grade,
+            "relevance_level": batch.relevance_level}
 
 
 def _score_columns(batch: RankingBatch, wanted: Sequence[Metric]) -> dict[str, np.ndarray]:

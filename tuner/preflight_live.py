@@ -1,0 +1,131 @@
+"""The preflight of an experiment against its live backend (tuner.preflight holds the
+checks; this module runs the batch they look at).
+
+``static_preflight`` needs no traffic (template fields, constraints, the unjudged
+queries policy); ``live_preflight`` starts the backend on the config as found, waits
+for health, evaluates the query set (a seeded sample of a big one) and runs the batch
+checks. `tuner check`, `run` and `worker` run both before the first trial.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from tuner.preflight import (
+    Finding,
+    PreflightReport,
+    check_batch,
+    check_constraints,
+    check_judged_queries,
+    check_request_fields,
+    sample_queries,
+)
+
+if TYPE_CHECKING:
+    from tuner.study import Prepared
+
+
+def static_preflight(prepared: Prepared, *, skip: bool = False) -> PreflightReport:
+    """The checks that need no backend."""
+    exp = prepared.experiment
+    report = PreflightReport(n_total=len(prepared.queries), skipped=skip)
+    report.extend(check_request_fields(exp.evaluation, prepared.queries))
+    report.extend(check_constraints(exp.constraints, prepared.queries))
+    return report.extend(check_judged_queries(prepared.dataset_note, exp.dataset.unjudged_queries))
+
+
+def live_preflight(
+    prepared: Prepared,
+    report: PreflightReport,
+    *,
+    start: Callable[[], None],
+    full: bool = False,
+    seed: int = 0,
+) -> PreflightReport:
+    """Evaluate the config as found and add the batch checks to ``report``.
+
+    ``start`` brings the backend up on the config as found and waits until healthy.
+    """
+    from tuner.evaluation import run_batch
+    from tuner.evaluation.probe import fetch_raw
+
+    exp = prepared.experiment
+    queries, used_seed = (prepared.queries, None) if full else sample_queries(prepared.queries, seed=seed)
+    start()
+    result = run_batch(exp.evaluation, queries, prepared.qrels, order_seed=seed)
+    report.n_checked, report.sample_seed = len(queries), used_seed
+    if used_seed is not None:
+        report.findings.insert(0, Finding(
+            "sample", "info", f"checked a seeded sample of {len(queries)} of {len(prepared.queries)} queries "
+            f"(seed {used_seed}); `tuner check --full` checks every query"))
+    return report.extend(check_batch(
+        result, exp.evaluation,
+        gate_values=gate_values(prepared),
+        gates_solved=bool(prepared.gates),
+        raw_response=lambda qid: fetch_raw(exp.evaluation, queries[qid]),
+    ))
+
+
+def gate_values(prepared: Prepared) -> dict[str, Any]:
+    """Config key -> value as found, of the search space's post-retrieval gates."""
+    space = prepared.space
+    names = sorted(space.post_retrieval)
+    if not names:
+        return {}
+    current = space.current_assignment(prepared.patcher.documents())
+    return {space[n].path: current[n] for n in names if n in current}
+
+
+def preflight_on_target(prepared: Prepared, report: PreflightReport, target: Any, wait: Callable[[], None], *,
+                        note: Callable[[str], None] = lambda text: None, full: bool = False) -> PreflightReport:
+    """``live_preflight`` on a `Target` (started here): every finding goes to ``note``;
+    a stop raises PreflightError after the backend is stopped again."""
+    note("preflight: evaluating the config as found")
+    try:
+        live_preflight(prepared, report, start=lambda: (target.start(), wait()), full=full)
+        for finding in report.findings:
+            note(f"preflight {finding.level}: {finding.message}")
+        report.raise_for_stops()
+    except BaseException:
+        target.close()
+        raise
+    return report
+
+
+def preflight_verdict(report: PreflightReport) -> str:
+    """One word for tags and tables: passed | warnings | skipped (n stops ignored) | stopped."""
+    if report.skipped:
+        return "skipped" + (f" ({len(report.stops)} stops ignored)" if report.stops else "")
+    if report.stops:
+        return "stopped"
+    return "warnings" if report.warnings else "passed"
+
+
+def check_experiment(experiment: Any, *, full: bool = False, seed: int = 0) -> tuple[PreflightReport, list[str]]:
+    """`tuner check`: every check on the config as found, on a backend started for it
+    (and stopped after). Never replays or touches a restore journal: one that exists
+    belongs to a live run, or to a killed one that `tuner run` replays. Returns the
+    report and the experiment's own warnings (space vs config, sampler)."""
+    from tuner.health import wait_healthy
+    from tuner.study import prepare
+    from tuner.targets.factory import make_target
+
+    experiment = experiment.bind_port()
+    prepared = prepare(experiment, recover_journal=False)
+    report = static_preflight(prepared)
+    if experiment.journal_path.exists():
+        report.findings.insert(0, Finding(
+            "journal", "warn", f"a restore journal exists ({experiment.journal_path}): a run is live or was killed, "
+            "so the config files may hold a trial's values rather than the original"))
+    if any(f.code == "template_field" for f in report.stops):
+        return report, prepared.warnings  # every request would fail: nothing to send
+    target = make_target(experiment.target, experiment.state_dir)
+    health = experiment.target.health
+    try:
+        live_preflight(prepared, report, full=full, seed=seed, start=lambda: (
+            target.start(), wait_healthy(health.url, deadline_s=health.deadline_s, target=target,
+                                         interval_s=health.interval_s, max_interval_s=max(health.interval_s, 0.25))))
+    finally:
+        target.close()
+    return report, prepared.warnings
