@@ -83,7 +83,8 @@ def make_cranfield(out: Path) -> Path | None:
 def bench_dataset(name: str, data: Path, work: Path, repeats: int, n_requests: int) -> None:
     corpus = data / "corpus.jsonl"
     n_docs = sum(1 for line in corpus.open() if line.strip())
-    bodies = query_bodies(data / "queries.jsonl")
+    # importers name the query set after the dataset (NAME.queries.jsonl); the demo keeps queries.jsonl
+    bodies = query_bodies(next(data.glob("*queries.jsonl")))
     cache = work / "cache"
     config = write_backend_config(work / "config.yaml", corpus=corpus, index_cache=cache)
     print(f"\n== {name}: {n_docs} documents, {len(bodies)} queries ==")

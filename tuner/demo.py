@@ -103,9 +103,9 @@ def generate_data(out_dir: Path, *, python: str = sys.executable) -> None:
 
 
 # The demo's "before tuning" config: the reference defaults with the cautious hand-picked
-# confidence threshold a team would start from. The shipped default (0.6) sits above
-# almost every LSA confidence on the demo catalog, so it hands off ~95% of in-scope
-# queries and a baseline of ~0 would make "best vs baseline" meaningless. At 0.4 the
+# confidence threshold a team would start from. A threshold of 0.6 (the backend's old
+# default) sits above almost every LSA confidence on the demo catalog and hands off ~95%
+# of in-scope queries; 0.0 (today's default) answers every OOS query. At 0.4 the
 # baseline is feasible (OOS_FP_Rate 0.045) and scores ~0.29; the study then has to find
 # fusion and gate settings that answer more in-scope queries without breaking the
 # constraint.

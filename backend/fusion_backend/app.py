@@ -139,6 +139,7 @@ def create_app(state: ServiceState, on_load_failure: Callable[[], None]) -> Star
             "results": [h.to_json() for h in outcome.hits],
             "confidence": outcome.confidence,
             "handoff": outcome.handoff,
+            "handoff_reason": outcome.handoff_reason,
             "fallback_level": outcome.fallback_level,
             "request_id": request_id,
         }, headers=headers)

@@ -59,6 +59,9 @@ def _build_lsa(texts: list[str], dims: int, out: Path) -> None:
     from sklearn.decomposition import TruncatedSVD
     from sklearn.feature_extraction.text import TfidfVectorizer
 
+    if not any(analyze(text) for text in texts):
+        _write_empty_space(len(texts), out)
+        return
     tfidf = TfidfVectorizer(analyzer=analyze, sublinear_tf=True, dtype=np.float32)
     matrix = tfidf.fit_transform(texts)
     # TruncatedSVD needs fewer components than terms; tiny corpora get fewer dims.
@@ -70,6 +73,15 @@ def _build_lsa(texts: list[str], dims: int, out: Path) -> None:
     np.save(out / "idf.npy", tfidf.idf_.astype(np.float32))
     np.save(out / "components.npy", svd.components_.astype(np.float32))
     np.save(out / "doc_vectors.npy", docs)
+
+
+def _write_empty_space(n_docs: int, out: Path) -> None:
+    """A one-dimensional all-zero space for a corpus without any term (a TREC import
+    without --docs, served for its run sources only): every confidence is 0."""
+    (out / "vocab.json").write_text("[]")
+    np.save(out / "idf.npy", np.zeros(0, dtype=np.float32))
+    np.save(out / "components.npy", np.zeros((1, 0), dtype=np.float32))
+    np.save(out / "doc_vectors.npy", np.zeros((n_docs, 1), dtype=np.float32))
 
 
 class LsaEmbedder:

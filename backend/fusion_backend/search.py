@@ -8,8 +8,9 @@ fused document wins; its ranking gets the recency boost (``recency.*``).
 The gate then reads that ranking: confidence is the mean dense cosine of its top
 ``confidence.top_m`` (before any cut, so it does not depend on ``top_k``);
 ``citation.min_score`` drops results scored below it. ``handoff`` is true when
-confidence < ``confidence.threshold`` or no result survives the citation cut. None of
-the three changes the ranking: from a response (each hit carries its ``similarity``,
+confidence < ``confidence.threshold`` or no result survives the citation cut, and
+``handoff_reason`` then names the config key responsible. None of the three changes
+the ranking: from a response (each hit carries its ``similarity``,
 the dense cosine) a client can replay another threshold or a higher min_score, and,
 while min_score is 0, another top-m.
 """
@@ -65,6 +66,7 @@ class SearchOutcome:
     confidence: float
     handoff: bool
     fallback_level: str
+    handoff_reason: str | None = None  # None unless handed off
 
 
 class Searcher:
@@ -93,7 +95,15 @@ class Searcher:
                 scores = fused.scores * recency_factor(docs.days[fused.docs], day_number(now),
                                                        cfg.recency.half_life_days, cfg.recency.weight)
                 return self._outcome(tier.level, fused.docs, scores, cands, cosines, req.top_k)
-        return SearchOutcome([], 0.0, True, EMPTY)
+        return SearchOutcome([], 0.0, True, EMPTY, self._no_candidates(req))
+
+    def _no_candidates(self, req: SearchRequest) -> str:
+        runs = [n for n, s in self._sources.items() if isinstance(s, RunSource)]
+        if runs and req.query_id is None:
+            return f"no candidates (run sources {', '.join(runs)} need the request's query_id)"
+        if runs and not any(str(req.query_id) in self._index.runs[n].rankings for n in runs):
+            return f"no candidates (no run source ranks query_id {req.query_id!r})"
+        return "no candidates"
 
     def _rank(self, name: str, src: SourceConfig, tokens: list[str], cosines: np.ndarray,
               query_id: str | None) -> Candidates:
@@ -125,8 +135,32 @@ class Searcher:
                 {n: rank[n].get(d) for n in rank}, float(cosines[d]))
             for d, s in zip(docs[:top_k].tolist(), scores[:top_k].tolist())
         ]
-        handoff = conf < self._cfg.confidence.threshold or not hits
-        return SearchOutcome(hits, conf, handoff, level)
+        reason = handoff_reason(conf, self._cfg.confidence.threshold, self._cfg.citation.min_score, bool(hits))
+        return SearchOutcome(hits, conf, reason is not None, level, reason)
+
+
+def handoff_reason(conf: float, threshold: float, min_score: float, any_hit: bool) -> str | None:
+    """Why a query is handed off, naming the config key(s); None when it is answered."""
+    reasons = []
+    if conf < threshold:
+        a, b = _distinct(conf, threshold)
+        reasons.append(f"confidence {a} < confidence.threshold {b}")
+    if not any_hit:
+        reasons.append(f"citation.min_score {_short(min_score)} left no result")
+    return "; ".join(reasons) or None
+
+
+def _short(x: float) -> str:
+    return f"{x:.2f}" if round(x, 2) == x else repr(x)
+
+
+def _distinct(a: float, b: float) -> tuple[str, str]:
+    """Two decimals, or as many more as it takes for a < b not to print as equal."""
+    for digits in range(2, 10):
+        sa, sb = f"{a:.{digits}f}", f"{b:.{digits}f}"
+        if sa != sb:
+            return sa, sb
+    return repr(a), repr(b)
 
 
 def _ranked(scores: np.ndarray, floor: float = 0.0) -> Candidates:

@@ -28,7 +28,7 @@ def test_committed_config_parses_with_its_documented_defaults(tmp_path: Path, co
     cfg = load_config(config_with(tmp_path, corpus, {}))
     assert cfg.fusion.method == "rrf" and cfg.fusion.rrf_k == 60
     assert cfg.fusion.weights == {"bm25": 1.0, "dense": 1.0}
-    assert cfg.confidence.threshold == 0.6 and cfg.confidence.top_m == 3
+    assert cfg.confidence.threshold == 0.0 and cfg.confidence.top_m == 3  # 0: no silent handoff by default
     assert cfg.fallback.windows_days == [30, 90]
     assert cfg.data.corpus == corpus and cfg.data.index_cache == tmp_path / "index-cache"
 

@@ -63,7 +63,12 @@ def test_searcher_fuses_the_run_for_the_query_id(run_config: Path) -> None:
     k = cfg.fusion.rrf_k
     assert [h.score for h in outcome.hits] == pytest.approx([(k + 1) / (k + r) for r in (1, 2, 3)])
     assert [h.sub_scores["splade"] for h in outcome.hits] == [9.5, 7.0, 7.0]
-    assert searcher.search(SearchRequest(query="anything", now=now)).fallback_level == "empty"
+    without_id = searcher.search(SearchRequest(query="anything", now=now))
+    assert without_id.fallback_level == "empty" and without_id.handoff
+    # The reason says what the user forgot: the run source is looked up by query_id.
+    assert without_id.handoff_reason == "no candidates (run sources splade need the request's query_id)"
+    unknown = searcher.search(SearchRequest(query="anything", query_id="q9", now=now))
+    assert unknown.handoff_reason == "no candidates (no run source ranks query_id 'q9')"
     dated = searcher.search(SearchRequest(query="x", query_id="q1", now=now, date_hint_days=400))
     assert dated.fallback_level == "primary" and [h.doc_id for h in dated.hits] == ["d11"]
 
@@ -74,3 +79,4 @@ def test_service_reads_query_id_from_the_request(run_config: Path) -> None:
         assert [r["doc_id"] for r in body["results"]] == ["d01"]
         numeric = backend.search({"query": "anything", "query_id": 2, "now": NOW}).json()
         assert numeric["fallback_level"] == "empty"  # "2" is not "q2"
+        assert numeric["handoff_reason"] == "no candidates (no run source ranks query_id '2')"

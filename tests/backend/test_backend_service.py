@@ -41,7 +41,8 @@ def test_search_response_shape_and_request_id_echo(backends: Backends) -> None:
     response = backend.search({"query": "leather sofa", "top_k": 3, "now": NOW}, headers={"X-Request-ID": "req-42"})
     body = response.json()
     assert response.headers["X-Request-ID"] == "req-42" and body["request_id"] == "req-42"
-    assert set(body) == {"results", "confidence", "handoff", "fallback_level", "request_id"}
+    assert set(body) == {"results", "confidence", "handoff", "handoff_reason", "fallback_level", "request_id"}
+    assert body["handoff"] is False and body["handoff_reason"] is None  # the shipped threshold answers it
     assert 1 <= len(body["results"]) <= 3
     first = body["results"][0]
     assert {"doc_id", "score", "title", "date", "sub_scores"} <= set(first)
@@ -253,6 +254,10 @@ def test_threshold_decides_handoff_and_results_are_still_returned(backends: Back
     high = search(backends.get({"confidence": {"threshold": round(confidence + 0.05, 3)}}), "leather sofa")
     assert low["handoff"] is False and high["handoff"] is True
     assert ids(high) == ids(low) and high["results"]
+    # The reason names the key, with enough digits that the two numbers differ.
+    threshold = round(confidence + 0.05, 3)
+    assert low["handoff_reason"] is None
+    assert high["handoff_reason"] == f"confidence {confidence:.2f} < confidence.threshold {threshold:.2f}"
 
 
 def test_citation_min_score_drops_low_scores_and_hands_off_when_nothing_is_left(backends: Backends) -> None:
@@ -267,11 +272,13 @@ def test_citation_min_score_drops_low_scores_and_hands_off_when_nothing_is_left(
     assert search(backends.get(only_lexical), "lamp")["results"][0]["score"] == pytest.approx(0.5)
     none = search(backends.get(only_lexical, {"citation": {"min_score": 0.6}}), "lamp")
     assert none["results"] == [] and none["handoff"] is True and none["fallback_level"] == "no_filter"
+    assert none["handoff_reason"] == "citation.min_score 0.60 left no result"
 
 
 def test_no_match_at_all_is_empty_and_handed_off(backends: Backends) -> None:
     payload = search(backends.get({}), "zebra quantum", date_hint_days=7)
-    assert payload == {**payload, "results": [], "confidence": 0.0, "handoff": True, "fallback_level": "empty"}
+    assert payload == {**payload, "results": [], "confidence": 0.0, "handoff": True, "fallback_level": "empty",
+                       "handoff_reason": "no candidates"}
 
 
 # --- date fallback and recency -----------------------------------------------------------

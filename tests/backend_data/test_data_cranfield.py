@@ -138,10 +138,16 @@ def test_cli_writes_a_bundle_the_tuner_reads(cran_dir, tmp_path: Path):
                            "--out", str(out), "--oos-from-cacm", "5"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert "1400 documents, 230 queries (5 out of scope)" in proc.stdout
-    queries = load_queryset(out / "queries.jsonl")
+    assert f"next: tuner run {out / 'experiment.yaml'}" in proc.stdout
+    # Output names carry the data set name, so the tuner's dataset id is "cranfield".
+    assert sorted(p.name for p in out.iterdir()) == [
+        "config.yaml", "corpus.jsonl", "cranfield.qrels.txt", "cranfield.queries.jsonl", "experiment.yaml",
+        "manifest.json", "space.yaml"]
+    queries = load_queryset(out / "cranfield.queries.jsonl")
+    assert queries.dataset_id == "cranfield"
     assert len(queries.in_scope()) == 225 and len(queries.oos()) == 5
-    qrels = read_qrels(out / "qrels.txt")
-    assert sum(len(v) for v in qrels.values()) == sum(1 for _ in (out / "qrels.txt").open())
+    qrels = read_qrels(out / "cranfield.qrels.txt")
+    assert sum(len(v) for v in qrels.values()) == sum(1 for _ in (out / "cranfield.qrels.txt").open())
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["counts"]["documents"] == 1400 and manifest["grade_mapping"]["codes"]["1"] == 3
     corpus = [json.loads(line) for line in (out / "corpus.jsonl").open()]

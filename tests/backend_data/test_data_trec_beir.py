@@ -90,9 +90,10 @@ def test_trec_closed_tags_and_tsv_topics(tmp_path: Path):
                              query_field="desc")
     assert [(q.query_id, q.query) for q in dataset.queries] == [("7", "efficiency of solar panels in winter")]
     dataset, _ = import_trec(_write(tmp_path, "t.tsv", "q1\tsolar panels\nq2\twind  turbines\n"),
-                             _write(tmp_path, "q", "q1 0 d1 1\n"))
+                             _write(tmp_path, "q", "q1 0 d1 1\n"), unjudged="keep")
     assert [(q.query_id, q.query, q.query_type) for q in dataset.queries] == [
         ("q1", "solar panels", "short"), ("q2", "wind turbines", "short")]
+    assert dataset.manifest["unjudged"] == {"policy": "keep", "count": 1, "examples": ["q2"]}
     # Binary qrels: 1 -> 3; no --docs: a stub corpus of the judged ids.
     assert [(j.doc_id, j.grade) for j in dataset.judgments] == [("d1", 3)]
     assert [(d.doc_id, d.text) for d in dataset.documents] == [("d1", "")]
@@ -132,6 +133,8 @@ def test_trec_runs_are_canonicalised_for_the_service(tmp_path: Path):
                            "--run", f"splade={tmp_path / 'splade.trec'}", "--out", str(out)],
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
+    assert "next: tuner run" in proc.stdout
+    assert (out / "trec.queries.jsonl").is_file() and (out / "trec.qrels.txt").is_file()
     corpus_ids = [json.loads(line)["doc_id"] for line in (out / "corpus.jsonl").open()]
     table = service_read_run(out / "runs" / "splade.run", {d: i for i, d in enumerate(corpus_ids)})
     assert table.dropped == 0
@@ -199,5 +202,6 @@ def test_beir_cli_round_trip(tmp_path: Path):
                            "--splits", "test", "--grade-map", "2:3,1:1", "--out", str(out)],
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
-    assert (out / "qrels.txt").read_text() == "q1 0 d1 3\nq1 0 d3 1\n"
-    assert load_queryset(out / "queries.jsonl").queries[0].split == "test"
+    assert (out / "scifact.qrels.txt").read_text() == "q1 0 d1 3\nq1 0 d3 1\n"
+    assert load_queryset(out / "scifact.queries.jsonl").queries[0].split == "test"
+    assert {"config.yaml", "space.yaml", "experiment.yaml"} <= {p.name for p in out.iterdir()}

@@ -3,11 +3,15 @@
 A bundle is a directory holding
 
 * ``corpus.jsonl``   the service's corpus: ``{doc_id, title, text, date, ...attributes}``
-* ``queries.jsonl``  the tuner's query set: ``{query_id, query, query_type, source, scope,
-  split?, ...extra request fields}``
-* ``qrels.txt``      TREC qrels ``qid 0 docno grade`` with grades 0..3
+* ``NAME.queries.jsonl``  the tuner's query set: ``{query_id, query, query_type, source,
+  scope, split?, ...extra request fields}``
+* ``NAME.qrels.txt``  TREC qrels ``qid 0 docno grade`` with grades 0..3
 * ``manifest.json``  counts, the grade mapping and provenance (no timestamps, so a
   bundle built twice from the same input is byte-identical).
+
+The importers name the query set and qrels after the data set (``named=True``) so the
+tuner's dataset id is the data set's name, not ``queries``; the demo generator keeps
+the plain ``queries.jsonl`` / ``qrels.txt`` that experiments/ point at.
 
 The writer is all-or-nothing: every file is written to a temporary name first and
 only renamed into place once all of them were written.
@@ -147,22 +151,29 @@ def _jsonl(records: Iterable[Mapping[str, Any]]) -> str:
     return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
 
 
-def render(dataset: Dataset) -> dict[str, str]:
+def file_names(name: str, named: bool) -> tuple[str, str]:
+    """(query set, qrels) file names: ``NAME.queries.jsonl`` / ``NAME.qrels.txt`` when ``named``."""
+    return (f"{name}.{QUERIES_FILE}", f"{name}.{QRELS_FILE}") if named else (QUERIES_FILE, QRELS_FILE)
+
+
+def render(dataset: Dataset, *, named: bool = False) -> dict[str, str]:
     """The bundle's files as text, keyed by file name (pure: no I/O)."""
     dataset.validate()
+    queries_file, qrels_file = file_names(dataset.name, named)
     manifest = {"name": dataset.name, "counts": dataset.counts(), **dataset.manifest}
     return {
         CORPUS_FILE: _jsonl(d.to_record() for d in dataset.documents),
-        QUERIES_FILE: _jsonl(q.to_record() for q in dataset.queries),
-        QRELS_FILE: "".join(f"{j.query_id} 0 {j.doc_id} {j.grade}\n" for j in dataset.judgments),
+        queries_file: _jsonl(q.to_record() for q in dataset.queries),
+        qrels_file: "".join(f"{j.query_id} 0 {j.doc_id} {j.grade}\n" for j in dataset.judgments),
         MANIFEST_FILE: json.dumps(manifest, indent=2, ensure_ascii=False) + "\n",
     }
 
 
-def write_dataset(dataset: Dataset, out_dir: Path, extra_files: Mapping[str, str] | None = None) -> list[Path]:
+def write_dataset(dataset: Dataset, out_dir: Path, extra_files: Mapping[str, str] | None = None, *,
+                  named: bool = False) -> list[Path]:
     """Write the bundle (plus ``extra_files``: relative name -> text) atomically into ``out_dir``."""
     try:
-        files = {**render(dataset), **(extra_files or {})}
+        files = {**render(dataset, named=named), **(extra_files or {})}
     except ValueError as exc:
         raise DataFormatError.at(out_dir, None, f"refusing to write an invalid bundle: {exc}",
                                  "fix the input data named above") from exc

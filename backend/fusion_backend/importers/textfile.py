@@ -18,7 +18,7 @@ def read_bytes(path: Path) -> bytes:
         raw = path.read_bytes()
     except FileNotFoundError as exc:
         raise DataFormatError.at(path, None, "file not found",
-                                 "point --src at the directory holding the collection files") from exc
+                                 "check the path given on the command line") from exc
     except OSError as exc:
         raise DataFormatError.at(path, None, f"cannot read the file ({exc.strerror})",
                                  "check the path and its permissions") from exc

@@ -2,30 +2,34 @@
 
 * Topics: the classic ``<top> <num> Number: 301 <title> ... <desc> Description: ...
   <narr> ...</top>`` layout (closing tags optional), or a TSV ``qid<TAB>text`` file.
-* Qrels: ``qid iter docno rel``; codes mapped to grades 0..3 by ``--grade-map``
-  (default: auto, see grades.auto_grade_map).
+* Qrels: ``qid iter docno rel`` (or the other forms qrelfiles reads); codes mapped to
+  grades 0..3 by ``--grade-map`` (default: auto, see grades.auto_grade_map). Topics
+  with no judgment at all follow ``--unjudged`` (default drop, see unjudged.py).
 * Documents (optional): TREC SGML files ``<DOC><DOCNO>..</DOCNO> ... </DOC>``, plain or
   .gz; title from HEADLINE/TITLE/HEAD, text from TEXT, date from DATE when it parses.
   Without documents the corpus lists every doc id seen in qrels and runs with empty
   text, which is enough to fuse ``run`` sources but not to serve bm25 or dense.
-* Runs (optional): validated and rewritten into ``runs/<name>.run`` in canonical form
-  (sorted by query, score descending, ties by docno descending as trec_eval breaks
-  them, ranks renumbered from 1), ready for the service's ``data.runs``.
+* Runs (optional, TREC / JSONL / JSON, see runfiles.py): validated and rewritten into
+  ``runs/<name>.run`` in canonical form (sorted by query, score descending, ties by
+  docno descending as trec_eval breaks them, ranks renumbered from 1, scores at full
+  precision), ready for the service's ``data.runs``.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from .dataset import Dataset, Document, Judgment, Query
+from .dataset import Dataset, Document, Judgment, Query, Scope
 from .errors import DataFormatError
 from .grades import GradeMap, auto_grade_map
+from .qrelfiles import RawQrel, parse_qrels
 from .querytypes import length_type
-from .textfile import decode, read_bytes, read_lines, split_lines
+from .runfiles import convert_runs
+from .textfile import decode, read_bytes, split_lines
+from .unjudged import Policy, apply_policy
 
 QueryField = Literal["title", "desc", "title+desc"]
 SHORT_MAX_WORDS = 6
@@ -114,37 +118,6 @@ def _parse_tsv_topics(path: Path, lines: list[str]) -> list[Topic]:
 
 # ---------------------------------------------------------------- qrels
 
-@dataclass(frozen=True)
-class RawQrel:
-    query_id: str
-    doc_id: str
-    code: int
-    line: int
-
-
-def parse_qrels(path: Path) -> list[RawQrel]:
-    qrels, seen = [], {}
-    for number, line in enumerate(read_lines(path), start=1):
-        parts = line.split()
-        if not parts:
-            continue
-        if len(parts) != 4:
-            raise DataFormatError.at(path, number, f"expected 4 columns 'qid iter docno rel', got {len(parts)}",
-                                     "write each judgment as 'qid 0 docno rel'")
-        try:
-            code = int(parts[3])
-        except ValueError:
-            raise DataFormatError.at(path, number, f"relevance {parts[3]!r} is not an integer",
-                                     "use integer relevance codes") from None
-        key = (parts[0], parts[2])
-        if key in seen:
-            raise DataFormatError.at(path, number, f"pair ({parts[0]}, {parts[2]}) already judged on line {seen[key]}",
-                                     "keep one judgment per query and document")
-        seen[key] = number
-        qrels.append(RawQrel(parts[0], parts[2], code, number))
-    return qrels
-
-
 def grade_qrels(path: Path, raw: list[RawQrel], grade_map: GradeMap | None) -> tuple[list[Judgment], GradeMap]:
     grade_map = grade_map or auto_grade_map((q.code for q in raw), path)
     return [Judgment(q.query_id, q.doc_id, grade_map.grade(q.code, path, q.line)) for q in raw], grade_map
@@ -198,106 +171,47 @@ def parse_documents(path: Path) -> list[Document]:
     return documents
 
 
-# ---------------------------------------------------------------- runs
-
-@dataclass(frozen=True)
-class RunLine:
-    query_id: str
-    doc_id: str
-    score: float
-    tag: str
-
-
-def parse_run(path: Path) -> list[RunLine]:
-    lines, seen = [], {}
-    for number, line in enumerate(read_lines(path), start=1):
-        parts = line.split()
-        if not parts:
-            continue
-        if len(parts) != 6:
-            raise DataFormatError.at(path, number, f"expected 6 columns 'qid Q0 docno rank score tag', "
-                                     f"got {len(parts)}", "write run lines in TREC format")
-        try:
-            score = float(parts[4])
-        except ValueError:
-            raise DataFormatError.at(path, number, f"score {parts[4]!r} is not a number",
-                                     "the fifth column must be the score") from None
-        key = (parts[0], parts[2])
-        if key in seen:
-            raise DataFormatError.at(path, number, f"document {parts[2]} listed twice for query {parts[0]} "
-                                     f"(first on line {seen[key]})", "keep one line per query and document")
-        seen[key] = number
-        lines.append(RunLine(parts[0], parts[2], score, parts[5]))
-    return lines
-
-
-def render_run(lines: Iterable[RunLine], query_order: list[str]) -> str:
-    """Canonical run text: queries in topic order (unknown ones after, sorted), score desc, docno desc."""
-    order = {qid: i for i, qid in enumerate(query_order)}
-    by_query: dict[str, list[RunLine]] = {}
-    for line in lines:
-        by_query.setdefault(line.query_id, []).append(line)
-    out = []
-    for qid in sorted(by_query, key=lambda q: (order.get(q, len(order)), q)):
-        ranked = sorted(by_query[qid], key=lambda r: r.doc_id, reverse=True)
-        ranked.sort(key=lambda r: r.score, reverse=True)
-        out += [f"{qid} Q0 {r.doc_id} {rank} {r.score:.6g} {r.tag}\n" for rank, r in enumerate(ranked, start=1)]
-    return "".join(out)
-
-
-def run_name(spec: str) -> tuple[str, Path]:
-    """``NAME=PATH`` or ``PATH`` (name = file stem)."""
-    name, sep, path = spec.partition("=")
-    if not sep:
-        path, name = spec, Path(spec).stem
-    if not re.fullmatch(r"[A-Za-z0-9_-]+", name):
-        raise DataFormatError.at("--run", None, f"run name {name!r} is not [A-Za-z0-9_-]+",
-                                 "pass --run NAME=PATH with a simple name")
-    return name, Path(path)
-
-
 # ---------------------------------------------------------------- import
 
-def import_trec(topics: Path, qrels: Path, *, docs: list[Path] | None = None, runs: list[str] | None = None,
-                query_field: QueryField = "title", grade_map: GradeMap | None = None,
-                short_max_words: int = SHORT_MAX_WORDS, source: str = "trec") -> tuple[Dataset, dict[str, str]]:
-    """The bundle plus its extra files (``runs/<name>.run`` -> text)."""
-    parsed_topics = parse_topics(topics)
+def topic_queries(topics: Path, query_field: QueryField, short_max_words: int, source: str,
+                  scope: Scope = "in") -> list[Query]:
+    """The topics of ``topics`` (SGML or TSV) as queries, refusing duplicate ids."""
     seen: dict[str, int] = {}
-    for topic in parsed_topics:
+    queries = []
+    for topic in parse_topics(topics):
         if topic.topic_id in seen:
             raise DataFormatError.at(topics, topic.line, f"topic {topic.topic_id} already defined on line "
                                      f"{seen[topic.topic_id]}", "keep one definition per topic")
         seen[topic.topic_id] = topic.line
-    queries = []
-    for topic in parsed_topics:
         text = topic.text(query_field)
         if not text:
             raise DataFormatError.at(topics, topic.line, f"topic {topic.topic_id} has no {query_field} text",
                                      "choose another --query-field")
-        queries.append(Query(topic.topic_id, text, length_type(text, short_max_words), source))
+        query_type = length_type(text, short_max_words) if scope == "in" else "off_topic"
+        queries.append(Query(topic.topic_id, text, query_type, source, scope=scope))
+    return queries
+
+
+def import_trec(topics: Path, qrels: Path, *, docs: list[Path] | None = None, runs: list[str] | None = None,
+                query_field: QueryField = "title", grade_map: GradeMap | None = None,
+                short_max_words: int = SHORT_MAX_WORDS, source: str = "trec",
+                unjudged: Policy = "drop") -> tuple[Dataset, dict[str, str]]:
+    """The bundle plus its extra files (``runs/<name>.run`` -> text)."""
+    queries = topic_queries(topics, query_field, short_max_words, source)
     judgments, used_map = grade_qrels(qrels, parse_qrels(qrels), grade_map)
-    run_files: dict[str, str] = {}
-    run_doc_ids: list[str] = []
-    run_paths: dict[str, str] = {}
-    for spec in runs or []:
-        name, path = run_name(spec)
-        if name in run_paths:
-            raise DataFormatError.at("--run", None, f"run name {name!r} given twice", "give each run its own name")
-        lines = parse_run(path)
-        run_doc_ids += [line.doc_id for line in lines]
-        run_files[f"runs/{name}.run"] = render_run(lines, [q.query_id for q in queries])
-        run_paths[name] = f"runs/{name}.run"
-    documents = _documents(docs, judgments, run_doc_ids)
+    kept = apply_policy(queries, judgments, unjudged, qrels)
+    converted = convert_runs(runs or [], [q.query_id for q in queries])
+    documents = _documents(docs, judgments, converted.doc_ids)
     manifest = {
         "source": {"topics": str(topics), "qrels": str(qrels), "docs": [str(d) for d in docs or []]},
         "grade_mapping": {"name": used_map.name, "codes": used_map.describe()},
         "query_field": query_field,
         "query_type_rule": f"short: <= {short_max_words} words, else long_tail",
+        "unjudged": kept.manifest(),
         "corpus_stub": not docs,
-        "runs": run_paths,
+        "runs": converted.paths,
     }
-    return Dataset(source, documents, queries, judgments, manifest), run_files
+    return Dataset(source, documents, kept.queries, judgments, manifest), converted.files
 
 
 def _documents(docs: list[Path] | None, judgments: list[Judgment], run_doc_ids: list[str]) -> list[Document]:

@@ -1,0 +1,81 @@
+"""Queries given as one file (``files --queries`` and ``--oos``): JSONL, TSV or TREC topics.
+
+* JSONL: the id from ``query_id``, ``_id`` or ``qid``, the text from ``query`` or ``text``.
+  A record that already carries the tuner's ``query_type`` / ``source`` / ``scope`` /
+  ``split`` keeps them; other scalar keys (``date_hint_days``, ``now``, ...) stay as
+  extra request fields; ``metadata`` (BEIR) and nested values are left out, because
+  the evaluation would send them with every request.
+* Anything else goes to the TREC topic parser: ``<top>`` SGML topics or ``qid<TAB>text``.
+
+Told apart by the extension (``.jsonl``/``.json``) or the first character (``{``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from .dataset import Query, Scope
+from .errors import DataFormatError
+from .querytypes import length_type
+from .textfile import read_lines
+from .trec import QueryField, topic_queries
+
+_ID_KEYS = ("query_id", "_id", "qid")
+_TEXT_KEYS = ("query", "text")
+_SKIPPED = frozenset({*_ID_KEYS, *_TEXT_KEYS, "id", "metadata", "query_type", "source", "scope", "split"})
+OOS_TYPE = "off_topic"
+
+
+def read_query_file(path: Path, *, source: str, scope: Scope, short_max_words: int,
+                    query_field: QueryField = "title") -> list[Query]:
+    lines = read_lines(path)
+    if path.suffix not in (".jsonl", ".json") and not _first_char_is_brace(lines):
+        return topic_queries(path, query_field, short_max_words, source, scope)
+    queries: list[Query] = []
+    seen: dict[str, int] = {}
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        query = _json_query(path, number, line, source, scope, short_max_words)
+        if query.query_id in seen:
+            raise DataFormatError.at(path, number, f"query_id {query.query_id!r} already used on line "
+                                     f"{seen[query.query_id]}", "give every query its own id")
+        seen[query.query_id] = number
+        queries.append(query)
+    return queries
+
+
+def _first_char_is_brace(lines: list[str]) -> bool:
+    return next((line for line in lines if line.strip()), "").lstrip().startswith("{")
+
+
+def _json_query(path: Path, number: int, line: str, source: str, scope: Scope, short_max_words: int) -> Query:
+    fix = "write one {\"query_id\": ..., \"query\": ...} object per line"
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise DataFormatError.at(path, number, f"invalid JSON ({exc.msg})", fix) from exc
+    if not isinstance(record, dict):
+        raise DataFormatError.at(path, number, "not a JSON object", fix)
+    query_id, text = _first(record, _ID_KEYS), _first(record, _TEXT_KEYS)
+    if query_id is None or text is None:
+        raise DataFormatError.at(path, number, "record needs a 'query_id' (or '_id' / 'qid') and a 'query' "
+                                 "(or 'text')", fix)
+    text = " ".join(str(text).split())
+    own_scope = scope if scope == "oos" else record.get("scope", "in")  # --oos wins over the record
+    if own_scope not in ("in", "oos"):
+        raise DataFormatError.at(path, number, f"scope {own_scope!r} is not 'in' or 'oos'", "use scope in or oos")
+    default_type = length_type(text, short_max_words) if own_scope == "in" else OOS_TYPE
+    extra = {k: v for k, v in record.items() if k not in _SKIPPED and not isinstance(v, (dict, list))}
+    return Query(str(query_id), text, str(record.get("query_type") or default_type),
+                 str(record.get("source") or source), own_scope, _split(record), extra)
+
+
+def _first(record: dict[str, Any], keys: tuple[str, ...]) -> Any:
+    return next((record[k] for k in keys if record.get(k) not in (None, "")), None)
+
+
+def _split(record: dict[str, Any]) -> str | None:
+    return None if record.get("split") is None else str(record["split"])

@@ -1,0 +1,358 @@
+"""The ``files`` importer on small inputs: every format, every kind of bad input, the
+unjudged policy, and the ready config / space / experiment served and loaded for real.
+
+Real-data tests (Cranfield through ``files``, a real study on the result, full-precision
+runs) are in test_data_files_cranfield.py.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fusion_backend.config import load_config
+from fusion_backend.importers import import_files, import_trec
+from fusion_backend.importers.__main__ import main
+from fusion_backend.importers.errors import DataFormatError
+from fusion_backend.importers.ready import plan_sources
+from fusion_backend.importers.runfiles import RunLine, read_run, render_run
+from support.backend import start_backend
+
+CORPUS = [
+    {"doc_id": "d1", "title": "Wing flutter", "text": "flutter of swept wings at transonic speed", "date": "1958-01-01"},
+    {"_id": "d2", "title": "Heat transfer", "text": "heat transfer in a laminar boundary layer",
+     "metadata": {"date": "1961-05-02", "journal": "jas"}},
+    {"id": "d3", "contents": "buckling of thin cylindrical shells", "pages": 12},
+    {"doc_id": "d4", "title": "", "text": "shock wave and boundary layer interaction"},
+]
+QUERIES = [{"query_id": "q1", "query": "wing flutter"}, {"_id": "q2", "text": "boundary  layer heat transfer"},
+           {"qid": "q3", "query": "shell buckling", "date_hint_days": 30, "metadata": {"x": 1}}]
+QRELS = "q1 0 d1 2\nq1 0 d4 0\nq2 0 d2 2\nq2 0 d4 1\nq3 0 d3 2\n"
+RUN_A = "q1 Q0 d1 1 12.5 a\nq1 Q0 d4 2 3.25 a\nq2 Q0 d2 1 9.0 a\nq3 Q0 d3 1 7.0 a\n"
+RUN_B = [{"query_id": "q1", "results": [{"doc_id": "d1", "score": 0.91}, {"doc_id": "d2", "score": 0.4}]},
+         {"query_id": "q2", "results": [{"doc_id": "d4", "score": 0.8}, {"doc_id": "d2", "score": 0.75}]}]
+
+
+def _jsonl(records: list[dict[str, Any]]) -> str:
+    return "".join(json.dumps(r) + "\n" for r in records)
+
+
+def write_inputs(root: Path, **override: str) -> dict[str, Path]:
+    """A small valid input set; ``override`` replaces one file's text (by file name)."""
+    texts = {"corpus.jsonl": _jsonl(CORPUS), "queries.jsonl": _jsonl(QUERIES), "qrels.txt": QRELS,
+             "a.run": RUN_A, "b.jsonl": _jsonl(RUN_B), **override}
+    root.mkdir(parents=True, exist_ok=True)
+    for name, text in texts.items():
+        (root / name).write_text(text)
+    return {name: root / name for name in texts}
+
+
+def argv(paths: dict[str, Path], out: Path, *extra: str, corpus: str = "corpus.jsonl",
+         queries: str = "queries.jsonl", qrels: str = "qrels.txt") -> list[str]:
+    return ["files", "--name", "mini", "--corpus", str(paths[corpus]), "--queries", str(paths[queries]),
+            "--qrels", str(paths[qrels]), "--run", f"lex={paths['a.run']}", "--run", f"sem={paths['b.jsonl']}",
+            "--out", str(out), *extra]
+
+
+# --- formats ---------------------------------------------------------------------------
+
+def test_jsonl_inputs_with_beir_and_pyserini_keys(tmp_path: Path):
+    paths = write_inputs(tmp_path)
+    dataset, extra = import_files("mini", paths["corpus.jsonl"], paths["queries.jsonl"], paths["qrels.txt"],
+                                  runs=[f"lex={paths['a.run']}", f"sem={paths['b.jsonl']}"])
+    docs = {d.doc_id: d for d in dataset.documents}
+    assert [(d.doc_id, d.title, d.date) for d in dataset.documents] == [
+        ("d1", "Wing flutter", "1958-01-01"), ("d2", "Heat transfer", "1961-05-02"), ("d3", "", None),
+        ("d4", "", None)]
+    assert docs["d3"].text == "buckling of thin cylindrical shells" and docs["d3"].attributes == {"pages": 12}
+    assert docs["d2"].attributes == {"metadata": {"journal": "jas"}}  # the date moved out of metadata
+    # Scalar extras stay request fields; BEIR metadata would be sent with every request: left out.
+    assert [(q.query_id, q.query, q.source, q.scope, dict(q.extra)) for q in dataset.queries] == [
+        ("q1", "wing flutter", "mini", "in", {}), ("q2", "boundary layer heat transfer", "mini", "in", {}),
+        ("q3", "shell buckling", "mini", "in", {"date_hint_days": 30})]
+    assert {(j.query_id, j.doc_id): j.grade for j in dataset.judgments}[("q2", "d4")] == 1
+    assert dataset.manifest["runs"] == {"lex": "runs/lex.run", "sem": "runs/sem.run"}
+    assert extra["runs/sem.run"].splitlines() == [
+        "q1 Q0 d1 1 0.91 sem", "q1 Q0 d2 2 0.4 sem", "q2 Q0 d4 1 0.8 sem", "q2 Q0 d2 2 0.75 sem"]
+
+
+def test_tsv_corpus_tsv_queries_and_qrels_forms(tmp_path: Path):
+    paths = write_inputs(tmp_path, **{
+        "corpus.tsv": "d1\tWing flutter\tflutter of swept wings\nd2\theat transfer text\n",
+        "header.tsv": "id\ttext\ttitle\nd1\tflutter of swept wings\tWing flutter\nd2\tbuckling\t\n",
+        "queries.tsv": "q1\twing flutter\nq2\theat\n",
+        "beir.tsv": "query-id\tcorpus-id\tscore\nq1\td1\t1\nq2\td2\t1\n",
+        "three.txt": "q1 d1 1\nq2 d2 1\n",
+        "qrels.jsonl": _jsonl([{"query_id": "q1", "doc_id": "d1", "relevance": 1},
+                               {"qid": "q2", "docid": "d2", "score": 1}]),
+    })
+    for corpus in ("corpus.tsv", "header.tsv"):
+        for qrels in ("beir.tsv", "three.txt", "qrels.jsonl"):
+            dataset, _ = import_files("mini", paths[corpus], paths["queries.tsv"], paths[qrels])
+            assert [(d.doc_id, d.title) for d in dataset.documents][0] == ("d1", "Wing flutter")
+            assert [q.query_id for q in dataset.queries] == ["q1", "q2"]
+            # Binary codes: auto maps the top code 1 to grade 3.
+            assert [(j.query_id, j.doc_id, j.grade) for j in dataset.judgments] == [("q1", "d1", 3), ("q2", "d2", 3)]
+
+
+def test_trec_topics_as_queries(tmp_path: Path):
+    topics = "<top>\n<num> Number: q1\n<title> wing flutter\n<desc> Description:\nflutter of wings\n</top>\n"
+    paths = write_inputs(tmp_path, topics=topics, **{"q.txt": "q1 0 d1 1\n"})
+    dataset, _ = import_files("mini", paths["corpus.jsonl"], paths["topics"], paths["q.txt"], query_field="desc")
+    assert [(q.query_id, q.query) for q in dataset.queries] == [("q1", "flutter of wings")]
+
+
+def test_the_three_run_forms_give_the_same_canonical_run(tmp_path: Path):
+    trec = "q1 Q0 d1 1 0.5 x\nq1 Q0 d2 2 0.25 x\nq2 Q0 d3 1 1.0 x\n"
+    jsonl = _jsonl([{"query_id": "q1", "results": [{"doc_id": "d2", "score": 0.25}, {"doc_id": "d1", "score": 0.5}]},
+                    {"query_id": "q2", "results": [{"doc_id": "d3", "score": 1.0}]}])
+    array = json.dumps([{"query": {"qid": "q1", "text": "t"}, "hits": [
+        {"qid": "q1", "docid": "d1", "rank": 1, "score": 0.5, "doc": "..."},
+        {"docid": "d2", "rank": 2, "score": 0.25}]}, {"qid": "q2", "hits": [{"docid": "d3", "score": 1.0}]}])
+    texts = []
+    for name, text in (("t.run", trec), ("j.jsonl", jsonl), ("a.json", array)):
+        (tmp_path / name).write_text(text)
+        texts.append(render_run(read_run(tmp_path / name, "x"), ["q1", "q2"]))
+    assert texts[0] == texts[1] == texts[2] == "q1 Q0 d1 1 0.5 x\nq1 Q0 d2 2 0.25 x\nq2 Q0 d3 1 1.0 x\n"
+
+
+def test_run_scores_round_trip_exactly():
+    # Scores that differ only in the 9th+ significant digit: the old .6g made them ties.
+    scores = [0.123456789, 0.123456788, 0.1234567871, 2.0000000000000004, 2.0, 1e-12, 12345678.901234]
+    assert len({f"{s:.6g}" for s in scores}) == 4
+    text = render_run([RunLine("q1", f"d{i}", s, "t") for i, s in enumerate(scores)], ["q1"])
+    parsed = [(line.split()[2], float(line.split()[4])) for line in text.splitlines()]
+    assert parsed == sorted(((f"d{i}", s) for i, s in enumerate(scores)), key=lambda p: -p[1])
+
+
+# --- bad input: one line, exit 2, nothing written ----------------------------------------
+
+BAD_INPUTS = [
+    ({"corpus.jsonl": '{"doc_id": "d1", "text": "x"}\n{oops\n'}, {}, r"corpus.jsonl:2: invalid JSON"),
+    ({"corpus.jsonl": '{"title": "no id"}\n'}, {}, r"corpus.jsonl:1: record has no 'doc_id'"),
+    ({"corpus.jsonl": _jsonl(CORPUS + [{"doc_id": "d1", "text": "again"}])}, {},
+     r"corpus.jsonl:5: doc_id 'd1' already used on line 1"),
+    ({"c.tsv": "d1\tx\nd2\ta\tb\tc\n"}, {"corpus": "c.tsv"}, r"c.tsv:2: expected 'doc_id<TAB>text'"),
+    ({"queries.jsonl": '{"query_id": "q1"}\n'}, {}, r"queries.jsonl:1: record needs a 'query_id'"),
+    ({"queries.jsonl": _jsonl(QUERIES + [QUERIES[0]])}, {}, r"queries.jsonl:4: query_id 'q1' already used on line 1"),
+    ({"q.tsv": "q1 no tab here\n"}, {"queries": "q.tsv"}, r"q.tsv:1: expected 'qid<TAB>query text'"),
+    ({"qrels.txt": "q1 0 d1 1 extra\n"}, {}, r"qrels.txt:1: expected 3 or 4 columns"),
+    ({"qrels.txt": "q1 0 d1 1\nq2 d2 1\n"}, {}, r"qrels.txt:2: expected 4 columns"),
+    ({"qrels.txt": "q1 0 d1 1\nq2 0 d2 high\n"}, {}, r"qrels.txt:2: relevance 'high' is not an integer"),
+    ({"qrels.txt": "q1 0 d1 1\nq1 0 d1 2\n"}, {}, r"qrels.txt:2: pair \(q1, d1\) already judged on line 1"),
+    ({"qrels.txt": '{"query_id": "q1", "doc_id": "d1"}\n'}, {}, r"qrels.txt:1: record needs a query_id, a doc_id"),
+    ({"qrels.txt": "q1 0 d1 7\n"}, {}, r"qrels.txt: relevance codes go up to 7, above grade 3; fix: pass --grade-map"),
+    ({"qrels.txt": ""}, {}, r"qrels.txt: no judgments"),
+    ({"qrels.txt": "Q1 0 D1 1\n"}, {}, r"qrels.txt: none of its 1 judged query ids is in --queries \(its: 'Q1'; "
+                                       r"--queries: 'q1', 'q2', 'q3'\)"),
+    ({"qrels.txt": "q1 0 D1 1\n"}, {}, r"qrels.txt: none of its 1 judged doc ids is in the corpus \(its: 'D1'"),
+    ({"a.run": "q1 Q0 d1 1 0.5\n"}, {}, r"a.run:1: expected 6 columns 'qid Q0 docno rank score tag'"),
+    ({"a.run": "q1 Q0 d1 1 nan x\n"}, {}, r"a.run:1: score 'nan' is not a finite number"),
+    ({"a.run": "q1 Q0 d1 1 0.5 x\nq1 Q0 d1 2 0.4 x\n"}, {}, r"a.run:2: document d1 listed twice for query q1"),
+    ({"a.run": "Q1 Q0 d1 1 0.5 x\n"}, {}, r"a.run: none of its 1 query ids is in --queries"),
+    ({"a.run": "q1 Q0 doc-1 1 0.5 x\n"}, {}, r"a.run: none of its 1 doc ids is in the corpus \(its: 'doc-1'"),
+    ({"b.jsonl": '{"query_id": "q1", "hits": []}\n'}, {}, r"b.jsonl:1: record has no 'results' list"),
+    ({"b.jsonl": '{"query_id": "q1", "results": [{"doc_id": "d1"}]}\n'}, {}, r"b.jsonl:1: query q1: result d1 has "
+                                                                             r"no 'score'"),
+    ({"b.jsonl": '[{"qid": "q1", "hits": [{"score": 1.0}]}]'}, {}, r"b.jsonl: query q1: no 'doc_id' or 'docid'"),
+    ({"b.jsonl": '[{"qid": "q1", "hits": [}]'}, {}, r"b.jsonl:1: invalid JSON"),
+    ({"b.jsonl": '[{"qid": "q1"}]'}, {}, r"b.jsonl: query object 1 has no 'hits' list"),
+]
+
+
+@pytest.mark.parametrize(("override", "names", "message"), BAD_INPUTS,
+                         ids=[f"{i}-{m.split(':')[0].split(' ')[0]}" for i, (_, _, m) in enumerate(BAD_INPUTS)])
+def test_bad_input_is_one_line_with_the_fix(tmp_path: Path, capsys, override, names, message):
+    paths = write_inputs(tmp_path / "in", **override)
+    out = tmp_path / "out"
+    assert main(argv(paths, out, **names)) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: ") and "; fix: " in err, err
+    assert re.search(message, err), err
+    assert not out.exists()  # nothing half-written
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (("--run", "9lives=x.run"), r"--run: run name '9lives' is not \[A-Za-z\]"),
+    (("--run", "lex=also.run"), r"--run: run name 'lex' given twice"),
+    (("--oos", "OOS"), r"out-of-scope query ids are also in --queries, e.g. 'q1'"),
+    (("--unjudged", "error"), r"qrels.txt: 1 in-scope queries have no judgment at all, e.g. 'q4'; fix: judge them"),
+])
+def test_bad_options_are_one_line(tmp_path: Path, capsys, extra, message):
+    paths = write_inputs(tmp_path, **{"queries.jsonl": _jsonl(QUERIES + [{"query_id": "q4", "query": "x"}])})
+    extra = tuple(str(paths["queries.jsonl"]) if e == "OOS" else e for e in extra)
+    assert main(argv(paths, tmp_path / "out", *extra)) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and re.search(message, err), err
+
+
+def test_bad_name_and_missing_file_through_the_real_command(tmp_path: Path):
+    paths = write_inputs(tmp_path)
+    for args, message in ((["--name", "my data"], "--name: data set name 'my data' is not"),
+                          (["--corpus", str(tmp_path / "nope.jsonl")], "nope.jsonl: file not found")):
+        full = argv(paths, tmp_path / "out")
+        full[full.index(args[0]) + 1] = args[1]
+        proc = subprocess.run([sys.executable, "-m", "fusion_backend.importers", *full],
+                              capture_output=True, text=True)
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and message in proc.stderr, proc.stderr
+        assert proc.stdout == "" and not (tmp_path / "out").exists()
+
+
+def test_failed_import_leaves_an_existing_bundle_untouched(tmp_path: Path, capsys):
+    paths = write_inputs(tmp_path / "in")
+    out = tmp_path / "out"
+    assert main(argv(paths, out)) == 0
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    (tmp_path / "in" / "b.jsonl").write_text('{"query_id": "q1", "results": [{"doc_id": "d1", "score": "x"}]}\n')
+    assert main(argv(paths, out)) == 2
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+
+
+# --- the unjudged policy ----------------------------------------------------------------
+
+def test_unjudged_in_scope_queries_are_dropped_and_counted(tmp_path: Path, capsys):
+    extra_queries = [{"query_id": f"u{i}", "query": f"unjudged {i}"} for i in range(3)]
+    oos = [{"query_id": "o1", "query": "where is my parcel"}]
+    paths = write_inputs(tmp_path, **{"queries.jsonl": _jsonl(QUERIES + extra_queries), "oos.jsonl": _jsonl(oos)})
+    assert main(argv(paths, tmp_path / "out", "--oos", str(paths["oos.jsonl"]))) == 0
+    stdout = capsys.readouterr().out
+    assert "mini: 4 documents, 4 queries (1 out of scope)" in stdout
+    assert "dropped 3 in-scope queries without any judgment" in stdout and "--unjudged keep" in stdout
+    written = [json.loads(line) for line in (tmp_path / "out" / "mini.queries.jsonl").open()]
+    # Out-of-scope queries are never judged and never dropped.
+    assert [(q["query_id"], q["scope"], q["query_type"], q["source"]) for q in written] == [
+        ("q1", "in", "short", "mini"), ("q2", "in", "short", "mini"), ("q3", "in", "short", "mini"),
+        ("o1", "oos", "off_topic", "oos")]
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest["unjudged"] == {"policy": "drop", "count": 3, "examples": ["u0", "u1", "u2"]}
+    assert main(argv(paths, tmp_path / "kept", "--unjudged", "keep")) == 0
+    assert "kept 3 in-scope queries without any judgment" in capsys.readouterr().out
+    assert sum(1 for _ in (tmp_path / "kept" / "mini.queries.jsonl").open()) == 6
+
+
+def test_judgments_of_queries_outside_the_query_file_are_left_out(tmp_path: Path, capsys):
+    paths = write_inputs(tmp_path, **{"qrels.txt": QRELS + "q99 0 d1 1\nq98 0 d2 1\n"})
+    assert main(argv(paths, tmp_path / "out")) == 0
+    assert "left out 2 judgments of queries that are not in --queries" in capsys.readouterr().out
+    assert "q99" not in (tmp_path / "out" / "mini.qrels.txt").read_text()
+
+
+# --- the ready bundle ----------------------------------------------------------------------
+
+def test_ready_bundle_names_layout_and_loads_in_both_packages(tmp_path: Path, capsys):
+    from tuner.experiment import load_experiment
+    from tuner.space import load_space
+
+    paths = write_inputs(tmp_path / "in")
+    out = tmp_path / "out"
+    assert main(argv(paths, out)) == 0
+    assert f"next: tuner run {out / 'experiment.yaml'}" in capsys.readouterr().out
+    assert sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()) == [
+        "config.yaml", "corpus.jsonl", "experiment.yaml", "manifest.json", "mini.qrels.txt", "mini.queries.jsonl",
+        "runs/lex.run", "runs/sem.run", "space.yaml"]
+    cfg = load_config(out / "config.yaml")
+    assert cfg.data.corpus == out / "corpus.jsonl" and cfg.data.runs == {"lex": out / "runs/lex.run",
+                                                                          "sem": out / "runs/sem.run"}
+    assert {n: (s.type, s.enabled) for n, s in cfg.sources.items()} == {
+        "lex": ("run", True), "sem": ("run", True), "dense": ("dense", False)}
+    assert cfg.fusion.weights == {"lex": 1.0, "sem": 1.0}
+    assert cfg.confidence.threshold == 0.0 and cfg.citation.min_score == 0.0
+    exp = load_experiment(out / "experiment.yaml")
+    assert exp.dataset.queries == out / "mini.queries.jsonl" and exp.dataset.dataset_id == "mini"
+    assert [lab.path for lab in exp.dataset.labels] == [out / "mini.qrels.txt"]
+    assert exp.constraints == [] and exp.n_trials == 30 and exp.tracking.enabled
+    assert exp.evaluation.request.body["query_id"] == "{query_id}" and exp.target.port == "auto"
+    assert exp.target.config_files == [out / "config.yaml"] and exp.state_dir == out / ".tuner"
+    space = load_space(exp.search_space, exp.target.config_files)
+    text = (out / "space.yaml").read_text()
+    assert "components: [lex, sem]" in text and text.count("post_retrieval: true") == 2 and space
+
+
+def test_the_bundle_moves_as_a_whole(tmp_path: Path):
+    from tuner.experiment import load_experiment
+
+    paths = write_inputs(tmp_path / "in")
+    assert main(argv(paths, tmp_path / "a")) == 0
+    (tmp_path / "a").rename(tmp_path / "b")
+    exp = load_experiment(tmp_path / "b" / "experiment.yaml")
+    assert exp.dataset.queries == tmp_path / "b" / "mini.queries.jsonl"
+    assert load_config(tmp_path / "b" / "config.yaml").data.runs["lex"] == tmp_path / "b" / "runs" / "lex.run"
+
+
+def test_oos_queries_bring_the_oos_constraint(tmp_path: Path):
+    from tuner.experiment import load_experiment
+
+    paths = write_inputs(tmp_path, **{"oos.jsonl": _jsonl([{"query_id": "o1", "query": "reset my password"}])})
+    assert main(argv(paths, tmp_path / "out", "--oos", str(paths["oos.jsonl"]))) == 0
+    exp = load_experiment(tmp_path / "out" / "experiment.yaml")
+    assert [c.name for c in exp.constraints] == ["OOS_FP_Rate <= 0.1"]
+
+
+@pytest.mark.parametrize(("runs", "lexical", "expected"), [
+    ({}, False, {"bm25": True, "dense": True}),
+    ({"splade": "r"}, False, {"splade": True, "dense": False}),
+    ({"splade": "r"}, True, {"splade": True, "bm25": True, "dense": True}),
+    # Runs named like the built-in sources keep their names; the built-ins step aside.
+    ({"bm25": "r", "dense": "r"}, True, {"bm25": True, "dense": True, "bm25_local": True, "dense_local": True}),
+    ({"bm25": "r", "dense": "r"}, False, {"bm25": True, "dense": True, "dense_local": False}),
+])
+def test_source_plan(runs, lexical, expected):
+    plan = plan_sources(runs, with_lexical=lexical, has_text=True)
+    names = {**{n: True for n in plan.runs}, **({plan.bm25: True} if plan.bm25 else {}), plan.dense: plan.dense_enabled}
+    assert names == expected
+
+
+def test_with_lexical_serves_bm25_and_dense_next_to_the_runs(tmp_path: Path):
+    from tuner.space import load_space
+
+    paths = write_inputs(tmp_path / "in")
+    assert main(argv(paths, tmp_path / "out", "--with-lexical")) == 0
+    cfg = load_config(tmp_path / "out" / "config.yaml")
+    assert cfg.fusion.weights == {"lex": 1.0, "sem": 1.0, "bm25": 1.0, "dense": 1.0}
+    assert load_space(tmp_path / "out" / "space.yaml", [tmp_path / "out" / "config.yaml"])
+    assert "components: [lex, sem, bm25, dense]" in (tmp_path / "out" / "space.yaml").read_text()
+
+
+def test_ready_config_serves_the_runs_by_query_id(tmp_path: Path):
+    paths = write_inputs(tmp_path / "in")
+    assert main(argv(paths, tmp_path / "out")) == 0
+    with start_backend(tmp_path / "out" / "config.yaml") as backend:
+        body = backend.search({"query": "anything", "query_id": "q1", "top_k": 10}).json()
+        # RRF of lex (d1, d4) and sem (d1, d2): d4 and d2 tie at 1/62, ties keep corpus order.
+        assert [r["doc_id"] for r in body["results"]] == ["d1", "d2", "d4"]
+        assert body["handoff"] is False and body["handoff_reason"] is None
+        forgot = backend.search({"query": "anything", "top_k": 10}).json()
+        assert forgot["handoff"] is True and "need the request's query_id" in forgot["handoff_reason"]
+
+
+def test_trec_runs_without_documents_are_served(tmp_path: Path, capsys):
+    """A stub corpus (no --docs) has no term at all: the dense space is all zeros, runs still fuse."""
+    (tmp_path / "topics.tsv").write_text("301\tcrime\n302\tpolio\n303\tunjudged topic\n")
+    (tmp_path / "qrels").write_text("301 0 FT-1 1\n302 0 FT-2 1\n")
+    (tmp_path / "r.run").write_text("301 Q0 FT-1 1 2.5 r\n301 Q0 FT-3 2 1.5 r\n302 Q0 FT-2 1 1.0 r\n")
+    base = ["trec", "--topics", str(tmp_path / "topics.tsv"), "--qrels", str(tmp_path / "qrels"),
+            "--run", f"r={tmp_path / 'r.run'}", "--name", "mini"]
+    assert main([*base, "--out", str(tmp_path / "out")]) == 0
+    assert "dropped 1 in-scope queries without any judgment" in capsys.readouterr().out
+    assert "confidence.threshold" not in (tmp_path / "out" / "space.yaml").read_text()  # nothing to gate on
+    with start_backend(tmp_path / "out" / "config.yaml") as backend:
+        body = backend.search({"query": "crime", "query_id": "301"}).json()
+        assert [r["doc_id"] for r in body["results"]] == ["FT-1", "FT-3"] and body["confidence"] == 0.0
+    assert main([*base, "--with-lexical", "--out", str(tmp_path / "lex")]) == 2
+    assert "--with-lexical: bm25 and dense need document text" in capsys.readouterr().err
+
+
+def test_trec_topics_without_judgments_are_dropped_by_default(tmp_path: Path):
+    (tmp_path / "topics.tsv").write_text("".join(f"{i}\ttopic {i}\n" for i in range(1, 11)))
+    (tmp_path / "qrels").write_text("1 0 d1 1\n2 0 d2 0\n")  # a grade-0 judgment still counts as judged
+    dataset, _ = import_trec(tmp_path / "topics.tsv", tmp_path / "qrels")
+    assert [q.query_id for q in dataset.queries] == ["1", "2"]
+    assert dataset.manifest["unjudged"]["count"] == 8
+    with pytest.raises(DataFormatError, match="8 in-scope queries have no judgment at all, e.g. '3'"):
+        import_trec(tmp_path / "topics.tsv", tmp_path / "qrels", unjudged="error")
