@@ -54,6 +54,7 @@ SAMPLE_SIZE = 300
 OOS_DENOMINATOR_METRICS = frozenset({"OOS_FP_Rate", "Handoff_Recall", "Handoff_F1"})
 
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_CONFIG_KEY = re.compile(r"[A-Za-z_][\w-]*(?:\.[A-Za-z_][\w-]*)+")  # a dotted config key in a reason
 
 
 class PreflightError(TunerError):
@@ -306,8 +307,12 @@ def _handoff_cause(handed: Any, gate_values: Mapping[str, Any]) -> str:
     """The config key responsible, where the response says so (else the gates as found)."""
     reasons = [r for r in handed.get("handoff_reason", []) if isinstance(r, str) and r]
     if reasons:
-        reason, n = Counter(reasons).most_common(1)[0]
-        return f"; most common reason ({n}): {_clip(reason, 120)}"
+        # reasons carry per-query values ("confidence 0.41 < confidence.threshold 0.60"):
+        # count them by the config key they name
+        keys = Counter(_CONFIG_KEY.findall(r)[-1] if _CONFIG_KEY.search(r) else r for r in reasons)
+        key, n = keys.most_common(1)[0]
+        example = next(r for r in reasons if key in r)
+        return f"; {n} by {key} (e.g. {_clip(example, 100)})"
     if gate_values:
         return "; gates as found: " + ", ".join(f"{k} = {v}" for k, v in gate_values.items())
     return ""

@@ -62,7 +62,8 @@ def live_preflight(
     return report.extend(check_batch(
         result, exp.evaluation,
         gate_values=gate_values(prepared),
-        gates_solved=bool(prepared.gates),
+        # only a solved confidence gate undoes the handoffs of the config as found
+        gates_solved=any(g.role == "confidence" for g in prepared.gates.values()),
         raw_response=lambda qid: fetch_raw(exp.evaluation, queries[qid]),
     ))
 

@@ -19,77 +19,16 @@ import optuna
 import pytest
 
 from fusion_backend.config import load_config
-from fusion_backend.importers import import_cranfield, import_trec
+from fusion_backend.importers import import_trec
 from fusion_backend.importers.__main__ import main
-from fusion_backend.index import load_index
-from fusion_backend.search import SearchRequest, Searcher
-from support.backend import write_backend_config
+from fusion_backend.search import SearchRequest
+from support import cranfield_files
 
 pytestmark = pytest.mark.integration
 
-RUN_DEPTH = 100
-N_OOS = 20
-
-
-def _write_jsonl(path: Path, records: list[dict]) -> Path:
-    path.write_text("".join(json.dumps(r) + "\n" for r in records))
-    return path
-
-
-def _searcher(root: Path, corpus: Path, name: str, overrides: dict) -> Searcher:
-    config = write_backend_config(root / f"{name}.yaml", corpus=corpus, index_cache=root / "cache",
-                                  overrides=overrides)
-    cfg = load_config(config)
-    return Searcher(load_index(cfg), cfg)
-
-
-def _backend_run(searcher: Searcher, source: str, queries: list[tuple[str, str]]) -> str:
-    """A TREC run of one backend source, raw scores written exactly (repr)."""
-    lines = []
-    for qid, text in queries:
-        hits = searcher.search(SearchRequest(text, top_k=RUN_DEPTH, query_id=qid)).hits
-        lines += [f"{qid} Q0 {h.doc_id} {rank} {h.sub_scores[source]!r} {source}\n" for rank, h in enumerate(hits, 1)]
-    return "".join(lines)
-
-
-@pytest.fixture(scope="module")
-def cran_inputs(datasets_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    dataset = import_cranfield(datasets_dir / "cranfield", oos_from_cacm=N_OOS)
-    root = tmp_path_factory.mktemp("cran-inputs")
-    corpus = _write_jsonl(root / "corpus.jsonl", [
-        {"doc_id": d.doc_id, "title": d.title, "text": d.text, "date": d.date} for d in dataset.documents])
-    in_scope = [q for q in dataset.queries if q.scope == "in"]
-    oos = [q for q in dataset.queries if q.scope == "oos"]
-    paths = {
-        "corpus": corpus,
-        "queries": _write_jsonl(root / "queries.jsonl", [{"query_id": q.query_id, "query": q.query} for q in in_scope]),
-        "oos": _write_jsonl(root / "oos.jsonl", [{"query_id": q.query_id, "query": q.query} for q in oos]),
-        "qrels": root / "qrels.trec",
-    }
-    paths["qrels"].write_text("".join(f"{j.query_id} 0 {j.doc_id} {j.grade}\n" for j in dataset.judgments))
-    # The runs cover the out-of-scope queries too, or those would never get an answer.
-    asked = [(q.query_id, q.query) for q in dataset.queries]
-    no_dense = {"sources": {"dense": {"enabled": False}}}
-    no_bm25 = {"sources": {"bm25": {"enabled": False}}}
-    for name, source, overrides in (("bm25", "bm25", no_dense), ("lsa", "dense", no_bm25)):
-        paths[name] = root / f"{name}.run"
-        paths[name].write_text(_backend_run(_searcher(root, corpus, name, overrides), source, asked))
-    return paths
-
-
-def _files_argv(inputs: dict[str, Path], out: Path, *extra: str) -> list[str]:
-    return ["files", "--name", "cran", "--corpus", str(inputs["corpus"]), "--queries", str(inputs["queries"]),
-            "--qrels", str(inputs["qrels"]), "--run", f"bm25={inputs['bm25']}", "--run", f"lsa={inputs['lsa']}",
-            "--oos", str(inputs["oos"]), "--out", str(out), *extra]
-
-
-@pytest.fixture(scope="module")
-def cran_bundle(cran_inputs: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    out = tmp_path_factory.mktemp("cran-bundle") / "cran"
-    proc = subprocess.run([sys.executable, "-m", "fusion_backend.importers", *_files_argv(cran_inputs, out)],
-                          capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr
-    return out, proc.stdout
+N_OOS = cranfield_files.N_OOS
+_files_argv = cranfield_files.files_argv
+_searcher = cranfield_files.searcher
 
 
 def _run_lines(path: Path) -> list[tuple[str, str, float]]:

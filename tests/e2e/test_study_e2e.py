@@ -453,3 +453,10 @@ def test_a_study_with_a_holdout_tunes_without_it_and_validates_at_the_end(demo_d
     out = _cli("report", str(exp_path), "--out", str(tmp_path / "rep"))
     assert out.exit_code == 0, out.output
     assert "Holdout validation" in out.stdout and str(run.markdown_path) in out.stdout.replace("\n", "")
+
+
+def test_tuner_check_passes_on_the_demo(demo_data: Path, tmp_path: Path) -> None:
+    exp_path = make_project(tmp_path, demo_data, study="check", n_trials=2)
+    out = _tuner("check", str(exp_path))
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "preflight passed" in out.stdout and "handoff:" in out.stdout  # the share is always said

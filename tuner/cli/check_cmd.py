@@ -11,7 +11,6 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 _STYLE = {"stop": "red", "warn": "yellow", "info": "dim"}
 
@@ -36,7 +35,8 @@ def check_command(
     report, warnings = check_experiment(exp, full=full, seed=seed)
     for warning in warnings:
         console.print(f"[yellow]warning:[/] {warning}", highlight=False)
-    console.print(findings_table(report))
+    for line in finding_lines(report):
+        console.print(line, highlight=False)
     stops = report.stops
     if stops:
         console.print(f"[red]preflight failed: {len(stops)} problem(s) would make the study's numbers wrong[/]")
@@ -46,11 +46,6 @@ def check_command(
                   f"`tuner run {experiment}` is good to go")
 
 
-def findings_table(report: Any) -> Table:
-    table = Table(title="Preflight", show_header=True, expand=False)
-    table.add_column("level")
-    table.add_column("check")
-    table.add_column("finding", overflow="fold")
-    for f in report.findings:
-        table.add_row(f"[{_STYLE[f.level]}]{f.level}[/]", f.code, f.message)
-    return table
+def finding_lines(report: Any) -> list[str]:
+    """One line per finding (never folded: CI logs and grep see whole messages)."""
+    return [f"[{_STYLE[f.level]}]{f.level:<4}[/] {f.code}: {f.message}" for f in report.findings]
