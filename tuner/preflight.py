@@ -312,6 +312,8 @@ def _handoff_cause(handed: Any, gate_values: Mapping[str, Any]) -> str:
         keys = Counter(_CONFIG_KEY.findall(r)[-1] if _CONFIG_KEY.search(r) else r for r in reasons)
         key, n = keys.most_common(1)[0]
         example = next(r for r in reasons if key in r)
+        if key == example:  # the reason names no config key: quote it once
+            return f"; {n} with reason: {_clip(example, 120)}"
         return f"; {n} by {key} (e.g. {_clip(example, 100)})"
     if gate_values:
         return "; gates as found: " + ", ".join(f"{k} = {v}" for k, v in gate_values.items())

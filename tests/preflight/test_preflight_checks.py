@@ -173,3 +173,10 @@ def test_report_raises_first_stop_unless_skipped():
     report.skipped = True
     report.raise_for_stops()  # recorded, not raised
     assert report.to_dict()["skipped"] is True and report.to_dict()["passed"] is False
+
+
+def test_a_handoff_reason_without_a_config_key_is_quoted_once():
+    qs = _queries(10)
+    batch = _batch(qs, lambda qid: [f"d-{qid}"], handoff_of=lambda qid: int(qid[1:]) < 2, reason="no candidates")
+    finding = next(f for f in check_batch(batch, SPEC) if f.code == "handoff")
+    assert finding.message.count("no candidates") == 1 and "2 with reason: no candidates" in finding.message
