@@ -39,8 +39,9 @@ def score(
         "--metrics", help="Comma-separated metrics, e.g. NDCG@10,P@5,ERR@20 (default: primary + secondary scorecard).")] = None,
     gains: Annotated[str, typer.Option("--gains", help="Gain scheme: linear (grade) or exp (2^grade - 1).")] = "linear",
     relevance_level: Annotated[int, typer.Option(
-        "--relevance-level", "-l", help="trec_eval -l: binary metrics (P, Useful_Precision, Recall, Success, MRR, AP) "
-        "count grade >= N as relevant. Graded ones (NDCG, ERR, graded MAP...) ignore it, as trec_eval's ndcg does.")] = 1,
+        "--relevance-level", "-l", help="trec_eval -l: binary metrics (P, Recall, Success, MRR, AP) count "
+        "grade >= N as relevant. Graded ones (NDCG, ERR, graded MAP...) and those named by their level "
+        "(Useful_/Strong_/Exact_) ignore it, as trec_eval's ndcg does.")] = 1,
     order: Annotated[str, typer.Option(
         "--order", help="trec: rank each query by score descending, ties by docno descending, as trec_eval does "
         "(rank fields and file order ignored; a query with no scores keeps file order). given: file order, e.g. "
@@ -134,7 +135,7 @@ def _print(console: Console, report: dict[str, Any], per_query: pd.DataFrame | N
     caption = (f"{report['run']} ({report['run_format']}, {report['order']} order) · {report['n_queries']} queries · "
                f"gains {report['gains']} · relevant: grade >= {report['relevance_level']} · "
                f"grade map {report['grade_map']} · {report['scorecard_version']}")
-    table = Table(title="Scorecard", caption=caption)
+    table = Table(title="Scorecard")
     table.add_column("metric")
     table.add_column("mean", justify="right")
     for name, value in report["aggregate"].items():
@@ -143,6 +144,8 @@ def _print(console: Console, report: dict[str, Any], per_query: pd.DataFrame | N
     for name, value in report["coverage"].items():
         table.add_row(name, "n/a" if math.isnan(value) else f"{value:.4f}", style="dim")
     console.print(table)
+    # one line, never folded: it says how to read every number above (and grep finds it)
+    console.print(caption, soft_wrap=True, highlight=False)
     if report["run_queries_without_labels"]:
         console.print(f"note: {len(report['run_queries_without_labels'])} run queries have no labels and were "
                       "not scored; label them or check the query ids")

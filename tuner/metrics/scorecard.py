@@ -73,8 +73,8 @@ def score_rankings(
     an empty list (handed off, no results) scores 0 on every ranking metric. Grades
     must be 0..3; unjudged documents count as grade 0. ``metrics`` defaults to the
     primary scorecard + the secondary set; any registered ``FAMILY@k`` is accepted.
-    ``relevance_level`` is trec_eval's ``-l``: binary metrics (P, Useful_Precision,
-    Recall, Success, MRR, AP) count grade >= it as relevant; the default 1 is the
+    ``relevance_level`` is trec_eval's ``-l``: binary metrics (P, Recall,
+    Success, MRR, AP) count grade >= it as relevant (Useful_/Strong_/Exact_ name their own); the default 1 is the
     live scorecard. The aggregate of a column is its mean (see ``aggregate``).
     """
     wanted = [resolve(name) for name in (DEFAULT_METRICS if metrics is None else metrics)]
