@@ -46,7 +46,8 @@ from tuner.evaluation.client import shared_ssl_context  # noqa: E402
 from tuner.evaluation.mapping import prepare_request  # noqa: E402
 from tuner.experiment import load_experiment  # noqa: E402
 from tuner.health import wait_healthy  # noqa: E402
-from tuner.study import LiveEvaluator, load_dataset, run_experiment  # noqa: E402
+from tuner.run import run_experiment  # noqa: E402
+from tuner.study import LiveEvaluator, load_dataset  # noqa: E402
 from tuner.targets.factory import make_target  # noqa: E402
 
 GOAL_OVERHEAD = 0.02

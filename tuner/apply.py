@@ -61,7 +61,7 @@ class ApplyResult:
 def load_study(experiment: Experiment) -> optuna.Study:
     """The experiment's existing study (StudyError when it has not been run yet)."""
     try:
-        from tuner.workers import sqlalchemy_url
+        from tuner.storage import sqlalchemy_url
 
         return optuna.load_study(study_name=experiment.study, storage=sqlalchemy_url(experiment.storage))
     except KeyError as exc:

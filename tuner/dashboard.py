@@ -63,6 +63,19 @@ def console_script(name: str) -> str:
     return str(beside) if beside.exists() else name
 
 
+def dashboard_commands(experiment: Any) -> dict[str, str]:
+    """Shell commands that open the two UIs on this experiment's stores (printed by
+    `tuner run` and `tuner demo`)."""
+    from tuner.study import StudyPaths
+
+    paths = StudyPaths(experiment.state_dir, experiment.study)
+    out = {"optuna": f"{console_script('optuna-dashboard')} {experiment.storage} --artifact-dir {paths.artifact_dir}"}
+    if experiment.tracking.enabled:
+        out["mlflow"] = f"{console_script('mlflow')} ui --backend-store-uri {experiment.tracking.mlflow_uri}"
+    out["both"] = f"{console_script('tuner')} dashboard {experiment.source}"
+    return out
+
+
 def ui_specs(
     experiment: Any,
     *,

@@ -35,7 +35,7 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
 from tuner.dataset import Query
-from tuner.errors import ConfigError, EvaluationError
+from tuner.errors import ConfigError, EvaluationError, StudyError
 from tuner.significance import Test
 
 if TYPE_CHECKING:
@@ -312,3 +312,25 @@ def tune_split(queries: Any, config: HoldoutConfig | None) -> tuple[Any, Split |
         return queries, None
     split = split_queries(queries, config)
     return queries.subset(query_ids=split.tune), split
+
+
+# ------------------------------------------------------------------ the split on the study
+
+ATTR_HOLDOUT = "tuner.holdout"  # study attr: the split the study tuned on (seed, fraction, counts)
+
+
+def record_split(study: Any, split: Split) -> None:
+    """Remember on the study which split it tunes on (call when the study starts)."""
+    study.set_user_attr(ATTR_HOLDOUT, {"seed": split.seed, "fraction": split.fraction, "source": split.source,
+                                       "n_tune": len(split.tune), "n_holdout": len(split.holdout)})
+
+
+def check_same_split(recorded: Any, split: Split) -> None:
+    if not recorded:
+        return
+    if (recorded.get("seed"), recorded.get("n_holdout")) != (split.seed, len(split.holdout)):
+        raise StudyError(
+            f"the study tuned with holdout seed {recorded.get('seed')} ({recorded.get('n_holdout')} held out), this "
+            f"validation draws seed {split.seed} ({len(split.holdout)}); use the experiment's holdout settings, "
+            "or the holdout would contain queries the study tuned on"
+        )

@@ -95,6 +95,15 @@ class PreflightReport:
     def sampled(self) -> bool:
         return self.sample_seed is not None
 
+    @property
+    def verdict(self) -> str:
+        """One word for tags and tables: passed | warnings | skipped (n stops ignored) | stopped."""
+        if self.skipped:
+            return "skipped" + (f" ({len(self.stops)} stops ignored)" if self.stops else "")
+        if self.stops:
+            return "stopped"
+        return "warnings" if self.warnings else "passed"
+
     def extend(self, findings: Iterable[Finding]) -> PreflightReport:
         self.findings.extend(findings)
         return self

@@ -94,15 +94,6 @@ def preflight_on_target(prepared: Prepared, report: PreflightReport, target: Any
     return report
 
 
-def preflight_verdict(report: PreflightReport) -> str:
-    """One word for tags and tables: passed | warnings | skipped (n stops ignored) | stopped."""
-    if report.skipped:
-        return "skipped" + (f" ({len(report.stops)} stops ignored)" if report.stops else "")
-    if report.stops:
-        return "stopped"
-    return "warnings" if report.warnings else "passed"
-
-
 def check_experiment(experiment: Any, *, full: bool = False, seed: int = 0) -> tuple[PreflightReport, list[str]]:
     """`tuner check`: every check on the config as found, on a backend started for it
     (and stopped after). Never replays or touches a restore journal: one that exists

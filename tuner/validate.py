@@ -18,11 +18,18 @@ from typing import Any
 
 from tuner import analysis as A
 from tuner.errors import StudyError
-from tuner.holdout import HoldoutConfig, HoldoutReport, Split, holdout_report, split_queries
+from tuner.holdout import (
+    ATTR_HOLDOUT,
+    HoldoutConfig,
+    HoldoutReport,
+    Split,
+    check_same_split,
+    holdout_report,
+    split_queries,
+)
 from tuner.report.atomic import atomic_write_text
 from tuner.significance import Test
 
-ATTR_HOLDOUT = "tuner.holdout"  # study attr: the split the study tuned on (seed, fraction, counts)
 REPORT_JSON = "holdout.json"
 REPORT_MD = "holdout.md"
 
@@ -71,7 +78,7 @@ def validate_holdout(
     prepared = prepare(exp)
     all_queries = prepared.all_queries if prepared.all_queries is not None else prepared.queries
     split = split_queries(all_queries, holdout)
-    _check_same_split(study.user_attrs.get(ATTR_HOLDOUT), split)
+    check_same_split(study.user_attrs.get(ATTR_HOLDOUT), split)
     queries = all_queries.subset(query_ids=split.holdout)
     evaluator = LiveEvaluator(exp, queries, prepared.qrels, prepared.labels_fingerprint)
     target = make_target(exp.target, exp.state_dir)
@@ -108,20 +115,3 @@ def validate_holdout(
               f"trial #{best.number}; split seed {split.seed}, holdout fraction {split.fraction:.2f}.\n\n")
     md_path = atomic_write_text(folder / REPORT_MD, header + report.to_markdown())
     return HoldoutRun(report, split, baseline.number, best.number, json_path, md_path)
-
-
-def record_split(study: Any, split: Split) -> None:
-    """Remember on the study which split it tunes on (call when the study starts)."""
-    study.set_user_attr(ATTR_HOLDOUT, {"seed": split.seed, "fraction": split.fraction, "source": split.source,
-                                       "n_tune": len(split.tune), "n_holdout": len(split.holdout)})
-
-
-def _check_same_split(recorded: Any, split: Split) -> None:
-    if not recorded:
-        return
-    if (recorded.get("seed"), recorded.get("n_holdout")) != (split.seed, len(split.holdout)):
-        raise StudyError(
-            f"the study tuned with holdout seed {recorded.get('seed')} ({recorded.get('n_holdout')} held out), this "
-            f"validation draws seed {split.seed} ({len(split.holdout)}); use the experiment's holdout settings, "
-            "or the holdout would contain queries the study tuned on"
-        )

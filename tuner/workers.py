@@ -29,7 +29,6 @@ Rules, and why:
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import os
 import threading
 import time
@@ -46,6 +45,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from sqlalchemy import text
 
 from tuner.errors import StudyError
+from tuner.storage import redact, sqlalchemy_url
 
 DEFAULT_TEST_DSN = "postgresql://tuner:tuner@127.0.0.1:5432/tuner_test"
 ATTR_REPLICA = "tuner.replica"
@@ -96,23 +96,6 @@ def check_storage(url: str, n_workers: int) -> None:
         raise StudyError(f"storage {url}: unsupported database; use sqlite:///FILE (one worker) or postgresql://...")
 
 
-def sqlalchemy_url(url: str) -> str:
-    """``postgresql://`` with an explicit driver that is installed.
-
-    SQLAlchemy 2.1 maps a bare ``postgresql://`` to psycopg 3, while the tuner's test
-    extra (and many machines) have psycopg2; a URL that names its driver is kept.
-    """
-    scheme, sep, rest = url.partition("://")
-    if scheme.lower() not in ("postgresql", "postgres") or not sep:
-        return url
-    for module, driver in (("psycopg", "psycopg"), ("psycopg2", "psycopg2")):
-        if importlib.util.find_spec(module) is not None:
-            return f"postgresql+{driver}://{rest}"
-    raise StudyError(
-        f"storage {_redact(url)} needs a PostgreSQL driver: pip install psycopg2-binary (or psycopg[binary])"
-    )
-
-
 def make_storage(url: str, settings: WorkerSettings | None = None) -> optuna.storages.RDBStorage:
     """RDBStorage with heartbeats and the retry-on-crash callback."""
     settings = settings or WorkerSettings()
@@ -134,7 +117,7 @@ def make_storage(url: str, settings: WorkerSettings | None = None) -> optuna.sto
                 ),
             )
     except Exception as exc:  # sqlalchemy / driver errors: connection refused, bad credentials, ...
-        raise StudyError(f"storage {_redact(url)}: cannot connect ({type(exc).__name__}: {exc}); "
+        raise StudyError(f"storage {redact(url)}: cannot connect ({type(exc).__name__}: {exc}); "
                          "check the URL and that the database server runs") from exc
 
 
@@ -308,16 +291,6 @@ def retries_of(trials: Sequence[optuna.trial.FrozenTrial]) -> dict[int, list[int
         if "failed_trial" in t.system_attrs:
             out.setdefault(int(t.system_attrs["failed_trial"]), []).append(t.number)
     return out
-
-
-def _redact(url: str) -> str:
-    """The URL without its password, for messages."""
-    head, sep, tail = url.partition("://")
-    if "@" not in tail:
-        return url
-    creds, _, host = tail.rpartition("@")
-    user = creds.split(":", 1)[0]
-    return f"{head}{sep}{user}:***@{host}"
 
 
 # --------------------------------------------------------------------------- one replica
@@ -508,7 +481,7 @@ def run_replica(
     study.set_user_attr(S.ATTR_OBJECTIVE, exp.objective.metric)
     study.set_user_attr(S.ATTR_CONSTRAINTS, [c.name for c in exp.constraints])
     if prepared.split is not None:
-        from tuner.validate import record_split
+        from tuner.holdout import record_split
 
         record_split(study, prepared.split)
     enqueue_once(study, lambda s: S.enqueue_initial(s, S.initial_variants(prepared)))

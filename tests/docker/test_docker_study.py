@@ -23,7 +23,8 @@ from support.reference_experiment import DROP, write_reference_experiment
 from tuner import analysis as A
 from tuner.experiment import load_experiment
 from tuner.health import wait_healthy
-from tuner.study import StudyObserver, run_experiment
+from tuner.run import run_experiment
+from tuner.study import StudyObserver
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 optuna.logging.set_verbosity(optuna.logging.WARNING)

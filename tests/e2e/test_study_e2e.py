@@ -29,7 +29,8 @@ from tuner.apply import apply_plan, plan_apply
 from tuner.configpatch import get_path
 from tuner.demo import generate_data
 from tuner.experiment import load_experiment
-from tuner.study import StudyObserver, best_feasible_trial, run_experiment
+from tuner.run import run_experiment
+from tuner.study import StudyObserver, best_feasible_trial
 from tuner.tracking import TAG_ROLE, TAG_STUDY, TAG_TRIAL
 
 from support.reference_experiment import (DROP, FULL_SPACE, SHORTLIST, copy_backend_config, deep_merge,

@@ -18,7 +18,8 @@ import pytest
 from tuner import analysis as A
 from tuner.errors import StudyError
 from tuner.holdout import HoldoutConfig, split_queries
-from tuner.validate import record_split, validate_holdout
+from tuner.holdout import record_split
+from tuner.validate import validate_holdout
 
 from support.reference_experiment import copy_backend_config, write_reference_experiment
 

@@ -39,7 +39,7 @@ def demo_data(tmp_path_factory):
 
 @pytest.fixture
 def experiment(pg_dsn, demo_data, tmp_path, request):
-    from tuner.workers import sqlalchemy_url
+    from tuner.storage import sqlalchemy_url
 
     n_trials = getattr(request, "param", 5)
     (tmp_path / "data").symlink_to(demo_data)

@@ -9,15 +9,14 @@ import pytest
 from optuna.trial import TrialState
 
 from tuner.errors import StudyError
+from tuner.storage import redact, sqlalchemy_url
 from tuner.workers import (
     WorkerSettings,
-    _redact,
     check_storage,
     enqueue_once,
     make_storage,
     objective_runner,
     run_worker,
-    sqlalchemy_url,
     storage_dialect,
 )
 
@@ -37,7 +36,7 @@ def test_urls():
     assert sqlalchemy_url("postgresql://u:p@h:5432/db").startswith("postgresql+psycopg")
     assert sqlalchemy_url("postgresql+psycopg2://u@h/db") == "postgresql+psycopg2://u@h/db"
     assert sqlalchemy_url("sqlite:///x.db") == "sqlite:///x.db"
-    assert _redact("postgresql://user:secret@h:5432/db") == "postgresql://user:***@h:5432/db"
+    assert redact("postgresql://user:secret@h:5432/db") == "postgresql://user:***@h:5432/db"
 
 
 def test_settings_reject_a_grace_period_shorter_than_the_heartbeat():

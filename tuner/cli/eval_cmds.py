@@ -89,7 +89,6 @@ def eval_command(
         check_request_fields,
         gate_constraint,
     )
-    from tuner.preflight_live import preflight_verdict
     from tuner.report import ReportContext, write_reports
 
     console = _console()
@@ -132,7 +131,7 @@ def eval_command(
         title=title, labels_fingerprint=fingerprint, labels_db=str(labels_db), url=spec.request.url,
         queries_file=str(queries), spec=spec.model_dump(mode="json"),
         extra={"gates": [{"gate": g.describe(), "passed": all(m.gate != g for m in misses)} for g in gates],
-               "preflight": {"verdict": preflight_verdict(preflight),
+               "preflight": {"verdict": preflight.verdict,
                              "findings": [f.to_dict() for f in preflight.findings]}},
     )
     paths = write_reports(result, out_dir, context=context, config_snapshot=snapshot)

@@ -100,7 +100,7 @@ def run_command(
 def _run_and_report(exp: Any, console: Console, *, n_trials: int | None, timeout: float | None,
                     use_cache: bool = True, skip_checks: bool = False) -> None:
     from tuner.progress import RichProgress
-    from tuner.study import run_experiment
+    from tuner.run import run_experiment
     from tuner.trial import StopFlag
 
     _quiet_libraries()

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -29,9 +29,6 @@ from tuner.errors import EvaluationError
 from tuner.evaluation import oos
 from tuner.evaluation.mapping import Hit
 from tuner.evaluation.outcomes import FailedQuery, QueryResponse, UnjudgedHit
-
-if TYPE_CHECKING:
-    from tuner.report.context import ReportContext
 
 JUDGED_DEPTHS: tuple[int, ...] = (10, 20)
 PRIMARY = "Primary_Metric_Score"
@@ -118,12 +115,6 @@ class BatchResult:
     def grade_of(self, query_id: str, doc_id: str) -> int | None:
         """The label of a hit, None when unjudged."""
         return self.qrels.get(query_id, {}).get(doc_id)
-
-    def to_report(self, context: ReportContext | None = None, config_snapshot: str | None = None) -> dict[str, Any]:
-        """The JSON-ready report (see tuner.report)."""
-        from tuner.report.build import build_report
-
-        return build_report(self, context, config_snapshot=config_snapshot)
 
 
 def evaluate_responses(
