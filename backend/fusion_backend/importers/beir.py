@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ from .dataset import Dataset, Document, Judgment, Query
 from .errors import DataFormatError
 from .grades import GradeMap, auto_grade_map
 from .querytypes import length_type
-from .textfile import read_lines, require_file
+from .textfile import is_int, json_object, read_lines, require_file
 
 SHORT_MAX_WORDS = 6
 _ISO_DATE = re.compile(r"^(\d{4}-\d{2}-\d{2})")
@@ -30,12 +29,8 @@ def _records(path: Path) -> list[tuple[int, dict[str, Any]]]:
     for number, line in enumerate(read_lines(path), start=1):
         if not line.strip():
             continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise DataFormatError.at(path, number, f"invalid JSON ({exc.msg})",
-                                     "write one JSON object per line") from exc
-        if not isinstance(record, dict) or "_id" not in record:
+        record = json_object(path, number, line, "write one JSON object per line")
+        if "_id" not in record:
             raise DataFormatError.at(path, number, "record has no '_id'", "give every line an '_id' key")
         out.append((number, record))
     return out
@@ -69,20 +64,17 @@ def load_qrels(qrels_dir: Path, splits: list[str] | None) -> dict[str, list[tupl
         rows = []
         for number, line in enumerate(read_lines(path), start=1):
             parts = line.split("\t")
-            if number == 1 and not _is_int(parts[-1]):
+            if number == 1 and not is_int(parts[-1]):
                 continue  # the "query-id corpus-id score" header
             if not line.strip():
                 continue
-            if len(parts) != 3 or not _is_int(parts[2]):
+            if len(parts) != 3 or not is_int(parts[2]):
                 raise DataFormatError.at(path, number, "expected 'query-id<TAB>corpus-id<TAB>score' with an integer "
                                          "score", "write three tab-separated columns")
             rows.append((parts[0].strip(), parts[1].strip(), int(parts[2]), number, path))
         out[split] = rows
     return out
 
-
-def _is_int(text: str) -> bool:
-    return text.strip().lstrip("-").isdigit()
 
 
 def import_beir(src: Path, *, splits: list[str] | None = None, grade_map: GradeMap | None = None,

@@ -15,13 +15,11 @@ with both line numbers.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any
 
 from .dataset import Document
 from .errors import DataFormatError
-from .textfile import read_lines
+from .textfile import first_char, first_value, json_object, read_lines
 from .trec import parse_date
 
 _ID_KEYS = ("doc_id", "_id", "id")
@@ -51,18 +49,13 @@ def _is_jsonl(path: Path, lines: list[str]) -> bool:
     suffix = path.suffixes[-2] if path.suffix == ".gz" and len(path.suffixes) > 1 else path.suffix
     if suffix in (".jsonl", ".json", ".tsv"):
         return suffix != ".tsv"
-    return next((line for line in lines if line.strip()), "").lstrip().startswith("{")
+    return first_char(lines) == "{"
 
 
 def _json_document(path: Path, number: int, line: str) -> Document:
     fix = "write one {\"doc_id\": ..., \"title\": ..., \"text\": ...} object per line"
-    try:
-        record = json.loads(line)
-    except json.JSONDecodeError as exc:
-        raise DataFormatError.at(path, number, f"invalid JSON ({exc.msg})", fix) from exc
-    if not isinstance(record, dict):
-        raise DataFormatError.at(path, number, "not a JSON object", fix)
-    doc_id = _first(record, _ID_KEYS)
+    record = json_object(path, number, line, fix)
+    doc_id = first_value(record, _ID_KEYS)
     if doc_id is None:
         raise DataFormatError.at(path, number, "record has no 'doc_id' (or '_id' / 'id')", fix)
     metadata = dict(record["metadata"]) if isinstance(record.get("metadata"), dict) else None
@@ -70,12 +63,8 @@ def _json_document(path: Path, number: int, line: str) -> Document:
     attributes = {k: v for k, v in record.items() if k not in _RESERVED and k != "metadata"}
     if metadata:
         attributes["metadata"] = metadata
-    return Document(str(doc_id), str(record.get("title") or ""), str(_first(record, _TEXT_KEYS) or ""),
+    return Document(str(doc_id), str(record.get("title") or ""), str(first_value(record, _TEXT_KEYS) or ""),
                     parse_date(str(raw_date)) if raw_date else None, attributes)
-
-
-def _first(record: dict[str, Any], keys: tuple[str, ...]) -> Any:
-    return next((record[k] for k in keys if record.get(k) not in (None, "")), None)
 
 
 def _tsv_documents(path: Path, lines: list[str]) -> list[tuple[int, Document]]:

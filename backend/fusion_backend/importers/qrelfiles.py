@@ -13,13 +13,12 @@ error naming both lines.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .errors import DataFormatError
-from .textfile import read_lines
+from .textfile import first_char, is_int, json_object, read_lines
 
 _QUERY_KEYS = ("query_id", "qid")
 _DOC_KEYS = ("doc_id", "docid", "corpus_id")
@@ -37,8 +36,7 @@ class RawQrel:
 
 def parse_qrels(path: Path) -> list[RawQrel]:
     lines = read_lines(path)
-    first = next((line for line in lines if line.strip()), "")
-    rows = _jsonl_rows(path, lines) if first.lstrip().startswith("{") else _column_rows(path, lines)
+    rows = _jsonl_rows(path, lines) if first_char(lines) == "{" else _column_rows(path, lines)
     seen: dict[tuple[str, str], int] = {}
     for row in rows:
         key = (row.query_id, row.doc_id)
@@ -63,7 +61,7 @@ def _column_rows(path: Path, lines: list[str]) -> list[RawQrel]:
             raise DataFormatError.at(path, number, f"expected {width if width in (3, 4) else '3 or 4'} columns "
                                      f"('qid iter docno rel' or 'qid docno rel'), got {len(parts)}",
                                      "write each judgment as 'qid 0 docno rel' on its own line")
-        if not _is_int(parts[-1]):
+        if not is_int(parts[-1]):
             raise DataFormatError.at(path, number, f"relevance {parts[-1]!r} is not an integer",
                                      "use integer relevance codes")
         rows.append(RawQrel(parts[0], parts[-2], int(parts[-1]), number))
@@ -76,14 +74,9 @@ def _jsonl_rows(path: Path, lines: list[str]) -> list[RawQrel]:
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise DataFormatError.at(path, number, f"invalid JSON ({exc.msg})", fix) from exc
-        if not isinstance(record, dict):
-            raise DataFormatError.at(path, number, "not a JSON object", fix)
+        record = json_object(path, number, line, fix)
         query_id, doc_id, code = (_value(record, keys) for keys in (_QUERY_KEYS, _DOC_KEYS, _CODE_KEYS))
-        if query_id is None or doc_id is None or not _is_int(str(code)) or isinstance(code, (bool, float)):
+        if query_id is None or doc_id is None or not is_int(str(code)) or isinstance(code, (bool, float)):
             raise DataFormatError.at(path, number, "record needs a query_id, a doc_id and an integer relevance", fix)
         rows.append(RawQrel(str(query_id), str(doc_id), int(str(code)), number))
     return rows
@@ -91,7 +84,3 @@ def _jsonl_rows(path: Path, lines: list[str]) -> list[RawQrel]:
 
 def _value(record: dict[str, Any], keys: tuple[str, ...]) -> Any:
     return next((record[k] for k in keys if record.get(k) is not None), None)
-
-
-def _is_int(text: str) -> bool:
-    return text.strip().lstrip("-").isdigit()

@@ -12,14 +12,13 @@ Told apart by the extension (``.jsonl``/``.json``) or the first character (``{``
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from .dataset import Query, Scope
 from .errors import DataFormatError
 from .querytypes import length_type
-from .textfile import read_lines
+from .textfile import first_char, first_value, json_object, read_lines
 from .trec import QueryField, topic_queries
 
 _ID_KEYS = ("query_id", "_id", "qid")
@@ -31,7 +30,7 @@ OOS_TYPE = "off_topic"
 def read_query_file(path: Path, *, source: str, scope: Scope, short_max_words: int,
                     query_field: QueryField = "title") -> list[Query]:
     lines = read_lines(path)
-    if path.suffix not in (".jsonl", ".json") and not _first_char_is_brace(lines):
+    if path.suffix not in (".jsonl", ".json") and first_char(lines) != "{":
         return topic_queries(path, query_field, short_max_words, source, scope)
     queries: list[Query] = []
     seen: dict[str, int] = {}
@@ -47,19 +46,10 @@ def read_query_file(path: Path, *, source: str, scope: Scope, short_max_words: i
     return queries
 
 
-def _first_char_is_brace(lines: list[str]) -> bool:
-    return next((line for line in lines if line.strip()), "").lstrip().startswith("{")
-
-
 def _json_query(path: Path, number: int, line: str, source: str, scope: Scope, short_max_words: int) -> Query:
     fix = "write one {\"query_id\": ..., \"query\": ...} object per line"
-    try:
-        record = json.loads(line)
-    except json.JSONDecodeError as exc:
-        raise DataFormatError.at(path, number, f"invalid JSON ({exc.msg})", fix) from exc
-    if not isinstance(record, dict):
-        raise DataFormatError.at(path, number, "not a JSON object", fix)
-    query_id, text = _first(record, _ID_KEYS), _first(record, _TEXT_KEYS)
+    record = json_object(path, number, line, fix)
+    query_id, text = first_value(record, _ID_KEYS), first_value(record, _TEXT_KEYS)
     if query_id is None or text is None:
         raise DataFormatError.at(path, number, "record needs a 'query_id' (or '_id' / 'qid') and a 'query' "
                                  "(or 'text')", fix)
@@ -71,10 +61,6 @@ def _json_query(path: Path, number: int, line: str, source: str, scope: Scope, s
     extra = {k: v for k, v in record.items() if k not in _SKIPPED and not isinstance(v, (dict, list))}
     return Query(str(query_id), text, str(record.get("query_type") or default_type),
                  str(record.get("source") or source), own_scope, _split(record), extra)
-
-
-def _first(record: dict[str, Any], keys: tuple[str, ...]) -> Any:
-    return next((record[k] for k in keys if record.get(k) not in (None, "")), None)
 
 
 def _split(record: dict[str, Any]) -> str | None:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import DataFormatError
-from .textfile import decode, read_bytes, split_lines
+from .textfile import decode, json_object, read_bytes, split_lines
 
 _RUN_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")
 
@@ -83,7 +83,7 @@ def _jsonl(path: Path, lines: list[str], name: str) -> Iterator[RunLine]:
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
-        record = _json(line, path, number)
+        record = json_object(path, number, line, "write {\"query_id\": ..., \"results\": [...]}")
         qid = _field(record, ("query_id", "qid"), path, number, "write {\"query_id\": ..., \"results\": [...]}")
         results = record.get("results")
         if not isinstance(results, list):

@@ -8,7 +8,9 @@ undecodable bytes fall back to Latin-1 rather than failing the import.
 from __future__ import annotations
 
 import gzip
+import json
 from pathlib import Path
+from typing import Any
 
 from .errors import DataFormatError
 
@@ -56,3 +58,31 @@ def require_file(directory: Path, name: str, option: str = "--src") -> Path:
         raise DataFormatError.at(path, None, f"expected file {name!r} is missing",
                                  f"point {option} at the directory that holds {name}")
     return path
+
+
+# ---------------------------------------------------------------- record files (JSONL, TSV)
+
+
+def first_char(lines: list[str]) -> str:
+    """The first non-blank character of a file: ``{`` JSONL, ``[`` a JSON array, else columns."""
+    return next((line for line in lines if line.strip()), "").lstrip()[:1]
+
+
+def json_object(path: Path, number: int, line: str, fix: str) -> dict[str, Any]:
+    """One JSONL line as an object, or the located error with ``fix``."""
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise DataFormatError.at(path, number, f"invalid JSON ({exc.msg})", fix) from exc
+    if not isinstance(record, dict):
+        raise DataFormatError.at(path, number, "not a JSON object", fix)
+    return record
+
+
+def first_value(record: dict[str, Any], keys: tuple[str, ...]) -> Any:
+    """The value of the first of ``keys`` the record fills (None and "" count as unfilled)."""
+    return next((record[k] for k in keys if record.get(k) not in (None, "")), None)
+
+
+def is_int(text: str) -> bool:
+    return text.strip().lstrip("-").isdigit()
