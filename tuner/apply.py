@@ -135,7 +135,7 @@ def apply_plan(
 
     The preflight's static checks run before anything is written (PreflightError); its
     batch checks run on the re-measured batch, and a stop there rolls back like a miss."""
-    from tuner.health import wait_healthy
+    from tuner.health import wait_target_healthy
     from tuner.preflight import check_batch
     from tuner.preflight_live import static_preflight
     from tuner.study import LiveEvaluator
@@ -155,8 +155,7 @@ def apply_plan(
 
     def restart_and_wait() -> None:
         target.restart()
-        wait_healthy(health.url, deadline_s=health.deadline_s, target=target, interval_s=health.interval_s,
-                     max_interval_s=max(health.interval_s, 0.25))
+        wait_target_healthy(health, target)
 
     try:
         on_step(f"writing trial #{plan.trial_number}'s config")

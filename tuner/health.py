@@ -112,3 +112,11 @@ def wait_healthy(
     finally:
         if own_client:
             http.close()
+
+
+def wait_target_healthy(health: Any, target: Target | None) -> dict[str, Any]:
+    """``wait_healthy`` with an experiment's ``target.health`` settings (url, deadline,
+    interval): the one health wait of run, worker, check, apply and validate. Backs off
+    to at most 0.25 s between polls (or the configured interval when longer)."""
+    return wait_healthy(health.url, deadline_s=health.deadline_s, target=target, interval_s=health.interval_s,
+                        max_interval_s=max(health.interval_s, 0.25))

@@ -99,7 +99,7 @@ def check_experiment(experiment: Any, *, full: bool = False, seed: int = 0) -> t
     (and stopped after). Never replays or touches a restore journal: one that exists
     belongs to a live run, or to a killed one that `tuner run` replays. Returns the
     report and the experiment's own warnings (space vs config, sampler)."""
-    from tuner.health import wait_healthy
+    from tuner.health import wait_target_healthy
     from tuner.study import prepare
     from tuner.targets.factory import make_target
 
@@ -113,11 +113,9 @@ def check_experiment(experiment: Any, *, full: bool = False, seed: int = 0) -> t
     if any(f.code == "template_field" for f in report.stops):
         return report, prepared.warnings  # every request would fail: nothing to send
     target = make_target(experiment.target, experiment.state_dir)
-    health = experiment.target.health
     try:
-        live_preflight(prepared, report, full=full, seed=seed, start=lambda: (
-            target.start(), wait_healthy(health.url, deadline_s=health.deadline_s, target=target,
-                                         interval_s=health.interval_s, max_interval_s=max(health.interval_s, 0.25))))
+        live_preflight(prepared, report, full=full, seed=seed,
+                       start=lambda: (target.start(), wait_target_healthy(experiment.target.health, target)))
     finally:
         target.close()
     return report, prepared.warnings

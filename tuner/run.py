@@ -20,7 +20,7 @@ from optuna.trial import FrozenTrial
 from tuner import analysis as A
 from tuner.dashboard import dashboard_commands
 from tuner.errors import StudyError, TargetError, TunerError
-from tuner.health import wait_healthy
+from tuner.health import wait_target_healthy
 from tuner.holdout import record_split
 from tuner.preflight_live import preflight_on_target, static_preflight
 from tuner.study import (
@@ -123,8 +123,7 @@ def run_experiment(
     health = experiment.target.health
 
     def wait() -> None:
-        wait_healthy(health.url, deadline_s=health.deadline_s, target=target, interval_s=health.interval_s,
-                     max_interval_s=max(health.interval_s, 0.25))
+        wait_target_healthy(health, target)
 
     if n_trials != 0:
         preflight_on_target(prepared, preflight, target, wait, note=observer.note)

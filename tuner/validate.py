@@ -62,7 +62,7 @@ def validate_holdout(
     on_step: Callable[[str], None] = lambda step: None,
 ) -> HoldoutRun:
     from tuner.apply import load_study, pick_trial
-    from tuner.health import wait_healthy
+    from tuner.health import wait_target_healthy
     from tuner.study import LiveEvaluator, prepare
     from tuner.targets.factory import make_target
 
@@ -87,8 +87,7 @@ def validate_holdout(
 
     def restart_and_wait() -> None:
         target.restart()
-        wait_healthy(health.url, deadline_s=health.deadline_s, target=target, interval_s=health.interval_s,
-                     max_interval_s=max(health.interval_s, 0.25))
+        wait_target_healthy(health, target)
 
     results: dict[str, Any] = {}
     try:

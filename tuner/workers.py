@@ -463,7 +463,7 @@ def run_replica(
     the replica's config and stops its backend; a reaper does both if this process is
     killed."""
     from tuner import study as S
-    from tuner.health import wait_healthy
+    from tuner.health import wait_target_healthy
     from tuner.preflight_live import preflight_on_target, static_preflight
     from tuner.targets.factory import make_target
     from tuner.trial import StopFlag
@@ -489,8 +489,7 @@ def run_replica(
     health = exp.target.health
 
     def wait() -> None:
-        wait_healthy(health.url, deadline_s=health.deadline_s, target=target, interval_s=health.interval_s,
-                     max_interval_s=max(health.interval_s, 0.25))
+        wait_target_healthy(health, target)
 
     runner = S.build_runner(prepared, study, target=target, wait_healthy=wait, stop=stop, preflight=preflight)
     reaper = start_reaper(replica.pid_file, exp.journal_path)
