@@ -72,6 +72,11 @@ class Finding:
     def to_dict(self) -> dict[str, str]:
         return {"code": self.code, "level": self.level, "message": self.message}
 
+    @property
+    def note(self) -> str:
+        """The line `tuner run` and `tuner eval` print for it."""
+        return f"preflight {self.level}: {self.message}"
+
 
 @dataclass
 class PreflightReport:
@@ -116,8 +121,12 @@ class PreflightReport:
         more = f" (+{len(stops) - 1} more: `tuner check` lists them)" if len(stops) > 1 else ""
         raise PreflightError(f"{where}: {stops[0].message}{more}; --skip-checks runs anyway (the reports record it)")
 
+    def for_reports(self) -> dict[str, Any]:
+        """What every report's ``context.preflight`` holds: the verdict and the findings."""
+        return {"verdict": self.verdict, "findings": [f.to_dict() for f in self.findings]}
+
     def to_dict(self) -> dict[str, Any]:
-        """What reports, study attributes and MLflow record."""
+        """What the study attribute records (the report's view plus what was checked)."""
         return {
             "skipped": self.skipped,
             "passed": not self.stops,
@@ -129,6 +138,14 @@ class PreflightReport:
 
 
 # ------------------------------------------------------------------ before any traffic
+
+
+def static_checks(spec: EvalSpec, queries: QuerySet, constraints: Sequence[Any], *,
+                  unjudged_note: str | None = None, unjudged_policy: str = "drop") -> list[Finding]:
+    """Every check that needs no traffic: what the unjudged-queries policy did, the
+    request template against the queries, the constraints against the OOS queries."""
+    return [*check_judged_queries(unjudged_note, unjudged_policy), *check_request_fields(spec, queries),
+            *check_constraints(constraints, queries)]
 
 
 def check_request_fields(spec: EvalSpec, queries: QuerySet) -> list[Finding]:

@@ -12,15 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from tuner.preflight import (
-    Finding,
-    PreflightReport,
-    check_batch,
-    check_constraints,
-    check_judged_queries,
-    check_request_fields,
-    sample_queries,
-)
+from tuner.preflight import Finding, PreflightReport, check_batch, sample_queries, static_checks
 
 if TYPE_CHECKING:
     from tuner.study import Prepared
@@ -30,9 +22,9 @@ def static_preflight(prepared: Prepared, *, skip: bool = False) -> PreflightRepo
     """The checks that need no backend."""
     exp = prepared.experiment
     report = PreflightReport(n_total=len(prepared.queries), skipped=skip)
-    report.extend(check_request_fields(exp.evaluation, prepared.queries))
-    report.extend(check_constraints(exp.constraints, prepared.queries))
-    return report.extend(check_judged_queries(prepared.dataset_note, exp.dataset.unjudged_queries))
+    return report.extend(static_checks(exp.evaluation, prepared.queries, exp.constraints,
+                                       unjudged_note=prepared.dataset_note,
+                                       unjudged_policy=exp.dataset.unjudged_queries))
 
 
 def live_preflight(
@@ -86,7 +78,7 @@ def preflight_on_target(prepared: Prepared, report: PreflightReport, target: Any
     try:
         live_preflight(prepared, report, start=lambda: (target.start(), wait()), full=full)
         for finding in report.findings:
-            note(f"preflight {finding.level}: {finding.message}")
+            note(finding.note)
         report.raise_for_stops()
     except BaseException:
         target.close()

@@ -447,8 +447,7 @@ class LiveEvaluator:
     def _preflight_context(self) -> dict[str, Any]:
         if self.preflight is None:
             return {}
-        return {"preflight": {"verdict": self.preflight.verdict,
-                              "findings": [f.to_dict() for f in self.preflight.findings]}}
+        return {"preflight": self.preflight.for_reports()}
 
 
 class SearchClock(httpx.AsyncBaseTransport):

@@ -81,14 +81,7 @@ def eval_command(
     from tuner.evaluation import check_gates, parse_gate, run_batch, scorecard_keys
     from tuner.evaluation.probe import fetch_raw
     from tuner.labels import LabelStore
-    from tuner.preflight import (
-        PreflightReport,
-        check_batch,
-        check_constraints,
-        check_judged_queries,
-        check_request_fields,
-        gate_constraint,
-    )
+    from tuner.preflight import PreflightReport, check_batch, gate_constraint, static_checks
     from tuner.report import ReportContext, write_reports
 
     console = _console()
@@ -101,9 +94,8 @@ def eval_command(
                  max_failed=max_failed, gains=gains, confidence=confidence, handoff=handoff, fallback=fallback)
     snapshot = _read_snapshot(config_snapshot)
     if experiment is not None:
-        spec, query_set, qrels, fingerprint, labels_db, queries, note = _from_experiment(
+        spec, query_set, qrels, fingerprint, labels_db, queries, note, policy = _from_experiment(
             experiment, port, spec_file, flags)
-        policy = "from the experiment"
     else:
         if queries is None:
             raise InputError("tuner eval needs --queries FILE (or --experiment FILE)")
@@ -116,9 +108,8 @@ def eval_command(
         query_set, note, policy = judged.queries, judged.note, unjudged
 
     preflight = PreflightReport(n_total=len(query_set), skipped=skip_checks)
-    preflight.extend(check_judged_queries(note, policy))
-    preflight.extend(check_request_fields(spec, query_set))
-    preflight.extend(check_constraints([gate_constraint(g) for g in gates], query_set))
+    preflight.extend(static_checks(spec, query_set, [gate_constraint(g) for g in gates],
+                                   unjudged_note=note, unjudged_policy=policy))
     preflight.raise_for_stops("tuner eval")
     console.print(f"evaluating {len(query_set)} queries of [bold]{query_set.dataset_id}[/] against {spec.request.url} "
                   f"(concurrency {spec.concurrency}, top_k {spec.top_k})")
@@ -131,13 +122,11 @@ def eval_command(
         title=title, labels_fingerprint=fingerprint, labels_db=str(labels_db), url=spec.request.url,
         queries_file=str(queries), spec=spec.model_dump(mode="json"),
         extra={"gates": [{"gate": g.describe(), "passed": all(m.gate != g for m in misses)} for g in gates],
-               "preflight": {"verdict": preflight.verdict,
-                             "findings": [f.to_dict() for f in preflight.findings]}},
+               "preflight": preflight.for_reports()},
     )
     paths = write_reports(result, out_dir, context=context, config_snapshot=snapshot)
     for finding in preflight.findings:
-        style = {"stop": "red", "warn": "yellow"}.get(finding.level, "dim")
-        console.print(f"[{style}]preflight {finding.level}:[/] {finding.message}", highlight=False)
+        console.print(finding.note, highlight=False, markup=False)
     if preflight.stops and not skip_checks:
         console.print(f"report (for diagnosis): {paths.json}")
     preflight.raise_for_stops("tuner eval")
@@ -170,7 +159,8 @@ def _from_experiment(path: Path, port: int | None, spec_file: Path | None, flags
         raise InputError(f"{path}: the search URL has a {{port}} placeholder; pass --port N (the running backend's port)")
     spec = _spec(spec_file, base=exp.evaluation, **flags)
     query_set, qrels, fingerprint, note = load_dataset(exp)
-    return spec, query_set, qrels, fingerprint, exp.dataset.labels_db, exp.dataset.queries, note
+    return (spec, query_set, qrels, fingerprint, exp.dataset.labels_db, exp.dataset.queries, note,
+            exp.dataset.unjudged_queries)
 
 
 def _spec(spec_file: Path | None, base: Any = None, **flags: Any) -> Any:
