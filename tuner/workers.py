@@ -29,7 +29,6 @@ Rules, and why:
 from __future__ import annotations
 
 import hashlib
-import os
 import threading
 import time
 import warnings
@@ -41,41 +40,16 @@ from typing import Any, Literal, Protocol
 
 import optuna
 from optuna.trial import TrialState
-from pydantic import BaseModel, ConfigDict, Field, model_validator
 from sqlalchemy import text
 
 from tuner.errors import StudyError
+from tuner.experiment import WorkerSettings
 from tuner.storage import redact, sqlalchemy_url
 
 DEFAULT_TEST_DSN = "postgresql://tuner:tuner@127.0.0.1:5432/tuner_test"
 ATTR_REPLICA = "tuner.replica"
 ATTR_WORKER = "tuner.worker"
 COUNTED_STATES = (TrialState.COMPLETE, TrialState.PRUNED)
-
-
-class WorkerSettings(BaseModel):
-    """The ``workers:`` section of an experiment file."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    heartbeat_interval_s: int = Field(30, ge=1, description="how often a running trial proves its worker is alive")
-    grace_period_s: int | None = Field(
-        None, ge=1, description="a trial silent this long is failed and retried (default: 4 x heartbeat_interval_s)"
-    )
-    max_retry: int = Field(2, ge=0, description="retries of one crashed trial before it stays failed")
-
-    @model_validator(mode="after")
-    def _grace_exceeds_interval(self) -> "WorkerSettings":
-        if self.grace_period_s is not None and self.grace_period_s <= self.heartbeat_interval_s:
-            raise ValueError(
-                f"grace_period_s ({self.grace_period_s}) must exceed heartbeat_interval_s "
-                f"({self.heartbeat_interval_s}), or live trials would be failed between two heartbeats"
-            )
-        return self
-
-    @property
-    def grace(self) -> int:
-        return self.grace_period_s or 4 * self.heartbeat_interval_s
 
 
 def storage_dialect(url: str) -> str:
@@ -293,151 +267,6 @@ def retries_of(trials: Sequence[optuna.trial.FrozenTrial]) -> dict[int, list[int
     return out
 
 
-# --------------------------------------------------------------------------- one replica
-
-
-@dataclass
-class Replica:
-    """Where replica N keeps its own copy of the backend's config and its state."""
-
-    index: int
-    config_files: list[Path]
-    state_dir: Path
-
-    @property
-    def pid_file(self) -> Path:
-        return self.state_dir / "backend.pid"
-
-
-def replica_of(experiment: Any, index: int) -> tuple[Any, Replica]:
-    """The experiment as replica ``index`` runs it: the config files copied next to the
-    originals (``config.replica-N.yaml``, so relative paths inside them still resolve),
-    its own state dir (restore journal, result cache, trial reports) and a free port.
-
-    The copies are made from the originals at every start: the originals are never
-    patched by workers, so a crashed replica cannot leak a trial's values into them.
-    """
-    from tuner.errors import ConfigError
-    from tuner.experiment import free_port
-
-    target = experiment.target
-    if target.apply == "docker":
-        raise ConfigError("tuner worker drives process targets; for docker give each worker its own compose "
-                          "project (see docs/scale.md) and use target.apply: process or none per replica")
-    if target.apply == "process" and "{port}" not in " ".join(target.process.command):
-        raise ConfigError("target.process.command has no {port}: replicas would all bind the same port; "
-                          "pass the port to the backend, e.g. --port {port}")
-    copies = []
-    for original in target.config_files:
-        copy_path = original.with_name(f"{original.stem}.replica-{index}{original.suffix}")
-        _atomic_copy(original, copy_path)
-        copies.append(copy_path)
-    replica = Replica(index, copies, experiment.state_dir / "replicas" / str(index))
-    replica.state_dir.mkdir(parents=True, exist_ok=True)
-    bound = experiment.model_copy(update={
-        "target": target.model_copy(update={"config_files": copies}),
-        "state_dir": replica.state_dir,
-    })
-    port = free_port() if target.apply == "process" else None
-    return bound.bind_port(port), replica
-
-
-class PidRecordingTarget:
-    """A Target wrapper that keeps the backend's process id in a file, so the reaper can
-    stop a backend whose worker was killed (process targets start it in its own session,
-    where it would outlive a SIGKILLed worker)."""
-
-    def __init__(self, inner: Any, pid_file: Path) -> None:
-        self._inner = inner
-        self._pid_file = pid_file
-
-    def start(self) -> None:
-        self._inner.start()
-        self._record()
-
-    def restart(self) -> None:
-        self._inner.restart()
-        self._record()
-
-    def stop(self) -> None:
-        self._inner.stop()
-        self._pid_file.unlink(missing_ok=True)
-
-    def failure(self) -> str | None:
-        return self._inner.failure()
-
-    def close(self) -> None:
-        self._inner.close()
-        self._pid_file.unlink(missing_ok=True)
-
-    def _record(self) -> None:
-        pid = getattr(self._inner, "pid", None)
-        if pid is not None:
-            tmp = self._pid_file.with_suffix(".tmp")
-            tmp.write_text(str(pid))
-            tmp.replace(self._pid_file)
-
-
-def start_reaper(pid_file: Path, journal: Path) -> Any:
-    """A watchdog process for this worker: it waits on a pipe the worker holds open and,
-    when the worker dies (even by SIGKILL, which closes the pipe), stops the backend
-    named in ``pid_file`` and restores the config from the restore ``journal``. Returns
-    the write end's owner handle; closing it at a clean exit is harmless."""
-    import subprocess
-    import sys
-
-    read_fd, write_fd = os.pipe()
-    code = ("import sys; from tuner.workers import reap; "
-            f"reap(int(sys.argv[1]), {str(pid_file)!r}, {str(journal)!r})")
-    proc = subprocess.Popen([sys.executable, "-c", code, str(read_fd)], pass_fds=(read_fd,),
-                            start_new_session=True, stdin=subprocess.DEVNULL)
-    os.close(read_fd)
-    return _ReaperHandle(proc, write_fd)
-
-
-@dataclass
-class _ReaperHandle:
-    proc: Any
-    write_fd: int
-
-    def close(self) -> None:
-        os.close(self.write_fd)
-        try:
-            self.proc.wait(timeout=30)
-        except Exception:  # the reaper is best effort; it never holds the worker up
-            pass
-
-
-def reap(read_fd: int, pid_file: str, journal: str) -> None:
-    """The reaper's body (runs in its own process; see start_reaper)."""
-    import signal
-
-    from tuner.configpatch import recover
-
-    while os.read(read_fd, 1):  # returns b"" only when every write end is closed
-        pass
-    path = Path(pid_file)
-    if path.exists():
-        try:
-            pid = int(path.read_text().strip())
-            os.killpg(pid, signal.SIGTERM)
-            deadline = time.monotonic() + 10
-            while time.monotonic() < deadline:
-                os.killpg(pid, 0)
-                time.sleep(0.1)
-            os.killpg(pid, signal.SIGKILL)
-        except (ProcessLookupError, ValueError, PermissionError):
-            pass
-        path.unlink(missing_ok=True)
-    recover(Path(journal))
-
-
-def _atomic_copy(src: Path, dst: Path) -> None:
-    from tuner.report.atomic import atomic_write_bytes
-
-    atomic_write_bytes(dst, src.read_bytes())
-
-
 @dataclass
 class ReplicaSummary:
     replica: int
@@ -466,6 +295,7 @@ def run_replica(
     from tuner.health import wait_target_healthy
     from tuner.preflight_live import preflight_on_target, static_preflight
     from tuner.targets.factory import make_target
+    from tuner.replicas import PidRecordingTarget, replica_of, start_reaper
     from tuner.trial import StopFlag
 
     check_storage(experiment.storage, n_workers=2)

@@ -35,7 +35,8 @@ def worker_command(
     the study has n_trials finished trials. Start one per replica, on one or more machines."""
     from tuner.experiment import load_experiment
     from tuner.trial import StopFlag
-    from tuner.workers import WorkerSettings, run_replica
+    from tuner.experiment import WorkerSettings
+    from tuner.workers import run_replica
 
     console = Console(stderr=True)
     exp = load_experiment(experiment)
