@@ -31,6 +31,13 @@ class Replica:
     def pid_file(self) -> Path:
         return self.state_dir / "backend.pid"
 
+    def up(self, note: Any = lambda text: None) -> None:
+        """Bring up what this replica runs on before its first trial (nothing for a
+        process target: the target starts the backend itself)."""
+
+    def down(self) -> None:
+        """Take down what ``up`` brought up."""
+
 
 def replica_of(experiment: Any, index: int) -> tuple[Any, Replica]:
     """The experiment as replica ``index`` runs it: the config files copied next to the

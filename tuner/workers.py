@@ -325,6 +325,7 @@ def run_replica(
     reaper = start_reaper(replica.pid_file, exp.journal_path)
     stop_event = _StopEvent(stop)
     restored: list[Path] = []
+    replica.up(note)
     try:
         # each replica checks its own backend (its copy of the config, its port)
         preflight_on_target(prepared, preflight, target, wait, note=note)
@@ -340,8 +341,11 @@ def run_replica(
                 target.restart()
                 wait()
         finally:
-            target.close()
-            reaper.close()
+            try:
+                target.close()
+            finally:
+                replica.down()
+                reaper.close()
     note(f"replica {replica_index}: ran trials {report.ran}; stopped by {report.stopped_by}")
     return ReplicaSummary(replica_index, exp.study, report, restored, exp.target.port)
 
