@@ -87,12 +87,24 @@ def pick_trial(study: optuna.Study, trial_number: int | None, *, maximize: bool)
     return found
 
 
-def plan_apply(experiment: Experiment, *, trial_number: int | None = None) -> ApplyPlan:
-    """Render the chosen trial onto the config files as they are now (nothing written)."""
+def apply_rights(experiment: Experiment) -> Any:
+    """The locks a real apply holds from planning to its last restart (tuner.locks)."""
+    from tuner.locks import patch_rights
+
+    return patch_rights(experiment.storage, experiment.study, experiment.target.config_files, mode="exclusive",
+                        command="tuner apply")
+
+
+def plan_apply(experiment: Experiment, *, trial_number: int | None = None, recover_journal: bool = True) -> ApplyPlan:
+    """Render the chosen trial onto the config files as they are now (nothing written).
+
+    ``recover_journal``: replay a restore journal left by a crash first; only a caller
+    holding `apply_rights` may (a dry run must not: the journal may be a live run's, and
+    its originals are the right base to render from anyway)."""
     study = load_study(experiment)
     maximize = experiment.objective.direction == "maximize"
     trial = pick_trial(study, trial_number, maximize=maximize)
-    prepared = prepare(experiment)  # replays a journal left by a crash first
+    prepared = prepare(experiment, recover_journal=recover_journal)
     assignment = trial.user_attrs.get(A.ATTR_ASSIGNMENT) or prepared.space.suggest(trial)
     edits = prepared.space.edits(assignment)
     return ApplyPlan(

@@ -131,7 +131,14 @@ def forget_demo(experiment: Any) -> None:
     from tuner.tracking import MlflowTracker
 
     if experiment.state_dir.exists():
-        shutil.rmtree(experiment.state_dir)
+        # Everything but the lock files: the caller holds the study lock in there.
+        for entry in experiment.state_dir.iterdir():
+            if entry.name.endswith(".tuner-lock"):
+                continue
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
     if experiment.tracking.enabled and (experiment.project_root / "mlruns").exists():
         tracker = make_tracker(experiment)
         if isinstance(tracker, MlflowTracker):

@@ -22,6 +22,7 @@ from tuner.dashboard import dashboard_commands
 from tuner.errors import StudyError, TargetError, TunerError
 from tuner.health import wait_target_healthy
 from tuner.holdout import record_split
+from tuner.locks import StudyLease, patch_rights
 from tuner.preflight_live import preflight_on_target, static_preflight
 from tuner.study import (
     ATTR_ARTIFACT_DIR,
@@ -93,6 +94,19 @@ def run_experiment(
     stop = stop or StopFlag()
     observer = observer or StudyObserver()
     experiment = experiment.bind_port()
+    # Nothing is read from the journal or patched before both locks are ours.
+    with patch_rights(experiment.storage, experiment.study, experiment.target.config_files, mode="exclusive",
+                      command="tuner run") as lease:
+        for line in lease.notes:
+            observer.note(line)
+        return _run_locked(experiment, lease, n_trials=n_trials, timeout=timeout, stop=stop, observer=observer,
+                           use_cache=use_cache, skip_checks=skip_checks)
+
+
+def _run_locked(
+    experiment: Experiment, lease: StudyLease, *, n_trials: int | None, timeout: float | None, stop: StopFlag,
+    observer: StudyObserver, use_cache: bool, skip_checks: bool,
+) -> RunSummary:
     prepared = prepare(experiment)
     for line in prepared.recovered:
         observer.note(f"restored {line} from a restore journal left by an interrupted run")
@@ -155,6 +169,7 @@ def run_experiment(
         stop=stop,
         observer=observer,
         maximize=maximize,
+        lease=lease,
     )
     result = RunResult(experiment.study, stale_failed=stale)
     error: str | None = None
@@ -168,6 +183,8 @@ def run_experiment(
         status = "KILLED" if result.stopped_by == "signal" else "FINISHED"
     except StudyError as exc:
         error = str(exc)
+        result = loop.result or result  # what ran before the stop, and why it stopped
+        result.stale_failed = stale
     except KeyboardInterrupt:
         status = "KILLED"
         raise

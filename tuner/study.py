@@ -13,9 +13,11 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import threading
 import time
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -43,7 +45,9 @@ ATTR_ARTIFACT_DIR = "tuner.artifact_dir"
 ATTR_OBJECTIVE = "tuner.objective"
 ATTR_CONSTRAINTS = "tuner.constraints"
 ATTR_PREFLIGHT = "tuner.preflight"
+ATTR_REPLICA = "tuner.replica"
 INTERRUPTED = "interrupted"
+STALE = "stale"
 
 
 # ---------------------------------------------------------------- observer
@@ -151,12 +155,12 @@ def enqueue_initial(study: optuna.Study, variants: Sequence[Variant]) -> int:
 def fail_stale_trials(study: optuna.Study) -> list[int]:
     """Mark trials left RUNNING by a killed run as FAIL, so they neither block nor count.
 
-    Assumes one `tuner run` per study at a time (documented); with several workers on
-    one study a live trial of another worker would be failed too.
+    Only for a process holding the study lock exclusively (tuner.locks): then no
+    other process has a live trial. Workers fail stale trials by heartbeat instead.
     """
     stale = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
     for t in stale:
-        study._storage.set_trial_user_attr(t._trial_id, A.ATTR_FAIL_REASON, "stale: left running by an interrupted run")
+        study._storage.set_trial_user_attr(t._trial_id, A.ATTR_FAIL_REASON, f"{STALE}: left running by an interrupted run")
         study.tell(t.number, state=TrialState.FAIL)
     return [t.number for t in stale]
 
@@ -221,7 +225,7 @@ class RunResult:
 
     study_name: str
     ran: list[TrialOutcome] = field(default_factory=list)
-    stopped_by: str = "n_trials"  # n_trials | timeout | signal | failure_budget
+    stopped_by: str = "n_trials"  # n_trials | timeout | signal | failure_budget | lock_lost
     stale_failed: list[int] = field(default_factory=list)
     elapsed_s: float = 0.0
     flush_s: float = 0.0  # waiting for the last trials' bookkeeping at the end
@@ -233,13 +237,29 @@ class Clock(Protocol):
 
 @dataclass
 class StudyLoop:
+    """The one loop over trials, for `tuner run` and for every `tuner worker`.
+
+    A worker is this loop with a ``replica`` number: each trial runs under an Optuna
+    heartbeat (a trial whose worker dies goes stale and is failed and retried by a
+    live worker, which looks before each trial), records its replica, and the loop
+    stops once the study as a whole has ``study_total`` trials counted (finished
+    ones plus those running elsewhere, so parallel workers overshoot by at most the
+    trials already running). ``lease`` (tuner.locks.StudyLease) is checked before
+    each trial: a study lock lost to another process stops the loop.
+    """
+
     study: optuna.Study
-    runner: TrialRunner
+    runner: Any  # TrialRunner, or anything with run(trial) -> TrialOutcome and flush()
     budget: FailureBudget = field(default_factory=FailureBudget)
     stop: StopFlag = field(default_factory=StopFlag)
     observer: StudyObserver = field(default_factory=StudyObserver)
     maximize: bool = True
     clock: Clock = time.monotonic
+    study_total: int | None = None
+    replica: int | None = None
+    lease: Any = None
+    #: what the last ``run`` did so far (kept when it raises, for the summary)
+    result: RunResult | None = None
 
     def run(self, *, n_trials: int | None, timeout: float | None) -> RunResult:
         """Run up to ``n_trials`` trials (None: until stopped) for at most ``timeout`` s.
@@ -247,7 +267,7 @@ class StudyLoop:
         Raises StudyError when the failure budget is spent (after the failing trial is
         recorded); the caller restores the config in a ``finally``.
         """
-        result = RunResult(self.study.study_name)
+        result = self.result = RunResult(self.study.study_name)
         started = self.clock()
         self.observer.study_started(self.study, planned=n_trials, timeout=timeout)
         try:
@@ -270,6 +290,15 @@ class StudyLoop:
             if timeout is not None and self.clock() - started >= timeout:
                 result.stopped_by = "timeout"
                 break
+            lost = self.lease.lost() if self.lease is not None else None
+            if lost is not None:
+                result.stopped_by = "lock_lost"
+                raise StudyError(f"study {self.study.study_name!r} stopped: {lost}; check for another process on it")
+            if self.replica is not None:
+                result.stale_failed.extend(fail_stale_heartbeats(self.study))
+            if self.study_total is not None and count_counted(self.study) >= self.study_total:
+                result.stopped_by = "n_trials"
+                break
             outcome = self._one_trial()
             result.ran.append(outcome)
             self.budget.record(outcome)
@@ -283,12 +312,19 @@ class StudyLoop:
 
     def _one_trial(self) -> TrialOutcome:
         asked = time.perf_counter()
-        trial = self.study.ask()
+        with warnings.catch_warnings():
+            # optuna warns that heartbeats are meant for study.optimize; `heartbeat`
+            # below does for ask/tell what optimize does.
+            warnings.filterwarnings("ignore", message="Heartbeat of storage", category=UserWarning)
+            trial = self.study.ask()
+        if self.replica is not None:
+            self.study._storage.set_trial_system_attr(trial._trial_id, ATTR_REPLICA, self.replica)
         ask_s = time.perf_counter() - asked
         variant = trial.user_attrs.get(A.ATTR_VARIANT)
         self.observer.trial_started(trial.number, variant)
         try:
-            outcome = self.runner.run(trial)
+            with heartbeat(self.study._storage, trial._trial_id):
+                outcome = self.runner.run(trial)
         except KeyboardInterrupt:
             self.study.tell(trial, state=TrialState.FAIL)
             raise
@@ -308,15 +344,94 @@ class StudyLoop:
         return outcome
 
 
+@contextmanager
+def heartbeat(storage: optuna.storages.BaseStorage, trial_id: int) -> Iterator[None]:
+    """Record an Optuna heartbeat for ``trial_id`` every interval while the block runs
+    (nothing when the storage has no heartbeat configured). Optuna starts its own
+    heartbeat thread only inside ``study.optimize``; the tuner's loop is ask/tell."""
+    beat: Any = storage if hasattr(storage, "record_heartbeat") else None
+    interval = beat.get_heartbeat_interval() if beat is not None else None
+    if beat is None or interval is None:
+        yield
+        return
+    stop = threading.Event()
+
+    def loop() -> None:
+        while True:
+            try:
+                beat.record_heartbeat(trial_id)
+            except Exception:  # a blip of the database must not kill the trial; the next beat retries
+                pass
+            if stop.wait(interval):
+                return
+
+    thread = threading.Thread(target=loop, name=f"heartbeat-{trial_id}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
+def fail_stale_heartbeats(study: optuna.Study) -> list[int]:
+    """Fail the trials whose worker stopped beating (Optuna's retry callback queues a
+    copy); returns their numbers."""
+    before = {t.number for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))}
+    if not before:
+        return []
+    with warnings.catch_warnings():  # experimental since 2.9, the documented way all the same
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        optuna.storages.fail_stale_trials(study)
+    after = {t.number for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))}
+    return sorted(before - after)
+
+
+class ObjectiveRunner:
+    """A plain objective (returns a float, raises TrialPruned) as a loop's runner: for
+    library use and for tests of the loop without a backend."""
+
+    touched_backend = False
+
+    def __init__(self, objective: Any) -> None:
+        self.objective = objective
+
+    def run(self, trial: optuna.Trial) -> TrialOutcome:
+        try:
+            return TrialOutcome(trial.number, "COMPLETE", float(self.objective(trial)))
+        except optuna.TrialPruned as exc:
+            return TrialOutcome(trial.number, "PRUNED", fail_reason=str(exc) or None)
+        except Exception as exc:  # an objective's failure is the trial's, not the loop's
+            reason = f"{type(exc).__name__}: {exc}"
+            trial.set_user_attr(A.ATTR_FAIL_REASON, reason)  # counted, like a TrialRunner failure
+            return TrialOutcome(trial.number, "FAIL", fail_reason=reason)
+
+    def flush(self) -> None:
+        return None
+
+
+def counts_toward_total(trial: FrozenTrial) -> bool:
+    """Whether a trial uses up one of the study's ``n_trials``: COMPLETE and PRUNED
+    ones, and FAILed ones the trial runner failed for a reason. Interrupted trials
+    (Ctrl-C, a killed run or worker; no reason, or ``interrupted``/``stale``) never
+    ran to the end and are not counted: their retries are."""
+    if trial.state in (TrialState.COMPLETE, TrialState.PRUNED):
+        return True
+    if trial.state != TrialState.FAIL:
+        return False
+    reason = str(trial.user_attrs.get(A.ATTR_FAIL_REASON, ""))
+    return bool(reason) and not reason.startswith((INTERRUPTED, STALE))
+
+
 def count_finished(study: optuna.Study) -> int:
-    """Trials that count against the study's n_trials: finished, except interrupted ones
-    (they never ran)."""
-    n = 0
-    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED)):
-        reason = str(t.user_attrs.get(A.ATTR_FAIL_REASON, ""))
-        if not reason.startswith(INTERRUPTED):
-            n += 1
-    return n
+    """Trials that count against the study's n_trials (see counts_toward_total)."""
+    return sum(counts_toward_total(t) for t in study.get_trials(deepcopy=False))
+
+
+def count_counted(study: optuna.Study) -> int:
+    """Counted trials plus those running now (in this or another process)."""
+    trials = study.get_trials(deepcopy=False)
+    return sum(counts_toward_total(t) or t.state == TrialState.RUNNING for t in trials)
 
 
 def remaining_trials(study: optuna.Study, total: int | None) -> int | None:

@@ -50,7 +50,20 @@ def holdout_config_of(experiment: Any) -> HoldoutConfig:
     return config if isinstance(config, HoldoutConfig) else HoldoutConfig()
 
 
-def validate_holdout(
+def validate_holdout(experiment: Any, **kwargs: Any) -> HoldoutRun:
+    """`_validate_holdout` under the study and config locks (tuner.locks): it patches the
+    config and may replay a restore journal, so it needs the same rights as a run."""
+    from tuner.locks import patch_rights
+
+    with patch_rights(experiment.storage, experiment.study, experiment.target.config_files, mode="exclusive",
+                      command="tuner validate") as lease:
+        on_step = kwargs.get("on_step") or (lambda step: None)
+        for line in lease.notes:
+            on_step(line)
+        return _validate_holdout(experiment, **kwargs)
+
+
+def _validate_holdout(
     experiment: Any,
     *,
     holdout: HoldoutConfig | None = None,

@@ -1,7 +1,10 @@
-"""Several worker processes on one study: storage rules, heartbeats, crash retry.
+"""Several worker processes on one study: storage rules, the shared study lock, one
+backend replica each.
 
 ``tuner worker EXPERIMENT --replica N`` runs one worker; start several (on one machine
-or several) against the same PostgreSQL storage. Each drives its own backend replica.
+or several) against the same PostgreSQL storage. Each drives its own backend replica
+(tuner.replicas) through the same loop as `tuner run` (tuner.study.StudyLoop with a
+replica number): the same failure budget, MLflow child runs and artifacts.
 
 Rules, and why:
 
@@ -9,34 +12,28 @@ Rules, and why:
   study race on queued trials: two of them can pop the same WAITING trial (optuna
   issues 4621, 4002), so a baseline runs twice and another is lost. ``check_storage``
   refuses that with the fix in the message.
-- **Heartbeats, not "fail every RUNNING trial".** A single ``tuner run`` may fail all
-  RUNNING trials at start (they were left by a killed run); with several workers that
-  would fail the live trials of the others. Workers instead record a heartbeat per
-  running trial; a trial whose heartbeat is older than ``grace_period_s`` belongs to a
-  dead worker and is failed by whichever worker looks next
-  (``optuna.storages.fail_stale_trials``), and ``RetryHeartbeatStaleTrialCallback`` queues a
-  copy with the same parameters, which the next free worker runs. Optuna starts its
-  own heartbeat thread only inside ``study.optimize``; the tuner's loop is ask/tell,
-  so ``heartbeat`` does the same around each trial.
+- **A shared study lock** (tuner.locks): workers share it, a `tuner run` or `apply`
+  needs it alone, so neither starts while the other patches.
+- **Heartbeats, not "fail every RUNNING trial".** A trial whose heartbeat is older
+  than ``grace_period_s`` belongs to a dead worker and is failed by whichever worker
+  looks next; ``RetryHeartbeatStaleTrialCallback`` queues a copy with the same
+  parameters, which the next free worker runs.
 - **Enqueue once.** The baseline and shortlist are queued by the first worker under a
   storage-wide lock (a PostgreSQL advisory lock) with a study attribute as the
   "done" mark, so N workers starting together queue them exactly once.
 - **Study-wide trial budget.** A worker stops when the study as a whole has
-  ``n_trials`` finished trials (complete or pruned; failed ones are retried and so do
-  not count), not after N trials of its own.
+  ``n_trials`` counted trials, running ones included (tuner.study.count_counted).
 """
 
 from __future__ import annotations
 
 import hashlib
-import threading
-import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any
 
 import optuna
 from optuna.trial import TrialState
@@ -44,6 +41,7 @@ from sqlalchemy import text
 
 from tuner.errors import StudyError
 from tuner.experiment import WorkerSettings
+from tuner.study import RunResult
 from tuner.storage import redact, sqlalchemy_url
 
 DEFAULT_TEST_DSN = "postgresql://tuner:tuner@127.0.0.1:5432/tuner_test"
@@ -132,132 +130,6 @@ def enqueue_once(study: optuna.Study, enqueue: Callable[[optuna.Study], int]) ->
         return enqueue(study)
 
 
-@contextmanager
-def heartbeat(storage: optuna.storages.BaseStorage, trial_id: int) -> Iterator[None]:
-    """Record a heartbeat for ``trial_id`` every interval while the block runs."""
-    beat: Any = storage if hasattr(storage, "record_heartbeat") else None
-    interval = beat.get_heartbeat_interval() if beat is not None else None
-    if beat is None or interval is None:
-        yield
-        return
-    stop = threading.Event()
-
-    def loop() -> None:
-        while True:
-            try:
-                beat.record_heartbeat(trial_id)
-            except Exception:  # a blip of the database must not kill the trial; the next beat retries
-                pass
-            if stop.wait(interval):
-                return
-
-    thread = threading.Thread(target=loop, name=f"heartbeat-{trial_id}", daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join()
-
-
-def finished_count(study: optuna.Study) -> int:
-    return len(study.get_trials(deepcopy=False, states=COUNTED_STATES))
-
-
-class Stoppable(Protocol):
-    def is_set(self) -> bool: ...
-
-
-class OutcomeLike(Protocol):
-    """tuner.trial.TrialOutcome's shape: state COMPLETE / PRUNED / FAIL and the value."""
-
-    state: str
-    value: float | None
-
-
-@dataclass
-class SimpleOutcome:
-    state: Literal["COMPLETE", "PRUNED", "FAIL"]
-    value: float | None = None
-    reason: str = ""
-
-
-def objective_runner(objective: Callable[[optuna.Trial], float]) -> Callable[[optuna.Trial], SimpleOutcome]:
-    """Adapt a plain objective (returns a float, raises TrialPruned) to the worker loop."""
-
-    def run(trial: optuna.Trial) -> SimpleOutcome:
-        try:
-            return SimpleOutcome("COMPLETE", float(objective(trial)))
-        except optuna.TrialPruned as exc:
-            return SimpleOutcome("PRUNED", reason=str(exc))
-        except Exception as exc:  # an objective's failure is the trial's, not the worker's
-            return SimpleOutcome("FAIL", reason=f"{type(exc).__name__}: {exc}")
-
-    return run
-
-
-@dataclass
-class WorkerReport:
-    replica: int
-    ran: list[int] = field(default_factory=list)
-    stopped_by: str = "n_trials"
-
-
-def run_worker(
-    study: optuna.Study,
-    run_trial: Callable[[optuna.Trial], OutcomeLike],
-    *,
-    n_trials: int | None,
-    replica: int = 0,
-    timeout_s: float | None = None,
-    stop: Stoppable | None = None,
-    clock: Callable[[], float] = time.monotonic,
-) -> WorkerReport:
-    """Run trials of ``study`` until it has ``n_trials`` finished ones (study-wide), the
-    timeout passes or ``stop`` is set. Each trial runs under a heartbeat; stale
-    trials of dead workers are failed (and so retried) before each new trial."""
-    report = WorkerReport(replica)
-    started = clock()
-    stop = stop or threading.Event()
-    while True:
-        if stop.is_set():
-            report.stopped_by = "signal"
-            break
-        if timeout_s is not None and clock() - started >= timeout_s:
-            report.stopped_by = "timeout"
-            break
-        _fail_stale(study)
-        if n_trials is not None and finished_count(study) >= n_trials:
-            report.stopped_by = "n_trials"
-            break
-        with warnings.catch_warnings():
-            # optuna warns that heartbeats are meant for study.optimize; `heartbeat` below
-            # does for ask/tell what optimize does.
-            warnings.filterwarnings("ignore", message="Heartbeat of storage", category=UserWarning)
-            trial = study.ask()
-        study._storage.set_trial_system_attr(trial._trial_id, ATTR_REPLICA, replica)
-        with heartbeat(study._storage, trial._trial_id):
-            outcome = run_trial(trial)
-        _tell(study, trial, outcome)
-        report.ran.append(trial.number)
-    return report
-
-
-def _fail_stale(study: optuna.Study) -> None:
-    with warnings.catch_warnings():  # experimental since 2.9, the documented way all the same
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        optuna.storages.fail_stale_trials(study)
-
-
-def _tell(study: optuna.Study, trial: optuna.Trial, outcome: OutcomeLike) -> None:
-    if outcome.state == "COMPLETE" and outcome.value is not None:
-        study.tell(trial, outcome.value)
-    elif outcome.state == "PRUNED":
-        study.tell(trial, state=TrialState.PRUNED)
-    else:
-        study.tell(trial, state=TrialState.FAIL)
-
-
 def retries_of(trials: Sequence[optuna.trial.FrozenTrial]) -> dict[int, list[int]]:
     """Failed trial number -> numbers of the trials that retried it."""
     out: dict[int, list[int]] = {}
@@ -271,9 +143,11 @@ def retries_of(trials: Sequence[optuna.trial.FrozenTrial]) -> dict[int, list[int
 class ReplicaSummary:
     replica: int
     study_name: str
-    report: WorkerReport
+    result: RunResult
     restored: list[Path]
     port: int | None
+    error: str | None = None  # the failure budget or a lost lock stopped the worker
+    notes: list[str] = field(default_factory=list)
 
 
 def run_replica(
@@ -285,29 +159,60 @@ def run_replica(
     timeout_s: float | None = None,
     stop: Any = None,
     note: Callable[[str], None] = lambda text: None,
+    observer: Any = None,
     skip_checks: bool = False,
+    use_cache: bool = True,
 ) -> ReplicaSummary:
     """Run one worker of the experiment's study on its own backend replica until the
-    study has ``n_trials`` (default: the experiment's) finished trials. Always restores
-    the replica's config and stops its backend; a reaper does both if this process is
-    killed."""
-    from tuner import study as S
-    from tuner.health import wait_target_healthy
-    from tuner.preflight_live import preflight_on_target, static_preflight
-    from tuner.targets.factory import make_target
-    from tuner.replicas import PidRecordingTarget, replica_of, start_reaper
+    study has ``n_trials`` (default: the experiment's) trials counted, study-wide.
+
+    The worker holds the study lock shared (a `tuner run` on the study is refused while
+    it runs, and it is refused while a run holds the study), the lock of its replica
+    and of the replica's config copies; only then is the replica's restore journal
+    replayed. It always restores the replica's config and stops its backend; a reaper
+    does both if this process is killed.
+    """
+    from tuner.locks import StudyLease, config_locks, file_lock
+    from tuner.replicas import replica_of
     from tuner.trial import StopFlag
 
     check_storage(experiment.storage, n_workers=2)
-    settings = settings or WorkerSettings()
-    stop = stop or StopFlag()
-    exp, replica = replica_of(experiment, replica_index)
+    settings = settings or experiment.workers
+    command = f"tuner worker --replica {replica_index}"
+    with StudyLease.acquire(experiment.storage, experiment.study, mode="shared", command=command) as lease:
+        replica_lock = experiment.state_dir / "replicas" / f".replica-{replica_index}.tuner-lock"
+        with file_lock(replica_lock, what=f"replica {replica_index} of study {experiment.study!r}", command=command,
+                       fix="give each worker on this machine its own --replica number", notes=lease.notes):
+            exp, replica = replica_of(experiment, replica_index)
+            with config_locks(replica.config_files, command=command, notes=lease.notes):
+                for line in lease.notes:
+                    note(line)
+                return _run_replica(experiment, exp, replica, lease, settings=settings, n_trials=n_trials,
+                                    timeout_s=timeout_s, stop=stop or StopFlag(), note=note, observer=observer,
+                                    skip_checks=skip_checks, use_cache=use_cache)
+
+
+def _run_replica(
+    original: Any, exp: Any, replica: Any, lease: Any, *, settings: WorkerSettings, n_trials: int | None,
+    timeout_s: float | None, stop: Any, note: Callable[[str], None], observer: Any, skip_checks: bool,
+    use_cache: bool,
+) -> ReplicaSummary:
+    from tuner import study as S
+    from tuner.health import wait_target_healthy
+    from tuner.preflight_live import preflight_on_target, static_preflight
+    from tuner.replicas import PidRecordingTarget, start_reaper
+    from tuner.targets.factory import make_target
+    from tuner.trial import Bookkeeper, OptunaArtifacts
+
     prepared = S.prepare(exp)
+    for line in prepared.recovered:
+        note(f"restored {line} from a restore journal left by a killed worker")
     preflight = static_preflight(prepared, skip=skip_checks)
-    preflight.raise_for_stops(f"replica {replica_index} preflight")
+    preflight.raise_for_stops(f"replica {replica.index} preflight")
     maximize = exp.objective.direction == "maximize"
     study = S.open_study(exp.study, make_storage(exp.storage, settings), sampler=exp.sampler.create(),
                          pruner=exp.pruner.create(), objective_metric=exp.objective.metric, maximize=maximize)
+    artifact_dir = S.StudyPaths(original.state_dir, exp.study).artifact_dir  # one store beside the study's
     study.set_user_attr(S.ATTR_OBJECTIVE, exp.objective.metric)
     study.set_user_attr(S.ATTR_CONSTRAINTS, [c.name for c in exp.constraints])
     if prepared.split is not None:
@@ -321,17 +226,41 @@ def run_replica(
     def wait() -> None:
         wait_target_healthy(health, target)
 
-    runner = S.build_runner(prepared, study, target=target, wait_healthy=wait, stop=stop, preflight=preflight)
+    # MLflow: one parent run per study, found or made by the first worker (under the
+    # storage lock, which also keeps N workers off a fresh MLflow store's schema at once).
+    with storage_lock(study._storage, f"mlflow:{exp.study}"):
+        tracker = S.make_tracker(exp)
+        tracker.start_study(exp.study, params={"sampler": exp.sampler.type, "workers": "yes"},
+                            tags={"tuner.experiment_file": str(exp.source), "tuner.optuna_storage": redact(exp.storage),
+                                  "tuner.preflight": preflight.verdict})
+    observer = observer or S.StudyObserver()
+    runner = S.build_runner(
+        prepared, study, target=target, wait_healthy=wait, stop=stop, use_cache=use_cache, tracker=tracker,
+        artifacts=OptunaArtifacts(artifact_dir),
+        bookkeeper=Bookkeeper(threaded=True, on_error=lambda msg: note(f"warning: {msg}")),
+        on_phase=observer.phase, preflight=preflight,
+    )
+    loop = S.StudyLoop(
+        study, runner,
+        budget=S.FailureBudget(exp.failure_budget.max_consecutive, exp.failure_budget.max_total),
+        stop=stop, observer=observer, maximize=maximize,
+        study_total=n_trials or exp.n_trials, replica=replica.index, lease=lease,
+    )
     reaper = start_reaper(replica.pid_file, exp.journal_path)
-    stop_event = _StopEvent(stop)
+    result = S.RunResult(exp.study)
+    error: str | None = None
+    status = "FAILED"
     restored: list[Path] = []
     replica.up(note)
     try:
         # each replica checks its own backend (its copy of the config, its port)
         preflight_on_target(prepared, preflight, target, wait, note=note)
         target.start()
-        report = run_worker(study, runner.run, n_trials=n_trials or exp.n_trials, replica=replica_index,
-                            timeout_s=timeout_s if timeout_s is not None else exp.timeout_s, stop=stop_event)
+        result = loop.run(n_trials=None, timeout=timeout_s if timeout_s is not None else exp.timeout_s)
+        status = "KILLED" if result.stopped_by == "signal" else "FINISHED"
+    except StudyError as exc:
+        error = str(exc)
+        result = loop.result or result
     finally:
         try:
             # Originals back; a backend that ran a trial restarts on them, so none is
@@ -342,19 +271,12 @@ def run_replica(
                 wait()
         finally:
             try:
+                runner.bookkeeper.close()
                 target.close()
+                tracker.end_study(status=status, summary=S.summary_metrics(study, maximize=maximize))
             finally:
                 replica.down()
                 reaper.close()
-    note(f"replica {replica_index}: ran trials {report.ran}; stopped by {report.stopped_by}")
-    return ReplicaSummary(replica_index, exp.study, report, restored, exp.target.port)
-
-
-class _StopEvent:
-    """Adapts tuner.trial.StopFlag to the ``is_set`` the worker loop reads."""
-
-    def __init__(self, flag: Any) -> None:
-        self._flag = flag
-
-    def is_set(self) -> bool:
-        return bool(self._flag.is_set())
+    ran = [o.number for o in result.ran]
+    note(f"replica {replica.index}: ran trials {ran}; stopped by {result.stopped_by}")
+    return ReplicaSummary(replica.index, exp.study, result, restored, exp.target.port, error=error)

@@ -13,8 +13,9 @@ import time
 
 import optuna
 
-from tuner.study import Variant, enqueue_initial
-from tuner.workers import WorkerSettings, enqueue_once, make_storage, objective_runner, run_worker
+from tuner.experiment import WorkerSettings
+from tuner.study import ObjectiveRunner, StudyLoop, Variant, enqueue_initial
+from tuner.workers import enqueue_once, make_storage
 
 VARIANTS = [Variant("baseline", {"x": 0.5, "y": 1}), Variant("shortlist-1", {"x": 0.25, "y": 3})]
 
@@ -52,7 +53,8 @@ def main() -> None:
         log(f"end {trial.number} {os.getpid()} {args.replica}")
         return -((x - 0.3) ** 2) - 0.01 * (y - 2) ** 2
 
-    run_worker(study, objective_runner(objective), n_trials=args.n_trials, replica=args.replica)
+    StudyLoop(study, ObjectiveRunner(objective), study_total=args.n_trials, replica=args.replica).run(
+        n_trials=None, timeout=None)
 
 
 if __name__ == "__main__":

@@ -2,23 +2,16 @@
 
 from __future__ import annotations
 
-import threading
-
 import optuna
 import pytest
 from optuna.trial import TrialState
 
 from tuner.errors import StudyError
 from tuner.storage import redact, sqlalchemy_url
-from tuner.workers import (
-    WorkerSettings,
-    check_storage,
-    enqueue_once,
-    make_storage,
-    objective_runner,
-    run_worker,
-    storage_dialect,
-)
+from tuner.experiment import WorkerSettings
+from tuner.study import ObjectiveRunner, StudyLoop
+from tuner.trial import StopFlag
+from tuner.workers import check_storage, enqueue_once, make_storage, storage_dialect
 
 
 def test_sqlite_with_several_workers_is_refused_with_the_reason():
@@ -65,16 +58,16 @@ def test_single_worker_on_sqlite_runs_to_the_study_wide_count(tmp_path):
             raise RuntimeError("boom")
         return x
 
-    report = run_worker(study, objective_runner(objective), n_trials=5)
+    report = StudyLoop(study, ObjectiveRunner(objective), study_total=5, replica=0).run(n_trials=None, timeout=None)
     states = [t.state for t in study.get_trials()]
-    assert states.count(TrialState.COMPLETE) + states.count(TrialState.PRUNED) == 5
-    assert states[1] == TrialState.PRUNED and states[2] == TrialState.FAIL
-    assert report.ran == list(range(6)) and report.stopped_by == "n_trials"
+    # a failed trial counts (the failure budget bounds them); only interrupted ones do not
+    assert len(states) == 5 and states[1] == TrialState.PRUNED and states[2] == TrialState.FAIL
+    assert [o.number for o in report.ran] == list(range(5)) and report.stopped_by == "n_trials"
     assert study.trials[0].params == {"x": 0.5}
-    assert [t.system_attrs.get("tuner.replica") for t in study.trials] == [0] * 6
-    stop = threading.Event()
-    stop.set()
-    assert run_worker(study, objective_runner(objective), n_trials=None, stop=stop).stopped_by == "signal"
+    assert [t.system_attrs.get("tuner.replica") for t in study.trials] == [0] * 5
+    stop = StopFlag()
+    stop.set("test")
+    assert StudyLoop(study, ObjectiveRunner(objective), stop=stop).run(n_trials=None, timeout=None).stopped_by == "signal"
 
 
 def test_tuner_worker_refuses_sqlite_before_starting_anything(tmp_path):

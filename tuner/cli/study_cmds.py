@@ -316,13 +316,26 @@ def apply_command(
     skip_checks: SkipChecksOption = False,
 ) -> None:
     """Write the best feasible (or --trial N) config into the target; re-check it, roll back if it does not hold."""
-    from tuner.apply import apply_plan, plan_apply
+    from tuner.apply import apply_rights
     from tuner.experiment import load_experiment
 
     console = Console()
     _quiet_libraries()
     exp = load_experiment(experiment)
-    plan = plan_apply(exp, trial_number=trial)
+    if dry_run:  # reads only: never takes a lock, never replays a journal
+        _apply(console, exp, trial=trial, dry_run=True, tolerance=tolerance, skip_checks=skip_checks)
+        return
+    with apply_rights(exp) as lease:
+        for line in lease.notes:
+            console.print(f"[yellow]{line}[/]", soft_wrap=True)
+        _apply(console, exp, trial=trial, dry_run=False, tolerance=tolerance, skip_checks=skip_checks)
+
+
+def _apply(console: Console, exp: Any, *, trial: int | None, dry_run: bool, tolerance: float,
+           skip_checks: bool) -> None:
+    from tuner.apply import apply_plan, plan_apply
+
+    plan = plan_apply(exp, trial_number=trial, recover_journal=not dry_run)
     if dry_run:  # the static checks cost nothing: say what a real apply would refuse
         from tuner.preflight_live import static_preflight
 
@@ -376,16 +389,25 @@ def demo_command(
     """The demo: generated data, the reference backend, a 20-trial study with the OOS constraint."""
     import time
 
-    from tuner.demo import find_project, prepare_demo
+    from tuner.demo import DEMO_EXPERIMENT, find_project, prepare_demo
+    from tuner.experiment import load_experiment
+    from tuner.locks import patch_rights
 
     console = Console()
     _quiet_libraries()
     started = time.monotonic()
     project = find_project()
-    exp = prepare_demo(project, fresh=fresh, python=sys.executable,
-                       on_step=lambda s: console.print(f"[dim]{s}[/]", soft_wrap=True))
-    console.print(f"[dim]set-up done in {time.monotonic() - started:.1f} s[/]")
-    try:
-        _run_and_report(exp, console, n_trials=n_trials, timeout=None)
-    finally:
-        console.print(f"[dim]demo took {time.monotonic() - started:.0f} s[/]")
+    planned = load_experiment(project / DEMO_EXPERIMENT, check_paths=False)
+    # Locked before --fresh deletes anything or the data is regenerated: a second demo
+    # (or a run of the demo experiment) is refused instead of losing its study.
+    with patch_rights(planned.storage, planned.study, planned.target.config_files, mode="exclusive",
+                      command="tuner demo") as lease:
+        for line in lease.notes:
+            console.print(f"[yellow]{line}[/]", soft_wrap=True)
+        exp = prepare_demo(project, fresh=fresh, python=sys.executable,
+                           on_step=lambda s: console.print(f"[dim]{s}[/]", soft_wrap=True))
+        console.print(f"[dim]set-up done in {time.monotonic() - started:.1f} s[/]")
+        try:
+            _run_and_report(exp, console, n_trials=n_trials, timeout=None)
+        finally:
+            console.print(f"[dim]demo took {time.monotonic() - started:.0f} s[/]")

@@ -23,10 +23,14 @@ def worker_command(
     n_trials: Annotated[int | None, typer.Option("--n-trials", min=1, help="Study-wide total (default: the "
                                                  "experiment's n_trials).")] = None,
     timeout: Annotated[float | None, typer.Option("--timeout", help="Seconds this worker runs at most.")] = None,
-    heartbeat: Annotated[int, typer.Option("--heartbeat", min=1, help="Heartbeat interval (s).")] = 30,
+    heartbeat: Annotated[int | None, typer.Option("--heartbeat", min=1, help=(
+        "Heartbeat interval (s); default: workers.heartbeat_interval_s of the experiment (30)."))] = None,
     grace: Annotated[int | None, typer.Option("--grace", min=2, help="A trial silent this long (s) is failed "
                                               "and retried by another worker (default 4 x heartbeat).")] = None,
-    max_retry: Annotated[int, typer.Option("--max-retry", min=0, help="Retries of one crashed trial.")] = 2,
+    max_retry: Annotated[int | None, typer.Option("--max-retry", min=0, help=(
+        "Retries of one crashed trial (default: workers.max_retry, 2)."))] = None,
+    port: Annotated[int | None, typer.Option("--port", min=1, help=(
+        "This replica's port (default: from workers.ports, else a free one)."))] = None,
     skip_checks: Annotated[bool, typer.Option("--skip-checks", help=(
         "Run even when this replica's preflight finds a set-up that gives wrong numbers (recorded in the reports)."
     ))] = False,
@@ -40,7 +44,12 @@ def worker_command(
 
     console = Console(stderr=True)
     exp = load_experiment(experiment)
-    settings = WorkerSettings(heartbeat_interval_s=heartbeat, grace_period_s=grace, max_retry=max_retry)
+    given = {"heartbeat_interval_s": heartbeat, "grace_period_s": grace, "max_retry": max_retry,
+             # a base port that puts this replica on --port (replica N gets base + N)
+             "ports": port - replica if port is not None and port > replica else None}
+    # the CLI overrides the experiment's workers: section, field by field (validated again)
+    settings = WorkerSettings(**{**exp.workers.model_dump(), **{k: v for k, v in given.items() if v is not None}})
+    exp = exp.model_copy(update={"workers": settings})
     stop = StopFlag()
     previous = {}
 
@@ -58,8 +67,12 @@ def worker_command(
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
-    console.print(f"replica {replica}: {len(summary.report.ran)} trial(s) {summary.report.ran}, stopped by "
-                  f"{summary.report.stopped_by}; config restored: "
+    ran = [o.number for o in summary.result.ran]
+    console.print(f"replica {replica}: {len(ran)} trial(s) {ran}, stopped by "
+                  f"{summary.result.stopped_by}; config restored: "
                   f"{', '.join(map(str, summary.restored)) or 'unchanged'}")
-    if summary.report.stopped_by == "signal":
+    if summary.error:
+        console.print(f"[red]error: {summary.error}[/]", soft_wrap=True)
+        raise typer.Exit(1)
+    if summary.result.stopped_by == "signal":
         raise typer.Exit(130)
