@@ -36,7 +36,6 @@ from pathlib import Path
 from typing import Any
 
 import optuna
-from optuna.trial import TrialState
 from sqlalchemy import text
 
 from tuner.errors import StudyError
@@ -47,7 +46,6 @@ from tuner.storage import redact, sqlalchemy_url
 DEFAULT_TEST_DSN = "postgresql://tuner:tuner@127.0.0.1:5432/tuner_test"
 ATTR_REPLICA = "tuner.replica"
 ATTR_WORKER = "tuner.worker"
-COUNTED_STATES = (TrialState.COMPLETE, TrialState.PRUNED)
 
 
 def storage_dialect(url: str) -> str:
