@@ -144,6 +144,10 @@ def _run_locked(
     study.set_user_attr(ATTR_PREFLIGHT, preflight.to_dict())
 
     tracker = make_tracker(experiment)
+    # This run holds the study alone: an MLflow run still RUNNING belongs to a killed one.
+    closed = tracker.close_stale_runs(experiment.study, live_trials=set())
+    if closed:
+        observer.note(f"closed the MLflow runs of trials {closed} as FAILED: left running by a killed run")
     tracker.start_study(
         experiment.study,
         params={

@@ -13,7 +13,7 @@ import math
 import re
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -29,10 +29,12 @@ TAG_TRIAL = "tuner.trial_number"
 TAG_STATE = "tuner.state"
 TAG_FAIL_REASON = "tuner.fail_reason"
 TAG_CACHE_HIT = "tuner.cache_hit"
+TAG_INTERRUPTED = "tuner.interrupted_runs"
 _PARENT_TAG = "mlflow.parentRunId"
 
 _MLFLOW_STATUS = {"COMPLETE": "FINISHED", "FAIL": "FAILED", "PRUNED": "KILLED"}
 _PARAM_VALUE_LIMIT = 6000
+INTERRUPTED = "interrupted: the run that ran this trial was killed"
 
 
 def mlflow_name(name: str) -> str:
@@ -76,6 +78,11 @@ class Tracker(ABC):
     def end_study(self, *, status: str, summary: Mapping[str, float]) -> None:
         """Close the parent run with the study's summary metrics."""
 
+    def close_stale_runs(self, study_name: str, live_trials: Collection[int]) -> list[int]:
+        """Close the runs a killed run left open (see MlflowTracker); returns the trial
+        numbers closed. Trackers without runs have nothing to close."""
+        return []
+
     def ui_command(self) -> str | None:
         """The shell command that opens this tracker's UI, if it has one."""
         return None
@@ -95,6 +102,9 @@ class NullTracker(Tracker):
 
     def end_study(self, *, status: str, summary: Mapping[str, float]) -> None:
         return None
+
+    def close_stale_runs(self, study_name: str, live_trials: Collection[int]) -> list[int]:
+        return []
 
 
 def resolve_tracking_uri(uri: str, project_dir: Path) -> str:
@@ -180,6 +190,43 @@ class MlflowTracker(Tracker):
         for run in runs:
             self.client.delete_run(run.info.run_id)
         return len(runs)
+
+    def close_stale_runs(self, study_name: str, live_trials: Collection[int]) -> list[int]:
+        """Close the MLflow runs of ``study_name`` that a killed run left RUNNING.
+
+        Every RUNNING trial run whose trial number is not in ``live_trials`` (the trials
+        a live process still runs) ends FAILED, tagged ``tuner.state=FAIL`` with the
+        reason INTERRUPTED; returns their trial numbers, ascending. When no trial is
+        live, no process works on the study, so a RUNNING parent run is a killed run's
+        too: it ends FAILED and its ``tuner.interrupted_runs`` tag counts the kill (the
+        next `start_study` reopens it as every resume does). The parent this tracker
+        opened itself is never closed here.
+        """
+        live = set(live_trials)
+        closed: list[int] = []
+        for run in self._running_runs(study_name, role="trial"):
+            number = _as_int(run.data.tags.get(TAG_TRIAL))
+            if number is None or number in live:
+                continue  # a live trial's, or not a run this tracker wrote
+            self._log(run.info.run_id, tags={TAG_STATE: "FAIL", TAG_FAIL_REASON: INTERRUPTED})
+            self.client.set_terminated(run.info.run_id, status=_MLFLOW_STATUS["FAIL"])
+            closed.append(number)
+        if not live:
+            for run in self._running_runs(study_name, role="study"):
+                if run.info.run_id == self.parent_run_id:
+                    continue
+                count = (_as_int(run.data.tags.get(TAG_INTERRUPTED)) or 0) + 1
+                self._log(run.info.run_id, tags={TAG_INTERRUPTED: str(count)})
+                self.client.set_terminated(run.info.run_id, status=_MLFLOW_STATUS["FAIL"])
+        return sorted(closed)
+
+    def _running_runs(self, study_name: str, *, role: str) -> list[Any]:
+        return list(self.client.search_runs(
+            [self.experiment_id],
+            filter_string=(f"tags.`{TAG_STUDY}` = '{_quote(study_name)}' and tags.`{TAG_ROLE}` = '{role}'"
+                           " and attributes.status = 'RUNNING'"),
+            max_results=50000,
+        ))
 
     def start_study(self, study_name: str, *, params: Mapping[str, Any], tags: Mapping[str, str]) -> str:
         self.study_name = study_name
@@ -269,6 +316,13 @@ class MlflowTracker(Tracker):
             self.client.log_batch(run_id, params=param_rows[start : start + 100])
         for start in range(0, len(tag_rows), 100):
             self.client.log_batch(run_id, tags=tag_rows[start : start + 100])
+
+def _as_int(text: str | None) -> int | None:
+    try:
+        return int(text) if text is not None else None
+    except ValueError:
+        return None
+
 
 def _quote(value: str) -> str:
     return value.replace("'", "\\'")

@@ -228,6 +228,12 @@ def _run_replica(
     # storage lock, which also keeps N workers off a fresh MLflow store's schema at once).
     with storage_lock(study._storage, f"mlflow:{exp.study}"):
         tracker = S.make_tracker(exp)
+        # Runs of trials no live worker holds any more (failed by heartbeat) are closed.
+        S.fail_stale_heartbeats(study)
+        live = {t.number for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))}
+        closed = tracker.close_stale_runs(exp.study, live_trials=live)
+        if closed:
+            note(f"closed the MLflow runs of trials {closed} as FAILED: their worker was killed")
         tracker.start_study(exp.study, params={"sampler": exp.sampler.type, "workers": "yes"},
                             tags={"tuner.experiment_file": str(exp.source), "tuner.optuna_storage": redact(exp.storage),
                                   "tuner.preflight": preflight.verdict})

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import os
+import signal
+import socket
+import subprocess
 import sys
+import threading
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import httpx
@@ -14,8 +20,9 @@ from tuner.errors import ConfigError, TargetError
 from tuner.experiment import HealthConfig, ProcessConfig, TargetConfig, free_port
 from tuner.health import wait_healthy
 from tuner.targets.factory import make_target
+from tuner.targets.leftovers import BackendRecord, _boot_id, reap_leftover, record_path, start_time
 from tuner.targets.none import NoneTarget
-from tuner.targets.process import ProcessTarget, fill_placeholders
+from tuner.targets.process import ProcessTarget, _die_with_parent, fill_placeholders
 
 TINY = Path(__file__).with_name("tiny_server.py")
 
@@ -183,8 +190,6 @@ def test_no_process_left_when_the_tuner_dies(tmp_path: Path, config: Path) -> No
         f"pathlib.Path({str(pidfile)!r}).write_text(str(t.pid))\n"
         "sys.exit(0)\n"
     )
-    import subprocess
-
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     pid = int(pidfile.read_text())
@@ -192,3 +197,190 @@ def test_no_process_left_when_the_tuner_dies(tmp_path: Path, config: Path) -> No
     with pytest.raises(httpx.TransportError):
         httpx.get(f"http://127.0.0.1:{port}/health", timeout=1)
     assert os.path.exists(tmp_path / "backend.log")
+
+
+# --- A backend never outlives the run that started it (tuner.targets.leftovers) ---------
+
+linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="parent-death signal and /proc are Linux's")
+
+# A tuner in a subprocess: starts the tiny server (optionally with a forked grandchild),
+# writes the backend's pid when healthy, then waits to be killed.
+_TUNER = """
+import pathlib, sys, time
+from tuner.experiment import ProcessConfig
+from tuner.health import wait_healthy
+from tuner.targets.process import ProcessTarget
+config, state_dir, port, pidfile, child_pidfile = sys.argv[1:]
+env = {{"TINY_CHILD_PIDFILE": child_pidfile}} if child_pidfile else {{}}
+t = ProcessTarget(ProcessConfig(command=["{{python}}", {tiny!r}, "{{config}}", "{{port}}"], env=env),
+                  config_files=[pathlib.Path(config)], port=int(port), state_dir=pathlib.Path(state_dir))
+t.start()
+wait_healthy(f"http://127.0.0.1:{{port}}/health", deadline_s=30, target=t)
+if child_pidfile:
+    while not pathlib.Path(child_pidfile).exists():
+        time.sleep(0.02)
+pathlib.Path(pidfile).write_text(str(t.pid))
+time.sleep(600)
+"""
+
+
+def start_and_sigkill_a_tuner(tmp_path: Path, config: Path, *, grandchild: bool = False) -> tuple[int, int | None]:
+    """Run a tuner until its backend is healthy, SIGKILL it; (backend pid, grandchild pid)."""
+    pidfile, child_pidfile = tmp_path / "backend.pid.seen", tmp_path / "child.pid"
+    args = [str(config), str(tmp_path / "state"), str(free_port()), str(pidfile), str(child_pidfile) if grandchild else ""]
+    tuner = subprocess.Popen([sys.executable, "-c", _TUNER.format(tiny=str(TINY)), *args],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while not pidfile.exists():
+            assert tuner.poll() is None, tuner.stderr.read() if tuner.stderr else ""
+            assert time.monotonic() < deadline, "the backend never got healthy"
+            time.sleep(0.05)
+        backend = int(pidfile.read_text())
+        child = int(child_pidfile.read_text()) if grandchild else None
+        assert alive(backend) and (child is None or alive(child))
+    finally:
+        tuner.send_signal(signal.SIGKILL)
+        tuner.wait(timeout=30)
+    return backend, child
+
+
+def independent_process() -> subprocess.Popen[bytes]:
+    """A sleeping process in a session of its own, started by nobody's target."""
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"], start_new_session=True)
+
+
+def write_record_by_hand(state_dir: Path, pid: int, *, start_time: int | None, owner_pid: int,
+                         owner_start_time: int | None, token: str = "not-carried") -> None:
+    record = BackendRecord(pid=pid, pgid=pid, start_time=start_time, argv=["sleeper", "--flag"], owner_pid=owner_pid,
+                           owner_start_time=owner_start_time, host=socket.gethostname(), boot_id=_boot_id(),
+                           token=token)
+    state_dir.mkdir(parents=True, exist_ok=True)
+    record_path(state_dir).write_text(json.dumps(asdict(record)))
+
+
+def dead_pid() -> int:
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait(timeout=30)
+    return gone.pid
+
+
+@linux_only
+def test_start_records_the_backend_and_a_stop_forgets_it(tmp_path: Path, config: Path) -> None:
+    target = tiny_target(tmp_path, config)
+    record_file = tmp_path / "state" / "backend.pid"
+    target.start()
+    try:
+        record = json.loads(record_file.read_text())
+        assert record["pid"] == record["pgid"] == target.pid
+        assert record["start_time"] == start_time(target.pid) is not None
+        assert record["argv"] == target.argv
+        assert record["owner_pid"] == os.getpid() and record["host"] == socket.gethostname()
+        environ = Path(f"/proc/{target.pid}/environ").read_bytes().split(b"\0")
+        assert f"TUNER_BACKEND_ID={record['token']}".encode() in environ
+    finally:
+        target.stop()
+    assert not record_file.exists()
+    assert target.reaped == []
+
+
+@linux_only
+def test_a_sigkilled_tuner_takes_its_backend_along(tmp_path: Path, config: Path) -> None:
+    backend, _ = start_and_sigkill_a_tuner(tmp_path, config)
+    assert wait_dead(backend, timeout_s=30)
+
+
+@linux_only
+def test_the_next_start_ends_what_a_killed_run_left(tmp_path: Path, config: Path) -> None:
+    """The parent-death signal ends the backend, not the child it forked: the record does."""
+    backend, child = start_and_sigkill_a_tuner(tmp_path, config, grandchild=True)
+    assert child is not None and wait_dead(backend, timeout_s=30)
+    time.sleep(0.5)
+    assert alive(child), "the grandchild was meant to outlive the parent-death signal"
+
+    target = tiny_target(tmp_path, config)
+    with target:
+        target.start()
+        assert wait_dead(child, timeout_s=30)
+        assert len(target.reaped) == 1
+        assert f"ended processes {child} of backend pid {backend} (" in target.reaped[0]
+        assert "left by a killed run (pid " in target.reaped[0] and str(TINY) in target.reaped[0]
+        wait_healthy(health_url(target), deadline_s=20, target=target)
+        assert alive(target.pid)  # its own backend was not taken for a leftover
+    assert not (tmp_path / "state" / "backend.pid").exists()
+
+
+@linux_only
+def test_a_leftover_whose_pid_checks_out_is_ended_with_its_group(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    orphan = independent_process()
+    try:
+        write_record_by_hand(state, orphan.pid, start_time=start_time(orphan.pid), owner_pid=dead_pid(),
+                             owner_start_time=None)
+        message = reap_leftover(state, timeout_s=5)
+        assert message is not None and message.startswith(f"ended backend pid {orphan.pid} (sleeper --flag)")
+        assert wait_dead(orphan.pid, timeout_s=30)
+        assert not (state / "backend.pid").exists()
+    finally:
+        orphan.kill()
+        orphan.wait()
+
+
+@linux_only
+def test_an_owner_pid_that_was_recycled_counts_as_dead(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    orphan = independent_process()
+    try:
+        # This process holds the owner's pid, but started at another time.
+        write_record_by_hand(state, orphan.pid, start_time=start_time(orphan.pid), owner_pid=os.getpid(),
+                             owner_start_time=(start_time(os.getpid()) or 0) + 1)
+        assert reap_leftover(state, timeout_s=5) is not None
+        assert wait_dead(orphan.pid, timeout_s=30)
+    finally:
+        orphan.kill()
+        orphan.wait()
+
+
+@linux_only
+def test_a_recycled_pid_is_never_touched(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    stranger = independent_process()
+    try:
+        started = start_time(stranger.pid)
+        assert started is not None
+        write_record_by_hand(state, stranger.pid, start_time=started - 1, owner_pid=dead_pid(), owner_start_time=None)
+        assert reap_leftover(state, timeout_s=5) is None
+        time.sleep(0.5)
+        assert alive(stranger.pid)
+        assert not (state / "backend.pid").exists()  # the record is stale: forgotten
+    finally:
+        stranger.kill()
+        stranger.wait()
+
+
+@linux_only
+def test_a_live_runs_backend_is_left_alone(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    backend = independent_process()
+    try:
+        write_record_by_hand(state, backend.pid, start_time=start_time(backend.pid), owner_pid=os.getpid(),
+                             owner_start_time=start_time(os.getpid()))
+        assert reap_leftover(state, timeout_s=5) is None
+        time.sleep(0.5)
+        assert alive(backend.pid) and (state / "backend.pid").exists()
+        # A bare pid (what another writer may keep under the same name) is not a record.
+        (state / "backend.pid").write_text(str(backend.pid))
+        assert reap_leftover(state, timeout_s=5) is None
+        assert alive(backend.pid) and (state / "backend.pid").read_text() == str(backend.pid)
+    finally:
+        backend.kill()
+        backend.wait()
+
+
+def test_the_parent_death_signal_is_armed_on_the_main_thread_only() -> None:
+    assert (_die_with_parent() is not None) == sys.platform.startswith("linux")
+    seen: list[object] = []
+    thread = threading.Thread(target=lambda: seen.append(_die_with_parent()))
+    thread.start()
+    thread.join()
+    assert seen == [None]

@@ -6,9 +6,22 @@ to a log file. A restart sends SIGTERM to the group, waits up to ``stop_timeout_
 then SIGKILLs it and starts the command again. ``failure()`` tells a health wait at
 once when the command has died, with its exit code and last log lines.
 
+The backend never outlives the run that started it, even a SIGKILLed one:
+
+- On Linux the command gets a parent-death signal (``prctl(PR_SET_PDEATHSIG,
+  SIGKILL)``): it is killed when the tuner dies. The kernel sends it when the *thread*
+  that started the command exits, not the process, so it is armed only for starts from
+  the main thread (where the tuner starts and restarts backends: the study loop, the
+  worker loop and the preflight all run there); a start from another thread relies on
+  the record below. The signal reaches the command only, not what it forks.
+- Every start records the backend in ``<state_dir>/backend.pid``; the next start
+  ends whatever a killed run left (tuner.targets.leftovers) and says so in
+  ``.reaped`` for the caller to print. A deliberate stop removes the record.
+
     ProcessTarget(config: ProcessConfig, *, config_files, port=None, state_dir)
         .start() / .restart() / .stop() / .failure() / .close()
         .pid -> int | None; .log_file -> Path; .argv -> list[str]
+        .reaped -> list[str]  # one line per leftover backend a start ended
 
 Placeholders in the command, cwd and env values: ``{config}`` (first config file),
 ``{config0}``, ``{config1}``..., ``{port}``, ``{python}`` (this interpreter),
@@ -17,22 +30,27 @@ Placeholders in the command, cwd and env values: ``{config}`` (first config file
 
 from __future__ import annotations
 
+import ctypes
 import os
 import re
 import signal
 import subprocess
 import sys
+import threading
+import uuid
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from tuner.errors import ConfigError, TargetError
 from tuner.experiment import ProcessConfig
 from tuner.targets.base import Target
+from tuner.targets.leftovers import TOKEN_ENV, reap_leftover, remove_record, write_record
 
 _TOKEN = re.compile(r"\{(\w+)\}")
 _TAIL_LINES = 5
 _TAIL_BYTES = 8192
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 def fill_placeholders(text: str, values: Mapping[str, str]) -> str:
@@ -72,9 +90,10 @@ class ProcessTarget(Target):
         self._proc: subprocess.Popen[bytes] | None = None
         self._log_offset = 0
         self._stopped_on_purpose = False
+        self.reaped: list[str] = []
         # An interpreter that exits without stop() (crash, unhandled error) must not leave
         # the backend running: finalize objects also run at exit.
-        self._finalizer = weakref.finalize(self, _kill_group_quietly, [None])
+        self._finalizer = weakref.finalize(self, _kill_group_quietly, None, self.state_dir)
 
     @property
     def pid(self) -> int | None:
@@ -86,18 +105,23 @@ class ProcessTarget(Target):
     def start(self) -> None:
         if self.running():
             return
+        leftover = reap_leftover(self.state_dir, timeout_s=self.config.stop_timeout_s)
+        if leftover is not None:
+            self.reaped.append(leftover)
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
+        token = uuid.uuid4().hex
         with open(self.log_file, "ab") as log:
             self._log_offset = log.tell()
             try:
                 self._proc = subprocess.Popen(
                     self.argv,
                     cwd=self.cwd,
-                    env={**os.environ, **self.env},
+                    env={**os.environ, **self.env, TOKEN_ENV: token},
                     stdin=subprocess.DEVNULL,
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     start_new_session=True,
+                    preexec_fn=_die_with_parent(),
                 )
             except OSError as exc:
                 raise TargetError(
@@ -105,7 +129,14 @@ class ProcessTarget(Target):
                 ) from exc
         self._stopped_on_purpose = False
         self._finalizer.detach()
-        self._finalizer = weakref.finalize(self, _kill_group_quietly, [self._proc.pid])
+        self._finalizer = weakref.finalize(self, _kill_group_quietly, self._proc.pid, self.state_dir)
+        try:
+            write_record(self.state_dir, pid=self._proc.pid, argv=self.argv, token=token)
+        except OSError as exc:
+            self.stop()
+            raise TargetError(
+                f"cannot record the backend in {self.state_dir} (state_dir must be writable): {exc.strerror or exc}"
+            ) from exc
 
     def restart(self) -> None:
         self.stop()
@@ -126,6 +157,7 @@ class ProcessTarget(Target):
         # Children that outlived the leader (or ignored SIGTERM) go too.
         _signal_group(proc.pid, signal.SIGKILL)
         self._finalizer.detach()
+        remove_record(self.state_dir, proc.pid)
 
     def failure(self) -> str | None:
         proc = self._proc
@@ -160,6 +192,42 @@ class ProcessTarget(Target):
         self.stop()
 
 
+def _die_with_parent() -> Callable[[], None] | None:
+    """A preexec_fn that makes the child get SIGKILL when this thread ends (see the module
+    docstring); None off Linux, off the main thread, or without a usable libc."""
+    prctl = _prctl()
+    if prctl is None or threading.current_thread() is not threading.main_thread():
+        return None
+    parent = os.getpid()
+    kill = int(signal.SIGKILL)
+
+    # Runs in the forked child before exec: no imports, no locks, nothing but syscalls.
+    def arm() -> None:
+        prctl(_PR_SET_PDEATHSIG, kill, 0, 0, 0)
+        if os.getppid() != parent:  # the tuner died before prctl: the signal will not come
+            os.kill(os.getpid(), kill)
+
+    return arm
+
+
+_PRCTL: list[Callable[..., int] | None] = []
+
+
+def _prctl() -> Callable[..., int] | None:
+    """libc's prctl, looked up once (never in a forked child)."""
+    if not _PRCTL:
+        fn = None
+        if sys.platform.startswith("linux"):
+            try:
+                fn = ctypes.CDLL(None, use_errno=True).prctl
+                fn.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+                fn.restype = ctypes.c_int
+            except (OSError, AttributeError):
+                fn = None
+        _PRCTL.append(fn)
+    return _PRCTL[0]
+
+
 def _signal_group(pid: int, sig: signal.Signals) -> None:
     try:
         os.killpg(pid, sig)  # start_new_session made the pid the group id
@@ -167,8 +235,8 @@ def _signal_group(pid: int, sig: signal.Signals) -> None:
         pass
 
 
-def _kill_group_quietly(pids: list[int | None]) -> None:
-    for pid in pids:
-        if pid is not None:
-            _signal_group(pid, signal.SIGKILL)
+def _kill_group_quietly(pid: int | None, state_dir: Path) -> None:
+    if pid is not None:
+        _signal_group(pid, signal.SIGKILL)
+        remove_record(state_dir, pid)
 
