@@ -11,6 +11,9 @@ reports. MLflow runs go to the project's ``mlruns/`` like every study's.
 
 Re-running the demo resumes its study: an interrupted demo completes its trials, a
 finished one only prints its summary again (``tuner demo --n-trials N`` adds N trials).
+The demo experiment declares the generated corpus as ``target.inputs`` (and the
+backend's ``data_fingerprint``), so data generated again is measured again instead of
+reusing cached results of the old data.
 ``--fresh`` deletes the demo folder and the demo's MLflow runs and starts over.
 """
 

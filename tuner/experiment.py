@@ -339,10 +339,21 @@ class HealthConfig(_Model):
     url: str
     deadline_s: PositiveFloat = 60.0
     interval_s: PositiveFloat = 0.2
+    fingerprint: str | None = Field(
+        default=None,
+        pattern=r"^[^.\s]+(\.[^.\s]+)*$",
+        description="Dotted field of the health JSON holding the fingerprint of the data the backend loaded; "
+        "part of the result-cache key.",
+    )
 
 
 class TargetConfig(_Model):
     config_files: list[Path] = Field(min_length=1)
+    inputs: list[str] = Field(
+        default_factory=list,
+        description="Data files the backend serves (paths, globs or directories); their content is part of "
+        "the result-cache key.",
+    )
     apply: Literal["process", "docker", "none"] = "process"
     port: int | Literal["auto"] | None = Field(default=None, description="Fills {port}; 'auto' picks a free port.")
     process: ProcessConfig | None = None
@@ -591,6 +602,8 @@ def load_experiment(path: Path | str, *, check_paths: bool = True) -> Experiment
     for label, p in checked if check_paths else []:
         if not p.exists():
             raise ConfigError(f"{where}: {label}: {display_path(p)} does not exist (paths are relative to {display_path(base)})")
+    for i, (written, pattern) in enumerate(zip(raw.target.inputs, target.inputs) if check_paths else []):
+        _check_input(f"{where}: target.inputs[{i}]", written, pattern, base)
 
     fields = raw.model_dump(exclude={"project_root", "state_dir", "storage", "dataset", "target", "tracking",
                                      "shortlist", "search_space", "sampler", "pruner", "evaluation"})
@@ -613,7 +626,10 @@ def load_experiment(path: Path | str, *, check_paths: bool = True) -> Experiment
 
 
 def _resolve_target(t: TargetConfig, rel: Any, state_dir: Path) -> TargetConfig:
-    update: dict[str, Any] = {"config_files": [rel(f) for f in t.config_files]}
+    update: dict[str, Any] = {
+        "config_files": [rel(f) for f in t.config_files],
+        "inputs": [str(rel(Path(p))) for p in t.inputs],
+    }
     if t.process is not None:
         update["process"] = t.process.model_copy(
             update={
@@ -624,6 +640,18 @@ def _resolve_target(t: TargetConfig, rel: Any, state_dir: Path) -> TargetConfig:
     if t.docker is not None:
         update["docker"] = t.docker.model_copy(update={"compose_files": [rel(f) for f in t.docker.compose_files]})
     return t.model_copy(update=update)
+
+
+def _check_input(label: str, written: str, pattern: str, base: Path) -> None:
+    from tuner.inputs import MissingInput, expand_one
+
+    try:
+        expand_one(pattern)
+    except MissingInput as exc:
+        raise ConfigError(
+            f"{label}: {written} {exc.problem} (paths are relative to {display_path(base)}); "
+            "generate the data first, or fix the path"
+        ) from exc
 
 
 def _resolve_sqlite(uri: str, base: Path) -> str:

@@ -12,11 +12,19 @@ While it waits it asks ``target.failure()`` every few tens of milliseconds, so a
 backend that died raises ``BackendExited`` with the target's reason at once instead of
 after the deadline. At the deadline it raises ``HealthTimeout`` naming the URL, the
 deadline and the last status or exception seen.
+
+    health_fingerprint(body, field) -> str
+
+The data fingerprint a backend reports in that body (``target.health.fingerprint``,
+a dotted field such as ``data_fingerprint`` or ``index.sha``), for the result-cache
+key: the data the backend loaded at its last (re)start.
 """
 
 from __future__ import annotations
 
+import json
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import httpx
@@ -29,7 +37,7 @@ from tenacity import (
     wait_exponential,
 )
 
-from tuner.errors import BackendExited, HealthTimeout
+from tuner.errors import BackendExited, HealthTimeout, TargetError
 from tuner.targets.base import Target
 
 _POLL_S = 0.05
@@ -120,3 +128,22 @@ def wait_target_healthy(health: Any, target: Target | None) -> dict[str, Any]:
     to at most 0.25 s between polls (or the configured interval when longer)."""
     return wait_healthy(health.url, deadline_s=health.deadline_s, target=target, interval_s=health.interval_s,
                         max_interval_s=max(health.interval_s, 0.25))
+
+
+def health_fingerprint(body: Mapping[str, Any] | None, field: str) -> str:
+    """The value at dotted ``field`` of a health body, as text (a nested value as its
+    canonical JSON); TargetError naming the keys present when it is missing or empty."""
+    node: Any = body if isinstance(body, Mapping) else {}
+    for i, part in enumerate(field.split(".")):
+        if not isinstance(node, Mapping) or part not in node:
+            where = ".".join(field.split(".")[:i]) or "the body"
+            keys = ", ".join(sorted(map(str, node))) if isinstance(node, Mapping) else type(node).__name__
+            raise TargetError(
+                f"target.health.fingerprint {field!r}: the health answer has no {part!r} in {where}"
+                f" (keys: {keys or 'none'}); name a field the backend reports, or remove target.health.fingerprint"
+            )
+        node = node[part]
+    if node is None or node == "":
+        raise TargetError(f"target.health.fingerprint {field!r} is empty in the health answer; "
+                          "the backend must report a fingerprint of the data it loaded")
+    return node if isinstance(node, str) else json.dumps(node, sort_keys=True)

@@ -136,8 +136,8 @@ def _run_locked(
     target = make_target(experiment.target, experiment.state_dir)
     health = experiment.target.health
 
-    def wait() -> None:
-        wait_target_healthy(health, target)
+    def wait() -> dict[str, Any]:  # the health answer: the data fingerprint a trial ran on
+        return wait_target_healthy(health, target)
 
     if n_trials != 0:
         preflight_on_target(prepared, preflight, target, wait, note=observer.note)

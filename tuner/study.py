@@ -769,6 +769,10 @@ def build_runner(
         extra["on_phase"] = on_phase
     evaluator = LiveEvaluator(exp, prepared.queries, prepared.qrels, prepared.labels_fingerprint)
     evaluator.preflight = preflight  # every trial's report says whether the set-up was checked
+    from tuner.inputs import InputsWatch
+
+    # hashed at the first trial's cache lookup, re-checked (stat) before every later one
+    inputs = InputsWatch(exp.target.inputs, root=exp.project_root) if exp.target.inputs else None
     return TrialRunner(
         study_name=exp.study,
         space=prepared.space,
@@ -787,6 +791,8 @@ def build_runner(
         reporter_factory=reporter_factory(exp, study.pruner, prepared.queries, gates),
         order_seed=order_seed_for(exp.sampler.seed),
         gates=gates,
+        inputs=inputs,
+        backend_fingerprint_field=exp.target.health.fingerprint,
         **extra,
     )
 

@@ -29,7 +29,7 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
@@ -37,8 +37,10 @@ import optuna
 
 from tuner import analysis as A
 from tuner.errors import BackendExited, EvaluationError, HealthTimeout, TargetError, TunerError
+from tuner.health import health_fingerprint
+from tuner.inputs import InputsFingerprint, changed_files, describe_files
 from tuner.report.atomic import atomic_write_text
-from tuner.result_cache import CachedResult, ResultCache, cache_key
+from tuner.result_cache import CachedResult, CacheKey, ResultCache, cache_key, short_fingerprint
 from tuner.tracking import TAG_CACHE_HIT, Tracker, TrialRecord
 
 Phase = Literal["suggest", "render", "cache", "patch", "restart", "health", "evaluate", "solve", "complete", "record"]
@@ -46,6 +48,10 @@ SOLVED_PREFIX = "solved."  # metrics holding a solved gate's value and the sweep
 SWEEP_REPORT = "threshold_sweep_csv"  # TrialOutcome.reports key of the sweep table
 SWEEP_FILE = "threshold_sweep.csv"
 LEGACY_CONSTRAINTS_ATTR = "constraints"  # the system attr optuna-dashboard 0.21 reads
+ATTR_CACHE_NOTE = "cache_note"  # why a trial missed the cache, or why its result was not stored
+ATTR_DATA_FINGERPRINT = "data_fingerprint"  # {"inputs": digest, "backend": fingerprint} it was measured on
+TAG_CACHE_NOTE = "tuner.cache_note"
+_REPORT_MAX_FILES = 20  # per-file digests in a report's context up to this many inputs
 OnResult = Callable[[str, Mapping[str, Any]], None]
 
 
@@ -54,6 +60,12 @@ OnResult = Callable[[str, Mapping[str, Any]], None]
 
 class SpaceLike(Protocol):
     def suggest(self, trial: optuna.Trial) -> dict[str, Any]: ...
+
+
+class InputsLike(Protocol):
+    """``target.inputs`` (tuner.inputs.InputsWatch): the declared data files' fingerprint now."""
+
+    def current(self) -> InputsFingerprint: ...
 
 
 class ConfigWriter(Protocol):
@@ -141,6 +153,12 @@ class TrialOutcome:
     constraints: dict[str, float] = field(default_factory=dict)
     fail_reason: str | None = None
     cache_hit: bool = False
+    # "cache miss: target.inputs changed (data/corpus.jsonl) since trial #3 ...", or why
+    # a measured result was not stored; None on a hit or without a cache
+    cache_note: str | None = None
+    # the data it was measured on (or the cached result was): inputs digest, backend fingerprint
+    inputs: InputsFingerprint | None = None
+    backend_fingerprint: str | None = None
     interrupted: bool = False
     reports: dict[str, str] = field(default_factory=dict)
     # critical-path phases; "search" = first request to last answer inside "evaluate";
@@ -254,7 +272,7 @@ class TrialRunner:
     space: SpaceLike
     writer: ConfigWriter
     target: Any  # tuner.targets.base.Target (start/restart/stop/failure)
-    wait_healthy: Callable[[], None]
+    wait_healthy: Callable[[], Any]  # the health JSON when it has one (target.health.fingerprint reads it)
     evaluator: BatchEvaluator
     trials_dir: Path
     objective: Objective = field(default_factory=Objective)
@@ -279,6 +297,14 @@ class TrialRunner:
     # Post-retrieval params solved from each trial's retrieval (param name ->
     # tuner.threshold.GateRange); empty: every param is sampled.
     gates: Mapping[str, Any] = field(default_factory=dict)
+    # The data the backend serves, part of the cache key: the declared target.inputs
+    # (hashed at the first trial, re-stat'ed before each one) and the dotted field of the
+    # health answer holding the backend's own data fingerprint (target.health.fingerprint;
+    # ``wait_healthy`` must then return the health JSON).
+    inputs: InputsLike | None = None
+    backend_fingerprint_field: str | None = None
+    # The backend fingerprint of the last health answer: what the running backend serves.
+    backend_fingerprint: str | None = None
 
     def run(self, trial: optuna.Trial) -> TrialOutcome:
         """Run ``trial``; sets its user attrs and constraints; does not call ``tell``."""
@@ -303,7 +329,8 @@ class TrialRunner:
                 texts = self.writer.render({**out.assignment, **{n: g.low for n, g in solving.items()}})
             with self._phase(out, "cache"):
                 key = self._cache_key(texts, solving)
-                cached = self.cache.get(key) if self.cache is not None else None
+                out.inputs, out.backend_fingerprint = key.inputs, key.backend
+                cached = self._lookup(key, out)
             if cached is not None:
                 out.cache_hit = True
                 out.metrics = dict(cached.metrics)
@@ -312,6 +339,7 @@ class TrialRunner:
                 trial.set_user_attr("cached_from_trial", cached.source_trial)
             else:
                 result = self._measure(trial, out, texts)
+                stored_key = self._measured_key(key, out)
                 if solving:
                     with self._phase(out, "solve"):
                         # The reports describe the batch at the solved gates (the trial's score),
@@ -327,8 +355,9 @@ class TrialRunner:
                     out.reports = {k: str(v) for k, v in paths.items()}
                     if sweep is not None:
                         out.reports[SWEEP_REPORT] = str(self._dir(trial.number) / SWEEP_FILE)
-                    if self.cache is not None:
-                        self.cache.put(key, CachedResult(out.metrics, out.reports, trial.number, self.study_name))
+                    if self.cache is not None and stored_key is not None:
+                        stored = CachedResult(out.metrics, out.reports, trial.number, self.study_name)
+                        self.cache.put(stored_key, stored)
         except KeyboardInterrupt:
             self._fail(out, "interrupted (second interrupt: trial aborted)")
             out.interrupted = True
@@ -364,9 +393,10 @@ class TrialRunner:
             self.writer.write(texts)
         self._check_stop()
         with self._phase(out, "restart"):
+            self.backend_fingerprint = None  # unknown until the restarted backend answers
             self.target.restart()
         with self._phase(out, "health"):
-            self.wait_healthy()
+            self._observe_backend(self.wait_healthy())
         self._check_stop()
         # Without a pruner no per-query callback is passed: building each query's row
         # costs about a millisecond of the event loop's time per query.
@@ -378,6 +408,65 @@ class TrialRunner:
                 out.phase_seconds["search"] = float(getattr(self.evaluator, "last_search_seconds", 0.0) or 0.0)
         out.metrics = {k: float(v) for k, v in result.metrics.items() if _is_number(v)}
         return result
+
+    def _measured_key(self, key: CacheKey, out: TrialOutcome) -> CacheKey | None:
+        """The key a measured result is stored under: with the backend fingerprint seen
+        after this trial's restart (the data it was measured on), or None (not stored)
+        when a declared input changed while the trial ran (which version the backend
+        loaded is unknown)."""
+        if self.backend_fingerprint_field is not None and self.backend_fingerprint != key.backend:
+            if self.cache is not None and key.backend is not None:
+                self._note(out, f"backend fingerprint after the restart: {short_fingerprint(self.backend_fingerprint)}"
+                                f" (looked up with {short_fingerprint(key.backend)})")
+            key = replace(key, backend=self.backend_fingerprint)
+            out.backend_fingerprint = key.backend
+        if self.inputs is not None and key.inputs is not None:
+            now = self.inputs.current()
+            if now.digest != key.inputs.digest:
+                changed = describe_files(changed_files(key.inputs.files, now.files))
+                self._note(out, f"target.inputs changed while the trial ran ({changed}): which version the"
+                                " backend loaded is unknown, so the result is not cached")
+                return None
+        return key
+
+    def _observe_backend(self, body: Any) -> None:
+        """Keep the data fingerprint of a health answer (when one is declared)."""
+        if self.backend_fingerprint_field is None:
+            return
+        if not isinstance(body, Mapping):
+            raise TargetError(
+                f"target.health.fingerprint {self.backend_fingerprint_field!r} is set, but the health wait returned"
+                " no health answer to read it from (wait_healthy must return wait_target_healthy's JSON)"
+            )
+        self.backend_fingerprint = health_fingerprint(body, self.backend_fingerprint_field)
+
+    def _lookup(self, key: CacheKey, out: TrialOutcome) -> CachedResult | None:
+        if self.cache is None:
+            return None
+        if self.backend_fingerprint_field is not None and key.backend is None:
+            out.cache_note = "cache miss: the backend's data fingerprint is unknown until it restarts healthy"
+            return None
+        cached = self.cache.get(key)
+        if cached is None:
+            out.cache_note = self.cache.explain_miss(key)
+        return cached
+
+    def _lookup_backend_fingerprint(self) -> str | None:
+        """What the running backend serves. Before this run's first restart the backend
+        the run started is asked once (one health request); after a restart that never
+        became healthy it stays unknown (the trial is measured, not looked up)."""
+        if self.backend_fingerprint_field is None:
+            return None
+        if self.backend_fingerprint is None and not self.touched_backend:
+            try:
+                self._observe_backend(self.wait_healthy())
+            except TargetError:
+                pass  # the restart of this trial tells (and fails it with the reason)
+        return self.backend_fingerprint
+
+    @staticmethod
+    def _note(out: TrialOutcome, text: str) -> None:
+        out.cache_note = f"{out.cache_note}; {text}" if out.cache_note else text
 
     def _solve(self, out: TrialOutcome, result: Any, solving: Mapping[str, Any]) -> tuple[Any, Any]:
         """Pick the solved gate values from the retrieval; the trial's metrics become those
@@ -455,6 +544,8 @@ class TrialRunner:
             attrs["failed_queries"] = out.metrics.get("Failed_Queries")
         if out.fail_reason:
             attrs[A.ATTR_FAIL_REASON] = out.fail_reason
+        attrs[ATTR_CACHE_NOTE] = out.cache_note
+        attrs[ATTR_DATA_FINGERPRINT] = _data_fingerprint(out) or None
         if run_id is not None:
             # Created on the bookkeeper during restart and health wait: long done by now.
             attrs[A.ATTR_MLFLOW_RUN] = run_id.result()
@@ -482,6 +573,7 @@ class TrialRunner:
                 (trial_dir / Path(name).name).write_text(text, encoding="utf-8")
         if p.result is not None and out.state == "COMPLETE":
             context = {"study": self.study_name, "trial": p.number, "assignment": _jsonable(out.assignment)}
+            context.update(_data_context(out))
             solved = {n: out.metrics[SOLVED_PREFIX + n] for n in self.gates if SOLVED_PREFIX + n in out.metrics}
             if solved:
                 context["solved_gates"] = solved
@@ -508,6 +600,9 @@ class TrialRunner:
         if out.value is not None:
             metrics["objective"] = out.value
         metrics.update({f"constraint.{k}": v for k, v in out.constraints.items()})
+        tags = {TAG_CACHE_HIT: str(out.cache_hit).lower(), "tuner.feasible": str(out.feasible).lower()}
+        if out.cache_note:
+            tags[TAG_CACHE_NOTE] = out.cache_note
         return TrialRecord(
             number=out.number,
             state=out.state,
@@ -516,7 +611,7 @@ class TrialRunner:
             config_texts={f"config/{Path(n).name}": t for n, t in named.items()},
             reports={k: Path(v) for k, v in out.reports.items()},
             fail_reason=out.fail_reason,
-            tags={TAG_CACHE_HIT: str(out.cache_hit).lower(), "tuner.feasible": str(out.feasible).lower()},
+            tags=tags,
         )
 
     # ------------------------------------------------------------------ helpers
@@ -549,25 +644,52 @@ class TrialRunner:
                 pass
         return p.as_posix()
 
-    def _cache_key(self, texts: Mapping[Path, str], solving: Mapping[str, Any] | None = None) -> str:
+    def _cache_key(self, texts: Mapping[Path, str], solving: Mapping[str, Any] | None = None) -> CacheKey:
         spec = self.evaluator.spec_fingerprint
         if solving:
             # A solved result also depends on the gate grids, the objective and the constraints.
             spec += json.dumps({"solve": {n: [g.low, g.high, g.step, g.role] for n, g in sorted(solving.items())},
                                 "objective": self.objective.metric,
                                 "constraints": [c.name for c in self.constraints]}, sort_keys=True)
-        return cache_key(
+        base = cache_key(
             self._named_texts(texts),
             dataset_hash=self.evaluator.dataset_hash,
             labels_fingerprint=self.evaluator.labels_fingerprint,
             eval_spec_json=spec,
         )
+        inputs = self.inputs.current() if self.inputs is not None else None
+        backend = self._lookup_backend_fingerprint() if self.cache is not None else self.backend_fingerprint
+        return CacheKey(base, inputs, backend)
 
     def _snapshot(self, texts: Mapping[Path, str]) -> str:
         named = self._named_texts(texts)
         if len(named) == 1:
             return next(iter(named.values()))
         return "".join(f"# ---- {name}\n{text}" for name, text in named.items())
+
+
+def _data_fingerprint(out: TrialOutcome) -> dict[str, str]:
+    """The trial's user attr: the data it was measured on (or its cached result was)."""
+    data = {}
+    if out.inputs is not None:
+        data["inputs"] = out.inputs.digest
+    if out.backend_fingerprint is not None:
+        data["backend"] = out.backend_fingerprint
+    return data
+
+
+def _data_context(out: TrialOutcome) -> dict[str, Any]:
+    """What a trial's report says about the data and the cache (tuner.report context)."""
+    context: dict[str, Any] = {}
+    if out.cache_note:
+        context["cache"] = out.cache_note
+    if out.inputs is not None:
+        context["inputs_digest"] = out.inputs.digest
+        files = out.inputs.files
+        context["inputs_files"] = dict(files) if len(files) <= _REPORT_MAX_FILES else f"{len(files)} files"
+    if out.backend_fingerprint is not None:
+        context["backend_fingerprint"] = out.backend_fingerprint
+    return context
 
 
 def _is_number(v: Any) -> bool:

@@ -44,8 +44,6 @@ from tuner.study import RunResult
 from tuner.storage import redact, sqlalchemy_url
 
 DEFAULT_TEST_DSN = "postgresql://tuner:tuner@127.0.0.1:5432/tuner_test"
-ATTR_REPLICA = "tuner.replica"
-ATTR_WORKER = "tuner.worker"
 
 
 def storage_dialect(url: str) -> str:
@@ -221,8 +219,8 @@ def _run_replica(
     target = PidRecordingTarget(make_target(exp.target, exp.state_dir), replica.pid_file)
     health = exp.target.health
 
-    def wait() -> None:
-        wait_target_healthy(health, target)
+    def wait() -> dict[str, Any]:  # the health answer: the data fingerprint a trial ran on
+        return wait_target_healthy(health, target)
 
     # MLflow: one parent run per study, found or made by the first worker (under the
     # storage lock, which also keeps N workers off a fresh MLflow store's schema at once).

@@ -3,12 +3,17 @@
 The port is bound before the index is ready: ``/health`` answers 503 while a daemon
 thread loads (so orchestrators see a live process, and SIGTERM is never blocked by a
 build), then 200. A load failure stops the server; the process exits with code 1.
+
+``/health``'s ``data_fingerprint`` is a sha256 over the data the index was loaded
+from (the corpus bytes and every enabled run file's bytes): a client caching results
+per config (the tuner's ``target.health.fingerprint``) sees regenerated data.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import hashlib
 import logging
 import threading
 import uuid
@@ -22,8 +27,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from .config import Config
-from .errors import BackendError
+from .config import Config, RunSource
+from .errors import BackendError, CorpusError
 
 log = logging.getLogger("fusion_backend")
 
@@ -78,6 +83,7 @@ class ServiceState:
         self.config_hash = cfg.hash()
         self.searcher: Any = None
         self.index: Any = None
+        self.data_fingerprint: str | None = None
         self.error: str | None = None
 
     def load(self) -> None:
@@ -85,6 +91,7 @@ class ServiceState:
         from .search import Searcher
 
         index = load_index(self.cfg)
+        self.data_fingerprint = data_fingerprint(self.cfg, index.docs.content_hash)
         self.searcher, self.index = Searcher(index, self.cfg), index
         log.info("ready: %d documents in %.2f s (cache hits: %s)", len(index.docs), index.load_seconds,
                  ", ".join(f"{k}={v}" for k, v in index.cache_hits.items()))
@@ -104,6 +111,21 @@ class ServiceState:
         threading.Thread(target=run, name="index-loader", daemon=True).start()
 
 
+def data_fingerprint(cfg: Config, corpus_hash: str) -> str:
+    """sha256 over the corpus content hash and the bytes of each enabled run file (by
+    source name): what the loaded index serves, apart from the config."""
+    digest = hashlib.sha256(f"corpus:{corpus_hash}\n".encode())
+    for name, src in sorted(cfg.sources.items()):
+        if isinstance(src, RunSource) and src.enabled:
+            path = cfg.run_path(name)
+            try:
+                run_hash = hashlib.sha256(path.read_bytes()).hexdigest()
+            except OSError as exc:
+                raise CorpusError(f"{path}: cannot read run file: {exc.strerror}") from exc
+            digest.update(f"run:{name}:{run_hash}\n".encode())
+    return digest.hexdigest()
+
+
 def create_app(state: ServiceState, on_load_failure: Callable[[], None]) -> Starlette:
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
@@ -118,6 +140,7 @@ def create_app(state: ServiceState, on_load_failure: Callable[[], None]) -> Star
             "corpus_size": len(state.index.docs),
             "config_hash": state.config_hash,
             "corpus_hash": state.index.docs.content_hash,
+            "data_fingerprint": state.data_fingerprint,
             "index_cache_hits": state.index.cache_hits,
             "load_seconds": round(state.index.load_seconds, 4),
         })

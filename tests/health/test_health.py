@@ -138,3 +138,24 @@ def test_non_json_200_returns_an_empty_dict(tmp_path: Path) -> None:
         server.shutdown()
         server.server_close()
 
+
+
+def test_the_fingerprint_field_of_a_health_answer(serve) -> None:
+    from tuner.errors import TargetError
+    from tuner.health import health_fingerprint
+
+    server = serve(unhealthy=1)
+    body = wait_healthy(server.url, deadline_s=20, interval_s=0.01)
+    assert health_fingerprint(body, "n") == "2"  # not a string: its JSON
+    nested = {"status": "ok", "index": {"sha": "ab12", "parts": {"b": 1, "a": 2}}}
+    assert health_fingerprint(nested, "index.sha") == "ab12"
+    assert health_fingerprint(nested, "index.parts") == '{"a": 2, "b": 1}'
+    with pytest.raises(TargetError) as exc:
+        health_fingerprint(nested, "index.digest")
+    assert str(exc.value) == (
+        "target.health.fingerprint 'index.digest': the health answer has no 'digest' in index"
+        " (keys: parts, sha); name a field the backend reports, or remove target.health.fingerprint")
+    with pytest.raises(TargetError, match="has no 'data_fingerprint' in the body"):
+        health_fingerprint({}, "data_fingerprint")
+    with pytest.raises(TargetError, match="is empty"):
+        health_fingerprint({"data_fingerprint": None}, "data_fingerprint")

@@ -23,7 +23,8 @@ import pytest
 from optuna.trial import TrialState
 
 from tuner.demo import write_backend_config
-from tuner.workers import ATTR_REPLICA, retries_of
+from tuner.study import ATTR_REPLICA
+from tuner.workers import retries_of
 from workers.replica_setup import write_experiment
 
 REPO = Path(__file__).resolve().parents[2]
@@ -130,5 +131,43 @@ def test_sigkilled_worker_trial_is_retried_and_its_backend_reaped(experiment):
     while backends_running(exp.parent) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert backends_running(exp.parent) == []
+    assert replica_config(config, 0).read_bytes() == original
+    assert replica_config(config, 1).read_bytes() == original
+
+
+@pytest.mark.parametrize("experiment", [6], indirect=True)
+@pytest.mark.slow
+def test_tuner_workers_starts_count_replicas_that_share_one_study_total(experiment):
+    """`tuner workers --count 2`: both replicas run trials of one study through the one
+    loop (MLflow child runs included), n_trials is a study total overshot by at most
+    the trials running when it was reached, no backend is left and no config patched."""
+    from mlflow import MlflowClient
+
+    from tuner.experiment import load_experiment
+    from tuner.tracking import TAG_STUDY
+
+    exp, name, storage, config = experiment
+    original = config.read_bytes()
+    text = exp.read_text()
+    assert text.count("enabled: false") == 1  # tracking off in the shared shape; on here
+    exp.write_text(text.replace("enabled: false", "enabled: true"))
+    proc = subprocess.run([sys.executable, "-m", "tuner", "workers", str(exp), "--count", "2"], cwd=exp.parent,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "exit codes [0, 0]" in proc.stderr
+    trials = optuna.load_study(study_name=name, storage=storage).get_trials(deepcopy=False)
+    finished = [t for t in trials if t.state.is_finished()]
+    assert 6 <= len(finished) <= 6 + 1 and not [t for t in trials if t.state == TrialState.RUNNING]
+    assert {t.system_attrs.get(ATTR_REPLICA) for t in finished} == {0, 1}
+    assert sum(t.user_attrs.get("variant") == "baseline" for t in trials) == 1
+    # a parallel sweep is visible in MLflow: one parent, a finished child run per trial
+    loaded = load_experiment(exp)
+    client = MlflowClient(loaded.tracking.mlflow_uri)
+    mlexp = client.get_experiment_by_name(loaded.tracking.experiment_name)
+    runs = client.search_runs([mlexp.experiment_id], filter_string=f"tags.`{TAG_STUDY}` = '{name}'")
+    children = [r for r in runs if r.data.tags.get("tuner.role") != "study"]
+    assert len(children) == len(finished) and all(r.info.status == "FINISHED" for r in children)
+    assert backends_running(exp.parent) == []
+    assert config.read_bytes() == original
     assert replica_config(config, 0).read_bytes() == original
     assert replica_config(config, 1).read_bytes() == original

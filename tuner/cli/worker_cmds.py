@@ -14,6 +14,53 @@ ExperimentArg = Annotated[Path, typer.Argument(help="Experiment file (experiment
 
 def register(app: typer.Typer) -> None:
     app.command(name="worker")(worker_command)
+    app.command(name="workers")(workers_command)
+
+
+def workers_command(
+    experiment: ExperimentArg,
+    count: Annotated[int | None, typer.Option("--count", min=1, help=(
+        "Replicas to start on this machine (default: workers.count of the experiment)."))] = None,
+    first: Annotated[int, typer.Option("--first", min=0, help=(
+        "Number of the first replica (another machine starts at the next free number)."))] = 0,
+    n_trials: Annotated[int | None, typer.Option("--n-trials", min=1, help="Study-wide total.")] = None,
+    timeout: Annotated[float | None, typer.Option("--timeout", help="Seconds each worker runs at most.")] = None,
+) -> None:
+    """Start workers.count `tuner worker` processes (replicas --first, --first+1, ...) on this
+    machine and wait for all of them; Ctrl-C / SIGTERM is passed on to each."""
+    import subprocess
+    import sys
+    import time
+
+    from tuner.experiment import load_experiment
+    from tuner.workers import check_storage
+
+    console = Console(stderr=True)
+    exp = load_experiment(experiment)
+    n = count or exp.workers.count
+    check_storage(exp.storage, n_workers=max(n, 2))  # refuse SQLite before starting anything
+    extra = [*(["--n-trials", str(n_trials)] if n_trials else []), *(["--timeout", str(timeout)] if timeout else [])]
+    procs = [subprocess.Popen([sys.executable, "-m", "tuner", "worker", str(experiment), "--replica", str(r), *extra])
+             for r in range(first, first + n)]
+    console.print(f"started replicas {first}..{first + n - 1} (pids {', '.join(str(p.pid) for p in procs)})")
+
+    def forward(signum: int, frame: object) -> None:
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signum)
+
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        while any(p.poll() is None for p in procs):
+            time.sleep(0.2)
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+    codes = [p.returncode for p in procs]
+    console.print(f"workers finished with exit codes {codes}")
+    failed = [c for c in codes if c]
+    if failed:  # the first failure's code; a worker killed by a signal (negative) is 1
+        raise typer.Exit(failed[0] if failed[0] > 0 else 1)
 
 
 def worker_command(

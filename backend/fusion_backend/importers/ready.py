@@ -10,8 +10,11 @@
 * ``experiment.yaml``  a process target serving ``config.yaml``, the request body with
   ``query_id`` (run sources are looked up by it: without it they return nothing), the
   query set and qrels by their dataset name, ``OOS_FP_Rate <= 0.10`` only when the query
-  set has out-of-scope queries, and ``project_root: .`` so the study, label store and
-  MLflow runs stay in this folder.
+  set has out-of-scope queries, ``project_root: .`` so the study, label store and
+  MLflow runs stay in this folder, and the data the backend serves (the corpus and the
+  run files) as ``target.inputs`` plus the backend's ``data_fingerprint`` as
+  ``target.health.fingerprint``: both are part of the tuner's result-cache key, so
+  re-importing changed data never reuses results measured on the old data.
 
 Every path is relative to the file that holds it, so the folder can be moved whole.
 Rendering is pure text (comments kept), no YAML library needed.
@@ -20,7 +23,8 @@ Rendering is pure text (comments kept), no YAML library needed.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from .dataset import CORPUS_FILE, Dataset, file_names
@@ -31,6 +35,7 @@ SPACE_FILE = "space.yaml"
 EXPERIMENT_FILE = "experiment.yaml"
 N_TRIALS = 30
 OOS_BOUND = 0.10
+_PLAIN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_./-]*")  # a path YAML reads as itself unquoted
 
 
 @dataclass(frozen=True)
@@ -72,7 +77,7 @@ def ready_files(dataset: Dataset, runs: Mapping[str, str], *, with_lexical: bool
     return {
         CONFIG_FILE: render_config(dataset.name, sources),
         SPACE_FILE: render_space(dataset.name, sources, confidence_gate=has_text),
-        EXPERIMENT_FILE: render_experiment(dataset.name, n_oos),
+        EXPERIMENT_FILE: render_experiment(dataset.name, n_oos, inputs=[CORPUS_FILE, *sources.runs.values()]),
     }
 
 
@@ -186,8 +191,9 @@ params:
 
 # ---------------------------------------------------------------- experiment.yaml
 
-def render_experiment(name: str, n_oos: int) -> str:
+def render_experiment(name: str, n_oos: int, *, inputs: Sequence[str] = (CORPUS_FILE,)) -> str:
     queries, qrels = file_names(name, named=True)
+    input_list = ", ".join(p if _PLAIN.fullmatch(p) else json.dumps(p) for p in dict.fromkeys(inputs))
     if n_oos:
         constraints = (f"# {n_oos} out-of-scope queries: answering more than {OOS_BOUND:.0%} of them is infeasible\n"
                        f"# (the rate moves in steps of 1/{n_oos}).\nconstraints:\n  - OOS_FP_Rate <= {OOS_BOUND:.2f}\n")
@@ -219,6 +225,8 @@ dataset:
 
 target:
   config_files: [{CONFIG_FILE}]
+  # The data the backend serves: its content is part of the result-cache key.
+  inputs: [{input_list}]
   apply: process
   port: auto
   process:
@@ -229,6 +237,7 @@ target:
     url: http://127.0.0.1:{{port}}/health
     deadline_s: 300                # the first start builds the index
     interval_s: 0.2
+    fingerprint: data_fingerprint  # the backend's hash of the data it loaded (cache key too)
 
 evaluation:
   request:
