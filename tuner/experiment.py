@@ -327,6 +327,10 @@ class DockerConfig(_Model):
         default=True, description="After a restart, wait for the containers' own healthcheck (when they have one)."
     )
     health_deadline_s: PositiveFloat = 120.0
+    replica_env: dict[str, str] = Field(default_factory=dict, description=(
+        "tuner worker replicas: extra variables passed to compose (e.g. BACKEND_CONFIG: '{config}', "
+        "BACKEND_PORT: '{port}'); placeholders {config} {config0}.. {port} {replica} {project} {state_dir}. "
+        "TUNER_REPLICA_CONFIG/_PORT/TUNER_REPLICA/TUNER_REPLICA_PROJECT are always passed."))
 
 
 class NoneConfig(_Model):
@@ -385,7 +389,8 @@ class WorkerSettings(_Model):
     ports: Literal["auto"] | PositiveInt | list[PositiveInt] = Field(
         "auto", description="replica N's port: auto (a free one), BASE + N, or the N-th of a list")
     replica_name: str = Field("{name}-r{replica}", description=(
-        "replica N's compose project (docker targets); {name}: target.docker.project, {replica}: N"))
+        "replica N's compose project (docker targets); {name}: target.docker.project (else the compose "
+        "project name), {replica}: N"))
     heartbeat_interval_s: int = Field(30, ge=1, description="how often a running trial proves its worker is alive")
     grace_period_s: int | None = Field(
         None, ge=1, description="a trial silent this long is failed and retried (default: 4 x heartbeat_interval_s)"

@@ -82,10 +82,11 @@ def open_study(
     """Create the study, or load it when one of that name exists (resume)."""
     direction = "maximize" if maximize else "minimize"
     if isinstance(storage, str):
-        from tuner.storage import sqlalchemy_url
+        from tuner.storage import rdb_storage
 
-        # SQLAlchemy 2.1 sends a bare postgresql:// to psycopg 3; name the installed driver.
-        storage = sqlite_storage(storage) if storage.startswith("sqlite:///") else sqlalchemy_url(storage)
+        # rdb_storage names the installed PostgreSQL driver and creates the schema under a
+        # lock (processes starting at once on an empty database would race on it).
+        storage = sqlite_storage(storage) if storage.startswith("sqlite:///") else rdb_storage(storage)
     try:
         study = optuna.create_study(
             study_name=name,
@@ -130,7 +131,9 @@ def sqlite_storage(url: str) -> optuna.storages.RDBStorage:
         conn.execute("PRAGMA synchronous=NORMAL")
         return conn
 
-    return optuna.storages.RDBStorage(url, engine_kwargs={"creator": connect})
+    from tuner.storage import rdb_storage
+
+    return rdb_storage(url, engine_kwargs={"creator": connect})
 
 
 @dataclass(frozen=True)

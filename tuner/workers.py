@@ -28,7 +28,6 @@ Rules, and why:
 from __future__ import annotations
 
 import hashlib
-import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -41,7 +40,7 @@ from sqlalchemy import text
 from tuner.errors import StudyError
 from tuner.experiment import WorkerSettings
 from tuner.study import RunResult
-from tuner.storage import redact, sqlalchemy_url
+from tuner.storage import rdb_storage, redact, sqlalchemy_url
 
 DEFAULT_TEST_DSN = "postgresql://tuner:tuner@127.0.0.1:5432/tuner_test"
 
@@ -73,17 +72,18 @@ def make_storage(url: str, settings: WorkerSettings | None = None) -> optuna.sto
         # A worker holds at most a couple of connections; pre-ping survives a server restart.
         engine_kwargs = {"pool_size": 2, "max_overflow": 4, "pool_pre_ping": True}
     try:
-        with warnings.catch_warnings():  # heartbeats are "experimental" since optuna 2.9
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            return optuna.storages.RDBStorage(
-                url,
-                engine_kwargs=engine_kwargs,
-                heartbeat_interval=settings.heartbeat_interval_s,
-                grace_period=settings.grace,
-                heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(
-                    max_retry=settings.max_retry
-                ),
-            )
+        # rdb_storage: N workers on an empty database create Optuna's schema one at a time
+        return rdb_storage(
+            url,
+            engine_kwargs=engine_kwargs,
+            heartbeat_interval=settings.heartbeat_interval_s,
+            grace_period=settings.grace,
+            heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(
+                max_retry=settings.max_retry
+            ),
+        )
+    except StudyError:
+        raise
     except Exception as exc:  # sqlalchemy / driver errors: connection refused, bad credentials, ...
         raise StudyError(f"storage {redact(url)}: cannot connect ({type(exc).__name__}: {exc}); "
                          "check the URL and that the database server runs") from exc
