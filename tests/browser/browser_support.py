@@ -132,7 +132,7 @@ class DashboardProcess:
         assert self.proc is not None
         return descendants(self.proc.pid)
 
-    def signal_and_wait(self, sig: signal.Signals, timeout: float = 30) -> int:
+    def signal_and_wait(self, sig: signal.Signals, timeout: float = 120) -> int:
         assert self.proc is not None and self.proc.stdout is not None
         self.proc.send_signal(sig)
         code = self.proc.wait(timeout=timeout)
@@ -185,7 +185,7 @@ def alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
-def all_gone(pids: set[int], timeout: float = 5.0) -> list[int]:
+def all_gone(pids: set[int], timeout: float = 120.0) -> list[int]:
     """The pids still alive after ``timeout`` (SIGKILL is delivered asynchronously)."""
     end = time.monotonic() + timeout
     while (left := sorted(p for p in pids if alive(p))) and time.monotonic() < end:

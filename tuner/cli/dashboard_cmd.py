@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import signal
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
 
@@ -11,13 +13,43 @@ import typer
 
 from tuner.dashboard import DEFAULT_MLFLOW_PORT, DEFAULT_OPTUNA_PORT
 
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
 
 def register(app: typer.Typer) -> None:
     app.command(name="dashboard")(dashboard_command)
 
 
-def _sigterm_as_interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
+class _StopRequest:
+    """Signal handler: the first SIGINT/SIGTERM raises KeyboardInterrupt, which ends a sleep
+    or a readiness wait at once. Later ones, and any after `disarm`, are ignored: a second
+    Ctrl-C must not cut the stop of the UIs short."""
+
+    def __init__(self) -> None:
+        self.armed = True
+
+    def __call__(self, signum: int, frame: object) -> None:
+        if self.armed:
+            self.armed = False
+            raise KeyboardInterrupt
+
+    def disarm(self) -> None:
+        self.armed = False
+
+
+@contextmanager
+def _stop_on_signals() -> Iterator[_StopRequest]:
+    """SIGINT and SIGTERM both stop the command. Installed explicitly: a process started
+    with SIGINT ignored (a background job of a script, some CI runners) would otherwise
+    ignore Ctrl-C and `kill -INT` for good, and Python raises KeyboardInterrupt only when
+    SIGINT was left at its default."""
+    request = _StopRequest()
+    previous = {sig: signal.signal(sig, request) for sig in _STOP_SIGNALS}
+    try:
+        yield request
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def dashboard_command(
@@ -35,27 +67,26 @@ def dashboard_command(
     exp = load_experiment(experiment, check_paths=False)
     specs = ui_specs(exp, optuna_port=optuna_port, mlflow_port=mlflow_port)
     dashboards = Dashboards(specs, exp.state_dir / "dashboard")
-    # SIGTERM (from a service manager or `kill`) ends the command like Ctrl-C does.
-    previous = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
-    try:
-        typer.echo(f"starting {' and '.join(s.name for s in specs)} (logs in {dashboards.log_dir}) ...", err=True)
-        dashboards.start()
-        dashboards.wait_ready(deadline_s=deadline)
-        for spec in specs:
-            typer.echo(f"{spec.name}: {spec.url}")
-        if not exp.tracking.enabled:
-            typer.echo("mlflow: tracking is disabled in the experiment (tracking.enabled: false)", err=True)
-        typer.echo("Ctrl-C stops both.", err=True)
-        while True:
-            reason = dashboards.failure()
-            if reason is not None:
-                from tuner.errors import TargetError
+    with _stop_on_signals() as stop_request:
+        try:
+            typer.echo(f"starting {' and '.join(s.name for s in specs)} (logs in {dashboards.log_dir}) ...", err=True)
+            dashboards.start()
+            dashboards.wait_ready(deadline_s=deadline)
+            for spec in specs:
+                typer.echo(f"{spec.name}: {spec.url}")
+            if not exp.tracking.enabled:
+                typer.echo("mlflow: tracking is disabled in the experiment (tracking.enabled: false)", err=True)
+            typer.echo("Ctrl-C stops both.", err=True)
+            while True:
+                reason = dashboards.failure()
+                if reason is not None:
+                    from tuner.errors import TargetError
 
-                raise TargetError(f"{reason} (log: {dashboards.log_dir})")
-            time.sleep(0.5)
-    except KeyboardInterrupt:
-        typer.echo("stopping the dashboards ...", err=True)
-    finally:
-        dashboards.stop()
-        signal.signal(signal.SIGTERM, previous)
+                    raise TargetError(f"{reason} (log: {dashboards.log_dir})")
+                time.sleep(0.5)
+        except KeyboardInterrupt:
+            typer.echo("stopping the dashboards ...", err=True)
+        finally:
+            stop_request.disarm()
+            dashboards.stop()
     typer.echo("stopped.", err=True)
