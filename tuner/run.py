@@ -23,6 +23,7 @@ from tuner.errors import StudyError, TargetError, TunerError
 from tuner.health import wait_target_healthy
 from tuner.holdout import record_split
 from tuner.locks import StudyLease, patch_rights
+from tuner.storage import redact
 from tuner.preflight_live import preflight_on_target, static_preflight
 from tuner.study import (
     ATTR_ARTIFACT_DIR,
@@ -143,7 +144,7 @@ def _run_locked(
         preflight_on_target(prepared, preflight, target, wait, note=observer.note)
     study.set_user_attr(ATTR_PREFLIGHT, preflight.to_dict())
 
-    tracker = make_tracker(experiment)
+    tracker = make_tracker(experiment, on_warning=observer.note)
     # This run holds the study alone: an MLflow run still RUNNING belongs to a killed one.
     closed = tracker.close_stale_runs(experiment.study, live_trials=set())
     if closed:
@@ -157,7 +158,7 @@ def _run_locked(
             "search_space": str(experiment.search_space),
             "dataset": prepared.queries.dataset_id,
         },
-        tags={"tuner.experiment_file": str(experiment.source), "tuner.optuna_storage": experiment.storage,
+        tags={"tuner.experiment_file": str(experiment.source), "tuner.optuna_storage": redact(experiment.storage),
               "tuner.preflight": preflight.verdict},
     )
     runner = build_runner(

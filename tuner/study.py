@@ -86,7 +86,9 @@ def open_study(
 
         # rdb_storage names the installed PostgreSQL driver and creates the schema under a
         # lock (processes starting at once on an empty database would race on it).
-        storage = sqlite_storage(storage) if storage.startswith("sqlite:///") else rdb_storage(storage)
+        # pre-ping: a pooled connection cut by a database restart is replaced, not used.
+        storage = (sqlite_storage(storage) if storage.startswith("sqlite:///")
+                   else rdb_storage(storage, engine_kwargs={"pool_pre_ping": True}))
     try:
         study = optuna.create_study(
             study_name=name,
@@ -807,11 +809,35 @@ def order_seed_for(study_seed: int | None) -> Any:
     return lambda number: random.Random(f"{study_seed}:{number}").getrandbits(32)
 
 
-def make_tracker(experiment: Experiment) -> Tracker:
+def make_tracker(experiment: Experiment, on_warning: Any = None) -> Tracker:
+    """The experiment's MLflow tracker. MLflow is bookkeeping: a store that cannot be
+    opened does not stop a study (every trial is in the Optuna study all the same).
+    With ``on_warning`` the tracker falls back to none and the warning says so; without
+    it the StudyError is raised (for commands whose whole job is MLflow)."""
     if not experiment.tracking.enabled:
         return NullTracker()
-    return MlflowTracker(
-        experiment.tracking.mlflow_uri,
-        experiment.tracking.experiment_name or experiment.study,
-        artifact_root=experiment.tracking.artifact_location,
-    )
+    uri = experiment.tracking.mlflow_uri
+    try:
+        _probe_tracking_server(uri)
+        return MlflowTracker(
+            uri,
+            experiment.tracking.experiment_name or experiment.study,
+            artifact_root=experiment.tracking.artifact_location,
+        )
+    except (StudyError, OSError) as exc:
+        if on_warning is None:
+            raise
+        on_warning(f"warning: MLflow is off for this run: {str(exc).splitlines()[0]}; trials are recorded in the "
+                   "Optuna study only (fix tracking.mlflow_uri, or set tracking.enabled: false)")
+        return NullTracker()
+
+
+def _probe_tracking_server(uri: str, timeout_s: float = 5.0) -> None:
+    """An HTTP tracking server that does not answer /health within ``timeout_s`` is a
+    StudyError now, instead of minutes of MLflow's own retries per call later."""
+    if not uri.startswith(("http://", "https://")):
+        return
+    try:
+        httpx.get(uri.rstrip("/") + "/health", timeout=timeout_s).raise_for_status()
+    except httpx.HTTPError as exc:
+        raise StudyError(f"MLflow tracking server {uri} does not answer /health ({type(exc).__name__}: {exc})") from exc

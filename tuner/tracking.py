@@ -154,7 +154,7 @@ class MlflowTracker(Tracker):
         except MlflowException as exc:
             raise StudyError(
                 f"MLflow tracking store {tracking_uri} cannot be opened: {exc.message.splitlines()[0]};"
-                " fix tracking.uri in the experiment file"
+                " fix tracking.mlflow_uri in the experiment file"
             ) from exc
         self.parent_run_id: str | None = None
         self.study_name: str | None = None

@@ -225,7 +225,7 @@ def _run_replica(
     # MLflow: one parent run per study, found or made by the first worker (under the
     # storage lock, which also keeps N workers off a fresh MLflow store's schema at once).
     with storage_lock(study._storage, f"mlflow:{exp.study}"):
-        tracker = S.make_tracker(exp)
+        tracker = S.make_tracker(exp, on_warning=note)
         # Runs of trials no live worker holds any more (failed by heartbeat) are closed.
         S.fail_stale_heartbeats(study)
         live = {t.number for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))}

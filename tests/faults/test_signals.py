@@ -1,0 +1,94 @@
+"""SIGTERM of `tuner run` mid-trial (SIGKILL is test_sigkill_run.py's).
+
+The fault backend stretches one trial's phase so the signal lands inside it: a
+batch whose searches wait for the test's release file, or a health wait the backend
+answers 503 for a few seconds. The first SIGTERM lets the trial end (a batch already under way
+is measured to the end; a trial not yet evaluating fails as interrupted, which does
+not count against n_trials), restores the config and exits 143; the next run resumes.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from faults.faultlib import (RELEASE, Calibration, Done, FaultLog, Project, assert_survived, assess, fail_reasons,
+                             judge, states, wait_until)
+
+pytestmark = [pytest.mark.slow]
+
+
+def sigterm_when(project: Project, ready: str, condition: Callable[[], bool],
+                 then: Callable[[], None] = lambda: None) -> tuple[dict[str, bool], list, Done]:
+    """Start `tuner run`, SIGTERM it once ``condition()`` holds (and call ``then`` once it
+    said so), then resume with one trial. Returns the checks of the signalled run, the
+    trials it left and the resumed run."""
+    run = project.start("run", "--no-cache")
+    try:
+        wait_until(lambda: condition() or not run.alive(), ready)
+        assert run.alive(), f"the run ended before {ready}"
+        patched = project.config.read_bytes() != project.original
+        run.send_signal(signal.SIGTERM)
+        wait_until(lambda: "SIGTERM" in run.stdout_so_far() or not run.alive(), "the run acknowledged SIGTERM")
+        then()
+        first = run.wait()
+    finally:
+        project.release()
+        run.kill_quietly()
+    assert patched, "the signal did not land while a trial's config was live"
+    return stopped_cleanly(project, first), project.trials(), project.tuner("run", "--n-trials", "1", "--no-cache")
+
+
+def resumed(project: Project, before: list, again: Done) -> dict[str, bool]:
+    after = project.trials()
+    new = [t for t in after if t.number >= len(before)]
+    return {
+        "the resumed run exits 0": again.returncode == 0,
+        "the resumed run measured one new trial": states(new) == ["COMPLETE"],
+        "the baseline was queued once": sum(t.user_attrs.get("variant") == "baseline" for t in after) == 1,
+    }
+
+
+def stopped_cleanly(project: Project, first: Done) -> dict[str, bool]:
+    return {
+        "exit 143": first.returncode == 143,
+        "said SIGTERM and restored": "SIGTERM" in first.stdout and "original config restored" in first.stdout,
+        "no restore journal left": not project.journal_left(),
+        "locks free after the signal": project.locks_free(),
+    }
+
+
+def test_sigterm_mid_batch_measures_the_trial_to_the_end(tmp_path: Path, calibration: Calibration,
+                                                         fault_log: FaultLog) -> None:
+    # Trial 1's searches wait for the release file, which the test writes once the run took the signal.
+    project = Project.create(tmp_path / "term-batch", study="term-batch", n_trials=6,
+                             plan={"3": {"hold_until": RELEASE}})
+    stopped, before, again = sigterm_when(project, "trial 1's batch is under way", lambda: project.serving(3),
+                                          then=project.release)
+    checks = {**stopped,
+              "trial 1 was measured to the end, the study stopped": states(before) == ["COMPLETE", "COMPLETE"],
+              **resumed(project, before, again)}
+    record = fault_log.add(judge("sigterm-runner", assess(project, calibration), checks,
+                                 injections={"mid-batch": {}}))
+    assert_survived(record)
+
+
+def test_sigterm_mid_health_wait_fails_the_trial_as_interrupted(tmp_path: Path, calibration: Calibration,
+                                                                fault_log: FaultLog) -> None:
+    # Trial 1's backend answers /health with 503 for its first 4 s.
+    project = Project.create(tmp_path / "term-health", study="term-health", n_trials=6,
+                             plan={"3": {"health_delay_s": 4}})
+    stopped, before, again = sigterm_when(project, "trial 1's backend started",
+                                lambda: any(e["life"] == 3 for e in project.events()))
+    reason = fail_reasons(before).get(1, "")
+    checks = {**stopped,
+              "trial 1 failed as interrupted": states(before) == ["COMPLETE", "FAIL"]
+              and reason.startswith("interrupted by SIGTERM"),
+              "trial 1's backend never searched": not project.serving(3),
+              **resumed(project, before, again)}
+    record = fault_log.add(judge("sigterm-runner", assess(project, calibration), checks,
+                                 injections={"mid-health-wait": {}}))
+    assert_survived(record)

@@ -1,0 +1,110 @@
+"""SIGKILL and SIGTERM of a `tuner worker` mid-trial (PostgreSQL storage).
+
+One worker (replica 0) runs the study; trial 1's searches wait for the test's release
+file, so the signal lands while the replica's config copy holds that trial's values.
+
+- SIGKILL: the worker's reaper stops its backend and restores the replica's copy; the
+  next start of the replica fails the dead trial by heartbeat, retries it with the same
+  params and completes the study.
+- SIGTERM: the worker finishes the trial under way, restores its copy, stops its
+  backend and exits 130 (stopped by signal); the next start completes the study.
+
+The original config is never patched by a worker; it and the replica copy must both
+equal the original at the end.
+"""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+import pytest
+from optuna.trial import TrialState
+
+from faults.faultlib import (RELEASE, Calibration, FaultLog, Project, all_gone, assert_survived, assess, judge, states,
+                             wait_until)
+
+pytestmark = [pytest.mark.slow, pytest.mark.integration]
+WORKER = ("worker", "--replica", "0", "--heartbeat", "1", "--grace", "3")
+N_TRIALS = 4
+
+
+def held_project(tmp_path: Path, study: str, storage: str) -> Project:
+    return Project.create(tmp_path / study, study=study, n_trials=N_TRIALS, storage=storage,
+                          plan={"3": {"hold_until": RELEASE}})
+
+
+def replica_copy(project: Project) -> Path:
+    return project.config.with_name("config.replica-0.yaml")
+
+
+def running_trials(project: Project) -> list[int]:
+    return [t.number for t in project.trials() if t.state == TrialState.RUNNING]
+
+
+def test_sigkill_of_a_worker_mid_trial(tmp_path: Path, pg_storage: tuple[str, str], calibration: Calibration,
+                                       fault_log: FaultLog) -> None:
+    from tuner.workers import retries_of
+
+    project = held_project(tmp_path, "kill-worker", pg_storage[0])
+    worker = project.start(*WORKER)
+    try:
+        wait_until(lambda: project.serving(3) or not worker.alive(), "trial 1 is evaluating")
+        killed = running_trials(project)
+        patched_at_kill = replica_copy(project).read_bytes() != project.original
+        worker.send_signal(signal.SIGKILL)
+        worker.wait()
+    finally:
+        worker.kill_quietly()
+        project.release()
+    # The reaper's job, before any new start could cover for it (a start re-copies the original).
+    reaped = all_gone(str(project.root))
+    copy_after_kill = replica_copy(project).read_bytes()
+    again = project.tuner(*WORKER)
+    trials = {t.number: t for t in project.trials()}
+    retried = retries_of(list(trials.values())).get(killed[0], []) if killed else []
+    record = fault_log.add(judge("sigkill-worker", assess(project, calibration), {
+        "killed while trial 1 ran on a patched copy": killed == [1] and patched_at_kill,
+        "the reaper stopped the backend and ended": reaped,
+        "the reaper restored the replica's copy": copy_after_kill == project.original,
+        "the next worker exits 0": again.returncode == 0,
+        "the killed trial is FAIL": killed != [] and trials[killed[0]].state == TrialState.FAIL,
+        "it was retried with its params and completed": len(retried) == 1
+        and trials[retried[0]].state == TrialState.COMPLETE and trials[retried[0]].params == trials[1].params,
+        "the study reached n_trials": states(list(trials.values())).count("COMPLETE") == N_TRIALS,
+        "the original config was never patched": project.config.read_bytes() == project.original,
+        "locks free": project.locks_free(),
+    }))
+    assert_survived(record)
+
+
+def test_sigterm_of_a_worker_mid_trial(tmp_path: Path, pg_storage: tuple[str, str], calibration: Calibration,
+                                       fault_log: FaultLog) -> None:
+    project = held_project(tmp_path, "term-worker", pg_storage[0])
+    worker = project.start(*WORKER)
+    try:
+        wait_until(lambda: project.serving(3) or not worker.alive(), "trial 1 is evaluating")
+        worker.send_signal(signal.SIGTERM)
+        wait_until(lambda: "stopping after the current trial" in worker.err_path.read_text() or not worker.alive(),
+                   "the worker acknowledged the signal")
+        project.release()
+        done = worker.wait()
+    finally:
+        worker.kill_quietly()
+        project.release()
+    before = project.trials()
+    stopped = {
+        "exit 130 (stopped by signal)": done.returncode == 130,
+        "trial 1 was measured to the end, the worker stopped": states(before) == ["COMPLETE", "COMPLETE"],
+        "the replica's copy restored": replica_copy(project).read_bytes() == project.original,
+        "no backend or reaper left": all_gone(str(project.root)),
+        "locks free": project.locks_free(),
+    }
+    again = project.tuner(*WORKER)
+    record = fault_log.add(judge("sigterm-worker", assess(project, calibration), {
+        **stopped,
+        "the next worker exits 0": again.returncode == 0,
+        "the study reached n_trials": states(project.trials()) == ["COMPLETE"] * N_TRIALS,
+        "the original config was never patched": project.config.read_bytes() == project.original,
+    }))
+    assert_survived(record)
