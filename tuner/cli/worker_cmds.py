@@ -100,7 +100,10 @@ def worker_command(
     stop = StopFlag()
     previous = {}
 
+    received: list[int] = []
+
     def handler(signum: int, frame: object) -> None:
+        received.append(signum)
         if stop.is_set():  # a second signal: leave now (the reaper restores the replica)
             raise KeyboardInterrupt
         stop.set(f"signal {signal.Signals(signum).name}")
@@ -122,4 +125,4 @@ def worker_command(
         console.print(f"[red]error: {summary.error}[/]", soft_wrap=True)
         raise typer.Exit(1)
     if summary.result.stopped_by == "signal":
-        raise typer.Exit(130)
+        raise typer.Exit(128 + (received[0] if received else signal.SIGINT))  # as `tuner run`: 130, 143
