@@ -88,8 +88,9 @@ def preflight_on_target(prepared: Prepared, report: PreflightReport, target: Any
 
 def check_experiment(experiment: Any, *, full: bool = False, seed: int = 0) -> tuple[PreflightReport, list[str]]:
     """`tuner check`: every check on the config as found, on a backend started for it
-    (and stopped after). Never replays or touches a restore journal: one that exists
-    belongs to a live run, or to a killed one that `tuner run` replays. Returns the
+    (and stopped after), holding the config locks (tuner.locks) while the backend runs.
+    Never replays or touches a restore journal: one that exists belongs to a killed
+    run, which the next `tuner run` replays. Returns the
     report and the experiment's own warnings (space vs config, sampler)."""
     from tuner.health import wait_target_healthy
     from tuner.study import prepare
@@ -104,10 +105,15 @@ def check_experiment(experiment: Any, *, full: bool = False, seed: int = 0) -> t
             "so the config files may hold a trial's values rather than the original"))
     if any(f.code == "template_field" for f in report.stops):
         return report, prepared.warnings  # every request would fail: nothing to send
-    target = make_target(experiment.target, experiment.state_dir)
-    try:
-        live_preflight(prepared, report, full=full, seed=seed,
-                       start=lambda: (target.start(), wait_target_healthy(experiment.target.health, target)))
-    finally:
-        target.close()
+    from tuner.locks import config_locks
+
+    # The backend it starts reads the config files: not while a run has a trial's values
+    # in them (LockHeld names the run), and no run patches them while it measures.
+    with config_locks(experiment.target.config_files, command="tuner check"):
+        target = make_target(experiment.target, experiment.state_dir)
+        try:
+            live_preflight(prepared, report, full=full, seed=seed,
+                           start=lambda: (target.start(), wait_target_healthy(experiment.target.health, target)))
+        finally:
+            target.close()
     return report, prepared.warnings

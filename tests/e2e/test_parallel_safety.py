@@ -60,6 +60,10 @@ def test_a_second_run_apply_or_other_experiment_is_refused_while_a_run_patches(d
         applied = _tuner("apply", str(exp_path))
         assert applied.returncode == 2 and "is locked by tuner run" in applied.stderr, applied.stderr
 
+        # `tuner check` would start a backend on the trial's config: refused, naming the run
+        checked = _tuner("check", str(exp_path))
+        assert checked.returncode == 2 and f"is locked by tuner run (pid {run.pid}" in checked.stderr, checked.stderr
+
         # read-only: whatever it prints, it must not replay the live journal
         _tuner("apply", str(exp_path), "--dry-run")
         _tuner("best", str(exp_path))
