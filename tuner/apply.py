@@ -25,7 +25,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from tuner import analysis as A
 from tuner.errors import StudyError, TunerError
-from tuner.study import Prepared, best_feasible_trial, is_feasible, prepare
+from tuner.study import ATTR_CONFIG_SEEN, Prepared, best_feasible_trial, is_feasible, prepare
 
 if TYPE_CHECKING:
     from tuner.experiment import Experiment
@@ -42,10 +42,20 @@ class ApplyPlan:
     assignment: dict[str, Any]
     texts: dict[Path, str]
     diff: str
+    #: keys the trial writes whose value in the config changed since the study saw it:
+    #: (param, value the study saw, value now, value the trial writes)
+    drift: list[tuple[str, Any, Any, Any]] = field(default_factory=list)
 
     @property
     def changes(self) -> bool:
         return bool(self.diff)
+
+    def drift_message(self) -> str:
+        shown = "; ".join(f"{name}: study saw {seen!r}, now {now!r}, trial writes {new!r}"
+                          for name, seen, now, new in self.drift)
+        return (f"{len(self.drift)} key(s) the trial writes were edited since the study measured them ({shown}); "
+                "the trial's score was measured against the old values: re-run the study, or pass --force to "
+                "overwrite the edits")
 
 
 @dataclass
@@ -107,6 +117,7 @@ def plan_apply(experiment: Experiment, *, trial_number: int | None = None, recov
     prepared = prepare(experiment, recover_journal=recover_journal)
     assignment = trial.user_attrs.get(A.ATTR_ASSIGNMENT) or prepared.space.suggest(trial)
     edits = prepared.space.edits(assignment)
+    now = prepared.space.current_assignment(prepared.patcher.documents())
     return ApplyPlan(
         experiment=experiment,
         prepared=prepared,
@@ -117,7 +128,40 @@ def plan_apply(experiment: Experiment, *, trial_number: int | None = None, recov
         assignment=dict(assignment),
         texts=prepared.patcher.render(edits),
         diff=prepared.patcher.diff(edits),
+        drift=find_drift(config_seen(study), now, assignment),
     )
+
+
+def config_seen(study: optuna.Study) -> dict[str, Any]:
+    """The search space's keys as the study found them in the config (recorded at its
+    first run; older studies: the baseline trial's assignment; else nothing)."""
+    seen = study.user_attrs.get(ATTR_CONFIG_SEEN)
+    if isinstance(seen, dict):
+        return seen
+    for t in study.get_trials(deepcopy=False):
+        if t.user_attrs.get(A.ATTR_VARIANT) == "baseline" and t.user_attrs.get(A.ATTR_ASSIGNMENT):
+            return dict(t.user_attrs[A.ATTR_ASSIGNMENT])
+    return {}
+
+
+def find_drift(seen: dict[str, Any], now: dict[str, Any], writes: dict[str, Any]) -> list[tuple[str, Any, Any, Any]]:
+    """(param, seen, now, written) for every param the trial writes whose current value
+    differs from what the study saw (floats compared to 1e-9)."""
+    out = []
+    for name, new in writes.items():
+        if name in seen and name in now and not _same(seen[name], now[name]):
+            out.append((name, seen[name], now[name], new))
+    return out
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool):
+        return abs(float(a) - float(b)) <= 1e-9
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return bool(a == b)
 
 
 def backup_configs(files: list[Path], backup_root: Path) -> list[Path]:
@@ -141,7 +185,7 @@ def backup_configs(files: list[Path], backup_root: Path) -> list[Path]:
 
 def apply_plan(
     plan: ApplyPlan, *, tolerance: float = 0.01, on_step: Callable[[str], None] = lambda step: None,
-    skip_checks: bool = False,
+    skip_checks: bool = False, force: bool = False,
 ) -> ApplyResult:
     """Write, restart, check health, re-evaluate, compare; roll back when it does not hold.
 
@@ -155,6 +199,8 @@ def apply_plan(
 
     if tolerance < 0:
         raise StudyError(f"--tolerance must be >= 0, got {tolerance}")
+    if plan.drift and not force:
+        raise StudyError(f"tuner apply: {plan.drift_message()}")
     static_preflight(plan.prepared, skip=skip_checks).raise_for_stops("tuner apply")
     exp = plan.experiment.bind_port()
     prepared = plan.prepared
@@ -180,6 +226,7 @@ def apply_plan(
             batch = evaluator.evaluate(order_seed=0, on_result=lambda qid, row: None)
             measured = float(batch.metrics[plan.objective])
             stops = [] if skip_checks else [f for f in check_batch(batch, exp.evaluation) if f.level == "stop"]
+            violated = violated_constraints(exp.constraints, batch.metrics)
         except TunerError as exc:
             problem = f"{type(exc).__name__}: {exc}"
         except BaseException:
@@ -188,6 +235,8 @@ def apply_plan(
         else:
             result.measured = measured
             problem = f"preflight: {stops[0].message}" if stops else None
+            if problem is None and violated:
+                problem = "constraint violated on the re-measured batch: " + "; ".join(violated)
             if problem is None and abs(measured - plan.expected) > tolerance:
                 problem = (
                     f"{plan.objective} re-measured {measured:.4f}, trial #{plan.trial_number} had {plan.expected:.4f}"
@@ -213,6 +262,19 @@ def apply_plan(
         return result
     finally:
         target.close()
+
+
+def violated_constraints(constraints: Any, metrics: Any) -> list[str]:
+    """``"OOS_FP_Rate = 0.3100 > 0.1"`` for each constraint the metrics break (a metric
+    missing from them counts as broken: nothing would say it holds)."""
+    out = []
+    for c in constraints:
+        value = metrics.get(c.metric) if hasattr(metrics, "get") else None
+        if value is None or value != value:  # missing or NaN
+            out.append(f"{c.name}: {c.metric} was not measured")
+        elif c.violation(metrics) > 0:
+            out.append(f"{c.metric} = {float(value):.4f}, breaks {c.name}")
+    return out
 
 
 def _commit(patcher: Any) -> None:

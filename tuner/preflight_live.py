@@ -22,9 +22,28 @@ def static_preflight(prepared: Prepared, *, skip: bool = False) -> PreflightRepo
     """The checks that need no backend."""
     exp = prepared.experiment
     report = PreflightReport(n_total=len(prepared.queries), skipped=skip)
-    return report.extend(static_checks(exp.evaluation, prepared.queries, exp.constraints,
-                                       unjudged_note=prepared.dataset_note,
-                                       unjudged_policy=exp.dataset.unjudged_queries))
+    report.extend(static_checks(exp.evaluation, prepared.queries, exp.constraints,
+                                unjudged_note=prepared.dataset_note,
+                                unjudged_policy=exp.dataset.unjudged_queries))
+    problem = roundtrip_problem(prepared)
+    if problem is not None:
+        report.extend([Finding("config_roundtrip", "stop", problem)])
+    return report
+
+
+def roundtrip_problem(prepared: Prepared) -> str | None:
+    """Why the tuner cannot write the config files back (every trial would FAIL on it),
+    or None: the config as found is rendered through the search space's edits, which
+    runs the same parse-back check as every trial's write."""
+    from tuner.errors import ConfigError
+
+    space, patcher = prepared.space, prepared.patcher
+    try:
+        patcher.render(space.edits(space.current_assignment(patcher.documents())))
+    except ConfigError as exc:
+        return (f"{exc}; every trial would fail on it: the tuner round-trips the config with ruamel.yaml, so "
+                "replace the custom tag (e.g. with a plain value or an environment variable the backend reads)")
+    return None
 
 
 def live_preflight(

@@ -44,6 +44,7 @@ from tuner.study import (
     make_tracker,
     open_study,
     prepare,
+    record_config_seen,
     remaining_trials,
     summary_metrics,
 )
@@ -129,6 +130,7 @@ def _run_locked(
     if prepared.split is not None:
         record_split(study, prepared.split)
     stale = fail_stale_trials(study)
+    record_config_seen(study, prepared)
     enqueue_initial(study, initial_variants(prepared))
     if n_trials is None:
         n_trials = remaining_trials(study, experiment.n_trials)

@@ -45,6 +45,7 @@ ATTR_ARTIFACT_DIR = "tuner.artifact_dir"
 ATTR_OBJECTIVE = "tuner.objective"
 ATTR_CONSTRAINTS = "tuner.constraints"
 ATTR_PREFLIGHT = "tuner.preflight"
+ATTR_CONFIG_SEEN = "tuner.config_seen"  # the space's keys as the study first found them (apply's drift check)
 ATTR_REPLICA = "tuner.replica"
 INTERRUPTED = "interrupted"
 STALE = "stale"
@@ -693,21 +694,40 @@ def load_dataset(experiment: Experiment) -> tuple[QuerySet, dict[str, dict[str, 
     """The query set (``dataset.unjudged_queries`` applied), its labels, the labels'
     fingerprint and the one-line note of what the unjudged-queries policy did (or None)."""
     from tuner.dataset import judged_subset, load_queryset
-    from tuner.labels import LabelStore
+    from tuner.labels import LabelStore, read_judgments
     from tuner.qrels import GradeMap
 
     ds = experiment.dataset
     queries = load_queryset(ds.queries, ds.dataset_id)
+    created = not Path(ds.labels_db).exists()
     store = LabelStore(ds.labels_db)
     if queries.dataset_id not in store.datasets():
-        if not ds.labels:
-            store.qrels(queries.dataset_id)  # raises the LabelError that says how to import
-        for source in ds.labels:
-            grade_map = GradeMap({int(k): v for k, v in source.grade_map.items()}) if source.grade_map else None
-            store.import_file(source.path, queries.dataset_id, fmt=source.format, grade_map=grade_map)
+        try:
+            if not ds.labels:
+                store.qrels(queries.dataset_id)  # raises the LabelError that says how to import
+            maps = [GradeMap({int(k): v for k, v in s.grade_map.items()}) if s.grade_map else None for s in ds.labels]
+            # every file parses before any is stored: a bad second file must not leave the
+            # first one's labels looking like the whole set (the next run would not re-import)
+            for source, grade_map in zip(ds.labels, maps, strict=True):
+                read_judgments(source.path, source.format, grade_map)
+            for source, grade_map in zip(ds.labels, maps, strict=True):
+                store.import_file(source.path, queries.dataset_id, fmt=source.format, grade_map=grade_map)
+        except BaseException:
+            if created:  # a failed first import leaves no empty label store behind
+                for suffix in ("", "-wal", "-shm", "-journal"):
+                    Path(f"{ds.labels_db}{suffix}").unlink(missing_ok=True)
+            raise
     qrels = store.qrels(queries.dataset_id)
     judged = judged_subset(queries, qrels, ds.unjudged_queries)
     return judged.queries, qrels, store.fingerprint(queries.dataset_id), judged.note
+
+
+def record_config_seen(study: optuna.Study, prepared: Prepared) -> None:
+    """Keep the search space's values as the study first finds them in the config, so
+    `tuner apply` can tell a hand edit made since then (tuner.apply.find_drift)."""
+    if ATTR_CONFIG_SEEN not in study.user_attrs:
+        current = prepared.space.current_assignment(prepared.patcher.documents())
+        study.set_user_attr(ATTR_CONFIG_SEEN, json.loads(json.dumps(current, default=str)))
 
 
 def initial_variants(prepared: Prepared) -> list[Variant]:

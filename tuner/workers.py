@@ -215,6 +215,7 @@ def _run_replica(
         from tuner.holdout import record_split
 
         record_split(study, prepared.split)
+    S.record_config_seen(study, prepared)  # the replica's copy is the original at start
     enqueue_once(study, lambda s: S.enqueue_initial(s, S.initial_variants(prepared)))
     target = PidRecordingTarget(make_target(exp.target, exp.state_dir), replica.pid_file)
     health = exp.target.health

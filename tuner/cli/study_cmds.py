@@ -112,8 +112,14 @@ def _run_and_report(exp: Any, console: Console, *, n_trials: int | None, timeout
                                  use_cache=use_cache, skip_checks=skip_checks)
     _print_summary(console, exp, summary)
     if summary.error:
-        console.print(f"[red]error:[/] {summary.error}")
+        console.print(f"[red]error:[/] {summary.error}", soft_wrap=True)
         raise typer.Exit(2)
+    ran = summary.result.ran
+    if ran and "signal" not in received and all(o.state == "FAIL" for o in ran):
+        console.print(f"[red]error:[/] every trial of this run failed ({len(ran)}); last: {ran[-1].fail_reason}; "
+                      "fix the backend or the search space (`tuner check EXPERIMENT`), then run again",
+                      soft_wrap=True)
+        raise typer.Exit(1)
     if "signal" in received:
         raise typer.Exit(EXIT_INTERRUPTED.get(signal.Signals(received["signal"]), 1))
 
@@ -314,6 +320,8 @@ def apply_command(
     tolerance: Annotated[float, typer.Option("--tolerance", min=0.0, help=(
         "Largest |re-measured - trial| objective difference accepted before rolling back."))] = 0.01,
     skip_checks: SkipChecksOption = False,
+    force: Annotated[bool, typer.Option("--force", help=(
+        "Write even keys edited by hand since the study measured them (drift)."))] = False,
 ) -> None:
     """Write the best feasible (or --trial N) config into the target; re-check it, roll back if it does not hold."""
     from tuner.apply import apply_rights
@@ -323,16 +331,16 @@ def apply_command(
     _quiet_libraries()
     exp = load_experiment(experiment)
     if dry_run:  # reads only: never takes a lock, never replays a journal
-        _apply(console, exp, trial=trial, dry_run=True, tolerance=tolerance, skip_checks=skip_checks)
+        _apply(console, exp, trial=trial, dry_run=True, tolerance=tolerance, skip_checks=skip_checks, force=force)
         return
     with apply_rights(exp) as lease:
         for line in lease.notes:
             console.print(f"[yellow]{line}[/]", soft_wrap=True)
-        _apply(console, exp, trial=trial, dry_run=False, tolerance=tolerance, skip_checks=skip_checks)
+        _apply(console, exp, trial=trial, dry_run=False, tolerance=tolerance, skip_checks=skip_checks, force=force)
 
 
 def _apply(console: Console, exp: Any, *, trial: int | None, dry_run: bool, tolerance: float,
-           skip_checks: bool) -> None:
+           skip_checks: bool, force: bool) -> None:
     from tuner.apply import apply_plan, plan_apply
 
     plan = plan_apply(exp, trial_number=trial, recover_journal=not dry_run)
@@ -347,11 +355,14 @@ def _apply(console: Console, exp: Any, *, trial: int | None, dry_run: bool, tole
         console.print("the config files already hold this trial's values; nothing to apply")
         return
     console.print(_colored_diff(plan.diff), soft_wrap=True)
+    if plan.drift:
+        how = "--force given: written anyway" if force else "a real apply stops here"
+        console.print(f"[yellow]drift ({how}):[/] {plan.drift_message()}", soft_wrap=True, highlight=False)
     if dry_run:
         console.print("[dim]--dry-run: nothing written[/]")
         return
     result = apply_plan(plan, tolerance=tolerance, on_step=lambda s: console.print(f"[dim]{s}[/]"),
-                        skip_checks=skip_checks)
+                        skip_checks=skip_checks, force=force)
     if result.applied:
         console.print(f"[green]{result.message}[/]", soft_wrap=True)
         return
