@@ -166,7 +166,7 @@ def _same(a: Any, b: Any) -> bool:
 
 def backup_configs(files: list[Path], backup_root: Path) -> list[Path]:
     """Copy each config file to ``backup_root/<UTC time>/`` (index-prefixed names)."""
-    from tuner.configpatch import atomic_write
+    from tuner.configpatch import copy_preserving
 
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     folder = backup_root / stamp
@@ -176,10 +176,8 @@ def backup_configs(files: list[Path], backup_root: Path) -> list[Path]:
         folder = backup_root / f"{stamp}-{n}"
     folder.mkdir(parents=True)
     out = []
-    for i, f in enumerate(files):
-        dest = folder / f"{i}-{f.name}"
-        atomic_write(dest, f.read_bytes())
-        out.append(dest)
+    for i, f in enumerate(files):  # the config's mode (and owner where permitted): a 0600 config stays 0600
+        out.append(copy_preserving(f, folder / f"{i}-{f.name}"))
     return out
 
 

@@ -5,7 +5,8 @@ key order, quoting, flow style (``[30, 90]``, ``{bm25: 1.0}``) and int-versus-fl
 spelling survive; only the patched values change. Lists and mappings are updated in
 place (``seq[:] = ...``) because replacing the node would lose its flow style.
 
-Every write is atomic (temp file in the same directory, fsync, ``os.replace``). Before
+Every write is atomic (temp file in the same directory, fsync, ``os.replace``) and keeps
+the replaced file's owner, group and mode (see "atomic files" below). Before
 the first write a *restore journal* (JSON in the state dir) records each file's
 original bytes and sha256, so the originals can be put back byte for byte by
 ``restore()`` -- or by ``recover(journal)`` at the next start-up after a crash.
@@ -16,6 +17,7 @@ Public API::
 
     ConfigPatcher(config_files, journal_path=None)
         .files: list[Path]; .names: list[str]
+        .notes: list[str]                           # files written in place (owner not keepable)
         .documents() -> list[CommentedMap]          # the base documents (originals)
         .render(edits) -> dict[Path, str]           # text of every config file, nothing written
         .apply(edits) -> dict[Path, str]            # journal (once), then atomic writes
@@ -24,7 +26,10 @@ Public API::
         .diff(edits) -> str                         # unified diff base -> patched
         .journal_active -> bool
     recover(journal_path) -> list[Path]             # replay a journal left by a crash
-    atomic_write(path, data: bytes) -> None
+    atomic_write(path, data: bytes, mode=None) -> bool   # owner, group, mode kept
+    replace_file(path, write, mode=None, new_mode=0o600) -> bool
+    copy_preserving(src, dst) -> Path               # src's mode, and owner where permitted
+    in_place_reason(path) -> str | None
     unified_diff(before, after, name) -> str
     get_path(doc, dotted) -> value | MISSING; all_paths(doc) -> list[str]
 
@@ -37,17 +42,21 @@ from __future__ import annotations
 import base64
 import copy
 import difflib
+import errno
 import functools
+import grp
 import hashlib
 import io
 import json
 import os
+import pwd
 import tempfile
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
@@ -105,20 +114,132 @@ def all_paths(doc: Any, prefix: str = "") -> list[str]:
 
 
 # ---------------------------------------------------------------- atomic files
+#
+# A file the tuner writes in place of another keeps the original's owner, group and
+# mode: a service reading its config as ``nobody`` must still be able to after a trial,
+# a restore or an apply. The replacement is a temp file given the original's owner
+# (fchown) and mode (fchmod) before ``os.replace``. When the owner cannot be given --
+# a non-root tuner replacing a file it may write but not own, a root-squashed mount, a
+# directory it may not create files in -- the bytes are written into the file itself
+# instead (same inode: owner, group and mode cannot change). That write is not atomic;
+# config writes are covered by the restore journal, which is written first. Editors do
+# the same (vim's 'backupcopy', Emacs' backup-by-copying-when-mismatch).
+
+NEW_FILE_MODE = 0o600  # new files that may hold secrets: journal, config copies
 
 
-def atomic_write(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so readers see the old or the new bytes, never a mix."""
+@dataclass(frozen=True)
+class FileMeta:
+    """Owner, group and permission bits of a file."""
+
+    uid: int
+    gid: int
+    mode: int
+
+    @classmethod
+    def of(cls, path: Path) -> FileMeta | None:
+        try:
+            st = Path(path).stat()
+        except FileNotFoundError:
+            return None
+        return cls(st.st_uid, st.st_gid, st.st_mode & 0o7777)
+
+    def describe(self) -> str:
+        return f"{_user(self.uid)}:{_group(self.gid)} {self.mode:04o}"
+
+
+class _OwnerNotKept(Exception):
+    """The replacement could not be given the original's owner (or made at all)."""
+
+
+def atomic_write(path: Path, data: bytes, *, mode: int | None = None) -> bool:
+    """Write ``data`` to ``path`` so readers see the old or the new bytes, never a mix.
+
+    An existing file keeps its owner, group and mode (``mode`` overrides the mode); a
+    new one gets ``mode``, 0600 by default. Returns False when the owner could not be
+    kept on a replacement and the file was rewritten in place instead (not atomic)."""
+    return replace_file(path, lambda fh: fh.write(data), mode=mode)
+
+
+def replace_file(
+    path: Path, write: Callable[[BinaryIO], object], *, mode: int | None = None, new_mode: int = NEW_FILE_MODE
+) -> bool:
+    """:func:`atomic_write` with the bytes written by ``write(fh)`` (it may be called
+    twice: once more for the in-place fallback); ``new_mode`` is a new file's mode."""
     path = Path(path)
-    mode = path.stat().st_mode & 0o7777 if path.exists() else None
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    meta = FileMeta.of(path)
+    if meta is None:
+        _replace(path, write, mode=new_mode if mode is None else mode)
+        return True
+    if mode is not None:
+        meta = FileMeta(meta.uid, meta.gid, mode)
+    return write_as(path, write, meta)
+
+
+def write_as(path: Path, write: Callable[[BinaryIO], object], meta: FileMeta) -> bool:
+    """Replace ``path`` with a file of ``meta``'s owner and mode; in place (returns
+    False) when that owner cannot be given and the file exists."""
+    try:
+        _replace(path, write, mode=meta.mode, owner=(meta.uid, meta.gid), strict=True)
+        return True
+    except _OwnerNotKept:
+        if path.exists():
+            _write_in_place(path, write, meta)
+        else:  # gone meanwhile (a restore): nothing to write into, recreate as a copy would be
+            _replace(path, write, mode=meta.mode, owner=(meta.uid, meta.gid))
+        return False
+
+
+def copy_preserving(src: Path, dst: Path) -> Path:
+    """Copy ``src`` to ``dst`` atomically with ``src``'s mode, and its owner and group
+    where permitted. A copy that cannot keep the group loses the group's permission
+    bits (the group would be another one): a 0640 config never becomes readable by
+    the tuner's group."""
+    src, dst = Path(src), Path(dst)
+    meta = FileMeta.of(src)
+    if meta is None:
+        raise FileNotFoundError(errno.ENOENT, "no such file to copy", str(src))
+    data = src.read_bytes()
+    _replace(dst, lambda fh: fh.write(data), mode=meta.mode, owner=(meta.uid, meta.gid), strict=False)
+    return dst
+
+
+def in_place_reason(path: Path) -> str | None:
+    """Why writes to the existing ``path`` will go in place instead of replacing it
+    (None when they will not, as far as can be told before trying)."""
+    meta = FileMeta.of(path)
+    if meta is None or os.geteuid() == 0:
+        return None
+    me = os.geteuid()
+    if meta.uid != me:
+        why = f"owned by {meta.describe()} and this user ({_user(me)}) cannot give a new file that owner"
+    elif meta.gid not in (os.getegid(), *os.getgroups()):
+        why = f"of group {_group(meta.gid)}, which this user ({_user(me)}) is not in"
+    elif not os.access(Path(path).parent, os.W_OK):
+        why = f"in a folder this user ({_user(me)}) may not create files in"
+    else:
+        return None
+    return (f"{display_path(Path(path))}: {why}: it is rewritten in place (owner and mode kept, "
+            "not atomic; the restore journal covers a crash mid-write)")
+
+
+def _replace(
+    path: Path, write: Callable[[BinaryIO], object], *, mode: int,
+    owner: tuple[int, int] | None = None, strict: bool = False,
+) -> None:
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except PermissionError as exc:
+        if strict:
+            raise _OwnerNotKept from exc
+        raise
     try:
         with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
+            write(fh)
             fh.flush()
             os.fsync(fh.fileno())
-        if mode is not None:
-            os.chmod(tmp, mode)
+            mode = _give_owner(fh.fileno(), owner, mode, strict) if owner is not None else mode
+            os.fchmod(fh.fileno(), mode)  # after fchown, which may clear set-id bits
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -127,6 +248,58 @@ def atomic_write(path: Path, data: bytes) -> None:
             pass
         raise
     _fsync_dir(path.parent)
+
+
+def _give_owner(fd: int, owner: tuple[int, int], mode: int, strict: bool) -> int:
+    """Give the temp file ``owner``; the mode to set. Not strict: keep the group when
+    only that is permitted, else drop the group's bits."""
+    st = os.fstat(fd)
+    uid, gid = owner
+    if (st.st_uid, st.st_gid) == (uid, gid):
+        return mode
+    try:
+        os.fchown(fd, uid, gid)
+        return mode
+    except PermissionError as exc:
+        if strict:
+            raise _OwnerNotKept from exc
+    try:
+        os.fchown(fd, -1, gid)
+        return mode
+    except PermissionError:
+        return mode & ~0o070
+
+
+def _write_in_place(path: Path, write: Callable[[BinaryIO], object], meta: FileMeta) -> None:
+    """Overwrite ``path``'s own bytes (no truncation first: a reader never sees it empty)."""
+    try:
+        fd = os.open(path, os.O_WRONLY)
+    except PermissionError as exc:
+        me = _user(os.geteuid())
+        as_whom = "root" if meta.uid == 0 else f"{_user(meta.uid)} or root"
+        raise TargetError(
+            f"{display_path(path)}: owned by {meta.describe()}; this user ({me}) can neither give a replacement "
+            f"that owner nor write the file ({exc.strerror}); run the tuner as {as_whom}, or let {me} write the file"
+        ) from exc
+    with os.fdopen(fd, "wb") as fh:
+        write(fh)
+        fh.truncate()
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def _user(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+def _group(gid: int) -> str:
+    try:
+        return grp.getgrgid(gid).gr_name
+    except KeyError:
+        return str(gid)
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -150,7 +323,13 @@ def _sha256(data: bytes) -> str:
 
 
 class Journal:
-    """The originals of a set of files, kept on disk until they are restored."""
+    """The originals of a set of files, kept on disk until they are restored.
+
+    It holds the originals' bytes, which may include secrets: it is written 0600. Each
+    entry also records the original's owner, group and mode (``uid``, ``gid``,
+    ``mode``), put back by :meth:`restore` with the bytes. A journal without them (an
+    older tuner's) restores the bytes and keeps the files' current owner and mode.
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
@@ -172,16 +351,18 @@ class Journal:
         entries = []
         for f in files:
             data = f.read_bytes()
+            meta = FileMeta.of(f)
             entries.append(
                 {
                     "path": str(f.resolve()),
                     "sha256": _sha256(data),
                     "content_b64": base64.b64encode(data).decode("ascii"),
+                    **({"uid": meta.uid, "gid": meta.gid, "mode": meta.mode} if meta is not None else {}),
                 }
             )
         payload = {"version": JOURNAL_VERSION, "created_at": time.time(), "pid": os.getpid(), "files": entries}
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(self.path, json.dumps(payload, indent=1).encode("utf-8"))
+        atomic_write(self.path, json.dumps(payload, indent=1).encode("utf-8"), mode=0o600)
 
     def originals(self) -> dict[Path, bytes]:
         out: dict[Path, bytes] = {}
@@ -192,16 +373,21 @@ class Journal:
             out[Path(e["path"])] = data
         return out
 
+    def metas(self) -> dict[Path, FileMeta]:
+        """The originals' owner, group and mode (files an older journal recorded without them are left out)."""
+        return {
+            Path(e["path"]): FileMeta(int(e["uid"]), int(e["gid"]), int(e["mode"]))
+            for e in self._load()["files"]
+            if {"uid", "gid", "mode"} <= e.keys()
+        }
+
     def restore(self) -> list[Path]:
-        """Put every original back (atomically), then delete the journal. Returns changed files."""
+        """Put every original back (bytes, owner, group, mode), then delete the journal.
+        Returns the files that had to be changed."""
         if not self.active:
             return []
-        changed: list[Path] = []
-        for path, data in self.originals().items():
-            current = path.read_bytes() if path.exists() else None
-            if current != data:
-                atomic_write(path, data)
-                changed.append(path)
+        metas = self.metas()
+        changed = [path for path, data in self.originals().items() if _put_back(path, data, metas.get(path))]
         self.path.unlink()
         _fsync_dir(self.path.parent)
         return changed
@@ -216,10 +402,33 @@ class Journal:
         return payload
 
 
+def _put_back(path: Path, data: bytes, meta: FileMeta | None) -> bool:
+    """``path`` with ``data`` and ``meta``'s owner and mode; True when anything changed."""
+    current = path.read_bytes() if path.exists() else None
+    meta = meta or FileMeta.of(path)
+    if current != data:
+        if meta is None:
+            atomic_write(path, data)
+        else:
+            write_as(path, lambda fh: fh.write(data), meta)
+        return True
+    now = FileMeta.of(path)
+    if meta is None or now is None or now == meta:
+        return False
+    try:  # same bytes, other owner or mode (e.g. an older tuner's write): owner first, it may clear set-id bits
+        if (now.uid, now.gid) != (meta.uid, meta.gid):
+            os.chown(path, meta.uid, meta.gid)
+        os.chmod(path, meta.mode)
+    except PermissionError:
+        return False  # not ours to change; a write of ours never changed them
+    return True
+
+
 def recover(journal_path: Path) -> list[Path]:
     """Replay a journal left by a crash: restore the originals, remove the journal.
 
-    Returns the files whose content had to be put back (empty when there was no journal).
+    Returns the files whose content, owner or mode had to be put back (empty when there
+    was no journal).
     """
     return Journal(journal_path).restore()
 
@@ -239,6 +448,9 @@ class ConfigPatcher:
         for f in self.files:
             if not f.is_file():
                 raise ConfigError(f"{display_path(f)}: config file not found (check target.config_files)")
+        # Files whose owner a replacement cannot keep: written in place (see atomic_write).
+        # For the CLI to show; a fallback nobody predicted is added when it happens.
+        self.notes: list[str] = [n for n in map(in_place_reason, self.files) if n is not None]
 
     @property
     def journal_active(self) -> bool:
@@ -282,8 +494,16 @@ class ConfigPatcher:
             self.journal.begin(self.files)
         for path, text in texts.items():
             data = text.encode("utf-8")
-            if Path(path).read_bytes() != data:
-                atomic_write(Path(path), data)
+            if Path(path).read_bytes() != data and not atomic_write(Path(path), data):
+                self._note_in_place(Path(path))
+
+    def _note_in_place(self, path: Path) -> None:
+        name = display_path(path)
+        if not any(n.startswith(f"{name}: ") for n in self.notes):
+            meta = FileMeta.of(path)
+            owner = f" ({meta.describe()})" if meta is not None else ""
+            self.notes.append(f"{name}: a replacement could not be given its owner{owner}: "
+                              "it is rewritten in place (owner and mode kept, not atomic)")
 
     def restore(self) -> list[Path]:
         """Originals back byte for byte; the journal is removed. Returns the files rewritten."""

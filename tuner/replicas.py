@@ -406,7 +406,7 @@ def _wait_for_reaper(state_dir: Path, note: Note, *, what: str) -> None:
 def _write_json(path: Path, data: Mapping[str, Any]) -> None:
     from tuner.report.atomic import atomic_write_text
 
-    atomic_write_text(path, json.dumps(data, indent=1) + "\n")
+    atomic_write_text(path, json.dumps(data, indent=1) + "\n", mode=0o600)  # compose env may hold secrets
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
@@ -545,6 +545,6 @@ def _reap_compose(record_file: Path) -> None:
 
 
 def _atomic_copy(src: Path, dst: Path) -> None:
-    from tuner.report.atomic import atomic_write_bytes
+    from tuner.configpatch import copy_preserving
 
-    atomic_write_bytes(dst, src.read_bytes())
+    copy_preserving(src, dst)  # the original's mode and owner: the replica's backend reads it as the service would

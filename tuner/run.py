@@ -110,6 +110,8 @@ def _run_locked(
     observer: StudyObserver, use_cache: bool, skip_checks: bool,
 ) -> RunSummary:
     prepared = prepare(experiment)
+    for line in prepared.patcher.notes:  # a config written in place (its owner kept)
+        observer.note(line)
     for line in prepared.recovered:
         observer.note(f"restored {line} from a restore journal left by an interrupted run")
     preflight = static_preflight(prepared, skip=skip_checks)

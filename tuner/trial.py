@@ -570,7 +570,7 @@ class TrialRunner:
         if named:
             trial_dir.mkdir(parents=True, exist_ok=True)
             for name, text in named.items():
-                (trial_dir / Path(name).name).write_text(text, encoding="utf-8")
+                atomic_write_text(trial_dir / Path(name).name, text, mode=0o600)  # the config may hold secrets
         if p.result is not None and out.state == "COMPLETE":
             context = {"study": self.study_name, "trial": p.number, "assignment": _jsonable(out.assignment)}
             context.update(_data_context(out))

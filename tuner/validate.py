@@ -89,6 +89,8 @@ def _validate_holdout(
         raise StudyError(f"study {experiment.study!r} has no baseline trial; set baseline: true and run it first")
     exp = experiment.bind_port()
     prepared = prepare(exp)
+    for line in prepared.patcher.notes:
+        on_step(line)
     all_queries = prepared.all_queries if prepared.all_queries is not None else prepared.queries
     split = split_queries(all_queries, holdout)
     check_same_split(study.user_attrs.get(ATTR_HOLDOUT), split)

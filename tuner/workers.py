@@ -203,6 +203,8 @@ def _run_replica(
     prepared = S.prepare(exp)
     for line in prepared.recovered:
         note(f"restored {line} from a restore journal left by a killed worker")
+    for line in prepared.patcher.notes:
+        note(line)
     preflight = static_preflight(prepared, skip=skip_checks)
     preflight.raise_for_stops(f"replica {replica.index} preflight")
     maximize = exp.objective.direction == "maximize"

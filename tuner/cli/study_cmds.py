@@ -344,6 +344,8 @@ def _apply(console: Console, exp: Any, *, trial: int | None, dry_run: bool, tole
     from tuner.apply import apply_plan, plan_apply
 
     plan = plan_apply(exp, trial_number=trial, recover_journal=not dry_run)
+    for line in plan.prepared.patcher.notes:
+        console.print(f"[yellow]{line}[/]", soft_wrap=True, highlight=False)
     if dry_run:  # the static checks cost nothing: say what a real apply would refuse
         from tuner.preflight_live import static_preflight
 

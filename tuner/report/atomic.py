@@ -1,47 +1,39 @@
 """Atomic file writes: a reader sees the old file or the new one, never half of one.
 
 Write to a temporary file in the target's directory (same filesystem), flush and
-fsync it, then ``os.replace`` it over the target.
+fsync it, then ``os.replace`` it over the target (tuner.configpatch.replace_file).
+A file written in place of another keeps its owner, group and mode; a new one is
+0644 (reports and label exports are meant to be shared) unless ``mode`` says
+otherwise. Pass ``mode=0o600`` for files that may hold secrets (a report with the
+config snapshot and request context): it applies to a replaced file as well, so a
+report an older run left 0644 is tightened.
 """
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
+from tuner.configpatch import replace_file
 
-def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
-    return atomic_write_with(path, lambda fh: fh.write(data))
-
-
-def atomic_write_text(path: str | Path, text: str) -> Path:
-    return atomic_write_bytes(path, text.encode("utf-8"))
+SHARED_MODE = 0o644
 
 
-def atomic_write_with(path: str | Path, write: Callable[[BinaryIO], object]) -> Path:
-    """Call ``write(fh)`` on a temporary binary file, then move it over ``path``."""
+def atomic_write_bytes(path: str | Path, data: bytes, *, mode: int | None = None) -> Path:
+    return atomic_write_with(path, lambda fh: fh.write(data), mode=mode)
+
+
+def atomic_write_text(path: str | Path, text: str, *, mode: int | None = None) -> Path:
+    return atomic_write_bytes(path, text.encode("utf-8"), mode=mode)
+
+
+def atomic_write_with(path: str | Path, write: Callable[[BinaryIO], object], *, mode: int | None = None) -> Path:
+    """Call ``write(fh)`` on a temporary binary file, then move it over ``path``.
+
+    ``write`` may be called a second time, on the file itself, when a replacement
+    cannot be given the existing file's owner (see tuner.configpatch.atomic_write)."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        # mkstemp creates 0600; reports and label exports are meant to be shared
-        os.chmod(tmp, _mode_for(target))
-        with os.fdopen(fd, "wb") as fh:
-            write(fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    replace_file(target, write, mode=mode, new_mode=SHARED_MODE)
     return target
-
-
-def _mode_for(target: Path) -> int:
-    try:
-        return target.stat().st_mode & 0o777
-    except FileNotFoundError:
-        return 0o644

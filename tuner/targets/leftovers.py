@@ -76,7 +76,8 @@ def write_record(state_dir: Path, *, pid: int, argv: Sequence[str], token: str) 
         boot_id=_boot_id(),
         token=token,
     )
-    atomic_write_text(record_path(state_dir), json.dumps(asdict(record), indent=1) + "\n")
+    # 0600: the backend's command line may carry a key
+    atomic_write_text(record_path(state_dir), json.dumps(asdict(record), indent=1) + "\n", mode=0o600)
     return record
 
 
