@@ -71,12 +71,12 @@ class ApplyResult:
 def load_study(experiment: Experiment) -> optuna.Study:
     """The experiment's existing study (StudyError when it has not been run yet)."""
     try:
-        from tuner.storage import sqlalchemy_url
+        from tuner.storage import redact, sqlalchemy_url
 
         return optuna.load_study(study_name=experiment.study, storage=sqlalchemy_url(experiment.storage))
     except KeyError as exc:
         raise StudyError(
-            f"no study {experiment.study!r} in {experiment.storage}; run `tuner run {experiment.source}` first"
+            f"no study {experiment.study!r} in {redact(experiment.storage)}; run `tuner run {experiment.source}` first"
         ) from exc
 
 

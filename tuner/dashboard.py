@@ -10,12 +10,20 @@
 
 `ui_specs` is pure (argv, URLs, environment); `Dashboards` owns the processes. Only
 tuner/cli/dashboard_cmd.py prints.
+
+Store URLs reach the UIs as `ui_store` makes them: ``postgresql://`` names the installed
+driver (tuner.storage.sqlalchemy_url; SQLAlchemy's default, psycopg 3, is often not
+installed), and a PostgreSQL password moves from the URL into the UI's environment as
+``PGPASSWORD``, which libpq (psycopg2 and psycopg alike) reads when the URL has none. A
+process's command line is world-readable (``ps``, /proc/PID/cmdline), its environment
+only to its owner; the printed commands (`dashboard_commands`) hold no password either.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -26,10 +34,13 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import httpx
 
-from tuner.errors import ConfigError, TargetError
+from tuner.errors import ConfigError, StudyError, TargetError
+from tuner.secrets import env_name_of, redact_text
+from tuner.storage import redact, sqlalchemy_url
 
 DEFAULT_OPTUNA_PORT = 8081
 DEFAULT_MLFLOW_PORT = 5000
@@ -69,17 +80,56 @@ def console_script(name: str) -> str:
     return str(beside) if beside.exists() else name
 
 
+def ui_store(url: str) -> tuple[str, dict[str, str]]:
+    """``(url, env)`` to start a UI on the store at ``url`` with: a PostgreSQL URL names
+    its installed driver and loses its password to ``env["PGPASSWORD"]``; any other URL
+    comes back as it is, with no environment."""
+    scheme, sep, _ = url.partition("://")
+    if not sep or scheme.split("+", 1)[0].lower() not in ("postgresql", "postgres"):
+        return url, {}
+    parts = urlsplit(sqlalchemy_url(url))
+    if parts.password is None:
+        return urlunsplit(parts), {}
+    creds, _, host = parts.netloc.rpartition("@")
+    user = creds.partition(":")[0]
+    bare = urlunsplit(parts._replace(netloc=f"{user}@{host}" if user else host))
+    return bare, {"PGPASSWORD": unquote(parts.password)}
+
+
+def _shell_command(argv: Sequence[str], env: dict[str, str]) -> str:
+    """``argv`` as a line to paste. A password in ``env`` is never printed: when it came
+    from an environment variable of the experiment file (``${PG_PASSWORD}``) the line
+    refers to that variable; else it relies on PGPASSWORD or ~/.pgpass being set up."""
+    prefix = ""
+    if "PGPASSWORD" in env:
+        origin = env_name_of(env["PGPASSWORD"])
+        prefix = f'PGPASSWORD="${origin}" ' if origin else ""
+    return prefix + " ".join(shlex.quote(redact_text(a)) for a in argv)
+
+
 def dashboard_commands(experiment: Any) -> dict[str, str]:
     """Shell commands that open the two UIs on this experiment's stores (printed by
-    `tuner run` and `tuner demo`)."""
+    `tuner run` and `tuner demo`). They hold no password (see `ui_store`)."""
     from tuner.study import StudyPaths
 
     paths = StudyPaths(experiment.state_dir, experiment.study)
-    out = {"optuna": f"{console_script('optuna-dashboard')} {experiment.storage} --artifact-dir {paths.artifact_dir}"}
+    storage, storage_env = _printable_store(experiment.storage)
+    out = {"optuna": _shell_command([console_script("optuna-dashboard"), storage, "--artifact-dir",
+                                      str(paths.artifact_dir)], storage_env)}
     if experiment.tracking.enabled:
-        out["mlflow"] = f"{console_script('mlflow')} ui --backend-store-uri {experiment.tracking.mlflow_uri}"
-    out["both"] = f"{console_script('tuner')} dashboard {experiment.source}"
+        uri, uri_env = _printable_store(experiment.tracking.mlflow_uri)
+        out["mlflow"] = _shell_command([console_script("mlflow"), "ui", "--backend-store-uri", uri], uri_env)
+    out["both"] = f"{console_script('tuner')} dashboard {shlex.quote(str(experiment.source))}"
     return out
+
+
+def _printable_store(url: str) -> tuple[str, dict[str, str]]:
+    """`ui_store`, except that a store whose driver is not installed here is still
+    printed (redacted): the command may be meant for another machine."""
+    try:
+        return ui_store(url)
+    except StudyError:
+        return redact(url), {}
 
 
 def ui_specs(
@@ -93,8 +143,8 @@ def ui_specs(
     always, MLflow when tracking is enabled."""
     from tuner.study import StudyPaths
 
-    storage = experiment.storage
-    _require_storage(storage, experiment.source)
+    _require_storage(experiment.storage, experiment.source)
+    storage, storage_env = ui_store(experiment.storage)
     artifact_dir = StudyPaths(experiment.state_dir, experiment.study).artifact_dir
     specs = [
         UiSpec(
@@ -106,19 +156,21 @@ def ui_specs(
             port_flag="--optuna-port",
             page="/dashboard/",
             health_path="/api/studies",
+            env=storage_env,
         )
     ]
     if experiment.tracking.enabled:
+        uri, uri_env = ui_store(experiment.tracking.mlflow_uri)
         specs.append(
             UiSpec(
                 name="mlflow",
-                argv=[console_script("mlflow"), "server", "--backend-store-uri", experiment.tracking.mlflow_uri,
+                argv=[console_script("mlflow"), "server", "--backend-store-uri", uri,
                       "--host", host, "--port", str(mlflow_port), "--workers", "1"],
                 host=host,
                 port=mlflow_port,
                 port_flag="--mlflow-port",
                 # The job runner is a third process the UI does not need.
-                env={"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
+                env={"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", **uri_env},
             )
         )
     return specs
@@ -231,7 +283,7 @@ class Dashboards:
         for name, proc in self._procs.items():
             code = proc.poll()
             if code is not None:
-                tail = _tail(self.log_file(name))
+                tail = redact_text(_tail(self.log_file(name)))
                 return f"{name} exited with code {code}" + (f": {tail}" if tail else "")
         return None
 

@@ -146,7 +146,9 @@ def _run_locked(
 
     if n_trials != 0:
         preflight_on_target(prepared, preflight, target, wait, note=observer.note)
-    study.set_user_attr(ATTR_PREFLIGHT, preflight.to_dict())
+    from tuner.secrets import redact_mapping
+
+    study.set_user_attr(ATTR_PREFLIGHT, redact_mapping(preflight.to_dict()))  # findings may quote a raw response
 
     tracker = make_tracker(experiment, on_warning=observer.note)
     # This run holds the study alone: an MLflow run still RUNNING belongs to a killed one.

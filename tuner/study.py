@@ -100,7 +100,10 @@ def open_study(
             load_if_exists=True,
         )
     except (ValueError, RuntimeError, ImportError) as exc:
-        raise StudyError(f"study {name!r} in {storage}: cannot open: {exc}; check storage in the experiment file") from exc
+        from tuner.storage import redact
+
+        where = redact(storage) if isinstance(storage, str) else "its storage"
+        raise StudyError(f"study {name!r} in {where}: cannot open: {exc}; check storage in the experiment file") from exc
     if study.direction.name.lower() != direction:
         raise StudyError(
             f"study {name!r} exists with direction {study.direction.name.lower()}, the experiment asks {direction};"
@@ -409,7 +412,9 @@ class ObjectiveRunner:
             return TrialOutcome(trial.number, "PRUNED", fail_reason=str(exc) or None)
         except Exception as exc:  # an objective's failure is the trial's, not the loop's
             reason = f"{type(exc).__name__}: {exc}"
-            trial.set_user_attr(A.ATTR_FAIL_REASON, reason)  # counted, like a TrialRunner failure
+            from tuner.secrets import redact_text
+
+            trial.set_user_attr(A.ATTR_FAIL_REASON, redact_text(reason))  # counted, like a TrialRunner failure
             return TrialOutcome(trial.number, "FAIL", fail_reason=reason)
 
     def flush(self) -> None:

@@ -5,6 +5,11 @@ runs through an explicit `MlflowClient` (no global active-run state, so nothing 
 between studies or tests), `NullTracker` records nothing. This is written here
 rather than taken from optuna-integration because its MLflowCallback is deprecated and
 logs neither constraints nor artifacts.
+
+Everything the MlflowTracker logs passes tuner.secrets on the way: a param or tag under
+a secret name is ``***``, other values lose URL passwords, secret query parameters and
+the secret values this process has read; config texts lose the latter. The tracking
+database and the run artifacts (mlflow.db and mlruns/ are 0644) never hold one.
 """
 
 from __future__ import annotations
@@ -18,7 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from tuner import secrets
 from tuner.errors import StudyError
+from tuner.storage import redact, sqlalchemy_url
 
 TrialState = Literal["COMPLETE", "FAIL", "PRUNED"]
 
@@ -149,11 +156,13 @@ class MlflowTracker(Tracker):
         if self.artifact_root is not None:
             self.artifact_root.mkdir(parents=True, exist_ok=True)
         try:
-            self.client = MlflowClient(tracking_uri=tracking_uri)
+            # A bare postgresql:// would make SQLAlchemy pick psycopg 3, often not installed.
+            self.client = MlflowClient(tracking_uri=sqlalchemy_url(tracking_uri))
             self.experiment_id = self._experiment_id()
         except MlflowException as exc:
             raise StudyError(
-                f"MLflow tracking store {tracking_uri} cannot be opened: {exc.message.splitlines()[0]};"
+                f"MLflow tracking store {redact(tracking_uri)} cannot be opened:"
+                f" {secrets.redact_text(exc.message.splitlines()[0])};"
                 " fix tracking.mlflow_uri in the experiment file"
             ) from exc
         self.parent_run_id: str | None = None
@@ -230,6 +239,7 @@ class MlflowTracker(Tracker):
 
     def start_study(self, study_name: str, *, params: Mapping[str, Any], tags: Mapping[str, str]) -> str:
         self.study_name = study_name
+        tags = {key: safe_value(key, value) for key, value in tags.items()}
         run_id = self.find_parent_run(study_name)
         if run_id is None:
             run = self.client.create_run(
@@ -262,7 +272,7 @@ class MlflowTracker(Tracker):
                 TAG_STATE: "RUNNING",
             },
         )
-        self._log(run.info.run_id, params=params)
+        self._log(run.info.run_id, params=params, tuned=True)
         return run.info.run_id
 
     def finish_trial(self, run_id: str | None, record: TrialRecord) -> None:
@@ -270,12 +280,12 @@ class MlflowTracker(Tracker):
             run_id = self.start_trial(record.number, record.params)
         tags = {TAG_STATE: record.state, **record.tags}
         if record.fail_reason:
-            tags[TAG_FAIL_REASON] = record.fail_reason[:5000]
+            tags[TAG_FAIL_REASON] = secrets.redact_text(record.fail_reason)[:5000]
         self._log(run_id, metrics=record.metrics, tags=tags, step=record.number)
         for name, text in record.config_texts.items():
             # log_text keeps the YAML exactly as written (log_dict would sort keys and
             # drop comments).
-            self.client.log_text(run_id, text, name)
+            self.client.log_text(run_id, secrets.scrub_known(text), name)
         for path in record.reports.values():
             if Path(path).is_file():
                 self.client.log_artifact(run_id, str(path), "reports")
@@ -288,7 +298,7 @@ class MlflowTracker(Tracker):
         self.client.set_terminated(self.parent_run_id, status=status)
 
     def ui_command(self) -> str:
-        return f"mlflow ui --backend-store-uri {self.tracking_uri}"
+        return f"mlflow ui --backend-store-uri {redact(self.tracking_uri)}"
 
     def _log(
         self,
@@ -298,7 +308,9 @@ class MlflowTracker(Tracker):
         metrics: Mapping[str, float] | None = None,
         tags: Mapping[str, str] | None = None,
         step: int = 0,
+        tuned: bool = False,
     ) -> None:
+        """``tuned``: ``params`` are a trial's parameters (see `safe_value`)."""
         from mlflow.entities import Metric, Param, RunTag
 
         now = int(time.time() * 1000)
@@ -307,8 +319,9 @@ class MlflowTracker(Tracker):
             for k, v in (metrics or {}).items()
             if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(float(v))
         ]
-        param_rows = [Param(mlflow_name(k), str(v)[:_PARAM_VALUE_LIMIT]) for k, v in (params or {}).items()]
-        tag_rows = [RunTag(k, str(v)) for k, v in (tags or {}).items()]
+        param_rows = [Param(mlflow_name(k), safe_value(k, v, by_name=not tuned)[:_PARAM_VALUE_LIMIT])
+                      for k, v in (params or {}).items()]
+        tag_rows = [RunTag(k, safe_value(k, v)) for k, v in (tags or {}).items()]
         # log_batch caps each call at 1000 metrics, 100 params and 100 tags.
         for start in range(0, len(metric_rows), 1000):
             self.client.log_batch(run_id, metrics=metric_rows[start : start + 1000])
@@ -316,6 +329,17 @@ class MlflowTracker(Tracker):
             self.client.log_batch(run_id, params=param_rows[start : start + 100])
         for start in range(0, len(tag_rows), 100):
             self.client.log_batch(run_id, tags=tag_rows[start : start + 100])
+
+
+def safe_value(name: str, value: Any, *, by_name: bool = True) -> str:
+    """A param or tag value as MLflow stores it: ``***`` under a secret name (tuner.secrets)
+    when ``by_name``, else the text with URL passwords, secret query parameters and
+    known secrets hidden. A trial's params are search-space names (``rerank.key_boost``
+    is a tuned number): they go ``by_name=False``."""
+    if by_name and secrets.is_secret_name(name):
+        return secrets.REDACTED
+    return secrets.redact_text(str(value))
+
 
 def _as_int(text: str | None) -> int | None:
     try:

@@ -518,7 +518,9 @@ class TrialRunner:
     def _fail(self, out: TrialOutcome, reason: str) -> None:
         out.state = "FAIL"
         out.value = None
-        out.fail_reason = reason.splitlines()[0] if reason else "unknown failure"
+        from tuner.secrets import redact_text
+
+        out.fail_reason = redact_text(reason.splitlines()[0]) if reason else "unknown failure"
 
     def _record(
         self, trial: optuna.Trial, out: TrialOutcome, texts: dict[Path, str], result: Any,

@@ -55,12 +55,12 @@ def check_storage(url: str, n_workers: int) -> None:
     """Refuse SQLite with more than one worker (StudyError says why and what to use)."""
     if n_workers > 1 and storage_dialect(url) == "sqlite":
         raise StudyError(
-            f"storage {url} is SQLite, which cannot be shared by {n_workers} workers: queued trials race there "
+            f"storage {redact(url)} is SQLite, which cannot be shared by {n_workers} workers: queued trials race there "
             "(two workers can take the same baseline/shortlist trial; optuna issues 4621, 4002); set storage to a "
             "PostgreSQL URL, e.g. postgresql://USER:PASSWORD@HOST:5432/DB, or run a single `tuner run`"
         )
     if storage_dialect(url) not in ("sqlite", "postgresql", "mysql"):
-        raise StudyError(f"storage {url}: unsupported database; use sqlite:///FILE (one worker) or postgresql://...")
+        raise StudyError(f"storage {redact(url)}: unsupported database; use sqlite:///FILE (one worker) or postgresql://...")
 
 
 def make_storage(url: str, settings: WorkerSettings | None = None) -> optuna.storages.RDBStorage:

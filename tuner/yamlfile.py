@@ -4,20 +4,28 @@ Search-space and experiment files are read the same way: parsed with ruamel.yaml
 (round-trip, so every key keeps its line number), validated by a pydantic model
 (``extra="forbid"``), and any problem is raised as one ``ConfigError`` line of the
 form ``path/to/file.yaml:LINE: dotted.key: what is wrong (how to fix it)``.
+
+String values may name environment variables, so a file need hold no secret:
+``${NAME}`` is the variable's value, ``${NAME:-default}`` falls back to ``default`` when
+it is unset or empty, and ``$${`` is a literal ``${``. A variable that is unset and has
+no default is a ConfigError naming it and the file:line. Values that land in a secret
+place (tuner.secrets) are remembered, so whatever the tuner records later is scrubbed.
 """
 
 from __future__ import annotations
 
 import difflib
 import os
-from collections.abc import Iterable, Mapping, Sequence
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 from pydantic import BaseModel, ValidationError
 from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
+from tuner import secrets
 from tuner.errors import ConfigError
 
 M = TypeVar("M", bound=BaseModel)
@@ -145,17 +153,80 @@ def _doc_keys(doc: Any, loc: Sequence[str | int], keep_missing_leaf: bool) -> li
     return keys
 
 
-def load_model(path: Path, model: type[M], data: Any = None, context: dict[str, Any] | None = None) -> M:
-    """Validate ``data`` (default: the parsed file) into ``model``; ConfigError with file:line."""
+def load_model(
+    path: Path,
+    model: type[M],
+    data: Any = None,
+    context: dict[str, Any] | None = None,
+    *,
+    environ: Mapping[str, str] | None = None,
+) -> M:
+    """Validate ``data`` (default: the parsed file) into ``model``, ``${ENV}`` references
+    expanded from ``environ`` (default: os.environ); ConfigError with file:line."""
     doc = read_yaml(path) if data is None else data
     if doc is None:
         doc = {}
     if not isinstance(doc, Mapping):
         raise ConfigError(f"{display_path(path)}: expected a mapping at the top level, got {type(doc).__name__}")
+    plain = expand_env(to_plain(doc), path=path, doc=doc, environ=environ)
+    secrets.remember_config(plain)
     try:
-        return model.model_validate(to_plain(doc), context=context)
+        return model.model_validate(plain, context=context)
     except ValidationError as exc:
         raise ConfigError(format_validation_error(exc, path, doc, model)) from exc
+
+
+_ENV_REF = re.compile(r"\$\$\{|\$\{([^}]*)\}")
+_ENV_BODY = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(?::-(.*))?", re.DOTALL)
+
+
+def expand_env(
+    data: Any, *, path: Path, doc: Any = None, environ: Mapping[str, str] | None = None
+) -> Any:
+    """``data`` (plain, from `to_plain`) with ``${NAME}`` / ``${NAME:-default}`` in its
+    string values replaced (see the module docstring); keys are left alone. ``doc`` is
+    the round-trip document, for the line of an error."""
+    env = os.environ if environ is None else environ
+
+    def walk(node: Any, keys: list[str | int]) -> Any:
+        if isinstance(node, dict):
+            return {k: walk(v, [*keys, k]) for k, v in node.items()}
+        if isinstance(node, list):
+            return [walk(v, [*keys, i]) for i, v in enumerate(node)]
+        if isinstance(node, str) and "${" in node:
+            return _expand(node, env, lambda problem: _env_error(path, doc, keys, problem))
+        return node
+
+    return walk(data, [])
+
+
+def _expand(text: str, env: Mapping[str, str], fail: Callable[[str], NoReturn]) -> str:
+    def one(match: re.Match[str]) -> str:
+        if match.group(0) == "$${":
+            return "${"
+        body = match.group(1)
+        parsed = _ENV_BODY.fullmatch(body)
+        if parsed is None:
+            fail(f"${{{body}}} is not a variable reference (write ${{NAME}} or ${{NAME:-default}}; $${{ for a literal ${{)")
+        name, default = parsed.group(1), parsed.group(2)
+        value = env.get(name)
+        if not value and default is not None:
+            return default
+        if value is None:
+            fail(f"environment variable {name} is not set (export it, or write ${{{name}:-default}})")
+        secrets.remember_env(name, value)
+        if secrets.is_secret_name(name):
+            secrets.remember(value)  # ${API_TOKEN} is a secret wherever it is used
+        return value
+
+    return _ENV_REF.sub(one, text)
+
+
+def _env_error(path: Path, doc: Any, keys: Sequence[str | int], problem: str) -> NoReturn:
+    line = line_of(doc, keys) if doc is not None else None
+    where = display_path(path) + (f":{line}" if line else "")
+    key = ".".join(str(k) for k in keys) or "(top level)"
+    raise ConfigError(f"{where}: {key}: {problem}")
 
 
 def to_plain(node: Any) -> Any:

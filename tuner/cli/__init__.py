@@ -58,5 +58,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         app(args=argv)
     except TunerError as exc:
-        typer.secho(f"error: {exc}", err=True, fg=typer.colors.RED)
+        from tuner.secrets import redact_text
+
+        typer.secho(f"error: {redact_text(str(exc))}", err=True, fg=typer.colors.RED)  # last line of defence
         sys.exit(exc.exit_code)

@@ -2,6 +2,10 @@
 
 The Markdown report and the per-query CSV are rendered from this same dict or the
 same helpers, so the two never disagree.
+
+Nothing secret gets into the dict (tuner.secrets): the request spec, the URL, the
+caller's context and the failure reasons are redacted here; tuner.report.writer
+scrubs the remembered secret values from the finished texts as a last line.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from tuner import metrics as scorecard
+from tuner import secrets
 from tuner.evaluation.oos import OOS_METRICS
 from tuner.evaluation.result import OPERATION_KEYS
 from tuner.report.context import REPORT_SCHEMA, ReportContext
@@ -26,6 +31,8 @@ SNAPSHOT_DEPTH = 20
 SEQUENCE_DEPTHS: tuple[int, ...] = (10, 20)
 PRIMARY = "Primary_Metric_Score"
 GROUP_BY: tuple[str, ...] = ("query_type", "source")
+#: context keys that hold the trial's parameters (search-space names -> values)
+_PARAMETER_KEYS = ("assignment", "solved_gates")
 #: coverage below this share of judged top-10 hits gets a tip in the report
 COVERAGE_TIP_BELOW = 0.9
 
@@ -55,7 +62,7 @@ def build_report(
         "coverage": _coverage(result),
         "groups": _groups(result),
         "oos": _oos(result),
-        "failed": [f.to_dict() for f in result.failed],
+        "failed": [secrets.redact_mapping(f.to_dict(), _secret_names(ctx)) for f in result.failed],
         "queries": _queries(result),
         "unjudged": [u.to_dict() for u in result.unjudged],
         "config_snapshot": config_snapshot,
@@ -76,7 +83,12 @@ def per_query_table(result: BatchResult) -> pd.DataFrame:
 # --------------------------------------------------------------------------- sections
 
 
+def _secret_names(ctx: ReportContext) -> tuple[str, ...]:
+    return secrets.secret_fields(ctx.spec) if ctx.spec is not None else ()
+
+
 def _context(result: BatchResult, ctx: ReportContext) -> dict[str, Any]:
+    names = _secret_names(ctx)
     return {
         "dataset_id": result.dataset_id,
         "dataset_hash": result.dataset_hash,
@@ -87,10 +99,20 @@ def _context(result: BatchResult, ctx: ReportContext) -> dict[str, Any]:
         "gain_values": {f"L{g}": float(v) for g, v in enumerate(scorecard.gain_table(result.gains, scorecard.MAX_GRADE))},
         "scorecard_version": result.scorecard_version,
         "scorecard_formula": scorecard.SCORECARD_FORMULA,
-        "url": ctx.url,
-        "spec": dict(ctx.spec) if ctx.spec is not None else None,
-        **{str(k): v for k, v in ctx.extra.items()},
+        "url": secrets.redact_url(ctx.url, names) if ctx.url is not None else None,
+        "spec": secrets.redact_spec(ctx.spec) if ctx.spec is not None else None,
+        **_redact_extra(ctx.extra, names),
     }
+
+
+def _redact_extra(extra: Mapping[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
+    """The caller's context, redacted. Tuned parameters keep their values whatever their
+    names (``rerank.key_boost`` is a number of the search space, not a credential)."""
+    out = secrets.redact_mapping({str(k): v for k, v in extra.items() if k not in _PARAMETER_KEYS}, names)
+    for key in _PARAMETER_KEYS:
+        if key in extra:
+            out[key] = extra[key]
+    return {str(k): out[str(k)] for k in extra}
 
 
 def _metric_groups(result: BatchResult) -> dict[str, list[str]]:

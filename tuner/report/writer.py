@@ -1,7 +1,10 @@
 """Write a batch's reports to a directory: JSON, Markdown, per-query CSV, PR curve.
 
 Every file is written atomically; the JSON report (the machine-readable index of the
-others) is written last, so its presence means the set is complete.
+others) is written last, so its presence means the set is complete. Each text is
+scrubbed of the secret values this process has read (tuner.secrets.scrub_known) on
+its way out: a backend that echoes a token, or a config snapshot that holds one, does
+not put it on disk.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tuner.errors import InputError
+from tuner.secrets import scrub_known
 from tuner.report.atomic import atomic_write_bytes, atomic_write_text
 from tuner.report.build import build_report, per_query_table
 from tuner.report.context import REPORT_SCHEMA, ReportContext
@@ -51,16 +55,16 @@ def write_reports(
     )
     if paths.pr_curve_png is not None and result.threshold_sweep is not None:
         atomic_write_bytes(paths.pr_curve_png, pr_curve_png(result.threshold_sweep, title=f"Handoff: {result.dataset_id}"))
-    atomic_write_text(paths.per_query_csv, per_query_table(result).to_csv(index=True, lineterminator="\n"))
+    atomic_write_text(paths.per_query_csv, scrub_known(per_query_table(result).to_csv(index=True, lineterminator="\n")))
     pr_name = paths.pr_curve_png.name if paths.pr_curve_png is not None else None
-    atomic_write_text(paths.markdown, render_markdown(report, pr_curve=pr_name))
+    atomic_write_text(paths.markdown, scrub_known(render_markdown(report, pr_curve=pr_name)))
     report["files"] = {
         "markdown": paths.markdown.name,
         "per_query_csv": paths.per_query_csv.name,
         "pr_curve_png": pr_name,
     }
     # no indent: json's C encoder only runs without one (~10x faster on a per-trial report)
-    atomic_write_text(paths.json, json.dumps(report, ensure_ascii=False, allow_nan=False) + "\n")
+    atomic_write_text(paths.json, scrub_known(json.dumps(report, ensure_ascii=False, allow_nan=False)) + "\n")
     return paths
 
 
