@@ -221,6 +221,7 @@ def apply_plan(
             restart_and_wait()
             on_step("re-evaluating the query set")
             evaluator = LiveEvaluator(exp, prepared.queries, prepared.qrels, prepared.labels_fingerprint)
+            evaluator.abort = target.failure  # a backend that dies mid-batch ends it at once
             batch = evaluator.evaluate(order_seed=0, on_result=lambda qid, row: None)
             measured = float(batch.metrics[plan.objective])
             stops = [] if skip_checks else [f for f in check_batch(batch, exp.evaluation) if f.level == "stop"]

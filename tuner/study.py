@@ -32,7 +32,7 @@ from tuner.preflight import PreflightReport
 from tuner.result_cache import ResultCache
 from tuner.tracking import MlflowTracker, NullTracker, Tracker
 from tuner.trial import Constraint as TrialConstraint
-from tuner.trial import Bookkeeper, Objective, OptunaArtifacts, StopFlag, TrialOutcome, TrialRunner
+from tuner.trial import Bookkeeper, Objective, OptunaArtifacts, StopFlag, TrialInterrupted, TrialOutcome, TrialRunner
 
 if TYPE_CHECKING:
     from tuner.dataset import QuerySet
@@ -516,16 +516,25 @@ class LiveEvaluator:
         self.last_search_seconds = 0.0
         #: the preflight of the run (tuner.preflight), recorded in every report's context
         self.preflight: PreflightReport | None = None
+        #: the batch's abort check and the run's stop flag (build_runner sets both)
+        self.abort: Any = None
+        self.stop: StopFlag | None = None
 
     def evaluate(self, *, order_seed: int, on_result: Any) -> Any:
         from tuner.evaluation import run_batch
+        from tuner.evaluation.batch import BatchAborted
 
         from tuner.preflight import empty_results_problem
 
         clock = SearchClock(self.spec.concurrency)
         try:
             result = run_batch(self.spec, self.queries, self.qrels, order_seed=order_seed, on_result=on_result,
-                               transport=clock)
+                               transport=clock, abort=self.abort)
+        except BatchAborted as exc:
+            stop = self.stop
+            if stop is not None and stop.is_set() and exc.reason.startswith(stop.reason):
+                raise TrialInterrupted(exc.reason) from exc  # a stop, not the config's failure
+            raise
         finally:
             self.last_search_seconds = clock.seconds
         # A mostly empty batch is a broken request or mapping, not a config that scores 0:
@@ -598,13 +607,29 @@ class SearchClock(httpx.AsyncBaseTransport):
         if self._first is None:
             self._first = time.perf_counter()
         response = await self._inner.handle_async_request(request)
-        body = await response.aread()
-        self._last = time.perf_counter()
-        return httpx.Response(response.status_code, headers=response.headers, content=body,
-                              extensions=response.extensions, request=request)
+        # the body is read by the evaluation client (deadline, byte cap) through this stream
+        return httpx.Response(response.status_code, headers=response.headers,
+                              stream=_ClockedStream(response.stream, self), extensions=response.extensions,
+                              request=request)
 
     async def aclose(self) -> None:
         await self._inner.aclose()
+
+
+class _ClockedStream(httpx.AsyncByteStream):
+    """A response body passed through as it is read; its end (read or cut) is the clock's last answer."""
+
+    def __init__(self, inner: Any, clock: SearchClock) -> None:
+        self._inner = inner
+        self._clock = clock
+
+    async def __aiter__(self) -> Any:
+        async for chunk in self._inner:
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+        self._clock._last = time.perf_counter()
 
 
 def _fields(obj: Any) -> dict[str, Any]:
@@ -625,8 +650,10 @@ def spec_fingerprint(spec: Any) -> str:
     data = spec.model_dump(mode="json")
     url = urlsplit(data["request"]["url"])
     data["request"]["url"] = url.path + (f"?{url.query}" if url.query else "")
-    for key in ("concurrency", "timeout_s", "retries", "max_failed_queries", "backoff_s", "backoff_max_s"):
+    for key in ("concurrency", "timeout_s", "retries", "max_failed_queries", "backoff_s", "backoff_max_s",
+                "deadline_s", "max_response_bytes"):
         data.pop(key, None)
+    data["request"].pop("secret_fields", None)  # which values are redacted in records, not what is sent
     return json.dumps(data, sort_keys=True)
 
 
@@ -771,6 +798,10 @@ def reporter_factory(
                                     constraints=constraints, threshold_max=top)
 
 
+#: seconds a batch under way may go on after SIGTERM / Ctrl-C before it is aborted
+STOP_GRACE_S = 10.0
+
+
 def build_runner(
     prepared: Prepared,
     study: optuna.Study,
@@ -799,6 +830,13 @@ def build_runner(
         extra["on_phase"] = on_phase
     evaluator = LiveEvaluator(exp, prepared.queries, prepared.qrels, prepared.labels_fingerprint)
     evaluator.preflight = preflight  # every trial's report says whether the set-up was checked
+    from tuner.evaluation.batch import StopAfterGrace, any_abort
+
+    # A dead backend ends the batch at once; a stop lets the batch under way finish for
+    # STOP_GRACE_S, then ends it (SIGTERM bound: grace + ABORT_POLL_S + target stop + restore).
+    evaluator.abort = any_abort(target.failure, StopAfterGrace(lambda: stop.reason if stop.is_set() else None,
+                                                               STOP_GRACE_S))
+    evaluator.stop = stop
     from tuner.inputs import InputsWatch
 
     # hashed at the first trial's cache lookup, re-checked (stat) before every later one

@@ -97,6 +97,7 @@ def _validate_holdout(
     queries = all_queries.subset(query_ids=split.holdout)
     evaluator = LiveEvaluator(exp, queries, prepared.qrels, prepared.labels_fingerprint)
     target = make_target(exp.target, exp.state_dir)
+    evaluator.abort = target.failure  # a backend that dies mid-batch ends it at once
     health = exp.target.health
     patcher, space = prepared.patcher, prepared.space
 

@@ -22,7 +22,7 @@ from workers.conftest import fresh_pg_url, pg_dsn  # noqa: F401  (PostgreSQL for
 CLASSES = (
     "sigkill-runner", "sigterm-runner", "sigkill-worker", "sigterm-worker", "backend-crash-mid-batch",
     "backend-never-healthy", "http-5xx-storm", "timeouts", "malformed-json", "mlflow-unavailable",
-    "postgres-restart", "two-runs-one-study",
+    "postgres-restart", "two-runs-one-study", "slow-drip", "oversized-response", "backend-killed-mid-batch",
 )
 _LOG = pytest.StashKey[FaultLog]()
 _SIGKILL_RUNS = pytest.StashKey[dict[str, dict[str, Any]]]()

@@ -4,7 +4,8 @@ It serves deterministic responses from a dict keyed by query text, over real
 sockets (stdlib ThreadingHTTPServer, HTTP/1.1 keep-alive), and records every request
 it receives. Switches inject the failures batch evaluation must survive or report:
 5xx for the first N attempts or forever, connection resets, non-JSON bodies, slow
-responses and arbitrary status codes.
+responses and arbitrary status codes; and hostile answers: a body dripped a few bytes
+a second, far more hits than top_k asked for, a body streamed without end.
 
     with FakeSearch({"what is rrf": {"results": [...], "handoff": False}}) as svc:
         svc.fail_times["what is rrf"] = 2          # two 500s, then the answer
@@ -61,10 +62,21 @@ class FakeSearch:
     status_for: dict[str, int] = field(default_factory=dict)
     #: query -> seconds to wait before answering (every attempt); "*" applies to all
     delay_s: dict[str, float] = field(default_factory=dict)
+    #: query -> bytes per second: the headers (with Content-Length) at once, then the
+    #: answer's body dripped at this rate (every attempt); "*" applies to all
+    drip_bps: dict[str, float] = field(default_factory=dict)
+    #: query -> junk hits appended after the answer's own (a backend ignoring top_k)
+    extra_hits: dict[str, int] = field(default_factory=dict)
+    #: query -> bytes of a 200 JSON body streamed chunked, no Content-Length, as fast as
+    #: the client reads (a runaway body)
+    flood_bytes: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.requests: list[Recorded] = []
         self.attempts: Counter[str] = Counter()
+        #: query -> body bytes written for its last dripped or flooded answer before it
+        #: ended or the client hung up
+        self.body_bytes_sent: dict[str, int] = {}
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -125,10 +137,22 @@ class FakeSearch:
                 return "status", (500, delay)
             if query in self.bad_json:
                 return "bad_json", delay
+            if query in self.flood_bytes:
+                return "flood", (self.flood_bytes[query], delay)
             payload = self.responses.get(query, self.default)
+            extra = self.extra_hits.get(query, 0)
+            drip = self.drip_bps.get(query, self.drip_bps.get("*"))
         if isinstance(payload, list):
             payload = {"results": payload}
+        if extra:
+            payload = pad_results(payload, extra)
+        if drip:
+            return "drip", (payload, delay, drip)
         return "ok", (payload, delay)
+
+    def _sent(self, query: str, n_bytes: int) -> None:
+        with self._lock:
+            self.body_bytes_sent[query] = n_bytes
 
 
 class _QuietServer(ThreadingHTTPServer):
@@ -189,8 +213,23 @@ def _make_handler(svc: FakeSearch) -> type[BaseHTTPRequestHandler]:
                 self._send(arg[0], json.dumps({"detail": f"injected {arg[0]}"}).encode())
             elif action == "bad_json":
                 self._send(200, b"<html>502 Bad Gateway from a proxy</html>", "text/html")
+            elif action == "drip":
+                body = json.dumps(arg[0]).encode()
+                self._headers(200, {"Content-Length": str(len(body))})
+                svc._sent(rec.query or "", drip(self.wfile, body, arg[2]))
+            elif action == "flood":
+                self._headers(200, {"Transfer-Encoding": "chunked"})
+                svc._sent(rec.query or "", flood(self.wfile, arg[0]))
+                self.close_connection = True
             else:
                 self._send(200, json.dumps(arg[0]).encode())
+
+        def _headers(self, status: int, extra: dict[str, str]) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            for key, value in extra.items():
+                self.send_header(key, value)
+            self.end_headers()
 
         def _send(self, status: int, body: bytes, content_type: str = "application/json") -> None:
             self.send_response(status)
@@ -206,6 +245,60 @@ def _make_handler(svc: FakeSearch) -> type[BaseHTTPRequestHandler]:
             self.connection.close()
 
     return Handler
+
+
+# ----------------------------------------------------------------- hostile answers
+# Shared with the fault suite's hostile process backend (tests/faults/test_hostile_responses.py).
+
+
+def pad_results(payload: dict[str, Any], n: int, results_key: str = "results") -> dict[str, Any]:
+    """``payload`` with ``n`` junk hits appended to its results (``pad-<j>``, score 0)."""
+    padded = dict(payload)
+    padded[results_key] = [*payload.get(results_key, []),
+                           *({"doc_id": f"pad-{j}", "score": 0.0, "title": "padding"} for j in range(n))]
+    return padded
+
+
+def drip(wfile: Any, body: bytes, bytes_per_s: float) -> int:
+    """Write ``body`` one byte every ``1 / bytes_per_s`` seconds (several a step above
+    20 B/s); returns the bytes written before it ended or the client hung up."""
+    step = max(1, int(bytes_per_s / 20))
+    pause = step / bytes_per_s
+    written = 0
+    try:
+        for start in range(0, len(body), step):
+            wfile.write(body[start:start + step])
+            written += len(body[start:start + step])
+            time.sleep(pause)
+    except OSError:
+        pass
+    return written
+
+
+def flood(wfile: Any, n_bytes: int, chunk: int = 64 * 1024) -> int:
+    """A chunked JSON body of about ``n_bytes`` (``{"results": [...]}``, valid when it
+    ends), as fast as the client reads; returns the body bytes written before it ended
+    or the client hung up."""
+    item = b'{"doc_id": "flood", "score": 0.0, "title": "runaway body"}, '
+    piece = item * max(1, chunk // len(item))
+    written = 0
+    try:
+        for part in _flood_parts(n_bytes, piece):
+            wfile.write(f"{len(part):x}\r\n".encode() + part + b"\r\n")
+            written += len(part)
+        wfile.write(b"0\r\n\r\n")
+    except OSError:
+        pass
+    return written
+
+
+def _flood_parts(n_bytes: int, piece: bytes) -> Any:
+    yield b'{"results": ['
+    sent = 0
+    while sent < n_bytes:
+        yield piece
+        sent += len(piece)
+    yield b'{"doc_id": "end"}]}'
 
 
 def synthetic_responses(n_queries: int, n_results: int) -> dict[str, Any]:
@@ -233,8 +326,10 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=main.__doc__)
     parser.add_argument("--queries", type=int, default=225)
     parser.add_argument("--results", type=int, default=50)
+    parser.add_argument("--delay-s", type=float, default=0.0, help="seconds every answer waits first")
     args = parser.parse_args(argv)
-    with FakeSearch(synthetic_responses(args.queries, args.results)) as svc:
+    delay = {"*": args.delay_s} if args.delay_s else {}
+    with FakeSearch(synthetic_responses(args.queries, args.results), delay_s=delay) as svc:
         print(svc.url, flush=True)
         sys.stdin.read()
 

@@ -5,6 +5,13 @@ so per-query pruning sees a fair sample early), collects a parsed response or a
 ``FailedQuery`` for each, enforces the failure budget (aborting as soon as it is
 exceeded, so a broken config costs seconds, not a whole batch) and hands the
 outcomes to the pure ``evaluate_responses``.
+
+An optional ``abort`` check (``() -> str | None``) is asked before the first request,
+every ``ABORT_POLL_S`` while the batch runs and before every retry; once it gives a
+reason the batch cancels its requests in flight and raises ``BatchAborted`` with that
+reason. That is how a caller that knows more than HTTP does (the backend process
+died, a stop was requested) ends a batch at once instead of after the retry schedule.
+``any_abort`` and ``StopAfterGrace`` build such checks.
 """
 
 from __future__ import annotations
@@ -12,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import random
 import threading
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
@@ -20,7 +28,7 @@ import httpx
 
 from tuner.dataset import Query, QuerySet
 from tuner.errors import FailureBudgetExceeded, ResponseMappingError
-from tuner.evaluation.client import Exchange, SearchClient
+from tuner.evaluation.client import Abort, BatchAborted, Exchange, SearchClient, one_line
 from tuner.evaluation.mapping import PreparedRequest, decode_json, parse_response, prepare_request
 from tuner.evaluation.outcomes import FailedQuery, QueryResponse
 from tuner.evaluation.result import BatchResult, ResultBuilder, evaluate_responses, query_record
@@ -33,7 +41,13 @@ OnResult = Callable[[str, dict[str, Any]], None]
 
 T = TypeVar("T")
 
-__all__ = ["OnResult", "check_failure_budget", "evaluate_responses", "run_batch", "run_batch_async"]
+#: seconds between two asks of a running batch's abort check
+ABORT_POLL_S = 0.1
+
+__all__ = [
+    "ABORT_POLL_S", "Abort", "BatchAborted", "OnResult", "StopAfterGrace", "any_abort", "check_failure_budget",
+    "evaluate_responses", "run_batch", "run_batch_async",
+]
 
 
 def run_batch(
@@ -45,12 +59,14 @@ def run_batch(
     on_result: OnResult | None = None,
     metrics: Sequence[str] | None = None,
     transport: httpx.AsyncBaseTransport | None = None,
+    abort: Abort | None = None,
 ) -> BatchResult:
     """Synchronous wrapper over ``run_batch_async`` (safe to call from inside a running
     event loop: it then runs on a helper thread)."""
     return _run_sync(
         run_batch_async(
-            spec, queries, qrels, order_seed=order_seed, on_result=on_result, metrics=metrics, transport=transport
+            spec, queries, qrels, order_seed=order_seed, on_result=on_result, metrics=metrics, transport=transport,
+            abort=abort,
         )
     )
 
@@ -64,12 +80,15 @@ async def run_batch_async(
     on_result: OnResult | None = None,
     metrics: Sequence[str] | None = None,
     transport: httpx.AsyncBaseTransport | None = None,
+    abort: Abort | None = None,
 ) -> BatchResult:
     """Evaluate every query of ``queries`` against ``spec.request.url``.
 
     Raises FailureBudgetExceeded when more queries fail than ``spec.max_failed_queries``
     allows (the exception's ``failed`` attribute lists them), ConfigError when the body
-    template does not fit a query (before anything is sent).
+    template does not fit a query (before anything is sent), BatchAborted when
+    ``abort`` gives a reason (within ``ABORT_POLL_S`` of it; requests in flight are
+    cancelled). An exception raised by ``abort`` itself propagates.
     """
     order = list(queries)
     if order_seed is not None:
@@ -80,8 +99,10 @@ async def run_batch_async(
     failed: list[FailedQuery] = []
     # Scores each outcome as it arrives, so little is left after the last answer.
     builder = ResultBuilder(queries, qrels, gains=spec.gains, metrics=metrics)
+    if abort is not None and (reason := abort()):
+        raise _aborted(reason, 0, len(order))  # nothing is sent to a backend known to be gone
 
-    async with SearchClient(spec, transport=transport) as client:
+    async with SearchClient(spec, transport=transport, abort=abort) as client:
         async def one(q: Query, req: PreparedRequest) -> tuple[Query, QueryResponse | FailedQuery]:
             exchange = await client.send(req)
             # Parsing holds the event loop; yield first so the request that just got
@@ -90,9 +111,25 @@ async def run_batch_async(
             return q, _to_outcome(exchange, spec)
 
         tasks = [asyncio.create_task(one(q, req)) for q, req in zip(order, prepared, strict=True)]
+        # Finished tasks queue up in the order they end (as asyncio.as_completed), and so
+        # does the watcher when its abort check gives a reason: whichever comes first wins.
+        arrived: asyncio.Queue[asyncio.Task[Any]] = asyncio.Queue()
+        for task in tasks:
+            task.add_done_callback(arrived.put_nowait)
+        watcher = None if abort is None else asyncio.create_task(_watch(abort))
+        if watcher is not None:
+            watcher.add_done_callback(arrived.put_nowait)
+        answered = 0
         try:
-            for next_done in asyncio.as_completed(tasks):
-                query, outcome = await next_done
+            while answered < len(tasks):
+                task = await arrived.get()
+                if task is watcher:
+                    raise _aborted(task.result(), answered, len(order))
+                try:
+                    query, outcome = task.result()
+                except BatchAborted as exc:  # the client's check before a retry
+                    raise _aborted(exc.reason, answered, len(order)) from None
+                answered += 1
                 if isinstance(outcome, FailedQuery):
                     failed.append(outcome)
                     if len(failed) > allowed:
@@ -101,9 +138,10 @@ async def run_batch_async(
                 if on_result is not None:
                     on_result(query.query_id, query_record(query, outcome, qrels, gains=spec.gains, metrics=metrics))
         finally:
-            for task in tasks:
+            pending = [*tasks, *([watcher] if watcher is not None else [])]
+            for task in pending:
                 task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await asyncio.gather(*pending, return_exceptions=True)
 
     return builder.finish()
 
@@ -114,10 +152,67 @@ def _to_outcome(exchange: Exchange, spec: EvalSpec) -> QueryResponse | FailedQue
                            exchange.attempts, exchange.latency_ms)
     try:
         payload = decode_json(exchange.content, exchange.query_id, exchange.content_type)
-        parsed = parse_response(payload, spec.response, exchange.query_id)
+        # hits past top_k are counted, not parsed; the decoded payload is dropped right here
+        parsed = parse_response(payload, spec.response, exchange.query_id, top_k=spec.top_k)
     except ResponseMappingError as exc:
         return FailedQuery(exchange.query_id, exchange.request_id, str(exc), exchange.attempts, exchange.latency_ms)
     return QueryResponse(exchange.query_id, exchange.request_id, parsed, exchange.latency_ms or 0.0, exchange.attempts)
+
+
+async def _watch(abort: Abort) -> str:
+    """Ask ``abort`` every ABORT_POLL_S; return its first reason."""
+    while True:
+        await asyncio.sleep(ABORT_POLL_S)
+        reason = abort()
+        if reason:
+            return reason
+
+
+def _aborted(reason: str, answered: int, n_queries: int) -> BatchAborted:
+    reason = one_line(reason)
+    return BatchAborted(
+        f"batch aborted after {answered} of {n_queries} queries (requests in flight cancelled): {reason}", reason
+    )
+
+
+def any_abort(*checks: Abort | None) -> Abort | None:
+    """One abort check out of several (None entries skipped): the first reason given."""
+    active = [c for c in checks if c is not None]
+    if not active:
+        return None
+
+    def check() -> str | None:
+        for c in active:
+            reason = c()
+            if reason:
+                return reason
+        return None
+
+    return check
+
+
+class StopAfterGrace:
+    """An abort check for a stop request that lets a batch under way finish if it can:
+    ``None`` until ``stop_reason()`` has given a reason for ``grace_s`` seconds, then
+    that reason. ``grace_s`` 0 aborts at once."""
+
+    def __init__(self, stop_reason: Callable[[], str | None], grace_s: float,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._stop_reason = stop_reason
+        self.grace_s = grace_s
+        self._clock = clock
+        self._since: float | None = None
+
+    def __call__(self) -> str | None:
+        reason = self._stop_reason()
+        if not reason:
+            return None
+        now = self._clock()
+        if self._since is None:
+            self._since = now
+        if now - self._since < self.grace_s:
+            return None
+        return f"{reason}; the batch under way did not finish within {self.grace_s:g} s of it"
 
 
 def check_failure_budget(failed: Sequence[FailedQuery], n_queries: int, spec: EvalSpec) -> None:

@@ -3,7 +3,9 @@
 The request side fills the body template of a ``RequestMapping`` from a ``Query``;
 the response side pulls results, doc ids, scores, titles, confidence, handoff and
 fallback level out of a JSON response by dotted paths (``data.hits``; a numeric
-segment indexes a list: ``data.0.hits``).
+segment indexes a list: ``data.0.hits``). A results list longer than ``top_k`` is cut
+to its first ``top_k`` hits (the rest are counted, never parsed nor kept): a backend
+that ignores ``top_k`` can neither change the score nor blow up memory and reports.
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ class ParsedResponse:
     handoff: bool | None = None
     fallback_level: str | None = None
     handoff_reason: str | None = None
+    #: hits the service returned beyond ``top_k``, cut off unparsed (0 when it kept to top_k)
+    truncated: int = 0
 
 
 # --------------------------------------------------------------------------- request
@@ -162,8 +166,9 @@ def decode_json(content: bytes, query_id: str, content_type: str | None = None) 
         ) from exc
 
 
-def parse_response(payload: Any, mapping: ResponseMapping, query_id: str) -> ParsedResponse:
-    """Extract hits and signals from a decoded JSON response."""
+def parse_response(payload: Any, mapping: ResponseMapping, query_id: str, *, top_k: int | None = None) -> ParsedResponse:
+    """Extract hits and signals from a decoded JSON response; with ``top_k``, only the
+    first ``top_k`` results are parsed and the rest counted in ``truncated``."""
     results = resolve_path(payload, mapping.results_path)
     if results is _MISSING:
         keys = ", ".join(sorted(payload)) if isinstance(payload, Mapping) else type(payload).__name__
@@ -178,12 +183,17 @@ def parse_response(payload: Any, mapping: ResponseMapping, query_id: str) -> Par
             f"query {query_id}: {mapping.results_path!r} is a {type(results).__name__}, not a list; "
             "set response.results_path to the results list"
         )
+    truncated = 0
+    if top_k is not None and len(results) > top_k:
+        truncated = len(results) - top_k
+        results = results[:top_k]
     return ParsedResponse(
         hits=_hits(results, mapping, query_id),
         confidence=_number(payload, mapping.confidence, query_id),
         handoff=_flag(payload, mapping.handoff, query_id),
         fallback_level=_label(payload, mapping.fallback_level),
         handoff_reason=_label(payload, mapping.handoff_reason),
+        truncated=truncated,
     )
 
 

@@ -6,6 +6,7 @@ said next to the mapping paths it tried; parsed hits cannot show that.
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import httpx
@@ -21,6 +22,7 @@ _LIMIT = 4096  # enough for the shape of an answer; the message clips it further
 def fetch_raw(spec: EvalSpec, query: Query) -> str:
     """``HTTP <status> <body>`` for ``query`` (the body cut at a few KB), or what went wrong."""
     req = prepare_request(spec, query, f"preflight-{uuid.uuid4()}")
+    deadline = time.monotonic() + spec.request_deadline_s  # a dripping body must not hold the preflight
     try:
         with httpx.Client(timeout=spec.timeout_s, verify=shared_ssl_context()) as client:
             with client.stream(req.method, req.url, headers=dict(req.headers), json=req.json,
@@ -28,7 +30,7 @@ def fetch_raw(spec: EvalSpec, query: Query) -> str:
                 body = b""
                 for chunk in response.iter_bytes():
                     body += chunk
-                    if len(body) >= _LIMIT:
+                    if len(body) >= _LIMIT or time.monotonic() > deadline:
                         break
         return f"HTTP {response.status_code} {body[:_LIMIT].decode('utf-8', 'replace')}"
     except httpx.HTTPError as exc:

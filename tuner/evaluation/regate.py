@@ -55,7 +55,9 @@ def regate(result: BatchResult, *, confidence_threshold: float | None, min_score
         fallback = row["fallback_level"]
         responses.append(QueryResponse(
             qid, str(row["request_id"]),
-            ParsedResponse(kept, conf, handoff, None if _missing(fallback) else str(fallback)),
+            ParsedResponse(kept, conf, handoff, None if _missing(fallback) else str(fallback),
+                           handoff_reason=None if _missing(row.get("handoff_reason")) else str(row["handoff_reason"]),
+                           truncated=int(row["n_truncated"]) if not _missing(row.get("n_truncated")) else 0),
             latency_ms=float(row["latency_ms"]), attempts=int(row["attempts"]),
         ))
     ranking = [m for m in result.metric_names if m != PRIMARY]

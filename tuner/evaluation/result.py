@@ -8,6 +8,8 @@ Rules that make the numbers comparable across trials:
   handed-off query scores 0 (its scored ranking is empty). The raw results are kept
   for the threshold sweep, coverage and the report.
 - Unlabelled hits count as Irrelevant; Judged@10 / Judged@20 say how many were labelled.
+- Hits beyond ``top_k`` were cut when the response was parsed (mapping.parse_response):
+  ``n_truncated`` per query and ``N_Truncated_Hits`` in total say how many.
 - A failed query counts against the backend everywhere: in scope it scores 0 and
   counts as handed off; out of scope it counts as answered (a false positive). So a
   config can never look better by failing on hard queries. No query is dropped.
@@ -46,6 +48,7 @@ INFO_COLUMNS: tuple[str, ...] = (
     "attempts",
     "latency_ms",
     "n_results",
+    "n_truncated",
     "handoff",
     "answered",
     "handoff_reason",
@@ -61,6 +64,7 @@ OPERATION_KEYS: tuple[str, ...] = (
     *(f"Judged@{k}" for k in JUDGED_DEPTHS),
     "Failed_Queries",
     "Empty_Queries",
+    "N_Truncated_Hits",
     "N_Queries",
     "N_InScope_Queries",
     "N_OOS_Queries",
@@ -111,6 +115,11 @@ class BatchResult:
     @property
     def primary(self) -> float:
         return self.metrics[PRIMARY]
+
+    @property
+    def truncated_hits(self) -> int:
+        """Hits the service returned beyond top_k, cut off, over every query."""
+        return int(self.metrics.get("N_Truncated_Hits", 0))
 
     def grade_of(self, query_id: str, doc_id: str) -> int | None:
         """The label of a hit, None when unjudged."""
@@ -282,6 +291,7 @@ def _info_row(q: Query, o: QueryResponse | FailedQuery) -> dict[str, Any]:
         "attempts": o.attempts,
         "latency_ms": np.nan if o.latency_ms is None else float(o.latency_ms),
         "n_results": len(r.hits) if r is not None else 0,
+        "n_truncated": r.truncated if r is not None else 0,
         "handoff": r.handoff if r is not None else None,
         "handoff_reason": r.handoff_reason if r is not None else None,
         "confidence": np.nan if r is None or r.confidence is None else r.confidence,
@@ -332,6 +342,8 @@ def _scorecard(
     summary["Failed_Queries"] = float(len(failures))
     # beside Judged@k: the in-scope queries that came back without a single result
     summary["Empty_Queries"] = float(((in_scope["status"] == "ok") & (in_scope["n_results"] == 0)).sum())
+    # a backend that ignores top_k: what was cut off (OOS queries too; nothing of it is kept)
+    summary["N_Truncated_Hits"] = float(per_query["n_truncated"].sum())
     summary["N_Queries"] = float(len(per_query))
     summary["N_InScope_Queries"] = float((~is_oos).sum())
     summary["N_OOS_Queries"] = float(is_oos.sum())
