@@ -41,8 +41,14 @@ def roundtrip_problem(prepared: Prepared) -> str | None:
     try:
         patcher.render(space.edits(space.current_assignment(patcher.documents())))
     except ConfigError as exc:
-        return (f"{exc}; every trial would fail on it: the tuner round-trips the config with ruamel.yaml, so "
-                "replace the custom tag (e.g. with a plain value or an environment variable the backend reads)")
+        import re
+
+        text = str(exc)
+        tag = re.search(r"tag '([^']+)'", text)
+        where = text.split(":", 1)[0]
+        what = f"its YAML tag {tag.group(1)} has no constructor" if tag else text.splitlines()[0]
+        return (f"{where}: the tuner cannot write this config back ({what}); every trial would fail on it: "
+                "replace the custom tag, e.g. with a plain value or an environment variable the backend reads")
     return None
 
 
