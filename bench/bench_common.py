@@ -4,7 +4,7 @@ backend, best-so-far curves, the dense grid's optimum, and printing medians.
 The search space is the reference backend's fusion space (method, RRF k, weights,
 normalisation) plus the confidence threshold, under the constraint
 ``OOS_FP_Rate <= 0.10``: the space a user of the demo tunes first. It is loaded with
-the tuner's own ``tuner.space`` so sampling and encodings are the study's.
+the tuner's own ``tuner.config.space`` so sampling and encodings are the study's.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 import optuna
 
-from tuner.space import SearchSpace, load_space
-from tuner.threshold import CONFIDENCE_PARAM, GateRange, Retrieval, solve
+from tuner.config.space import SearchSpace, load_space
+from tuner.study.threshold import CONFIDENCE_PARAM, GateRange, Retrieval, solve
 
 OOS_BOUND = 0.10
 CONSTRAINT = f"OOS_FP_Rate <= {OOS_BOUND}"
@@ -75,7 +75,7 @@ def quiet() -> None:
 
 def tpe(seed: int) -> optuna.samplers.BaseSampler:
     """The configured sampler of the demo experiment (experiments/demo.yaml)."""
-    from tuner.experiment import TPESamplerConfig
+    from tuner.config.experiment import TPESamplerConfig
 
     return TPESamplerConfig(seed=seed, multivariate=True, n_startup_trials=6).create()
 
@@ -103,7 +103,7 @@ def grid_optimum(evaluate_retrieval: Callable[[dict[str, Any]], Any], *, k_value
                  w_values: int = 21) -> tuple[float, dict[str, Any], int]:
     """The best feasible value of a dense grid: RRF k (log-spaced) x bm25 share, and
     linear {minmax, z} x bm25 share, with the threshold solved exactly per grid point
-    (tuner.threshold; exact because the threshold gates a fixed retrieval)."""
+    (tuner.study.threshold; exact because the threshold gates a fixed retrieval)."""
     ks = sorted({int(round(v)) for v in np.geomspace(1, 200, k_values)})
     ws = np.round(np.linspace(0.0, 1.0, w_values), 4)
     points: list[dict[str, Any]] = []

@@ -32,14 +32,14 @@ from typing import Any
 
 from fusion_backend.config import load_config
 from fusion_backend.index import load_index
-from fusion_backend.search import SearchRequest, Searcher
+from fusion_backend.search import Searcher, SearchRequest
 from ruamel.yaml import YAML
 
-from tuner.dataset import QuerySet, load_queryset
+from tuner.data.dataset import QuerySet, load_queryset
+from tuner.data.qrels import read_qrels
 from tuner.evaluation.mapping import Hit, ParsedResponse
 from tuner.evaluation.outcomes import QueryResponse
 from tuner.evaluation.result import BatchResult, evaluate_responses
-from tuner.qrels import read_qrels
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared" / "datasets"
@@ -130,9 +130,9 @@ class CachedBackend:
 
         import httpx
 
+        from tuner.config.experiment import free_port
         from tuner.evaluation.batch import run_batch
         from tuner.evaluation.spec import EvalSpec, RequestMapping, ResponseMapping
-        from tuner.experiment import free_port
 
         cfg_path = self.work / "verify.yaml"
         doc = copy.deepcopy(self.base)
@@ -170,7 +170,7 @@ class CachedBackend:
             yaml.dump(dict(doc), fh)
 
 
-def _request(q) -> SearchRequest:  # noqa: ANN001 - tuner.dataset.Query
+def _request(q) -> SearchRequest:  # noqa: ANN001 - tuner.data.dataset.Query
     extra = dict(q.extra)
 
     def day(key: str) -> dt.date | None:

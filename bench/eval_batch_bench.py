@@ -32,7 +32,7 @@ sys.path.insert(0, str(REPO / "tests"))
 
 from support.fake_search import synthetic_responses  # noqa: E402
 
-from tuner.dataset import Query, QuerySet  # noqa: E402
+from tuner.data.dataset import Query, QuerySet  # noqa: E402
 from tuner.evaluation import (  # noqa: E402
     EvalSpec,
     QueryResponse,

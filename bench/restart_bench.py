@@ -5,7 +5,7 @@ For each target, REPEATS restarts of each kind, interleaved (bare, tuner, bare, 
 
 - bare: the restart primitive alone and a tight 10 ms poll of GET /health (docker:
   the engine's restart call; process: SIGTERM, wait, start the same command);
-- tuner: what a trial does (`Target.restart()` then `tuner.health.wait_healthy` with
+- tuner: what a trial does (`Target.restart()` then `tuner.targets.health.wait_healthy` with
   the experiment defaults), for docker with and without waiting for the container's
   own healthcheck (compose.yaml checks every second).
 
@@ -36,9 +36,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "docker"))
 from docker_stack import ComposeStack, build_images, docker_unavailable, free_port, write_config, write_corpus  # noqa: E402
 
-from tuner.experiment import DockerConfig, ProcessConfig  # noqa: E402
-from tuner.health import wait_healthy  # noqa: E402
+from tuner.config.experiment import DockerConfig, ProcessConfig  # noqa: E402
 from tuner.targets.docker import DockerTarget  # noqa: E402
+from tuner.targets.health import wait_healthy  # noqa: E402
 from tuner.targets.process import ProcessTarget  # noqa: E402
 
 POLL_S = 0.01

@@ -41,14 +41,14 @@ import optuna
 
 REPO = Path(__file__).resolve().parents[1]
 
-from tuner.demo import generate_data, write_backend_config  # noqa: E402
+from tuner.config.experiment import load_experiment  # noqa: E402
 from tuner.evaluation.client import shared_ssl_context  # noqa: E402
 from tuner.evaluation.mapping import prepare_request  # noqa: E402
-from tuner.experiment import load_experiment  # noqa: E402
-from tuner.health import wait_healthy  # noqa: E402
-from tuner.run import run_experiment  # noqa: E402
-from tuner.study import LiveEvaluator, load_dataset  # noqa: E402
+from tuner.ops.demo import generate_data, write_backend_config  # noqa: E402
+from tuner.ops.run import run_experiment  # noqa: E402
+from tuner.study.core import LiveEvaluator, load_dataset  # noqa: E402
 from tuner.targets.factory import make_target  # noqa: E402
+from tuner.targets.health import wait_healthy  # noqa: E402
 
 GOAL_OVERHEAD = 0.02
 GOAL_THROUGHPUT = 0.90

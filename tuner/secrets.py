@@ -8,7 +8,7 @@ A value is secret by where it sits (its name), never by what it looks like:
   (``X-Api-Key``, ``apikey``, ``access_token``, ``clientSecret``, ``db_password``), in
   any case and spelling (kebab, snake, camel). ``keywords``, ``max_tokens`` and
   ``author`` are not: the part must not run on into more letters;
-- the password of a URL (``scheme://user:PASSWORD@host``, tuner.storage.redact);
+- the password of a URL (``scheme://user:PASSWORD@host``, tuner.study.database.redact);
 - the names an experiment lists in ``evaluation.request.secret_fields``.
 
 Each is replaced by ``***`` (REDACTED)::
@@ -20,7 +20,7 @@ Each is replaced by ``***`` (REDACTED)::
 
 Free text (an error message, a backend's echo, a config snapshot) has no names to go by,
 so the secrets read from config files are also remembered by value, process-wide
-(`remember`, done by tuner.yamlfile when it loads an experiment or spec), and
+(`remember`, done by tuner.config.yamlfile when it loads an experiment or spec), and
 `scrub_known` / `redact_text` replace every occurrence. Values shorter than
 MIN_KNOWN_LENGTH are not remembered: replacing ``tuner`` everywhere would wreck every
 report, and a value that short is no secret worth the name.
@@ -131,7 +131,7 @@ def remember(*values: Any) -> None:
 
 
 def remember_env(name: str, value: str) -> None:
-    """Record that ``value`` came from environment variable ``name`` (tuner.yamlfile), so a
+    """Record that ``value`` came from environment variable ``name`` (tuner.config.yamlfile), so a
     printed command can refer to ``$NAME`` instead of the value."""
     _KNOWN.note_env(name, value)
 

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from support.backend import RunningBackend, start_backend, write_backend_config
 
 NOW = "2024-06-01"

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from backend_testdata import write_corpus
 from fusion_backend.config import load_config
 from fusion_backend.errors import ConfigError

@@ -6,7 +6,6 @@ import datetime as dt
 
 import numpy as np
 import pytest
-
 from fusion_backend.corpus import NO_DATE, day_number
 from fusion_backend.fallback import plan_tiers
 from fusion_backend.scoring import confidence, recency_factor

@@ -6,7 +6,6 @@ import math
 
 import numpy as np
 import pytest
-
 from fusion_backend.fusion import Candidates, linear, minmax, rrf, z_cdf
 
 

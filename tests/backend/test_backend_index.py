@@ -10,7 +10,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from backend_testdata import DOCS, write_corpus
 from fusion_backend.config import load_config
 from fusion_backend.corpus import read_corpus

@@ -6,14 +6,13 @@ import datetime as dt
 from pathlib import Path
 
 import pytest
-
 from backend_testdata import NOW, write_corpus
 from fusion_backend.config import load_config
 from fusion_backend.corpus import read_corpus
 from fusion_backend.errors import CorpusError
 from fusion_backend.index import load_index
 from fusion_backend.runs import read_run
-from fusion_backend.search import SearchRequest, Searcher
+from fusion_backend.search import Searcher, SearchRequest
 from support.backend import start_backend, write_backend_config
 
 RUN = """q1 Q0 d14 1 9.5 splade

@@ -13,9 +13,7 @@ from typing import Any
 
 import httpx
 import pytest
-
-from backend_testdata import BM25_ONLY, NOW, Backends, ids, search, write_corpus
-from backend_testdata import backends, corpus_path, shared_cache  # noqa: F401  (fixtures)
+from backend_testdata import BM25_ONLY, NOW, Backends, backends, corpus_path, ids, search, shared_cache, write_corpus  # noqa: F401  (fixtures)
 from support.backend import launch_backend, start_backend, write_backend_config
 
 pytestmark = pytest.mark.slow

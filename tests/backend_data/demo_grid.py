@@ -17,8 +17,8 @@ from typing import Any
 
 import httpx
 import numpy as np
-
 from support.backend import start_backend, write_backend_config
+
 from tuner.metrics import score_rankings
 
 TOP_K = 50

@@ -6,7 +6,6 @@ import re
 from pathlib import Path
 
 import pytest
-
 from fusion_backend.importers import import_cacm
 from fusion_backend.importers.cacm import issue_date
 from fusion_backend.importers.errors import DataFormatError

@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from fusion_backend.importers import CLEVERDON, import_cranfield, write_dataset
 from fusion_backend.importers.cranfield import year_date
 from fusion_backend.importers.errors import DataFormatError
@@ -130,8 +129,8 @@ def test_oos_queries_from_cacm(cran_dir, datasets_dir):
 
 
 def test_cli_writes_a_bundle_the_tuner_reads(cran_dir, tmp_path: Path):
-    from tuner.dataset import load_queryset
-    from tuner.qrels import read_qrels
+    from tuner.data.dataset import load_queryset
+    from tuner.data.qrels import read_qrels
 
     out = tmp_path / "cran"
     proc = subprocess.run([sys.executable, "-m", "fusion_backend.importers", "cranfield", "--src", str(cran_dir),

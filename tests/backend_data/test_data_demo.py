@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from fusion_backend.datagen import DEFAULT_SEED, generate_demo, write_demo
 from fusion_backend.datagen.catalog import NOW, Product
 from fusion_backend.datagen.labels import Intent, grade
@@ -58,8 +57,8 @@ def test_output_is_small_and_counted(bundle: Path):
 
 
 def test_the_tuner_reads_the_query_set_and_labels(bundle: Path):
-    from tuner.dataset import load_queryset
-    from tuner.qrels import read_qrels
+    from tuner.data.dataset import load_queryset
+    from tuner.data.qrels import read_qrels
 
     queries = load_queryset(bundle / "queries.jsonl")
     assert len(queries.in_scope()) >= 200 and len(queries.oos()) >= 40

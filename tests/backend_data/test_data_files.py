@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from fusion_backend.config import load_config
 from fusion_backend.importers import import_files, import_trec
 from fusion_backend.importers.__main__ import main
@@ -246,8 +245,8 @@ def test_judgments_of_queries_outside_the_query_file_are_left_out(tmp_path: Path
 # --- the ready bundle ----------------------------------------------------------------------
 
 def test_ready_bundle_names_layout_and_loads_in_both_packages(tmp_path: Path, capsys):
-    from tuner.experiment import load_experiment
-    from tuner.space import load_space
+    from tuner.config.experiment import load_experiment
+    from tuner.config.space import load_space
 
     paths = write_inputs(tmp_path / "in")
     out = tmp_path / "out"
@@ -275,7 +274,7 @@ def test_ready_bundle_names_layout_and_loads_in_both_packages(tmp_path: Path, ca
 
 
 def test_the_bundle_moves_as_a_whole(tmp_path: Path):
-    from tuner.experiment import load_experiment
+    from tuner.config.experiment import load_experiment
 
     paths = write_inputs(tmp_path / "in")
     assert main(argv(paths, tmp_path / "a")) == 0
@@ -286,7 +285,7 @@ def test_the_bundle_moves_as_a_whole(tmp_path: Path):
 
 
 def test_oos_queries_bring_the_oos_constraint(tmp_path: Path):
-    from tuner.experiment import load_experiment
+    from tuner.config.experiment import load_experiment
 
     paths = write_inputs(tmp_path, **{"oos.jsonl": _jsonl([{"query_id": "o1", "query": "reset my password"}])})
     assert main(argv(paths, tmp_path / "out", "--oos", str(paths["oos.jsonl"]))) == 0
@@ -309,7 +308,7 @@ def test_source_plan(runs, lexical, expected):
 
 
 def test_with_lexical_serves_bm25_and_dense_next_to_the_runs(tmp_path: Path):
-    from tuner.space import load_space
+    from tuner.config.space import load_space
 
     paths = write_inputs(tmp_path / "in")
     assert main(argv(paths, tmp_path / "out", "--with-lexical")) == 0

@@ -17,7 +17,6 @@ from pathlib import Path
 
 import optuna
 import pytest
-
 from fusion_backend.config import load_config
 from fusion_backend.importers import import_trec
 from fusion_backend.importers.__main__ import main
@@ -53,7 +52,7 @@ def test_files_import_names_counts_and_labels(cran_bundle, cran_inputs):
     assert (out / "cran.qrels.txt").read_text() == cran_inputs["qrels"].read_text()
     queries = [json.loads(line) for line in (out / "cran.queries.jsonl").open()]
     assert [q["scope"] for q in queries].count("oos") == N_OOS and queries[0]["query_id"] == "1"
-    from tuner.dataset import load_queryset
+    from tuner.data.dataset import load_queryset
 
     assert load_queryset(out / "cran.queries.jsonl").dataset_id == "cran"
 
@@ -97,8 +96,8 @@ def test_unjudged_queries_are_dropped_and_counted(cran_inputs, tmp_path: Path, c
 
 
 def test_the_generated_experiment_loads_in_the_tuner(cran_bundle):
-    from tuner.experiment import load_experiment
-    from tuner.space import load_space
+    from tuner.config.experiment import load_experiment
+    from tuner.config.space import load_space
 
     out, _ = cran_bundle
     exp = load_experiment(out / "experiment.yaml")

@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from fusion_backend.importers import import_beir, import_trec, parse_grade_map
 from fusion_backend.importers.errors import DataFormatError
 from fusion_backend.runs import read_run as service_read_run
@@ -194,7 +193,7 @@ def test_beir_errors_name_file_and_line(tmp_path: Path):
 
 
 def test_beir_cli_round_trip(tmp_path: Path):
-    from tuner.dataset import load_queryset
+    from tuner.data.dataset import load_queryset
 
     root = _beir(tmp_path, "q1\td1\t2\nq1\td3\t1\n", "q2\td2\t1\n")
     out = tmp_path / "out"

@@ -12,10 +12,8 @@ from __future__ import annotations
 
 import os
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
-
 from fusion_backend.datagen import DEFAULT_SEED, write_demo
 
 from .demo_grid import SERVER_THRESHOLD, DemoData, Point, Setting, answered, run_setting, sweep

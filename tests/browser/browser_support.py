@@ -27,7 +27,6 @@ REPO = Path(__file__).resolve().parents[2]
 # The same tiny aeronautics catalog the Docker tests use.
 sys.path.insert(0, str(REPO / "tests" / "docker"))
 from docker_stack import free_port, write_config, write_corpus, write_queries  # noqa: E402
-
 from support.reference_experiment import deep_merge, write_reference_experiment  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"

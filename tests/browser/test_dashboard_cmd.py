@@ -27,9 +27,9 @@ import optuna
 import pytest
 from browser_support import REPO, STUDY, DashboardProcess, alive, descendants, make_study_project
 
-from tuner.dashboard import Dashboards, UiSpec, ui_specs
+from tuner.config.experiment import free_port, load_experiment
 from tuner.errors import ConfigError, TargetError
-from tuner.experiment import free_port, load_experiment
+from tuner.ops.dashboard import Dashboards, UiSpec, ui_specs
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

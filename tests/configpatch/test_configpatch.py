@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from ruamel.yaml import YAML
 
-from tuner.configpatch import ConfigPatcher, Journal, patch_text, recover, unified_diff
+from tuner.config.configpatch import ConfigPatcher, Journal, patch_text, recover, unified_diff
 from tuner.errors import ConfigError, TargetError
 
 CONFIG = textwrap.dedent(
@@ -165,7 +165,7 @@ def test_a_failed_write_leaves_the_original_and_no_temp_file(
 
 CRASHER = """
 import os, sys
-from tuner.configpatch import ConfigPatcher
+from tuner.config.configpatch import ConfigPatcher
 patcher = ConfigPatcher(sys.argv[1:3], sys.argv[3])
 patcher.apply({0: {"fusion.rrf_k": 7}, 1: {"x": 9}})
 os._exit(1)  # die without restoring, like a killed tuner

@@ -25,9 +25,9 @@ from typing import Any
 
 import pytest
 
-from tuner.configpatch import ConfigPatcher, FileMeta, atomic_write, copy_preserving, recover
+from tuner.config.configpatch import ConfigPatcher, recover
 from tuner.errors import TargetError
-from tuner.report.atomic import atomic_write_text
+from tuner.files import FileMeta, atomic_write, atomic_write_text, copy_preserving
 
 CONFIG = "# kept\nfusion:\n  rrf_k: 60  # RRF constant\n  weights: {bm25: 1.0, dense: 1.0}\n"
 
@@ -95,7 +95,7 @@ def test_recover_after_a_crash_restores_bytes_owner_and_mode(tmp_path: Path) -> 
     script = textwrap.dedent(
         f"""
         import os
-        from tuner.configpatch import ConfigPatcher
+        from tuner.config.configpatch import ConfigPatcher
         ConfigPatcher([{str(config)!r}], {str(journal)!r}).apply({{0: {{"fusion.rrf_k": 20}}}})
         os._exit(9)  # crash with the trial's config written and the journal left behind
         """

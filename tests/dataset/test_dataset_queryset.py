@@ -4,7 +4,7 @@ import pickle
 
 import pytest
 
-from tuner.dataset import Query, QuerySet, load_queryset
+from tuner.data.dataset import Query, QuerySet, load_queryset
 from tuner.errors import InputError
 
 

@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tuner.experiment import free_port  # noqa: F401  (re-exported: browser tests, bench/restart_bench.py)
+from tuner.config.experiment import free_port  # noqa: F401  (re-exported: browser tests, bench/restart_bench.py)
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = REPO / "compose.yaml"
@@ -130,7 +130,7 @@ def write_queries(root: Path, n_docs: int = 60) -> tuple[Path, Path]:
 def write_config(dest: Path, corpus: Path) -> Path:
     """backend/config.yaml (comments kept) with data.corpus relative to ``dest``, so the
     same file works on the host and in the container (mounted at /config)."""
-    from tuner.demo import write_backend_config
+    from tuner.ops.demo import write_backend_config
 
     write_backend_config(REPO / "backend" / "config.yaml", dest, corpus)
     return dest

@@ -12,11 +12,11 @@ from pathlib import Path
 import httpx
 import optuna
 import pytest
-from support.integration import need
 from docker_stack import ComposeStack, build_images, docker_unavailable
+from support.integration import need
 
-from tuner.health import wait_healthy
-from tuner.tracking import MlflowTracker, TrialRecord
+from tuner.report.tracking import MlflowTracker, TrialRecord
+from tuner.targets.health import wait_healthy
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 optuna.logging.set_verbosity(optuna.logging.WARNING)

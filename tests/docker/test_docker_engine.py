@@ -7,22 +7,22 @@ Skips without an engine; fails instead under TUNER_REQUIRE_INTEGRATION=1 (CI).
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import docker
 import httpx
 import pytest
-from support.integration import need
 from docker_stack import ComposeStack, build_images, docker_unavailable
+from support.integration import need
 
-from tuner.configpatch import atomic_write, patch_text
+import docker
+from tuner.config.configpatch import patch_text
+from tuner.config.experiment import DockerConfig
 from tuner.errors import BackendExited, ConfigError, TargetError
-from tuner.experiment import DockerConfig
-from tuner.health import wait_healthy
+from tuner.files import atomic_write
 from tuner.targets.docker import DockerTarget
+from tuner.targets.health import wait_healthy
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -23,7 +23,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import docker
 import httpx
 import optuna
 import pytest
@@ -33,13 +32,15 @@ from support.integration import need
 from support.reference_experiment import DROP, write_reference_experiment
 from workers.conftest import fresh_pg_url, pg_dsn  # noqa: F401  (fixtures)
 
-from tuner.configpatch import atomic_write, patch_text
+import docker
+from tuner.config.configpatch import patch_text
+from tuner.config.experiment import load_experiment
 from tuner.errors import ConfigError, TargetError
-from tuner.experiment import load_experiment
-from tuner.health import wait_healthy
-from tuner.replicas import ComposeReplica, replica_of
-from tuner.storage import rdb_storage
+from tuner.files import atomic_write
+from tuner.study.database import rdb_storage
 from tuner.targets.docker import ComposeCLI, DockerTarget, compose_failure
+from tuner.targets.health import wait_healthy
+from tuner.targets.replicas import ComposeReplica, replica_of
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -113,7 +114,7 @@ def wait_gone(project: str, deadline_s: float = 120) -> None:
 
 
 def free_ports(n: int) -> list[int]:
-    from tuner.experiment import free_port
+    from tuner.config.experiment import free_port
 
     out: list[int] = []
     while len(out) < n:
@@ -168,8 +169,8 @@ def test_replica_project_runs_its_own_config_copy_on_its_own_port(stack, compose
 
 OWNER = """\
 import sys, time
-from tuner.experiment import load_experiment
-from tuner.replicas import replica_of, start_reaper
+from tuner.config.experiment import load_experiment
+from tuner.targets.replicas import replica_of, start_reaper
 bound, replica = replica_of(load_experiment(sys.argv[1]), int(sys.argv[2]))
 if sys.argv[3] == "reaper":
     reaper = start_reaper(replica.pid_file, bound.journal_path)

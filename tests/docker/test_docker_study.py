@@ -11,7 +11,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import docker
 import httpx
 import optuna
 import pytest
@@ -20,11 +19,12 @@ from optuna.trial import TrialState
 from support.integration import need
 from support.reference_experiment import DROP, write_reference_experiment
 
-from tuner import analysis as A
-from tuner.experiment import load_experiment
-from tuner.health import wait_healthy
-from tuner.run import run_experiment
-from tuner.study import StudyObserver
+import docker
+from tuner.config.experiment import load_experiment
+from tuner.ops.run import run_experiment
+from tuner.study.attrs import ATTR_FAIL_REASON, ATTR_VARIANT
+from tuner.study.core import StudyObserver
+from tuner.targets.health import wait_healthy
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -105,7 +105,7 @@ def _started_at(stack: ComposeStack) -> str:
 
 def test_each_good_trial_ran_on_its_config_in_a_freshly_restarted_container(study_run: dict[str, Any]) -> None:
     trials = study_run["study"].get_trials()
-    assert [t.user_attrs.get(A.ATTR_VARIANT) for t in trials] == ["baseline", "k20", "broken"]
+    assert [t.user_attrs.get(ATTR_VARIANT) for t in trials] == ["baseline", "k20", "broken"]
     assert [t.state for t in trials[:2]] == [TrialState.COMPLETE, TrialState.COMPLETE]
     probe = study_run["probe"]
     assert sorted(probe.config) == [0, 1]  # the broken trial never reached its evaluation
@@ -119,7 +119,7 @@ def test_each_good_trial_ran_on_its_config_in_a_freshly_restarted_container(stud
 def test_the_trial_whose_config_kills_the_container_fails_with_its_reason(study_run: dict[str, Any]) -> None:
     broken = study_run["study"].get_trials()[2]
     assert broken.state == TrialState.FAIL
-    reason = broken.user_attrs[A.ATTR_FAIL_REASON]
+    reason = broken.user_attrs[ATTR_FAIL_REASON]
     assert "exited (exit code 2)" in reason and "rrf_k" in reason and str(BROKEN_K) in reason
     assert study_run["summary"].error is None  # within the failure budget: the study went on
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tuner.config.experiment import DockerConfig
 from tuner.errors import BackendExited, ConfigError, HealthTimeout, TargetError
-from tuner.experiment import DockerConfig
 from tuner.targets.docker import (
     ContainerState,
     DockerAPI,
@@ -280,7 +280,7 @@ def test_unreachable_engine_names_docker_host_and_docker_info(monkeypatch: pytes
 
 
 def test_the_docker_experiment_file_builds_a_target_for_the_compose_backend(monkeypatch: pytest.MonkeyPatch) -> None:
-    from tuner.experiment import load_experiment
+    from tuner.config.experiment import load_experiment
     from tuner.targets.factory import make_target
 
     monkeypatch.delenv("COMPOSE_PROJECT_NAME", raising=False)

@@ -15,7 +15,7 @@ The convention the doc follows (also stated at its top):
 - A ```yaml block whose first line is ``# excerpt of PATH`` must appear verbatim in
   the file PATH the commands wrote. One whose first line is ``# in experiment.yaml``
   shows experiment sections for *your* service: it replaces those top-level sections
-  of the generated experiment and must load with tuner.experiment.load_experiment.
+  of the generated experiment and must load with tuner.config.experiment.load_experiment.
 
 Then the outcomes: the study holds the trials `tuner run --n-trials N` asked for, the
 applied config differs from the imported one and its backup holds the original, and
@@ -191,7 +191,7 @@ def test_readme_links_the_doc_from_tuning_your_own_backend():
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_every_command_of_the_doc_runs(datasets_dir: Path, tmp_path: Path):
-    from tuner.experiment import load_experiment
+    from tuner.config.experiment import load_experiment
 
     assert (VENV_BIN / "tuner").exists(), f"run the tests with the venv's python: no tuner next to {sys.executable}"
     blocks = fenced_blocks(DOC.read_text())
@@ -279,7 +279,7 @@ def check_fragments(blocks: list[Block], generated: Path, tmp_path: Path) -> Non
     """Each `# in experiment.yaml` block, put into the generated experiment, loads."""
     from ruamel.yaml import YAML
 
-    from tuner.experiment import load_experiment
+    from tuner.config.experiment import load_experiment
 
     yaml = YAML()
     fragments = [b for b in blocks if b.lang == "yaml" and b.text.startswith("# in experiment.yaml")]

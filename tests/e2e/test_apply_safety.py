@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 from ruamel.yaml import YAML
+from support.reference_experiment import DROP
 
 from e2e.test_study_e2e import demo_data, make_project  # noqa: F401  (module fixture reused)
-from support.reference_experiment import DROP
-from tuner.apply import apply_plan, plan_apply
+from tuner.config.experiment import load_experiment
 from tuner.errors import StudyError
-from tuner.experiment import load_experiment
-from tuner.run import run_experiment
+from tuner.ops.apply import apply_plan, plan_apply
+from tuner.ops.run import run_experiment
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 

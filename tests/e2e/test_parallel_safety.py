@@ -14,10 +14,10 @@ from pathlib import Path
 import optuna
 import pytest
 from optuna.trial import TrialState
+from support.reference_experiment import dump_experiment, reference_experiment
 
 from e2e.test_study_e2e import demo_data, make_project  # noqa: F401  (module fixture reused)
-from support.reference_experiment import dump_experiment, reference_experiment
-from tuner.experiment import load_experiment
+from tuner.config.experiment import load_experiment
 
 PYTHON = sys.executable
 pytestmark = [pytest.mark.slow, pytest.mark.integration]

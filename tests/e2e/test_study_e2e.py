@@ -23,18 +23,22 @@ import optuna
 import pytest
 from mlflow import MlflowClient
 from optuna.trial import TrialState
+from support.reference_experiment import (
+    DROP,
+    FULL_SPACE,
+    SHORTLIST,
+    copy_backend_config,
+    deep_merge,
+    write_reference_experiment,
+)
 
-from tuner import analysis as A
-from tuner.apply import apply_plan, plan_apply
-from tuner.configpatch import get_path
-from tuner.demo import generate_data
-from tuner.experiment import load_experiment
-from tuner.run import run_experiment
-from tuner.study import StudyObserver, best_feasible_trial
-from tuner.tracking import TAG_ROLE, TAG_STUDY, TAG_TRIAL
-
-from support.reference_experiment import (DROP, FULL_SPACE, SHORTLIST, copy_backend_config, deep_merge,
-                                          write_reference_experiment)
+from tuner.config.configpatch import get_path
+from tuner.config.experiment import load_experiment
+from tuner.ops.apply import apply_plan, plan_apply
+from tuner.ops.demo import generate_data
+from tuner.ops.run import run_experiment
+from tuner.report.tracking import TAG_ROLE, TAG_STUDY, TAG_TRIAL
+from tuner.study.core import StudyObserver, best_feasible_trial
 
 # The low ends of the post-retrieval ranges in search_space/reference_full.yaml.
 GATE_LOW = {"confidence.threshold": 0.0, "citation.min_score": 0.0}
@@ -296,7 +300,7 @@ def test_apply_of_a_solved_trial_writes_the_solved_gates_and_reproduces_its_scor
         for path in GATE_LOW:
             assert _same(get_path(doc, path), trial.user_attrs["assignment"][path]), path
         # The solver models the backend's gates exactly but for the fallback window of an
-        # emptied list and top_m over filtered hits (tuner.threshold); SOLVE_TOLERANCE bounds both here.
+        # emptied list and top_m over filtered hits (tuner.study.threshold); SOLVE_TOLERANCE bounds both here.
         result = apply_plan(plan, tolerance=SOLVE_TOLERANCE)
         assert result.applied, result.message
         assert result.measured == pytest.approx(trial.value, abs=SOLVE_TOLERANCE)
@@ -425,8 +429,8 @@ def test_a_backend_that_refuses_every_config_spends_the_failure_budget(demo_data
 
 
 def test_a_study_with_a_holdout_tunes_without_it_and_validates_at_the_end(demo_data: Path, tmp_path: Path) -> None:
-    from tuner.holdout import split_queries
-    from tuner.dataset import load_queryset
+    from tuner.data.dataset import load_queryset
+    from tuner.evaluation.holdout import split_queries
 
     exp_path = make_project(tmp_path, demo_data, study="held", n_trials=2, holdout={"fraction": 0.3, "seed": 5})
     exp = load_experiment(exp_path).bind_port()

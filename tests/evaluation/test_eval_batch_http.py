@@ -4,10 +4,10 @@ import asyncio
 import uuid
 
 import pytest
-
 from support.fake_search import FakeSearch
+
 from tuner import metrics
-from tuner.dataset import Query, QuerySet
+from tuner.data.dataset import Query, QuerySet
 from tuner.errors import ConfigError, FailureBudgetExceeded
 from tuner.evaluation import EvalSpec, RequestMapping, ResponseMapping, run_batch
 

@@ -7,7 +7,6 @@ import subprocess
 import sys
 
 import pytest
-
 from support.fake_search import FakeSearch
 
 N_IN = 5  # judged in-scope queries

@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from tuner.dataset import Query
+from tuner.data.dataset import Query
 from tuner.errors import ConfigError, ResponseMappingError
 from tuner.evaluation.mapping import (
     Hit,

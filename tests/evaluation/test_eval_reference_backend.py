@@ -5,12 +5,12 @@ import importlib.util
 
 import httpx
 import pytest
-
 from support.integration import need
+
 from tuner import metrics
-from tuner.dataset import load_queryset
+from tuner.data.dataset import load_queryset
+from tuner.data.labels import LabelStore
 from tuner.evaluation import EvalSpec, RequestMapping, ResponseMapping, run_batch
-from tuner.labels import LabelStore
 
 
 @pytest.fixture(scope="module")

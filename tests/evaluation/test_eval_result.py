@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 
 from tuner import metrics
-from tuner.dataset import Query, QuerySet
+from tuner.data.dataset import Query, QuerySet
 from tuner.errors import EvaluationError
 from tuner.evaluation import FailedQuery, QueryResponse, UnjudgedHit, evaluate_responses, query_record
 from tuner.evaluation.mapping import Hit, ParsedResponse

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
-
 from support.fake_search import FakeSearch
-from tuner.dataset import Query, QuerySet
+
+from tuner.data.dataset import Query, QuerySet
 from tuner.errors import FailureBudgetExceeded, ResponseMappingError
 from tuner.evaluation import EvalSpec, RequestMapping, run_batch
 from tuner.evaluation.batch import ABORT_POLL_S, BatchAborted, StopAfterGrace, any_abort
@@ -82,7 +82,7 @@ def test_deadline_defaults_to_a_multiple_of_the_timeout_and_bounds_a_query():
     ({"max_response_bytes": 2 ** 31}, "max_response_bytes=2147483648: use a byte count"),
 ])
 def test_bad_bounds_are_one_line_config_errors(tmp_path: Path, values: dict, said: str):
-    from tuner.yamlfile import format_validation_error
+    from tuner.config.yamlfile import format_validation_error
 
     doc = {"request": {"url": "http://x"}, **values}
     with pytest.raises(ValidationError, match=said) as info:

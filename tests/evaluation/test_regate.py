@@ -4,18 +4,15 @@ the values the batch was retrieved with."""
 
 from __future__ import annotations
 
-import math
-
 import pandas as pd
 import pytest
+from threshold.test_threshold import synthetic_batch
 
 from tuner.evaluation.mapping import Hit, ParsedResponse
 from tuner.evaluation.outcomes import QueryResponse
 from tuner.evaluation.regate import regate
 from tuner.evaluation.result import evaluate_responses
-from tuner.threshold import CONFIDENCE_PARAM, MIN_SCORE_PARAM, GateRange, solve_batch
-
-from threshold.test_threshold import synthetic_batch
+from tuner.study.threshold import CONFIDENCE_PARAM, MIN_SCORE_PARAM, GateRange, solve_batch
 
 LOW_T, LOW_M = 0.2, 0.0
 

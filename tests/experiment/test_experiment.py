@@ -9,9 +9,9 @@ from pathlib import Path
 import optuna
 import pytest
 
+from tuner.config.experiment import Constraint, load_experiment
+from tuner.config.space import load_space
 from tuner.errors import ConfigError
-from tuner.experiment import Constraint, load_experiment
-from tuner.space import load_space
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -14,10 +14,9 @@ from typing import Any
 
 import pytest
 from support.integration import need
-
-from faults.faultlib import (Calibration, Damage, FaultLog, FaultRecord, judge, processes_naming,
-                             unrecorded_or_running)
 from workers.conftest import fresh_pg_url, pg_dsn  # noqa: F401  (PostgreSQL for the worker scenarios)
+
+from faults.faultlib import Calibration, Damage, FaultLog, FaultRecord, judge, processes_naming, unrecorded_or_running
 
 CLASSES = (
     "sigkill-runner", "sigterm-runner", "sigkill-worker", "sigterm-worker", "backend-crash-mid-batch",

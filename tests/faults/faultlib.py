@@ -247,7 +247,7 @@ def terminate_connections(storage_url: str, application_name: str) -> int:
     does to its clients); returns how many. Run from a connection of another name."""
     import sqlalchemy as sa
 
-    from tuner.storage import sqlalchemy_url
+    from tuner.dburl import sqlalchemy_url
 
     url = sa.engine.make_url(sqlalchemy_url(storage_url)).update_query_dict({"application_name": "fault-injector"})
     engine = sa.create_engine(url, poolclass=sa.pool.NullPool, isolation_level="AUTOCOMMIT")
@@ -319,7 +319,6 @@ class Project:
     def write_experiment(self, name: str, **overrides: Any) -> Path:
         """Another experiment file in the project: this one with ``overrides`` merged in."""
         from ruamel.yaml import YAML
-
         from support.reference_experiment import deep_merge
 
         doc = deep_merge(YAML(typ="safe", pure=True).load(self.experiment.read_text()), overrides)
@@ -334,7 +333,7 @@ class Project:
     # -- what happened
 
     def load(self) -> Any:
-        from tuner.experiment import load_experiment
+        from tuner.config.experiment import load_experiment
 
         return load_experiment(self.experiment)
 
@@ -364,7 +363,7 @@ class Project:
         return any(p.name == "restore-journal.json" for p in (self.root / "state").rglob("*.json"))
 
     def locks_free(self) -> bool:
-        from tuner.locks import lock_file_for, read_holder, study_holders
+        from tuner.study.locks import lock_file_for, read_holder, study_holders
 
         exp = self.load()
         return not study_holders(exp.storage, self.study) and all(
@@ -440,7 +439,7 @@ class Calibration:
 
     def _measure(self, depth: int) -> float:
         from faults.fault_backend import serve
-        from tuner.dataset import load_queryset
+        from tuner.data.dataset import load_queryset
         from tuner.evaluation import run_batch
         from tuner.evaluation.spec import EvalSpec, RequestMapping
 

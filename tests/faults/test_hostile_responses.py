@@ -33,11 +33,20 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import pytest
+from support.fake_search import drip, flood, pad_results
 
 from faults import fault_backend
-from faults.faultlib import (Calibration, FaultLog, Project, assert_survived, assess, fail_reasons, judge, states,
-                             wait_until)
-from support.fake_search import drip, flood, pad_results
+from faults.faultlib import (
+    Calibration,
+    FaultLog,
+    Project,
+    assert_survived,
+    assess,
+    fail_reasons,
+    judge,
+    states,
+    wait_until,
+)
 from tuner.evaluation.spec import EvalSpec
 
 pytestmark = [pytest.mark.slow]
@@ -265,7 +274,7 @@ def test_the_hostile_backend_answers_like_the_fault_backend(tmp_path: Path) -> N
 
     import httpx
 
-    from tuner.experiment import free_port
+    from tuner.config.experiment import free_port
 
     config = tmp_path / "config.yaml"
     config.write_text("fusion:\n  depth: 3\n")

@@ -17,8 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from faults.faultlib import (Calibration, FaultLog, Project, assert_survived, assess, judge, states,
-                             wait_until)
+from faults.faultlib import Calibration, FaultLog, Project, assert_survived, assess, judge, states, wait_until
 
 pytestmark = [pytest.mark.slow]
 
@@ -37,7 +36,7 @@ def records_trials_untracked(project: Project, done) -> dict[str, bool]:
 
 def test_an_unreachable_mlflow_server_does_not_stop_the_study(tmp_path: Path, calibration: Calibration,
                                                               fault_log: FaultLog) -> None:
-    from tuner.experiment import free_port
+    from tuner.config.experiment import free_port
 
     dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     project = Project.create(tmp_path / "ml-http", study="ml-http", n_trials=3,

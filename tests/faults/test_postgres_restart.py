@@ -17,8 +17,19 @@ from typing import Any
 
 import pytest
 
-from faults.faultlib import (RELEASE, Calibration, FaultLog, Project, assert_survived, assess, fail_reasons, judge,
-                             states, terminate_connections, wait_until)
+from faults.faultlib import (
+    RELEASE,
+    Calibration,
+    FaultLog,
+    Project,
+    assert_survived,
+    assess,
+    fail_reasons,
+    judge,
+    states,
+    terminate_connections,
+    wait_until,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 N_TRIALS = 4

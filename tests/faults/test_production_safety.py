@@ -34,8 +34,22 @@ from typing import Any
 
 import pytest
 
-from faults.faultlib import (PYTHON, Calibration, Damage, Done, FaultLog, Project, Running, all_gone,
-                             assert_survived, assess, fail_reasons, judge, processes_naming, states)
+from faults.faultlib import (
+    PYTHON,
+    Calibration,
+    Damage,
+    Done,
+    FaultLog,
+    Project,
+    Running,
+    all_gone,
+    assert_survived,
+    assess,
+    fail_reasons,
+    judge,
+    processes_naming,
+    states,
+)
 
 pytestmark = [pytest.mark.slow]
 
@@ -332,7 +346,7 @@ BAD_LABELS = "q0 0 q0-d0 2\nq1 0 q1-d0 not-a-grade\n"  # a valid line, then a ba
 
 def test_a_failed_label_import_stores_nothing(tmp_path: Path, calibration: Calibration,
                                              fault_log: FaultLog) -> None:
-    from tuner.labels import LabelStore
+    from tuner.data.labels import LabelStore
 
     bad = tmp_path / "bad.txt"
     bad.write_text(BAD_LABELS)

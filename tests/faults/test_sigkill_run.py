@@ -20,13 +20,12 @@ from typing import Any
 import httpx
 import optuna
 import pytest
+from e2e.test_study_e2e import PYTHON, demo_data, make_project  # noqa: F401  (demo_data is a fixture)
 from mlflow import MlflowClient
 from optuna.trial import TrialState
 
-from tuner.experiment import free_port, load_experiment
-from tuner.tracking import INTERRUPTED, TAG_FAIL_REASON, TAG_ROLE, TAG_STUDY, TAG_TRIAL
-
-from e2e.test_study_e2e import PYTHON, demo_data, make_project  # noqa: F401  (demo_data is a fixture)
+from tuner.config.experiment import free_port, load_experiment
+from tuner.report.tracking import INTERRUPTED, TAG_FAIL_REASON, TAG_ROLE, TAG_STUDY, TAG_TRIAL
 
 pytestmark = [
     pytest.mark.slow,
@@ -161,7 +160,7 @@ def test_the_next_run_ends_the_leftover_and_measures_its_own_backend(killed_then
 
 
 def test_the_killed_trials_mlflow_run_is_closed_as_failed(killed_then_resumed: dict[str, Any]) -> None:
-    """Needs tuner.run to call tracker.close_stale_runs(study, live_trials=set()) at start."""
+    """Needs tuner.ops.run to call tracker.close_stale_runs(study, live_trials=set()) at start."""
     run = killed_then_resumed
     client = MlflowClient(run["exp"].tracking.mlflow_uri)
     experiment = client.get_experiment_by_name(STUDY)

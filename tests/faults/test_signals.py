@@ -15,8 +15,19 @@ from pathlib import Path
 
 import pytest
 
-from faults.faultlib import (RELEASE, Calibration, Done, FaultLog, Project, assert_survived, assess, fail_reasons,
-                             judge, states, wait_until)
+from faults.faultlib import (
+    RELEASE,
+    Calibration,
+    Done,
+    FaultLog,
+    Project,
+    assert_survived,
+    assess,
+    fail_reasons,
+    judge,
+    states,
+    wait_until,
+)
 
 pytestmark = [pytest.mark.slow]
 

@@ -21,8 +21,18 @@ from pathlib import Path
 import pytest
 from optuna.trial import TrialState
 
-from faults.faultlib import (RELEASE, Calibration, FaultLog, Project, all_gone, assert_survived, assess, judge, states,
-                             wait_until)
+from faults.faultlib import (
+    RELEASE,
+    Calibration,
+    FaultLog,
+    Project,
+    all_gone,
+    assert_survived,
+    assess,
+    judge,
+    states,
+    wait_until,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 WORKER = ("worker", "--replica", "0", "--heartbeat", "1", "--grace", "3")
@@ -44,7 +54,7 @@ def running_trials(project: Project) -> list[int]:
 
 def test_sigkill_of_a_worker_mid_trial(tmp_path: Path, pg_storage: tuple[str, str], calibration: Calibration,
                                        fault_log: FaultLog) -> None:
-    from tuner.workers import retries_of
+    from tuner.ops.workers import retries_of
 
     project = held_project(tmp_path, "kill-worker", pg_storage[0])
     worker = project.start(*WORKER)

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
+from tuner.data.qrels import CRANFIELD, IDENTITY, GradeMap, parse_qrels, read_qrels
 from tuner.errors import InputError
-from tuner.qrels import CRANFIELD, IDENTITY, GradeMap, parse_qrels, read_qrels
 
 
 def write(tmp_path: Path, data: bytes, name: str = "qrels.txt") -> Path:

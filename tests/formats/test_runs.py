@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from tuner.data.runs import parse_json_array_run, parse_jsonl_run, parse_trec_run, read_run
 from tuner.errors import InputError
-from tuner.runs import parse_json_array_run, parse_jsonl_run, parse_trec_run, read_run
 
 
 def test_trec_run_is_ordered_by_score_then_docno_descending_ignoring_rank():

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from tuner.config.experiment import ProcessConfig, free_port
 from tuner.errors import BackendExited, HealthTimeout
-from tuner.experiment import ProcessConfig, free_port
-from tuner.health import wait_healthy
+from tuner.targets.health import wait_healthy
 from tuner.targets.process import ProcessTarget
 
 
@@ -142,7 +142,7 @@ def test_non_json_200_returns_an_empty_dict(tmp_path: Path) -> None:
 
 def test_the_fingerprint_field_of_a_health_answer(serve) -> None:
     from tuner.errors import TargetError
-    from tuner.health import health_fingerprint
+    from tuner.targets.health import health_fingerprint
 
     server = serve(unhealthy=1)
     body = wait_healthy(server.url, deadline_s=20, interval_s=0.01)

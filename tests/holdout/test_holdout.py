@@ -8,9 +8,9 @@ from collections import Counter
 
 import pytest
 
-from tuner.dataset import Query
+from tuner.data.dataset import Query
 from tuner.errors import ConfigError
-from tuner.holdout import HoldoutConfig, allocate, draw_split, split_queries, stratum_of
+from tuner.evaluation.holdout import HoldoutConfig, allocate, draw_split, split_queries, stratum_of
 
 KEYS = ("query_type", "scope")
 
@@ -99,8 +99,8 @@ def test_bad_fraction_and_unknown_keys_are_rejected():
 
 
 def test_tune_split_restricts_the_query_set_only_when_enabled():
-    from tuner.dataset import QuerySet
-    from tuner.holdout import tune_split
+    from tuner.data.dataset import QuerySet
+    from tuner.evaluation.holdout import tune_split
 
     qs = QuerySet("d", "h", tuple(make_queries(COUNTS)))
     same, none = tune_split(qs, HoldoutConfig(enabled=False))

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from tuner.dataset import Query, QuerySet
+from tuner.data.dataset import Query, QuerySet
 from tuner.errors import EvaluationError
+from tuner.evaluation.holdout import holdout_report
 from tuner.evaluation.mapping import Hit, ParsedResponse
 from tuner.evaluation.outcomes import QueryResponse
 from tuner.evaluation.result import evaluate_responses
-from tuner.holdout import holdout_report
 
 N = 30
 

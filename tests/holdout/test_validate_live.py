@@ -14,22 +14,20 @@ import sys
 
 import optuna
 import pytest
-
-from tuner import analysis as A
-from tuner.errors import StudyError
-from tuner.holdout import HoldoutConfig, split_queries
-from tuner.holdout import record_split
-from tuner.validate import validate_holdout
-
 from support.reference_experiment import copy_backend_config, write_reference_experiment
+
+from tuner.errors import StudyError
+from tuner.evaluation.holdout import HoldoutConfig, record_split, split_queries
+from tuner.ops.validate import validate_holdout
+from tuner.study.attrs import ATTR_ASSIGNMENT, ATTR_VARIANT
 
 
 @pytest.fixture
 def setup(tmp_path):
     from fusion_backend.datagen.demo import write_demo
 
-    from tuner.experiment import load_experiment
-    from tuner.study import prepare
+    from tuner.config.experiment import load_experiment
+    from tuner.study.core import prepare
 
     write_demo(tmp_path / "data")
     config = copy_backend_config(tmp_path)
@@ -41,9 +39,9 @@ def setup(tmp_path):
     study = optuna.create_study(study_name=exp.study, storage=exp.storage, direction="maximize")
     for variant, value in (("baseline", 0.4), ("", 0.5)):
         trial = study.ask()
-        trial.set_user_attr(A.ATTR_ASSIGNMENT, baseline)
+        trial.set_user_attr(ATTR_ASSIGNMENT, baseline)
         if variant:
-            trial.set_user_attr(A.ATTR_VARIANT, variant)
+            trial.set_user_attr(ATTR_VARIANT, variant)
         trial.set_constraint("OOS_FP_Rate <= 0.1", -0.05)
         study.tell(trial, value)
     return exp, prepared, study, config

@@ -8,10 +8,18 @@ import json
 import optuna
 import pytest
 
-from tuner import analysis as A
+from tuner.data.labels import LabelStore
 from tuner.errors import InputError
-from tuner.labelqueue import TrialReport, build_queue, import_graded, load_trial_report, pick_trials, report_of, write_queue
-from tuner.labels import LabelStore
+from tuner.ops.labelqueue import (
+    TrialReport,
+    build_queue,
+    import_graded,
+    load_trial_report,
+    pick_trials,
+    report_of,
+    write_queue,
+)
+from tuner.study.attrs import ATTR_REPORTS, ATTR_VARIANT
 
 QUERIES = {"q1": "wing flutter", "q2": "boundary layer"}
 
@@ -101,11 +109,11 @@ def test_pick_trials_takes_best_feasible_plus_baseline_and_reads_reports(tmp_pat
         t = study.ask()
         t.set_constraint("OOS_FP_Rate <= 0.1", f - 0.1)
         if n == 0:
-            t.set_user_attr(A.ATTR_VARIANT, "baseline")
+            t.set_user_attr(ATTR_VARIANT, "baseline")
         path = tmp_path / f"t{n}.json"
         path.write_text(json.dumps({"context": {"dataset_id": "ds"}, "queries": [{"query_id": "q1", "query": "x"}],
                                     "unjudged": [{"query_id": "q1", "rank": 1, "doc_id": f"d{n}", "title": "t"}]}))
-        t.set_user_attr(A.ATTR_REPORTS, {"json": str(path)})
+        t.set_user_attr(ATTR_REPORTS, {"json": str(path)})
         study.tell(t, v)
     picked = pick_trials(study.trials, top_n=2)
     assert [t.number for t in picked] == [1, 2, 0]

@@ -4,9 +4,9 @@ import sqlite3
 
 import pytest
 
+from tuner.data.labels import Judgment, LabelStore, export_unjudged, read_judgments, unjudged_pairs
+from tuner.data.qrels import CRANFIELD, GradeMap
 from tuner.errors import InputError, LabelError
-from tuner.labels import Judgment, LabelStore, export_unjudged, read_judgments, unjudged_pairs
-from tuner.qrels import CRANFIELD, GradeMap
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""tuner.locks with real processes: a lock another process holds refuses at once with
+"""tuner.study.locks with real processes: a lock another process holds refuses at once with
 the holder named, a dead holder's lock is taken over with a message, and the
 database lock of a PostgreSQL study keeps runs and workers apart across processes."""
 
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tuner.locks import (
+from tuner.study.locks import (
     LockHeld,
     StudyLease,
     config_locks,
@@ -28,7 +28,7 @@ from tuner.locks import (
 HOLD = textwrap.dedent("""
     import sys, time
     from pathlib import Path
-    from tuner.locks import StudyLease, config_locks
+    from tuner.study.locks import StudyLease, config_locks
     storage, study, config, mode, ready = sys.argv[1:6]
     with StudyLease.acquire(storage, study, mode=mode, command="holder-under-test", heartbeat_s=0.5,
                             stale_after_s=3):
@@ -151,7 +151,7 @@ def test_postgres_lock_of_a_silent_holder_on_another_host_goes_stale(pg_url: str
 
     import sqlalchemy as sa
 
-    from tuner.storage import sqlalchemy_url
+    from tuner.dburl import sqlalchemy_url
 
     study = f"stale-{uuid.uuid4().hex[:8]}"
     with StudyLease.acquire(pg_url, study, mode="exclusive", command="tuner run", heartbeat_s=0.2,
@@ -171,7 +171,7 @@ def test_postgres_lock_of_a_silent_holder_on_another_host_goes_stale(pg_url: str
 def test_postgres_lock_taken_over_while_silent_is_reported_lost(pg_url: str) -> None:
     import sqlalchemy as sa
 
-    from tuner.storage import sqlalchemy_url
+    from tuner.dburl import sqlalchemy_url
 
     study = f"lost-{uuid.uuid4().hex[:8]}"
     with StudyLease.acquire(pg_url, study, mode="exclusive", command="tuner run", heartbeat_s=0.2,

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 from support.integration import need
 
+from tuner.data.runs import parse_trec_run
 from tuner.metrics import prepare, score_batch, score_rankings
-from tuner.runs import parse_trec_run
 
 pytrec_eval = pytest.importorskip("pytrec_eval")
 ranx = pytest.importorskip("ranx")

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from tuner.data.qrels import GradeMap, read_qrels
+from tuner.data.runs import read_run
 from tuner.metrics import aggregate, prepare, score_batch
-from tuner.qrels import GradeMap, read_qrels
-from tuner.runs import read_run
 
 # trec_eval measure name -> our metric name (None: no equivalent, not compared).
 _EQUIVALENTS: list[tuple[str, Callable[[re.Match[str]], str]]] = [

@@ -21,7 +21,6 @@ from typing import Any
 import optuna
 import pytest
 from ruamel.yaml import YAML
-
 from support.backend import start_backend
 from support.cranfield_files import files_argv
 

@@ -5,12 +5,12 @@ import math
 
 import pytest
 
-from tuner.dataset import Query, QuerySet, judged_subset
+from tuner.config.experiment import Constraint
+from tuner.data.dataset import Query, QuerySet, judged_subset
 from tuner.errors import InputError
 from tuner.evaluation import EvalSpec, QueryResponse, RequestMapping, evaluate_responses
 from tuner.evaluation.mapping import Hit, ParsedResponse
-from tuner.experiment import Constraint
-from tuner.preflight import (
+from tuner.study.preflight import (
     MIN_OOS_QUERIES,
     PreflightError,
     PreflightReport,

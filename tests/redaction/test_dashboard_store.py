@@ -7,11 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from tuner.dashboard import dashboard_commands, ui_specs, ui_store
-from tuner.experiment import load_experiment
-
 from support.reference_experiment import write_reference_experiment
+
+from tuner.config.experiment import load_experiment
+from tuner.ops.dashboard import dashboard_commands, ui_specs, ui_store
 
 PASSWORD = "pg-pass-planted-31337"
 

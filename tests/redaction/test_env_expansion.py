@@ -1,4 +1,4 @@
-"""``${ENV}`` in typed YAML files (tuner.yamlfile.load_model): expansion, defaults, the
+"""``${ENV}`` in typed YAML files (tuner.config.yamlfile.load_model): expansion, defaults, the
 one-line error of an unset variable, and secrets remembered for scrubbing."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import pytest
 from pydantic import BaseModel, ConfigDict
 
 from tuner import secrets
+from tuner.config.yamlfile import load_model
 from tuner.errors import ConfigError
-from tuner.yamlfile import load_model
 
 
 class Request(BaseModel):
@@ -83,9 +83,9 @@ def test_a_literal_secret_in_a_file_is_remembered_too(tmp_path: Path) -> None:
 
 
 def test_experiment_files_expand_variables(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from tuner.experiment import load_experiment
-
     from support.reference_experiment import write_reference_experiment
+
+    from tuner.config.experiment import load_experiment
 
     monkeypatch.setenv("TUNER_TEST_BEARER", "bearer-for-experiment-1")
     path = write_reference_experiment(

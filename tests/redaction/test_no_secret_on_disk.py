@@ -28,13 +28,12 @@ import httpx
 import optuna
 import pytest
 import sqlalchemy as sa
-
-from tuner.demo import generate_data
-from tuner.experiment import free_port
-from tuner.storage import sqlalchemy_url
-
 from support.reference_experiment import copy_backend_config, write_reference_experiment
 from workers.conftest import pg_dsn  # noqa: F401  (the PostgreSQL the worker tests use)
+
+from tuner.config.experiment import free_port
+from tuner.dburl import sqlalchemy_url
+from tuner.ops.demo import generate_data
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 optuna.logging.set_verbosity(optuna.logging.WARNING)

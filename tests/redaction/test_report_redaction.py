@@ -8,10 +8,10 @@ import json
 from pathlib import Path
 
 from tuner import secrets
+from tuner.data.dataset import Query, QuerySet
 from tuner.evaluation import FailedQuery, QueryResponse, evaluate_responses
 from tuner.evaluation.mapping import Hit, ParsedResponse
 from tuner.report import ReportContext, write_reports
-from tuner.dataset import Query, QuerySet
 
 TOKEN = "tok-c0ffee-5ecret-0001"
 KEY = "key-c0ffee-5ecret-0002"
@@ -37,7 +37,7 @@ def spec() -> dict:
 
 
 def test_no_secret_in_any_report_file(tmp_path: Path) -> None:
-    secrets.remember_config(spec())  # what tuner.yamlfile does when it loads the experiment
+    secrets.remember_config(spec())  # what tuner.config.yamlfile does when it loads the experiment
     ctx = ReportContext(url=spec()["request"]["url"], spec=spec(),
                         extra={"trial": 3, "note": f"backend said Bearer {TOKEN}", "assignment": {"rerank.key_boost": 0.5}})
     paths = write_reports(batch(echo=KEY), tmp_path, context=ctx, config_snapshot=f"api_key: {KEY}\n")

@@ -5,7 +5,7 @@ import os
 import matplotlib.image
 import pytest
 
-from tuner.dataset import Query, QuerySet
+from tuner.data.dataset import Query, QuerySet
 from tuner.errors import InputError
 from tuner.evaluation import FailedQuery, QueryResponse, evaluate_responses
 from tuner.evaluation.mapping import Hit, ParsedResponse

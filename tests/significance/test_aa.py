@@ -14,9 +14,9 @@ import numpy as np
 import optuna
 import pandas as pd
 
-from tuner.dataset import Query
-from tuner.holdout import draw_split
-from tuner.significance import compare
+from tuner.data.dataset import Query
+from tuner.evaluation.holdout import draw_split
+from tuner.metrics.significance import compare
 
 N_QUERIES, N_TRIALS, N_SEEDS, ALPHA = 80, 60, 60, 0.05
 

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tuner.significance import (
+from tuner.metrics.significance import (
     compare,
     holm,
     paired_bootstrap_ci,

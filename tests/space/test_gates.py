@@ -10,8 +10,8 @@ from pathlib import Path
 import optuna
 import pytest
 
+from tuner.config.space import load_space
 from tuner.errors import ConfigError
-from tuner.space import load_space
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from tuner.configpatch import ConfigPatcher
-from tuner.space import load_space
+from tuner.config.configpatch import ConfigPatcher
+from tuner.config.space import load_space
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -11,8 +11,8 @@ import optuna
 import pytest
 from scipy import stats
 
+from tuner.config.space import SearchSpace, load_space, shares_to_sticks, sticks_to_shares
 from tuner.errors import ConfigError
-from tuner.space import SearchSpace, load_space, shares_to_sticks, sticks_to_shares
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")

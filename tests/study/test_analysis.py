@@ -10,8 +10,8 @@ import pytest
 from optuna.distributions import CategoricalDistribution, FloatDistribution
 from optuna.trial import TrialState, create_trial
 
-from tuner import analysis as A
-from tuner.progress import eta_seconds, fmt_duration
+from tuner.cli.progress import eta_seconds, fmt_duration
+from tuner.ops import analysis as A
 
 LIMIT = 0.10
 

@@ -1,5 +1,5 @@
 """The result cache covers the data the backend serves: the declared ``target.inputs``
-files (tuner.inputs) and the fingerprint the backend reports on its health URL
+files (tuner.data.inputs) and the fingerprint the backend reports on its health URL
 (``target.health.fingerprint``). A change is a miss that says which part changed.
 
 The first tests drive a `TrialRunner` over a real config file, a real data file and a
@@ -22,15 +22,14 @@ from typing import Any
 import optuna
 import pytest
 from optuna.trial import TrialState
-
-from tuner.errors import ConfigError, TargetError
-from tuner.experiment import load_experiment
-from tuner.inputs import InputsWatch, changed_files, expand, fingerprint_inputs
-from tuner.result_cache import ResultCache
-from tuner.trial import ATTR_CACHE_NOTE, ATTR_DATA_FINGERPRINT, TrialRunner
+from support.reference_experiment import copy_backend_config, write_reference_experiment
 
 from study.fakes import CONFIG_TEXT, FileBackend, FormulaEvaluator, TwoParamSpace, YamlWriter
-from support.reference_experiment import copy_backend_config, write_reference_experiment
+from tuner.config.experiment import load_experiment
+from tuner.data.inputs import InputsWatch, changed_files, expand, fingerprint_inputs
+from tuner.errors import ConfigError, TargetError
+from tuner.study.result_cache import ResultCache
+from tuner.study.trial import ATTR_CACHE_NOTE, ATTR_DATA_FINGERPRINT, TrialRunner
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 PYTHON = sys.executable
@@ -43,7 +42,7 @@ def write_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-# ------------------------------------------------------------------ tuner.inputs
+# ------------------------------------------------------------------ tuner.data.inputs
 
 
 def test_files_globs_and_directories_expand_sorted_and_hash_their_content(tmp_path: Path) -> None:
@@ -75,7 +74,7 @@ def test_files_globs_and_directories_expand_sorted_and_hash_their_content(tmp_pa
 
 
 def test_an_unchanged_file_is_hashed_once_and_a_rewritten_one_again(tmp_path: Path, monkeypatch) -> None:
-    import tuner.inputs
+    import tuner.data.inputs
 
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text("one\n")
@@ -83,7 +82,7 @@ def test_an_unchanged_file_is_hashed_once_and_a_rewritten_one_again(tmp_path: Pa
     # Just written: within the racy window it is hashed on every check.
     watch.current(), watch.current()
     assert watch.memo.hashed == 2
-    monkeypatch.setattr(tuner.inputs, "RACY_S", 0.0)
+    monkeypatch.setattr(tuner.data.inputs, "RACY_S", 0.0)
     first = watch.current()
     for _ in range(5):
         assert watch.current() == first
@@ -302,7 +301,6 @@ def test_a_health_wait_that_returns_no_body_fails_when_a_fingerprint_is_declared
 def test_the_reference_backends_data_fingerprint_covers_corpus_and_enabled_run_files(tmp_path: Path) -> None:
     from fusion_backend.app import data_fingerprint
     from fusion_backend.config import load_config
-
     from support.backend import write_backend_config
 
     corpus = tmp_path / "corpus.jsonl"
@@ -337,9 +335,9 @@ def _import_cranfield(datasets_dir: Path, out: Path, *, n_docs: int, n_queries: 
 
 
 def _run(experiment: Any) -> None:
-    """`tuner run` for one trial (tuner.study.build_runner wires target.inputs,
+    """`tuner run` for one trial (tuner.study.core.build_runner wires target.inputs,
     target.health.fingerprint and the health answer)."""
-    from tuner.run import run_experiment
+    from tuner.ops.run import run_experiment
 
     summary = run_experiment(experiment, n_trials=1, skip_checks=True)
     assert summary.error is None, summary.error

@@ -6,8 +6,8 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from tuner.inputs import InputsFingerprint
-from tuner.result_cache import CachedResult, CacheKey, ResultCache, cache_key
+from tuner.data.inputs import InputsFingerprint
+from tuner.study.result_cache import CachedResult, CacheKey, ResultCache, cache_key
 
 BASE = cache_key({"config.yaml": "x: 1\n"}, dataset_hash="d", labels_fingerprint="l", eval_spec_json="{}")
 CORPUS_A = InputsFingerprint({"data/corpus.jsonl": "a" * 64, "data/runs/bm25.run": "r" * 64})

@@ -9,8 +9,10 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
+from study.fakes import oos_rate, score
+from study.test_trial_runner import OOS_LIMIT, make_runner
 from tuner.errors import StudyError
-from tuner.study import (
+from tuner.study.core import (
     FailureBudget,
     StudyLoop,
     Variant,
@@ -21,10 +23,7 @@ from tuner.study import (
     open_study,
     remaining_trials,
 )
-from tuner.trial import StopFlag
-
-from study.fakes import oos_rate, score
-from study.test_trial_runner import OOS_LIMIT, make_runner
+from tuner.study.trial import StopFlag
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -78,7 +77,7 @@ def test_failure_budget_stops_the_study_with_a_clear_message(tmp_path: Path) -> 
 
 
 def test_failure_budget_total() -> None:
-    from tuner.trial import TrialOutcome
+    from tuner.study.trial import TrialOutcome
 
     budget = FailureBudget(max_consecutive=None, max_total=2)
     budget.record(TrialOutcome(0, "FAIL", fail_reason="a"))

@@ -12,13 +12,12 @@ import pytest
 from optuna.trial import TrialState
 from rich.console import Console
 
-from tuner.errors import ConfigError, TargetError
-from tuner.result_cache import CachedResult, ResultCache, cache_key
-from tuner.study import FailureBudget, StudyLoop, spec_fingerprint
-from tuner.trial import Bookkeeper, StopFlag
-
 from study.fakes import score
 from study.test_trial_runner import make_runner, run_one
+from tuner.errors import ConfigError, TargetError
+from tuner.study.core import FailureBudget, StudyLoop, spec_fingerprint
+from tuner.study.result_cache import CachedResult, ResultCache, cache_key
+from tuner.study.trial import Bookkeeper, StopFlag
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 REPO = Path(__file__).resolve().parents[2]
@@ -106,9 +105,10 @@ def test_first_signal_requests_a_stop_second_sigint_aborts() -> None:
 
 
 def test_demo_backend_config_points_at_the_data_and_keeps_comments(tmp_path: Path) -> None:
-    from tuner.configpatch import get_path
-    from tuner.demo import DEMO_BASELINE, write_backend_config
     from ruamel.yaml import YAML
+
+    from tuner.config.configpatch import get_path
+    from tuner.ops.demo import DEMO_BASELINE, write_backend_config
 
     template = REPO / "backend" / "config.yaml"
     dest = tmp_path / "demo" / "config.yaml"
@@ -127,7 +127,7 @@ def test_demo_backend_config_points_at_the_data_and_keeps_comments(tmp_path: Pat
 
 
 def test_demo_data_generation_failure_is_one_clear_line(tmp_path: Path) -> None:
-    from tuner.demo import generate_data
+    from tuner.ops.demo import generate_data
 
     with pytest.raises(TargetError, match=r"demo data generation failed \(exit 1\)") as err:
         generate_data(tmp_path / "data", python="/bin/false")
@@ -136,7 +136,7 @@ def test_demo_data_generation_failure_is_one_clear_line(tmp_path: Path) -> None:
 
 
 def test_find_project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import tuner.demo as demo
+    import tuner.ops.demo as demo
 
     assert demo.find_project(REPO / "tests") == REPO
     nested = tmp_path / "a" / "b"

@@ -8,12 +8,11 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from tuner import analysis as A
-from tuner.result_cache import ResultCache
-from tuner.study import best_feasible_trial
-from tuner.trial import LEGACY_CONSTRAINTS_ATTR, Bookkeeper, Constraint, OptunaArtifacts, StopFlag, TrialRunner
-
 from study.fakes import CONFIG_TEXT, FileBackend, FormulaEvaluator, TwoParamSpace, YamlWriter, oos_rate, score
+from tuner.study.attrs import named_constraints
+from tuner.study.core import best_feasible_trial
+from tuner.study.result_cache import ResultCache
+from tuner.study.trial import LEGACY_CONSTRAINTS_ATTR, Bookkeeper, Constraint, OptunaArtifacts, StopFlag, TrialRunner
 
 OOS_LIMIT = 0.10
 
@@ -66,7 +65,7 @@ def test_complete_trial_patches_config_restarts_and_sets_constraint_both_ways(tm
     expected_violation = oos_rate(0.25) - OOS_LIMIT
     assert frozen.system_attrs["constraints:OOS_FP_Rate"] == pytest.approx(expected_violation)
     assert frozen.system_attrs[LEGACY_CONSTRAINTS_ATTR] == [pytest.approx(expected_violation)]
-    assert A.named_constraints(frozen.constraints) == {"OOS_FP_Rate": pytest.approx(expected_violation)}
+    assert named_constraints(frozen.constraints) == {"OOS_FP_Rate": pytest.approx(expected_violation)}
     attrs = frozen.user_attrs
     assert attrs["assignment"] == {"fusion.x": 0.25, "fusion.k": 30}
     assert attrs["cache_hit"] is False

@@ -1,7 +1,7 @@
 """A trial with a post-retrieval gate: the retrieval runs at the gate's low end, the
 runner solves the gate from the batch, records the solved value and the sweep, and a
 cache hit restores the solved value. The batch is a real BatchResult (the evaluation
-core on synthetic responses); expected values come from tuner.threshold.solve on it."""
+core on synthetic responses); expected values come from tuner.study.threshold.solve on it."""
 
 from __future__ import annotations
 
@@ -15,17 +15,16 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 from ruamel.yaml import YAML
-
-from tuner import analysis as A
-from tuner.evaluation.result import evaluate_responses
-from tuner.report import ReportContext, write_reports
-from tuner.result_cache import ResultCache
-from tuner.space import load_space
-from tuner.threshold import CONFIDENCE_PARAM, Retrieval, solve, solvable_gates
-from tuner.trial import Constraint, TrialRunner
+from threshold.test_threshold import synthetic_batch
 
 from study.fakes import FileBackend, YamlWriter
-from threshold.test_threshold import synthetic_batch
+from tuner.config.space import load_space
+from tuner.evaluation.result import evaluate_responses
+from tuner.report import ReportContext, write_reports
+from tuner.study.attrs import ATTR_ASSIGNMENT
+from tuner.study.result_cache import ResultCache
+from tuner.study.threshold import CONFIDENCE_PARAM, Retrieval, solvable_gates, solve
+from tuner.study.trial import Constraint, TrialRunner
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 BOUND = 0.3
@@ -115,7 +114,7 @@ def test_a_free_trial_retrieves_at_the_low_end_and_records_the_solved_gate(setup
     assert out.value == pytest.approx(expected.objective, abs=1e-12)
     assert out.metrics["OOS_FP_Rate"] == pytest.approx(expected.metrics["OOS_FP_Rate"], abs=1e-12)
     assert out.constraints["OOS_FP_Rate <= 0.3"] == pytest.approx(expected.metrics["OOS_FP_Rate"] - BOUND)
-    assert frozen.user_attrs[A.ATTR_ASSIGNMENT] == {"fusion.x": 0.25, CONFIDENCE_PARAM: solved}
+    assert frozen.user_attrs[ATTR_ASSIGNMENT] == {"fusion.x": 0.25, CONFIDENCE_PARAM: solved}
     assert out.metrics[f"solved.{CONFIDENCE_PARAM}"] == solved
     assert CONFIDENCE_PARAM not in frozen.params  # the sampler never saw it
     trial_dir = tmp / "trials" / str(frozen.number)
@@ -133,7 +132,7 @@ def test_a_cache_hit_restores_the_solved_gate_without_evaluating(setup: dict[str
     again, frozen = run(study, runner, {"fusion.x": 0.25})
     assert again.cache_hit and len(evaluator.calls) == 1
     assert again.assignment == first.assignment and again.value == first.value
-    assert frozen.user_attrs[A.ATTR_ASSIGNMENT][CONFIDENCE_PARAM] == setup["expected"].values[CONFIDENCE_PARAM]
+    assert frozen.user_attrs[ATTR_ASSIGNMENT][CONFIDENCE_PARAM] == setup["expected"].values[CONFIDENCE_PARAM]
 
 
 def test_a_trial_queued_with_a_gate_value_is_measured_at_it(setup: dict[str, Any]) -> None:
@@ -142,7 +141,7 @@ def test_a_trial_queued_with_a_gate_value_is_measured_at_it(setup: dict[str, Any
     assert evaluator.calls == [0.6]  # the baseline's own gate, not the low end
     assert out.value == pytest.approx(batch.metrics["Primary_Metric_Score"], abs=1e-12)
     assert not any(k.startswith("solved.") for k in out.metrics)
-    assert frozen.user_attrs[A.ATTR_ASSIGNMENT][CONFIDENCE_PARAM] == 0.6
+    assert frozen.user_attrs[ATTR_ASSIGNMENT][CONFIDENCE_PARAM] == 0.6
     assert not (setup["tmp"] / "trials" / str(frozen.number) / "threshold_sweep.csv").exists()
 
 
@@ -180,7 +179,7 @@ def test_a_renamed_gate_is_solved_and_reported_like_the_reference_key(setup: dic
     assert out.value == ref_out.value and out.constraints == ref_out.constraints
     assert out.metrics == {(f"solved.{key}" if k == f"solved.{CONFIDENCE_PARAM}" else k): v
                            for k, v in ref_out.metrics.items()}
-    assert frozen.user_attrs[A.ATTR_ASSIGNMENT] == {"fusion.x": 0.25, key: solved}
+    assert frozen.user_attrs[ATTR_ASSIGNMENT] == {"fusion.x": 0.25, key: solved}
     ref_dir, trial_dir = (s["tmp"] / "trials" / str(f.number) for s, f in ((setup, ref_frozen), (other, frozen)))
     snapshot = YAML(typ="safe").load((trial_dir / "config.yaml").read_text())
     assert snapshot["rag"]["min_confidence"] == solved and "confidence" not in snapshot
@@ -198,10 +197,10 @@ def test_a_renamed_gate_is_solved_and_reported_like_the_reference_key(setup: dic
 def test_the_studys_pruning_callback_reads_gates_by_role() -> None:
     from types import SimpleNamespace
 
-    from tuner.dataset import Query, QuerySet
-    from tuner.experiment import Constraint as ExpConstraint
-    from tuner.study import reporter_factory
-    from tuner.threshold import GateRange
+    from tuner.config.experiment import Constraint as ExpConstraint
+    from tuner.data.dataset import Query, QuerySet
+    from tuner.study.core import reporter_factory
+    from tuner.study.threshold import GateRange
 
     qs = QuerySet("d", "h", (Query("q", "t", "x", "s", "in"), Query("o", "t", "x", "s", "oos")))
     exp = SimpleNamespace(constraints=[ExpConstraint.parse("OOS_FP_Rate <= 0.5")],

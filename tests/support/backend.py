@@ -32,7 +32,7 @@ from typing import Any
 
 import httpx
 
-from tuner.experiment import free_port
+from tuner.config.experiment import free_port
 
 HOST = "127.0.0.1"
 BACKEND_DIR = Path(__file__).resolve().parents[2] / "backend"

@@ -15,7 +15,8 @@ from pathlib import Path
 from fusion_backend.config import load_config
 from fusion_backend.importers import import_cranfield
 from fusion_backend.index import load_index
-from fusion_backend.search import SearchRequest, Searcher
+from fusion_backend.search import Searcher, SearchRequest
+
 from support.backend import write_backend_config
 
 RUN_DEPTH = 100

@@ -117,7 +117,7 @@ def write_reference_experiment(root: Path, *, study: str, n_trials: int, **overr
 def copy_backend_config(root: Path) -> Path:
     """``root/backend/config.yaml``: the repository's reference config with its corpus at
     ``root/data/corpus.jsonl`` (what every process-target experiment here points at)."""
-    from tuner.demo import write_backend_config
+    from tuner.ops.demo import write_backend_config
 
     config = root / "backend" / "config.yaml"
     write_backend_config(BACKEND_CONFIG, config, root / "data" / "corpus.jsonl")

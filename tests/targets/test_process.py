@@ -16,10 +16,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tuner.config.experiment import HealthConfig, ProcessConfig, TargetConfig, free_port
 from tuner.errors import ConfigError, TargetError
-from tuner.experiment import HealthConfig, ProcessConfig, TargetConfig, free_port
-from tuner.health import wait_healthy
 from tuner.targets.factory import make_target
+from tuner.targets.health import wait_healthy
 from tuner.targets.leftovers import BackendRecord, _boot_id, reap_leftover, record_path, start_time
 from tuner.targets.none import NoneTarget
 from tuner.targets.process import ProcessTarget, _die_with_parent, fill_placeholders
@@ -158,7 +158,7 @@ def test_make_target_dispatches_on_apply(tmp_path: Path, config: Path) -> None:
 def test_docker_target_is_refused_clearly_while_not_installed(
     tmp_path: Path, config: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tuner.experiment import DockerConfig
+    from tuner.config.experiment import DockerConfig
 
     monkeypatch.setitem(sys.modules, "tuner.targets.docker", None)  # as if the module did not exist
     cfg = TargetConfig(config_files=[config], apply="docker", docker=DockerConfig(service="api"),
@@ -180,9 +180,9 @@ def test_no_process_left_when_the_tuner_dies(tmp_path: Path, config: Path) -> No
     port = free_port()
     code = (
         "import sys, pathlib\n"
-        "from tuner.experiment import ProcessConfig\n"
+        "from tuner.config.experiment import ProcessConfig\n"
         "from tuner.targets.process import ProcessTarget\n"
-        "from tuner.health import wait_healthy\n"
+        "from tuner.targets.health import wait_healthy\n"
         f"t = ProcessTarget(ProcessConfig(command=['{{python}}', {str(TINY)!r}, '{{config}}', '{{port}}']),"
         f" config_files=[pathlib.Path({str(config)!r})], port={port}, state_dir=pathlib.Path({str(tmp_path)!r}))\n"
         "t.start()\n"
@@ -207,8 +207,8 @@ linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="pa
 # writes the backend's pid when healthy, then waits to be killed.
 _TUNER = """
 import pathlib, sys, time
-from tuner.experiment import ProcessConfig
-from tuner.health import wait_healthy
+from tuner.config.experiment import ProcessConfig
+from tuner.targets.health import wait_healthy
 from tuner.targets.process import ProcessTarget
 config, state_dir, port, pidfile, child_pidfile = sys.argv[1:]
 env = {{"TINY_CHILD_PIDFILE": child_pidfile}} if child_pidfile else {{}}

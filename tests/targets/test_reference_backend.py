@@ -9,12 +9,12 @@ from pathlib import Path
 import httpx
 import optuna
 import pytest
-
 from support.integration import need
-from tuner.configpatch import ConfigPatcher
-from tuner.experiment import ProcessConfig, free_port
-from tuner.health import wait_healthy
-from tuner.space import load_space
+
+from tuner.config.configpatch import ConfigPatcher
+from tuner.config.experiment import ProcessConfig, free_port
+from tuner.config.space import load_space
+from tuner.targets.health import wait_healthy
 from tuner.targets.process import ProcessTarget
 
 REPO = Path(__file__).resolve().parents[2]

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from mlflow import MlflowClient
 
-from tuner.tracking import (
+from tuner.report.tracking import (
     INTERRUPTED,
     TAG_FAIL_REASON,
     TAG_INTERRUPTED,

@@ -7,10 +7,10 @@ from pathlib import Path
 import optuna
 import pytest
 from mlflow import MlflowClient
+from study.fakes import score
+from study.test_trial_runner import make_runner
 
-from tuner.study import StudyLoop, Variant, enqueue_initial, open_study
-from tuner.trial import Bookkeeper
-from tuner.tracking import (
+from tuner.report.tracking import (
     TAG_ROLE,
     TAG_STATE,
     TAG_STUDY,
@@ -21,9 +21,8 @@ from tuner.tracking import (
     mlflow_name,
     resolve_tracking_uri,
 )
-
-from study.fakes import score
-from study.test_trial_runner import make_runner
+from tuner.study.core import StudyLoop, Variant, enqueue_initial, open_study
+from tuner.study.trial import Bookkeeper
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

@@ -11,7 +11,7 @@ import pytest
 from mlflow import MlflowClient
 
 from tuner import secrets
-from tuner.tracking import TAG_FAIL_REASON, MlflowTracker, TrialRecord, resolve_tracking_uri, safe_value
+from tuner.report.tracking import TAG_FAIL_REASON, MlflowTracker, TrialRecord, resolve_tracking_uri, safe_value
 
 PASSWORD = "pw-planted-4711"
 KEY = "key-planted-0815-abcdef"

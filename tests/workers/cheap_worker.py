@@ -13,9 +13,9 @@ import time
 
 import optuna
 
-from tuner.experiment import WorkerSettings
-from tuner.study import ObjectiveRunner, StudyLoop, Variant, enqueue_initial
-from tuner.workers import enqueue_once, make_storage
+from tuner.config.experiment import WorkerSettings
+from tuner.ops.workers import enqueue_once, make_storage
+from tuner.study.core import ObjectiveRunner, StudyLoop, Variant, enqueue_initial
 
 VARIANTS = [Variant("baseline", {"x": 0.5, "y": 1}), Variant("shortlist-1", {"x": 0.25, "y": 3})]
 

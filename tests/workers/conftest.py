@@ -13,8 +13,8 @@ import optuna
 import pytest
 from support.integration import need
 
-from tuner.storage import sqlalchemy_url
-from tuner.workers import DEFAULT_TEST_DSN
+from tuner.dburl import sqlalchemy_url
+from tuner.ops.workers import DEFAULT_TEST_DSN
 
 
 def _reachable(dsn: str) -> str | None:

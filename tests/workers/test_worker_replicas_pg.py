@@ -22,9 +22,9 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from tuner.demo import write_backend_config
-from tuner.study import ATTR_REPLICA
-from tuner.workers import retries_of
+from tuner.ops.demo import write_backend_config
+from tuner.ops.workers import retries_of
+from tuner.study.core import ATTR_REPLICA
 from workers.replica_setup import write_experiment
 
 REPO = Path(__file__).resolve().parents[2]
@@ -40,7 +40,7 @@ def demo_data(tmp_path_factory):
 
 @pytest.fixture
 def experiment(pg_dsn, demo_data, tmp_path, request):
-    from tuner.storage import sqlalchemy_url
+    from tuner.dburl import sqlalchemy_url
 
     n_trials = getattr(request, "param", 5)
     (tmp_path / "data").symlink_to(demo_data)
@@ -143,8 +143,8 @@ def test_tuner_workers_starts_count_replicas_that_share_one_study_total(experime
     the trials running when it was reached, no backend is left and no config patched."""
     from mlflow import MlflowClient
 
-    from tuner.experiment import load_experiment
-    from tuner.tracking import TAG_STUDY
+    from tuner.config.experiment import load_experiment
+    from tuner.report.tracking import TAG_STUDY
 
     exp, name, storage, config = experiment
     original = config.read_bytes()

@@ -19,8 +19,8 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from tuner import analysis as A
-from tuner.workers import retries_of
+from tuner.ops.workers import retries_of
+from tuner.study.attrs import ATTR_VARIANT
 
 WORKER = Path(__file__).with_name("cheap_worker.py")
 
@@ -75,9 +75,9 @@ def test_three_workers_run_every_trial_exactly_once(pg_study, tmp_path):
     assert sorted(starts) == sorted(t.number for t in trials)
     assert set(starts.values()) == {1}, "a trial number ran twice"
     assert len({pid for _, _, pid in read_log(log)}) >= 2, "the work was not shared between processes"
-    variants = Counter(t.user_attrs.get(A.ATTR_VARIANT) for t in trials if t.user_attrs.get(A.ATTR_VARIANT))
+    variants = Counter(t.user_attrs.get(ATTR_VARIANT) for t in trials if t.user_attrs.get(ATTR_VARIANT))
     assert variants == {"baseline": 1, "shortlist-1": 1}, "baseline/shortlist must be queued exactly once"
-    baseline = next(t for t in trials if t.user_attrs.get(A.ATTR_VARIANT) == "baseline")
+    baseline = next(t for t in trials if t.user_attrs.get(ATTR_VARIANT) == "baseline")
     assert baseline.params == {"x": 0.5, "y": 1}
 
 

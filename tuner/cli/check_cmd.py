@@ -1,4 +1,4 @@
-"""`tuner check EXPERIMENT`: the preflight on its own (tuner.preflight).
+"""`tuner check EXPERIMENT`: the preflight on its own (tuner.study.preflight).
 
 `tuner run`, `worker`, `eval` and `apply` run the same checks first; this command
 shows every finding, not only the first stop, and exits 2 when one would stop a run.
@@ -26,9 +26,9 @@ def check_command(
 ) -> None:
     """Check the set-up before a night of trials: start the backend on the config as found,
     evaluate the queries, and stop (exit 2) on what would give wrong numbers."""
-    from tuner.experiment import load_experiment
-    from tuner.preflight import PreflightError
-    from tuner.preflight_live import check_experiment
+    from tuner.config.experiment import load_experiment
+    from tuner.ops.check import check_experiment
+    from tuner.study.preflight import PreflightError
 
     console = Console(soft_wrap=True)
     exp = load_experiment(experiment)

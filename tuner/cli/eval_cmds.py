@@ -77,12 +77,12 @@ def eval_command(
     The preflight checks (`tuner check`) run on this batch: most queries empty, doc ids
     that match no label, most queries handed off, a gate on OOS metrics without OOS
     queries stop with exit 2 (the reports are written all the same)."""
-    from tuner.dataset import judged_subset, load_queryset
+    from tuner.data.dataset import judged_subset, load_queryset
+    from tuner.data.labels import LabelStore
     from tuner.evaluation import check_gates, parse_gate, run_batch, scorecard_keys
     from tuner.evaluation.probe import fetch_raw
-    from tuner.labels import LabelStore
-    from tuner.preflight import PreflightReport, check_batch, gate_constraint, static_checks
     from tuner.report import ReportContext, write_reports
+    from tuner.study.preflight import PreflightReport, check_batch, gate_constraint, static_checks
 
     console = _console()
     gates = [parse_gate(g, "under") for g in fail_under or []] + [parse_gate(g, "over") for g in fail_over or []]
@@ -149,8 +149,8 @@ def eval_command(
 
 def _from_experiment(path: Path, port: int | None, spec_file: Path | None, flags: dict[str, Any]) -> tuple[Any, ...]:
     """Spec, queries, labels (imported from the experiment's label files when missing)."""
-    from tuner.experiment import load_experiment
-    from tuner.study import load_dataset
+    from tuner.config.experiment import load_experiment
+    from tuner.study.core import load_dataset
 
     exp = load_experiment(path)
     if port is not None or isinstance(exp.target.port, int):
@@ -164,8 +164,8 @@ def _from_experiment(path: Path, port: int | None, spec_file: Path | None, flags
 
 
 def _spec(spec_file: Path | None, base: Any = None, **flags: Any) -> Any:
+    from tuner.config.yamlfile import load_model
     from tuner.evaluation import EvalSpec, RequestMapping
-    from tuner.yamlfile import load_model
 
     if spec_file is not None:
         base = load_model(spec_file, EvalSpec)
@@ -240,8 +240,8 @@ def labels_import(
         "--grade-map", help="Map source grades onto 0..3, e.g. '1:3,2:2,3:1,4:1,-1:0' ('-1:unjudged' drops).")] = None,
 ) -> None:
     """Import labels into the cache (all or nothing)."""
-    from tuner.labels import FORMATS, LabelStore
-    from tuner.qrels import GradeMap
+    from tuner.data.labels import FORMATS, LabelStore
+    from tuner.data.qrels import GradeMap
 
     if fmt is not None and fmt not in FORMATS:
         raise InputError(f"--format {fmt!r}: use one of {', '.join(FORMATS)}")
@@ -261,7 +261,7 @@ def labels_stats(
     per_query: Annotated[bool, typer.Option("--per-query", help="Also print the label counts of every query.")] = False,
 ) -> None:
     """Grade distribution and coverage of the label cache."""
-    from tuner.labels import GRADE_NAMES, LabelStore
+    from tuner.data.labels import GRADE_NAMES, LabelStore
 
     store = LabelStore(_existing_db(db))
     console = _console()
@@ -300,7 +300,7 @@ def labels_export_unjudged(
     fmt: Annotated[str | None, typer.Option("--format", help="csv | jsonl (default: from the extension).")] = None,
 ) -> None:
     """Write the report's unjudged (query, doc) pairs for graders, deduplicated."""
-    from tuner.labels import LabelStore, export_unjudged
+    from tuner.data.labels import LabelStore, export_unjudged
     from tuner.report import load_report
 
     if fmt is not None and fmt not in ("csv", "jsonl"):

@@ -23,8 +23,8 @@ def register(app: typer.Typer) -> None:
 
 
 def _dataset(exp):  # noqa: ANN001, ANN202 - an Experiment
-    from tuner.dataset import load_queryset
-    from tuner.labels import LabelStore
+    from tuner.data.dataset import load_queryset
+    from tuner.data.labels import LabelStore
 
     queries = load_queryset(exp.dataset.queries, exp.dataset.dataset_id)
     return queries, LabelStore(exp.dataset.labels_db)
@@ -40,10 +40,10 @@ def queue_command(
 ) -> None:
     """Export the unjudged top-k hits of the study's best trials for graders (deduplicated,
     most-shown first, with query and title)."""
-    from tuner.apply import load_study
+    from tuner.config.experiment import load_experiment
     from tuner.errors import InputError
-    from tuner.experiment import load_experiment
-    from tuner.labelqueue import build_queue, load_trial_report, pick_trials, report_of, write_queue
+    from tuner.ops.apply import load_study
+    from tuner.ops.labelqueue import build_queue, load_trial_report, pick_trials, report_of, write_queue
 
     if fmt is not None and fmt not in ("csv", "jsonl"):
         raise InputError(f"--format {fmt!r}: use csv or jsonl")
@@ -71,8 +71,8 @@ def queue_import_command(
     graded: Annotated[Path, typer.Argument(help="The queue file with relevance filled in (some rows may stay blank).")],
 ) -> None:
     """Import the graded rows of a queue file into the experiment's label cache."""
-    from tuner.experiment import load_experiment
-    from tuner.labelqueue import import_graded
+    from tuner.config.experiment import load_experiment
+    from tuner.ops.labelqueue import import_graded
 
     exp = load_experiment(experiment, check_paths=False)
     queries, store = _dataset(exp)

@@ -17,10 +17,10 @@ from rich.console import Console
 from rich.table import Table
 
 from tuner import metrics
+from tuner.data.qrels import IDENTITY, GradeMap, read_qrels
+from tuner.data.runs import ORDERS, Run, read_run
 from tuner.errors import InputError
-from tuner.qrels import IDENTITY, GradeMap, read_qrels
-from tuner.report.atomic import atomic_write_text
-from tuner.runs import ORDERS, Run, read_run
+from tuner.files import atomic_write_text
 
 COVERAGE_DEPTHS = (10, 20)
 QUERY_SETS = ("qrels", "common")

@@ -90,7 +90,7 @@ def run_command(
 
     The preflight (`tuner check`) runs first and stops with exit 2 on a set-up that
     would give wrong numbers."""
-    from tuner.experiment import load_experiment
+    from tuner.config.experiment import load_experiment
 
     console = Console()
     exp = load_experiment(experiment)
@@ -99,9 +99,9 @@ def run_command(
 
 def _run_and_report(exp: Any, console: Console, *, n_trials: int | None, timeout: float | None,
                     use_cache: bool = True, skip_checks: bool = False) -> None:
-    from tuner.progress import RichProgress
-    from tuner.run import run_experiment
-    from tuner.trial import StopFlag
+    from tuner.cli.progress import RichProgress
+    from tuner.ops.run import run_experiment
+    from tuner.study.trial import StopFlag
 
     _quiet_libraries()
     for warning in exp.warnings:
@@ -125,9 +125,9 @@ def _run_and_report(exp: Any, console: Console, *, n_trials: int | None, timeout
 
 
 def _print_summary(console: Console, exp: Any, summary: Any) -> None:
-    from tuner import analysis as A
-    from tuner.apply import load_study
-    from tuner.progress import fmt_duration, summary_tables
+    from tuner.cli.progress import fmt_duration, summary_tables
+    from tuner.ops import analysis as A
+    from tuner.ops.apply import load_study
 
     maximize = exp.objective.direction == "maximize"
     for warning in summary.warnings:
@@ -163,7 +163,7 @@ def _print_summary(console: Console, exp: Any, summary: Any) -> None:
     console.print("\n[bold]dashboards[/]")
     for name, command in summary.dashboards.items():
         console.print(f"  {name:7s} {command}", soft_wrap=True)
-    from tuner.dashboard import console_script
+    from tuner.ops.dashboard import console_script
 
     tuner = console_script("tuner")
     console.print("\n[bold]next[/]")
@@ -197,9 +197,9 @@ def best_command(
     """The top-N feasible trials of the study (infeasible ones listed apart)."""
     from rich.table import Table
 
-    from tuner import analysis as A
-    from tuner.apply import load_study
-    from tuner.experiment import load_experiment
+    from tuner.config.experiment import load_experiment
+    from tuner.ops import analysis as A
+    from tuner.ops.apply import load_study
 
     console = Console()
     exp = load_experiment(experiment, check_paths=False)
@@ -269,9 +269,9 @@ def report_command(
     out: Annotated[Path | None, typer.Option("--out", help="Output folder (default <state_dir>/reports/<study>).")] = None,
 ) -> None:
     """All trials to CSV and Markdown, plus PNG plots (history, importances, score vs OOS)."""
-    from tuner import analysis as A
-    from tuner.apply import load_study
-    from tuner.experiment import load_experiment
+    from tuner.config.experiment import load_experiment
+    from tuner.ops import analysis as A
+    from tuner.ops.apply import load_study
 
     console = Console()
     exp = load_experiment(experiment, check_paths=False)
@@ -298,7 +298,7 @@ def report_command(
 
 def _print_holdout_link(console: Console, exp: Any, folder: Path) -> None:
     """holdout.md (written by `tuner run` with a holdout, or `tuner validate`) when present."""
-    from tuner.validate import REPORT_MD
+    from tuner.ops.validate import REPORT_MD
 
     holdout_md = folder / REPORT_MD
     if holdout_md.is_file():
@@ -324,8 +324,8 @@ def apply_command(
         "Write even keys edited by hand since the study measured them (drift)."))] = False,
 ) -> None:
     """Write the best feasible (or --trial N) config into the target; re-check it, roll back if it does not hold."""
-    from tuner.apply import apply_rights
-    from tuner.experiment import load_experiment
+    from tuner.config.experiment import load_experiment
+    from tuner.ops.apply import apply_rights
 
     console = Console()
     _quiet_libraries()
@@ -341,13 +341,13 @@ def apply_command(
 
 def _apply(console: Console, exp: Any, *, trial: int | None, dry_run: bool, tolerance: float,
            skip_checks: bool, force: bool) -> None:
-    from tuner.apply import apply_plan, plan_apply
+    from tuner.ops.apply import apply_plan, plan_apply
 
     plan = plan_apply(exp, trial_number=trial, recover_journal=not dry_run)
     for line in plan.prepared.patcher.notes:
         console.print(f"[yellow]{line}[/]", soft_wrap=True, highlight=False)
     if dry_run:  # the static checks cost nothing: say what a real apply would refuse
-        from tuner.preflight_live import static_preflight
+        from tuner.ops.check import static_preflight
 
         for finding in static_preflight(plan.prepared).stops:
             console.print(f"[red]preflight stop:[/] {finding.message}", soft_wrap=True, highlight=False)
@@ -402,9 +402,9 @@ def demo_command(
     """The demo: generated data, the reference backend, a 20-trial study with the OOS constraint."""
     import time
 
-    from tuner.demo import DEMO_EXPERIMENT, find_project, prepare_demo
-    from tuner.experiment import load_experiment
-    from tuner.locks import patch_rights
+    from tuner.config.experiment import load_experiment
+    from tuner.ops.demo import DEMO_EXPERIMENT, find_project, prepare_demo
+    from tuner.study.locks import patch_rights
 
     console = Console()
     _quiet_libraries()

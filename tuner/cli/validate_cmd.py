@@ -26,9 +26,9 @@ def validate_command(
 ) -> None:
     """Re-evaluate the baseline and the best feasible trial on the held-out queries: per-metric
     deltas with paired bootstrap intervals, a paired test per metric, Judged@10 of both."""
+    from tuner.config.experiment import load_experiment
     from tuner.errors import InputError
-    from tuner.experiment import load_experiment
-    from tuner.validate import holdout_config_of, validate_holdout
+    from tuner.ops.validate import holdout_config_of, validate_holdout
 
     if test not in ("permutation", "wilcoxon"):
         raise InputError(f"--test {test!r}: use permutation or wilcoxon")

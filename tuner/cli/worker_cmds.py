@@ -32,8 +32,8 @@ def workers_command(
     import sys
     import time
 
-    from tuner.experiment import load_experiment
-    from tuner.workers import check_storage
+    from tuner.config.experiment import load_experiment
+    from tuner.ops.workers import check_storage
 
     console = Console(stderr=True)
     exp = load_experiment(experiment)
@@ -84,10 +84,9 @@ def worker_command(
 ) -> None:
     """Run trials of the experiment's study (PostgreSQL storage) on backend replica N until
     the study has n_trials finished trials. Start one per replica, on one or more machines."""
-    from tuner.experiment import load_experiment
-    from tuner.trial import StopFlag
-    from tuner.experiment import WorkerSettings
-    from tuner.workers import run_replica
+    from tuner.config.experiment import WorkerSettings, load_experiment
+    from tuner.ops.workers import run_replica
+    from tuner.study.trial import StopFlag
 
     console = Console(stderr=True)
     exp = load_experiment(experiment)

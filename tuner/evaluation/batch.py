@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 
 import httpx
 
-from tuner.dataset import Query, QuerySet
+from tuner.data.dataset import Query, QuerySet
 from tuner.errors import FailureBudgetExceeded, ResponseMappingError
 from tuner.evaluation.client import Abort, BatchAborted, Exchange, SearchClient, one_line
 from tuner.evaluation.mapping import PreparedRequest, decode_json, parse_response, prepare_request

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tuner.dataset import Query
+from tuner.data.dataset import Query
 from tuner.errors import ConfigError, ResponseMappingError
 from tuner.evaluation.spec import EvalSpec, RequestMapping, ResponseMapping
 

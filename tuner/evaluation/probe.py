@@ -11,7 +11,7 @@ import uuid
 
 import httpx
 
-from tuner.dataset import Query
+from tuner.data.dataset import Query
 from tuner.evaluation.client import shared_ssl_context
 from tuner.evaluation.mapping import prepare_request
 from tuner.evaluation.spec import EvalSpec

@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from tuner import metrics as scorecard
-from tuner.dataset import Query, QuerySet
+from tuner.data.dataset import Query, QuerySet
 from tuner.errors import EvaluationError
 from tuner.evaluation import oos
 from tuner.evaluation.mapping import Hit

@@ -6,9 +6,8 @@ These typed models are shared by `tuner eval` and by experiment files (the
 
 from __future__ import annotations
 
-from typing import Any, Literal
-
 import math
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationInfo, field_validator
 

@@ -24,9 +24,9 @@ from tuner.metrics.scorecard import (
     judged_at_k,
     list_metrics,
     primary_metric_score,
+    score_arrays,
     score_batch,
     score_rankings,
-    score_arrays,
     score_rankings_with_coverage,
 )
 

@@ -8,7 +8,6 @@ array arithmetic.
 from __future__ import annotations
 
 import operator
-
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property

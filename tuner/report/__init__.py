@@ -4,7 +4,7 @@ per-query CSV and the handoff precision-recall curve (PNG).
 ``write_reports(result, out_dir, context=..., config_snapshot=...) -> ReportPaths``.
 """
 
-from tuner.report.atomic import atomic_write_bytes, atomic_write_text
+from tuner.files import atomic_write_bytes, atomic_write_text
 from tuner.report.build import build_report, label_sequence, per_query_table
 from tuner.report.context import REPORT_SCHEMA, ReportContext
 from tuner.report.markdown import render_markdown

@@ -15,12 +15,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tuner.errors import InputError
-from tuner.secrets import scrub_known
-from tuner.report.atomic import atomic_write_bytes, atomic_write_text
+from tuner.files import atomic_write_bytes, atomic_write_text
 from tuner.report.build import build_report, per_query_table
 from tuner.report.context import REPORT_SCHEMA, ReportContext
 from tuner.report.markdown import render_markdown
 from tuner.report.plots import pr_curve_png
+from tuner.secrets import scrub_known
 
 if TYPE_CHECKING:
     from tuner.evaluation.result import BatchResult

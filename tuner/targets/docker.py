@@ -17,7 +17,7 @@ SDK by `DockerSDK`), so the decisions here can be tested against a fake engine.
 
 Bringing a project up or down is compose's job, not the SDK's: `ComposeCLI` runs the
 compose CLI (`docker-compose` or the `docker compose` plugin) for the replicas of
-`tuner worker` (tuner.replicas), with its failures translated into one-line
+`tuner worker` (tuner.targets.replicas), with its failures translated into one-line
 `TargetError`s that say the fix::
 
     ComposeCLI(files, project, env=...).up(service) / .down(timeout_s)
@@ -41,13 +41,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tuner.config.experiment import DockerConfig
 from tuner.errors import BackendExited, ConfigError, HealthTimeout, TargetError
-from tuner.experiment import DockerConfig
 from tuner.targets.base import Target
 
 LABEL_PROJECT = "com.docker.compose.project"
 LABEL_SERVICE = "com.docker.compose.service"
-# Put on a worker's replica containers (tuner.replicas), so a later start can tell a
+# Put on a worker's replica containers (tuner.targets.replicas), so a later start can tell a
 # killed worker's leftover project from a live one and from a project of the user's.
 LABEL_REPLICA = "fusion-tuner.replica"
 LABEL_OWNER = "fusion-tuner.owner"  # host/pid/start time of the worker that brought it up
@@ -143,8 +143,9 @@ class DockerSDK(DockerAPI):
     """`DockerAPI` on the docker SDK (docker-py 7.x; it negotiates the API version)."""
 
     def __init__(self, client: object | None = None) -> None:
-        import docker
         import requests
+
+        import docker
 
         self._errors = docker.errors
         self._transport_errors = (requests.exceptions.ConnectionError, requests.exceptions.Timeout)
@@ -341,7 +342,7 @@ def compose_project_name(compose_files: Sequence[Path], env: dict[str, str] | No
     if not compose_files:
         return None
     first = Path(compose_files[0])
-    from tuner.yamlfile import read_yaml
+    from tuner.config.yamlfile import read_yaml
 
     doc = read_yaml(first)
     name = doc.get("name") if hasattr(doc, "get") else None

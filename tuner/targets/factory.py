@@ -14,8 +14,8 @@ from __future__ import annotations
 import importlib
 from pathlib import Path
 
+from tuner.config.experiment import TargetConfig
 from tuner.errors import ConfigError
-from tuner.experiment import TargetConfig
 from tuner.targets.base import Target
 from tuner.targets.none import NoneTarget
 from tuner.targets.process import ProcessTarget

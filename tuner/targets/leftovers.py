@@ -33,7 +33,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from tuner.report.atomic import atomic_write_text
+from tuner.files import atomic_write_text
 
 RECORD_NAME = "backend.pid"
 TOKEN_ENV = "TUNER_BACKEND_ID"

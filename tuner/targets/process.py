@@ -42,8 +42,8 @@ import weakref
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from tuner.config.experiment import ProcessConfig
 from tuner.errors import ConfigError, TargetError
-from tuner.experiment import ProcessConfig
 from tuner.targets.base import Target
 from tuner.targets.leftovers import TOKEN_ENV, reap_leftover, remove_record, write_record
 

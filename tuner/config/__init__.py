@@ -1,0 +1,1 @@
+"""The configuration layer: YAML files, the search space, experiments, config patching."""

@@ -1,0 +1,1 @@
+"""Operations on a study: run, worker, check, validate, apply, dashboard, demo, analysis, label queue."""

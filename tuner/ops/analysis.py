@@ -1,0 +1,380 @@
+"""Tables and plots over a study's trials: `tuner best`, `tuner report`, the run summary.
+
+Everything here is a pure function of a trials DataFrame (built once from Optuna's
+frozen trials by `trials_frame`), so it is tested without a study or a backend.
+
+Feasibility is decided here, not by Optuna's best-trial logic: a trial is feasible
+when it is COMPLETE and every constraint value is <= 0 (Optuna's convention). The
+best trial is the best *feasible* one; optuna-dashboard's best-trial card ignores
+feasibility, which is why reports carry this selection.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from tuner.errors import StudyError
+from tuner.files import atomic_write_text, atomic_write_with
+from tuner.metrics.scorecard import PRIMARY_METRIC, PRIMARY_SCORECARD
+from tuner.study.attrs import (
+    ATTR_ASSIGNMENT,
+    ATTR_CACHE_HIT,
+    ATTR_FAIL_REASON,
+    ATTR_METRICS,
+    ATTR_VARIANT,
+    named_constraints,
+)
+
+CONSTRAINT_PREFIX = "constraint:"
+PARAM_PREFIX = "param:"
+
+# The scorecard (tuner.metrics), its primary score and the OOS rate: the deltas the
+# run summary and the study report show.
+SCORECARD = (*PRIMARY_SCORECARD, PRIMARY_METRIC, "OOS_FP_Rate")
+
+_BASE_COLUMNS = ["number", "state", "value", "feasible", "violation", "variant", "cache_hit", "fail_reason", "duration_s"]
+
+
+def trials_frame(trials: Iterable[Any]) -> pd.DataFrame:
+    """One row per trial (Optuna FrozenTrials or anything with the same attributes).
+
+    Columns: number, state, value, feasible, violation (largest constraint value, <= 0
+    when feasible), variant (baseline / shortlist name), cache_hit, fail_reason,
+    duration_s, then ``constraint:<name>``, ``param:<dotted path>`` (the config
+    assignment, not Optuna's internal parameters) and one column per report metric.
+    """
+    rows: list[dict[str, Any]] = []
+    for t in trials:
+        attrs = dict(t.user_attrs)
+        constraints = named_constraints(t.constraints)
+        state = t.state.name if hasattr(t.state, "name") else str(t.state)
+        value = t.values[0] if getattr(t, "values", None) else None
+        row: dict[str, Any] = {
+            "number": t.number,
+            "state": state,
+            "value": value,
+            "feasible": state == "COMPLETE" and all(v <= 0 for v in constraints.values()),
+            "violation": max(constraints.values()) if constraints else math.nan,
+            "variant": attrs.get(ATTR_VARIANT, ""),
+            "cache_hit": bool(attrs.get(ATTR_CACHE_HIT, False)),
+            "fail_reason": attrs.get(ATTR_FAIL_REASON, ""),
+            "duration_s": t.duration.total_seconds() if t.duration is not None else math.nan,
+        }
+        row.update({CONSTRAINT_PREFIX + k: v for k, v in constraints.items()})
+        assignment = attrs.get(ATTR_ASSIGNMENT) or dict(t.params)
+        row.update({PARAM_PREFIX + k: v for k, v in flatten_assignment(assignment).items()})
+        row.update({k: v for k, v in (attrs.get(ATTR_METRICS) or {}).items()})
+        rows.append(row)
+    if not rows:
+        return pd.DataFrame(columns=_BASE_COLUMNS)
+    frame = pd.DataFrame(rows)
+    # Conditional parameters leave gaps; as object columns ints stay ints (not 13.0).
+    for col in frame.columns:
+        if col.startswith(PARAM_PREFIX):
+            frame[col] = pd.Series([r.get(col) for r in rows], dtype=object, index=frame.index)
+    return frame.sort_values("number").reset_index(drop=True)
+
+
+def flatten_assignment(assignment: Mapping[str, Any]) -> dict[str, Any]:
+    """Weights mappings become one column per component (``fusion.weights.bm25``);
+    lists (ordered windows) become tuples so cells stay hashable and print compactly."""
+    out: dict[str, Any] = {}
+    for key, value in assignment.items():
+        if isinstance(value, Mapping):
+            out.update({f"{key}.{sub}": v for sub, v in value.items()})
+        elif isinstance(value, list):
+            out[key] = tuple(value)
+        else:
+            out[key] = value
+    return out
+
+
+def feasible_ranked(frame: pd.DataFrame, *, maximize: bool = True) -> pd.DataFrame:
+    """Feasible trials, best first (ties: lower trial number first)."""
+    feasible = frame[frame["feasible"].astype(bool)] if not frame.empty else frame
+    return feasible.sort_values(["value", "number"], ascending=[not maximize, True], kind="mergesort")
+
+
+def infeasible_trials(frame: pd.DataFrame) -> pd.DataFrame:
+    """COMPLETE trials that break a constraint, least violating first."""
+    if frame.empty:
+        return frame
+    rows = frame[(frame["state"] == "COMPLETE") & ~frame["feasible"].astype(bool)]
+    return rows.sort_values(["violation", "number"], kind="mergesort")
+
+
+def best_feasible(frame: pd.DataFrame, *, maximize: bool = True) -> pd.Series | None:
+    """The best feasible trial's row, or None when no trial is feasible."""
+    ranked = feasible_ranked(frame, maximize=maximize)
+    return None if ranked.empty else ranked.iloc[0]
+
+
+def baseline_row(frame: pd.DataFrame) -> pd.Series | None:
+    """The baseline trial (the config as found), when the study ran one."""
+    if frame.empty:
+        return None
+    rows = frame[(frame["variant"] == "baseline") & (frame["state"] == "COMPLETE")]
+    return None if rows.empty else rows.iloc[0]
+
+
+@dataclass(frozen=True)
+class Delta:
+    metric: str
+    baseline: float
+    best: float
+
+    @property
+    def change(self) -> float:
+        return self.best - self.baseline
+
+
+def deltas(best: pd.Series, baseline: pd.Series, metrics: Sequence[str] = SCORECARD) -> list[Delta]:
+    """Best minus baseline on each scorecard metric present in both rows."""
+    out = []
+    for m in metrics:
+        b, v = baseline.get(m), best.get(m)
+        if _is_number(b) and _is_number(v):
+            out.append(Delta(m, float(b), float(v)))
+    return out
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(float(value))
+
+
+def metric_columns(frame: pd.DataFrame) -> list[str]:
+    """Report-metric columns, scorecard ones first."""
+    fixed = set(_BASE_COLUMNS)
+    rest = [c for c in frame.columns if c not in fixed and not c.startswith((CONSTRAINT_PREFIX, PARAM_PREFIX))]
+    return [m for m in SCORECARD if m in rest] + sorted(m for m in rest if m not in SCORECARD)
+
+
+def summary_table(frame: pd.DataFrame, *, metrics: Sequence[str] = ("OOS_FP_Rate", "Judged@10")) -> pd.DataFrame:
+    """The columns a report lists per trial: number, value, a few metrics, each
+    constraint's violation, variant and the parameters (column names without prefixes)."""
+    if frame.empty:
+        return frame
+    cols = ["number", "value"] + [m for m in metrics if m in frame.columns]
+    cols += [c for c in frame.columns if c.startswith(CONSTRAINT_PREFIX)]
+    cols += ["variant"] + [c for c in frame.columns if c.startswith(PARAM_PREFIX)]
+    renamed = {c: c.removeprefix(PARAM_PREFIX) for c in cols if c.startswith(PARAM_PREFIX)}
+    renamed.update({c: c.removeprefix(CONSTRAINT_PREFIX) + " (violation)" for c in cols if c.startswith(CONSTRAINT_PREFIX)})
+    return frame[cols].rename(columns=renamed)
+
+
+def markdown_table(frame: pd.DataFrame, *, floatfmt: str = ".4f") -> str:
+    """A GitHub-flavoured Markdown table (no extra dependency)."""
+    if frame.empty:
+        return "_(none)_\n"
+
+    def fmt(v: Any) -> str:
+        if v is None:
+            return ""
+        if isinstance(v, float):
+            return "" if math.isnan(v) else format(v, floatfmt)
+        if isinstance(v, tuple):
+            return "[" + ", ".join(str(x) for x in v) + "]"
+        return str(v).replace("|", "\\|").replace("\n", " ")
+
+    header = "| " + " | ".join(str(c) for c in frame.columns) + " |"
+    rule = "| " + " | ".join("---" for _ in frame.columns) + " |"
+    body = ["| " + " | ".join(fmt(v) for v in row) + " |" for row in frame.itertuples(index=False)]
+    return "\n".join([header, rule, *body]) + "\n"
+
+
+# ---------------------------------------------------------------- report files
+
+
+@dataclass(frozen=True)
+class StudyReportPaths:
+    csv: Path
+    markdown: Path
+    history_png: Path
+    importance_png: Path
+    score_vs_oos_png: Path
+
+
+def write_study_report(
+    frame: pd.DataFrame,
+    out_dir: Path,
+    *,
+    study_name: str,
+    objective: str,
+    maximize: bool,
+    importances: Mapping[str, float],
+    oos_metric: str = "OOS_FP_Rate",
+    oos_limit: float | None = None,
+) -> StudyReportPaths:
+    """All trials to CSV and Markdown plus three PNG plots, written atomically."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = StudyReportPaths(
+        csv=out_dir / "trials.csv",
+        markdown=out_dir / "report.md",
+        history_png=out_dir / "optimization_history.png",
+        importance_png=out_dir / "param_importances.png",
+        score_vs_oos_png=out_dir / "score_vs_oos_fp_rate.png",
+    )
+    atomic_write_text(paths.csv, frame.to_csv(index=False))
+    plot_history(frame, paths.history_png, objective=objective, maximize=maximize)
+    plot_importances(importances, paths.importance_png)
+    plot_score_vs_oos(frame, paths.score_vs_oos_png, objective=objective, oos_metric=oos_metric, oos_limit=oos_limit)
+    atomic_write_text(
+        paths.markdown,
+        study_markdown(frame, study_name=study_name, objective=objective, maximize=maximize, importances=importances,
+                       images=paths),
+    )
+    return paths
+
+
+def study_markdown(
+    frame: pd.DataFrame,
+    *,
+    study_name: str,
+    objective: str,
+    maximize: bool,
+    importances: Mapping[str, float],
+    images: StudyReportPaths | None = None,
+) -> str:
+    lines = [f"# Study `{study_name}`", ""]
+    counts = frame["state"].value_counts().to_dict() if not frame.empty else {}
+    lines.append(
+        f"{len(frame)} trials: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) + f"; objective {objective} "
+        f"({'maximise' if maximize else 'minimise'})."
+    )
+    lines.append("")
+    best = best_feasible(frame, maximize=maximize)
+    base = baseline_row(frame)
+    if best is None:
+        lines += ["**No feasible trial.**", ""]
+    else:
+        lines += [f"**Best feasible trial: #{int(best['number'])}** ({objective} = {best['value']:.4f}).", ""]
+        if base is not None:
+            rows = pd.DataFrame(
+                [{"metric": d.metric, "baseline": d.baseline, "best": d.best, "delta": d.change} for d in deltas(best, base)]
+            )
+            lines += [f"Against the baseline (trial #{int(base['number'])}):", "", markdown_table(rows)]
+    lines += ["## Feasible trials (best first)", "", markdown_table(summary_table(feasible_ranked(frame, maximize=maximize)))]
+    lines += ["## Infeasible trials", "", markdown_table(summary_table(infeasible_trials(frame)))]
+    failed = frame[frame["state"] != "COMPLETE"] if not frame.empty else frame
+    lines += ["## Failed / pruned trials", "", markdown_table(failed[["number", "state", "fail_reason"]] if not failed.empty else failed)]
+    if importances:
+        imp = pd.DataFrame([{"parameter": k, "importance": v} for k, v in importances.items()])
+        lines += ["## Parameter importances", "", markdown_table(imp)]
+    if images is not None:
+        lines += ["## Plots", ""]
+        for p in (images.history_png, images.importance_png, images.score_vs_oos_png):
+            lines.append(f"![{p.stem}]({p.name})")
+        lines.append("")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- plots (matplotlib Agg)
+
+
+def _figure(width: float = 7.0, height: float = 4.5) -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    return plt.subplots(figsize=(width, height), dpi=110)
+
+
+def _save(fig: Any, path: Path) -> None:
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    try:
+        atomic_write_with(path, lambda fh: fig.savefig(fh, format="png"))
+    finally:
+        plt.close(fig)
+
+
+def _split(frame: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    done = frame[frame["state"] == "COMPLETE"] if not frame.empty else frame
+    if done.empty:
+        return done, done
+    mask = done["feasible"].astype(bool)
+    return done[mask], done[~mask]
+
+
+def plot_history(frame: pd.DataFrame, path: Path, *, objective: str, maximize: bool) -> None:
+    """Objective per trial, feasible (dots) vs infeasible (crosses), best feasible so far (line)."""
+    fig, ax = _figure()
+    feasible, infeasible = _split(frame)
+    ax.scatter(feasible["number"], feasible["value"], marker="o", color="tab:blue", label="feasible", zorder=3)
+    ax.scatter(infeasible["number"], infeasible["value"], marker="x", color="tab:red", label="infeasible", zorder=3)
+    if not feasible.empty:
+        running = feasible["value"].cummax() if maximize else feasible["value"].cummin()
+        ax.step(feasible["number"], running, where="post", color="tab:green", label="best feasible so far")
+    base = baseline_row(frame)
+    if base is not None and _is_number(base["value"]):
+        ax.axhline(float(base["value"]), color="grey", linestyle=":", label="baseline")
+    ax.set_xlabel("trial")
+    ax.set_ylabel(objective)
+    ax.set_title("Optimisation history")
+    ax.legend(loc="best", fontsize="small")
+    _save(fig, path)
+
+
+def plot_importances(importances: Mapping[str, float], path: Path) -> None:
+    """Horizontal bars, most important on top; a note when they cannot be computed yet."""
+    fig, ax = _figure(7.0, max(2.5, 0.45 * len(importances) + 1.2))
+    if importances:
+        names = list(importances)[::-1]
+        ax.barh(names, [importances[n] for n in names], color="tab:blue")
+        ax.set_xlabel("importance (fANOVA, share of objective variance)")
+    else:
+        ax.text(0.5, 0.5, "not enough complete trials with varying parameters", ha="center", va="center")
+        ax.set_axis_off()
+    ax.set_title("Parameter importances")
+    _save(fig, path)
+
+
+def plot_score_vs_oos(
+    frame: pd.DataFrame, path: Path, *, objective: str, oos_metric: str, oos_limit: float | None
+) -> None:
+    """The trade-off the constraint cuts: objective against the OOS false-positive rate."""
+    fig, ax = _figure()
+    feasible, infeasible = _split(frame)
+    if oos_metric in frame.columns:
+        ax.scatter(feasible[oos_metric], feasible["value"], marker="o", color="tab:blue", label="feasible", zorder=3)
+        ax.scatter(infeasible[oos_metric], infeasible["value"], marker="x", color="tab:red", label="infeasible", zorder=3)
+        for _, row in feasible.iterrows():
+            ax.annotate(str(int(row["number"])), (row[oos_metric], row["value"]), fontsize=6, alpha=0.7)
+    if oos_limit is not None:
+        ax.axvline(oos_limit, color="grey", linestyle="--", label=f"{oos_metric} limit {oos_limit:g}")
+    ax.set_xlabel(oos_metric)
+    ax.set_ylabel(objective)
+    ax.set_title(f"{objective} vs {oos_metric}")
+    ax.legend(loc="best", fontsize="small")
+    _save(fig, path)
+
+
+def require_trials(frame: pd.DataFrame, study_name: str) -> None:
+    if frame.empty:
+        raise StudyError(f"study {study_name!r} has no trials yet; run `tuner run EXPERIMENT` first")
+
+
+def param_importances(study: Any) -> dict[str, float]:
+    """fANOVA importances of Optuna's parameters over COMPLETE trials (most important
+    first); empty while there are too few trials or no parameter varies."""
+    import warnings
+
+    import optuna
+
+    complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+    if len(complete) < 2:
+        return {}
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return {k: float(v) for k, v in optuna.importance.get_param_importances(study).items()}
+    except (ValueError, RuntimeError, ZeroDivisionError):
+        return {}

@@ -1,0 +1,283 @@
+"""`tuner apply`: put a trial's config into the target's config files, safely.
+
+    plan_apply(experiment, trial_number=None) -> ApplyPlan      # what would change (diff)
+    apply_plan(plan, tolerance=0.01, on_step=None) -> ApplyResult
+
+The plan picks the best feasible trial (or a given one) and renders its assignment
+onto the config files as they are now. Applying backs the files up under
+``<state_dir>/backups/<time>/``, writes them atomically (with the restore journal, so a
+crash mid-apply is undone by the next `tuner run` / `tuner apply`), restarts the
+backend, waits for health, re-evaluates the query set and compares the objective with
+the trial's value. Outside the tolerance -- or when the backend does not come up or the
+evaluation fails -- it rolls back: originals back, backend restarted on them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from tuner.errors import StudyError, TunerError
+from tuner.study.attrs import ATTR_ASSIGNMENT, ATTR_VARIANT
+from tuner.study.core import ATTR_CONFIG_SEEN, Prepared, best_feasible_trial, is_feasible, prepare
+
+if TYPE_CHECKING:
+    from tuner.config.experiment import Experiment
+
+
+@dataclass
+class ApplyPlan:
+    experiment: Experiment
+    prepared: Prepared
+    trial_number: int
+    objective: str
+    expected: float
+    feasible: bool
+    assignment: dict[str, Any]
+    texts: dict[Path, str]
+    diff: str
+    #: keys the trial writes whose value in the config changed since the study saw it:
+    #: (param, value the study saw, value now, value the trial writes)
+    drift: list[tuple[str, Any, Any, Any]] = field(default_factory=list)
+
+    @property
+    def changes(self) -> bool:
+        return bool(self.diff)
+
+    def drift_message(self) -> str:
+        shown = "; ".join(f"{name}: study saw {seen!r}, now {now!r}, trial writes {new!r}"
+                          for name, seen, now, new in self.drift)
+        return (f"{len(self.drift)} key(s) the trial writes were edited since the study measured them ({shown}); "
+                "the trial's score was measured against the old values: re-run the study, or pass --force to "
+                "overwrite the edits")
+
+
+@dataclass
+class ApplyResult:
+    plan: ApplyPlan
+    applied: bool
+    rolled_back: bool = False
+    measured: float | None = None
+    backups: list[Path] = field(default_factory=list)
+    message: str = ""
+
+
+def load_study(experiment: Experiment) -> optuna.Study:
+    """The experiment's existing study (StudyError when it has not been run yet)."""
+    try:
+        from tuner.dburl import redact, sqlalchemy_url
+
+        return optuna.load_study(study_name=experiment.study, storage=sqlalchemy_url(experiment.storage))
+    except KeyError as exc:
+        raise StudyError(
+            f"no study {experiment.study!r} in {redact(experiment.storage)}; run `tuner run {experiment.source}` first"
+        ) from exc
+
+
+def pick_trial(study: optuna.Study, trial_number: int | None, *, maximize: bool) -> FrozenTrial:
+    trials = study.get_trials(deepcopy=False)
+    if trial_number is None:
+        best = best_feasible_trial(trials, maximize=maximize)
+        if best is None:
+            raise StudyError(
+                f"study {study.study_name!r} has no feasible trial yet; pick one with --trial N or run more trials"
+            )
+        return best
+    found = next((t for t in trials if t.number == trial_number), None)
+    if found is None:
+        raise StudyError(f"study {study.study_name!r} has no trial #{trial_number} (trials 0..{len(trials) - 1})")
+    if found.state != TrialState.COMPLETE:
+        raise StudyError(f"trial #{trial_number} is {found.state.name}, not COMPLETE; pick a completed trial")
+    return found
+
+
+def apply_rights(experiment: Experiment) -> Any:
+    """The locks a real apply holds from planning to its last restart (tuner.study.locks)."""
+    from tuner.study.locks import patch_rights
+
+    return patch_rights(experiment.storage, experiment.study, experiment.target.config_files, mode="exclusive",
+                        command="tuner apply")
+
+
+def plan_apply(experiment: Experiment, *, trial_number: int | None = None, recover_journal: bool = True) -> ApplyPlan:
+    """Render the chosen trial onto the config files as they are now (nothing written).
+
+    ``recover_journal``: replay a restore journal left by a crash first; only a caller
+    holding `apply_rights` may (a dry run must not: the journal may be a live run's, and
+    its originals are the right base to render from anyway)."""
+    study = load_study(experiment)
+    maximize = experiment.objective.direction == "maximize"
+    trial = pick_trial(study, trial_number, maximize=maximize)
+    prepared = prepare(experiment, recover_journal=recover_journal)
+    assignment = trial.user_attrs.get(ATTR_ASSIGNMENT) or prepared.space.suggest(trial)
+    edits = prepared.space.edits(assignment)
+    now = prepared.space.current_assignment(prepared.patcher.documents())
+    return ApplyPlan(
+        experiment=experiment,
+        prepared=prepared,
+        trial_number=trial.number,
+        objective=experiment.objective.metric,
+        expected=float(trial.values[0]),
+        feasible=is_feasible(trial),
+        assignment=dict(assignment),
+        texts=prepared.patcher.render(edits),
+        diff=prepared.patcher.diff(edits),
+        drift=find_drift(config_seen(study), now, assignment),
+    )
+
+
+def config_seen(study: optuna.Study) -> dict[str, Any]:
+    """The search space's keys as the study found them in the config (recorded at its
+    first run; older studies: the baseline trial's assignment; else nothing)."""
+    seen = study.user_attrs.get(ATTR_CONFIG_SEEN)
+    if isinstance(seen, dict):
+        return seen
+    for t in study.get_trials(deepcopy=False):
+        if t.user_attrs.get(ATTR_VARIANT) == "baseline" and t.user_attrs.get(ATTR_ASSIGNMENT):
+            return dict(t.user_attrs[ATTR_ASSIGNMENT])
+    return {}
+
+
+def find_drift(seen: dict[str, Any], now: dict[str, Any], writes: dict[str, Any]) -> list[tuple[str, Any, Any, Any]]:
+    """(param, seen, now, written) for every param the trial writes whose current value
+    differs from what the study saw (floats compared to 1e-9)."""
+    out = []
+    for name, new in writes.items():
+        if name in seen and name in now and not _same(seen[name], now[name]):
+            out.append((name, seen[name], now[name], new))
+    return out
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool):
+        return abs(float(a) - float(b)) <= 1e-9
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return bool(a == b)
+
+
+def backup_configs(files: list[Path], backup_root: Path) -> list[Path]:
+    """Copy each config file to ``backup_root/<UTC time>/`` (index-prefixed names)."""
+    from tuner.files import copy_preserving
+
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    folder = backup_root / stamp
+    n = 1
+    while folder.exists():
+        n += 1
+        folder = backup_root / f"{stamp}-{n}"
+    folder.mkdir(parents=True)
+    out = []
+    for i, f in enumerate(files):  # the config's mode (and owner where permitted): a 0600 config stays 0600
+        out.append(copy_preserving(f, folder / f"{i}-{f.name}"))
+    return out
+
+
+def apply_plan(
+    plan: ApplyPlan, *, tolerance: float = 0.01, on_step: Callable[[str], None] = lambda step: None,
+    skip_checks: bool = False, force: bool = False,
+) -> ApplyResult:
+    """Write, restart, check health, re-evaluate, compare; roll back when it does not hold.
+
+    The preflight's static checks run before anything is written (PreflightError); its
+    batch checks run on the re-measured batch, and a stop there rolls back like a miss."""
+    from tuner.ops.check import static_preflight
+    from tuner.study.core import LiveEvaluator
+    from tuner.study.preflight import check_batch
+    from tuner.targets.factory import make_target
+    from tuner.targets.health import wait_target_healthy
+
+    if tolerance < 0:
+        raise StudyError(f"--tolerance must be >= 0, got {tolerance}")
+    if plan.drift and not force:
+        raise StudyError(f"tuner apply: {plan.drift_message()}")
+    static_preflight(plan.prepared, skip=skip_checks).raise_for_stops("tuner apply")
+    exp = plan.experiment.bind_port()
+    prepared = plan.prepared
+    patcher = prepared.patcher
+    on_step("backing up the config files")
+    backups = backup_configs(patcher.files, exp.state_dir / "backups")
+    result = ApplyResult(plan, applied=False, backups=backups)
+    target = make_target(exp.target, exp.state_dir)
+    health = exp.target.health
+
+    def restart_and_wait() -> None:
+        target.restart()
+        wait_target_healthy(health, target)
+
+    try:
+        on_step(f"writing trial #{plan.trial_number}'s config")
+        try:
+            patcher.write(plan.texts)
+            on_step("restarting the backend")
+            restart_and_wait()
+            on_step("re-evaluating the query set")
+            evaluator = LiveEvaluator(exp, prepared.queries, prepared.qrels, prepared.labels_fingerprint)
+            evaluator.abort = target.failure  # a backend that dies mid-batch ends it at once
+            batch = evaluator.evaluate(order_seed=0, on_result=lambda qid, row: None)
+            measured = float(batch.metrics[plan.objective])
+            stops = [] if skip_checks else [f for f in check_batch(batch, exp.evaluation) if f.level == "stop"]
+            violated = violated_constraints(exp.constraints, batch.metrics)
+        except TunerError as exc:
+            problem = f"{type(exc).__name__}: {exc}"
+        except BaseException:
+            patcher.restore()  # Ctrl-C or a bug: never leave a half-checked config behind
+            raise
+        else:
+            result.measured = measured
+            problem = f"preflight: {stops[0].message}" if stops else None
+            if problem is None and violated:
+                problem = "constraint violated on the re-measured batch: " + "; ".join(violated)
+            if problem is None and abs(measured - plan.expected) > tolerance:
+                problem = (
+                    f"{plan.objective} re-measured {measured:.4f}, trial #{plan.trial_number} had {plan.expected:.4f}"
+                    f" (|delta| {abs(measured - plan.expected):.4f} > tolerance {tolerance:g})"
+                )
+        if problem is None:
+            _commit(patcher)
+            result.applied = True
+            result.message = (
+                f"applied trial #{plan.trial_number}: {plan.objective} {result.measured:.4f} "
+                f"(trial {plan.expected:.4f}, within {tolerance:g}); backups in {backups[0].parent}"
+            )
+            return result
+        on_step("rolling back")
+        patcher.restore()
+        result.rolled_back = True
+        try:
+            restart_and_wait()
+            back = "backend restarted on the original config"
+        except TunerError as exc:
+            back = f"but the backend did not come back healthy on it: {exc}"
+        result.message = f"rolled back: {problem}; original config restored, {back}"
+        return result
+    finally:
+        target.close()
+
+
+def violated_constraints(constraints: Any, metrics: Any) -> list[str]:
+    """``"OOS_FP_Rate = 0.3100 > 0.1"`` for each constraint the metrics break (a metric
+    missing from them counts as broken: nothing would say it holds)."""
+    out = []
+    for c in constraints:
+        value = metrics.get(c.metric) if hasattr(metrics, "get") else None
+        if value is None or value != value:  # missing or NaN
+            out.append(f"{c.name}: {c.metric} was not measured")
+        elif c.violation(metrics) > 0:
+            out.append(f"{c.metric} = {float(value):.4f}, breaks {c.name}")
+    return out
+
+
+def _commit(patcher: Any) -> None:
+    """Keep the written config: drop the restore journal instead of replaying it."""
+    journal = getattr(patcher, "journal", None)
+    if journal is not None and journal.path.exists():
+        journal.path.unlink()

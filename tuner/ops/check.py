@@ -1,0 +1,144 @@
+"""The preflight of an experiment against its live backend (tuner.study.preflight holds the
+checks; this module runs the batch they look at).
+
+``static_preflight`` needs no traffic (template fields, constraints, the unjudged
+queries policy); ``live_preflight`` starts the backend on the config as found, waits
+for health, evaluates the query set (a seeded sample of a big one) and runs the batch
+checks. `tuner check`, `run` and `worker` run both before the first trial.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from tuner.study.preflight import Finding, PreflightReport, check_batch, sample_queries, static_checks
+
+if TYPE_CHECKING:
+    from tuner.study.core import Prepared
+
+
+def static_preflight(prepared: Prepared, *, skip: bool = False) -> PreflightReport:
+    """The checks that need no backend."""
+    exp = prepared.experiment
+    report = PreflightReport(n_total=len(prepared.queries), skipped=skip)
+    report.extend(static_checks(exp.evaluation, prepared.queries, exp.constraints,
+                                unjudged_note=prepared.dataset_note,
+                                unjudged_policy=exp.dataset.unjudged_queries))
+    problem = roundtrip_problem(prepared)
+    if problem is not None:
+        report.extend([Finding("config_roundtrip", "stop", problem)])
+    return report
+
+
+def roundtrip_problem(prepared: Prepared) -> str | None:
+    """Why the tuner cannot write the config files back (every trial would FAIL on it),
+    or None: the config as found is rendered through the search space's edits, which
+    runs the same parse-back check as every trial's write."""
+    from tuner.errors import ConfigError
+
+    space, patcher = prepared.space, prepared.patcher
+    try:
+        patcher.render(space.edits(space.current_assignment(patcher.documents())))
+    except ConfigError as exc:
+        import re
+
+        text = str(exc)
+        tag = re.search(r"tag '([^']+)'", text)
+        where = text.split(":", 1)[0]
+        what = f"its YAML tag {tag.group(1)} has no constructor" if tag else text.splitlines()[0]
+        return (f"{where}: the tuner cannot write this config back ({what}); every trial would fail on it: "
+                "replace the custom tag, e.g. with a plain value or an environment variable the backend reads")
+    return None
+
+
+def live_preflight(
+    prepared: Prepared,
+    report: PreflightReport,
+    *,
+    start: Callable[[], None],
+    full: bool = False,
+    seed: int = 0,
+) -> PreflightReport:
+    """Evaluate the config as found and add the batch checks to ``report``.
+
+    ``start`` brings the backend up on the config as found and waits until healthy.
+    """
+    from tuner.evaluation import run_batch
+    from tuner.evaluation.probe import fetch_raw
+
+    exp = prepared.experiment
+    queries, used_seed = (prepared.queries, None) if full else sample_queries(prepared.queries, seed=seed)
+    start()
+    result = run_batch(exp.evaluation, queries, prepared.qrels, order_seed=seed)
+    report.n_checked, report.sample_seed = len(queries), used_seed
+    if used_seed is not None:
+        report.findings.insert(0, Finding(
+            "sample", "info", f"checked a seeded sample of {len(queries)} of {len(prepared.queries)} queries "
+            f"(seed {used_seed}); `tuner check --full` checks every query"))
+    return report.extend(check_batch(
+        result, exp.evaluation,
+        gate_values=gate_values(prepared),
+        # only a solved confidence gate undoes the handoffs of the config as found
+        gates_solved=any(g.role == "confidence" for g in prepared.gates.values()),
+        raw_response=lambda qid: fetch_raw(exp.evaluation, queries[qid]),
+    ))
+
+
+def gate_values(prepared: Prepared) -> dict[str, Any]:
+    """Config key -> value as found, of the search space's post-retrieval gates."""
+    space = prepared.space
+    names = sorted(space.post_retrieval)
+    if not names:
+        return {}
+    current = space.current_assignment(prepared.patcher.documents())
+    return {space[n].path: current[n] for n in names if n in current}
+
+
+def preflight_on_target(prepared: Prepared, report: PreflightReport, target: Any, wait: Callable[[], None], *,
+                        note: Callable[[str], None] = lambda text: None, full: bool = False) -> PreflightReport:
+    """``live_preflight`` on a `Target` (started here): every finding goes to ``note``;
+    a stop raises PreflightError after the backend is stopped again."""
+    note("preflight: evaluating the config as found")
+    try:
+        live_preflight(prepared, report, start=lambda: (target.start(), wait()), full=full)
+        for finding in report.findings:
+            note(finding.note)
+        report.raise_for_stops()
+    except BaseException:
+        target.close()
+        raise
+    return report
+
+
+def check_experiment(experiment: Any, *, full: bool = False, seed: int = 0) -> tuple[PreflightReport, list[str]]:
+    """`tuner check`: every check on the config as found, on a backend started for it
+    (and stopped after), holding the config locks (tuner.study.locks) while the backend runs.
+    Never replays or touches a restore journal: one that exists belongs to a killed
+    run, which the next `tuner run` replays. Returns the
+    report and the experiment's own warnings (space vs config, sampler)."""
+    from tuner.study.core import prepare
+    from tuner.targets.factory import make_target
+    from tuner.targets.health import wait_target_healthy
+
+    experiment = experiment.bind_port()
+    prepared = prepare(experiment, recover_journal=False)
+    report = static_preflight(prepared)
+    if experiment.journal_path.exists():
+        report.findings.insert(0, Finding(
+            "journal", "warn", f"a restore journal exists ({experiment.journal_path}): a run is live or was killed, "
+            "so the config files may hold a trial's values rather than the original"))
+    if any(f.code == "template_field" for f in report.stops):
+        return report, prepared.warnings  # every request would fail: nothing to send
+    from tuner.study.locks import config_locks
+
+    # The backend it starts reads the config files: not while a run has a trial's values
+    # in them (LockHeld names the run), and no run patches them while it measures.
+    with config_locks(experiment.target.config_files, command="tuner check"):
+        target = make_target(experiment.target, experiment.state_dir)
+        try:
+            live_preflight(prepared, report, full=full, seed=seed,
+                           start=lambda: (target.start(), wait_target_healthy(experiment.target.health, target)))
+        finally:
+            target.close()
+    return report, prepared.warnings

@@ -1,0 +1,254 @@
+"""`tuner run`: one process runs an experiment's study from start to restore.
+
+The top of the orchestration: it takes the pieces tuner.study.core wires from an experiment
+file (the prepared space, dataset and patcher, the trial runner, the loop) and adds
+what happens once per run around them: the preflight (tuner.ops.check), the
+study's attributes, the MLflow parent run, the backend started on the config as found,
+and the clean-up every run ends with (originals back from the journal, the backend
+restarted on them and healthy), then the holdout validation (tuner.ops.validate).
+Nothing below tuner.ops.run imports it, so the layers above study never loop back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from optuna.trial import FrozenTrial
+
+from tuner.dburl import redact
+from tuner.errors import StudyError, TargetError, TunerError
+from tuner.evaluation.holdout import record_split
+from tuner.ops.check import preflight_on_target, static_preflight
+from tuner.ops.dashboard import dashboard_commands
+from tuner.study.attrs import ATTR_VARIANT
+from tuner.study.core import (
+    ATTR_ARTIFACT_DIR,
+    ATTR_CONSTRAINTS,
+    ATTR_OBJECTIVE,
+    ATTR_PREFLIGHT,
+    FailureBudget,
+    Prepared,
+    RunResult,
+    StudyLoop,
+    StudyObserver,
+    StudyPaths,
+    best_feasible_trial,
+    build_runner,
+    enqueue_initial,
+    fail_stale_trials,
+    initial_variants,
+    make_tracker,
+    open_study,
+    prepare,
+    record_config_seen,
+    remaining_trials,
+    summary_metrics,
+)
+from tuner.study.locks import StudyLease, patch_rights
+from tuner.study.trial import Bookkeeper, OptunaArtifacts, StopFlag
+from tuner.targets.factory import make_target
+from tuner.targets.health import wait_target_healthy
+
+if TYPE_CHECKING:
+    from tuner.config.experiment import Experiment
+
+
+@dataclass
+class RunSummary:
+    """What `tuner run` prints at the end."""
+
+    study_name: str
+    result: RunResult
+    best: FrozenTrial | None
+    baseline: FrozenTrial | None
+    n_trials_total: int
+    dashboards: dict[str, str]
+    warnings: list[str]
+    recovered: list[Path]
+    restored: list[Path]
+    error: str | None = None
+    holdout: Any = None  # tuner.ops.validate.HoldoutRun, when the holdout is enabled and a best trial exists
+
+
+def run_experiment(
+    experiment: Experiment,
+    *,
+    n_trials: int | None = None,
+    timeout: float | None = None,
+    stop: StopFlag | None = None,
+    observer: StudyObserver | None = None,
+    use_cache: bool = True,
+    skip_checks: bool = False,
+) -> RunSummary:
+    """Create or resume the experiment's study and run trials; always restore.
+
+    The preflight (tuner.study.preflight) runs first: its static checks before anything is
+    touched, its batch checks on the config as found before the first trial; a stop
+    raises PreflightError (``skip_checks``: findings recorded, nothing stops).
+
+    ``n_trials`` (this run) defaults to what the study still lacks of the experiment's
+    ``n_trials``; ``timeout`` (s, this run) defaults to the experiment's ``timeout_s``.
+    When the failure budget is spent the summary's ``error`` says so (the config is
+    restored all the same); the CLI prints it and exits non-zero.
+    """
+    stop = stop or StopFlag()
+    observer = observer or StudyObserver()
+    experiment = experiment.bind_port()
+    # Nothing is read from the journal or patched before both locks are ours.
+    with patch_rights(experiment.storage, experiment.study, experiment.target.config_files, mode="exclusive",
+                      command="tuner run") as lease:
+        for line in lease.notes:
+            observer.note(line)
+        return _run_locked(experiment, lease, n_trials=n_trials, timeout=timeout, stop=stop, observer=observer,
+                           use_cache=use_cache, skip_checks=skip_checks)
+
+
+def _run_locked(
+    experiment: Experiment, lease: StudyLease, *, n_trials: int | None, timeout: float | None, stop: StopFlag,
+    observer: StudyObserver, use_cache: bool, skip_checks: bool,
+) -> RunSummary:
+    prepared = prepare(experiment)
+    for line in prepared.patcher.notes:  # a config written in place (its owner kept)
+        observer.note(line)
+    for line in prepared.recovered:
+        observer.note(f"restored {line} from a restore journal left by an interrupted run")
+    preflight = static_preflight(prepared, skip=skip_checks)
+    preflight.raise_for_stops()
+    paths = StudyPaths(experiment.state_dir, experiment.study)
+    maximize = experiment.objective.direction == "maximize"
+    study = open_study(
+        experiment.study,
+        experiment.storage,
+        sampler=experiment.sampler.create(),
+        pruner=experiment.pruner.create(),
+        objective_metric=experiment.objective.metric,
+        maximize=maximize,
+    )
+    study.set_user_attr(ATTR_ARTIFACT_DIR, str(paths.artifact_dir))
+    study.set_user_attr(ATTR_OBJECTIVE, experiment.objective.metric)
+    study.set_user_attr(ATTR_CONSTRAINTS, [c.name for c in experiment.constraints])
+    if prepared.split is not None:
+        record_split(study, prepared.split)
+    stale = fail_stale_trials(study)
+    record_config_seen(study, prepared)
+    enqueue_initial(study, initial_variants(prepared))
+    if n_trials is None:
+        n_trials = remaining_trials(study, experiment.n_trials)
+    if timeout is None:
+        timeout = experiment.timeout_s
+    target = make_target(experiment.target, experiment.state_dir)
+    health = experiment.target.health
+
+    def wait() -> dict[str, Any]:  # the health answer: the data fingerprint a trial ran on
+        return wait_target_healthy(health, target)
+
+    if n_trials != 0:
+        preflight_on_target(prepared, preflight, target, wait, note=observer.note)
+    from tuner.secrets import redact_mapping
+
+    study.set_user_attr(ATTR_PREFLIGHT, redact_mapping(preflight.to_dict()))  # findings may quote a raw response
+
+    tracker = make_tracker(experiment, on_warning=observer.note)
+    # This run holds the study alone: an MLflow run still RUNNING belongs to a killed one.
+    closed = tracker.close_stale_runs(experiment.study, live_trials=set())
+    if closed:
+        observer.note(f"closed the MLflow runs of trials {closed} as FAILED: left running by a killed run")
+    tracker.start_study(
+        experiment.study,
+        params={
+            "sampler": experiment.sampler.type,
+            "objective": f"{experiment.objective.direction} {experiment.objective.metric}",
+            "constraints": "; ".join(c.name for c in experiment.constraints) or "none",
+            "search_space": str(experiment.search_space),
+            "dataset": prepared.queries.dataset_id,
+        },
+        tags={"tuner.experiment_file": str(experiment.source), "tuner.optuna_storage": redact(experiment.storage),
+              "tuner.preflight": preflight.verdict},
+    )
+    runner = build_runner(
+        prepared, study, target=target, wait_healthy=wait, stop=stop, use_cache=use_cache, tracker=tracker,
+        artifacts=OptunaArtifacts(paths.artifact_dir),
+        bookkeeper=Bookkeeper(threaded=True, on_error=lambda msg: observer.note(f"warning: {msg}")),
+        on_phase=observer.phase, preflight=preflight,
+    )
+    loop = StudyLoop(
+        study,
+        runner,
+        budget=FailureBudget(experiment.failure_budget.max_consecutive, experiment.failure_budget.max_total),
+        stop=stop,
+        observer=observer,
+        maximize=maximize,
+        lease=lease,
+    )
+    result = RunResult(experiment.study, stale_failed=stale)
+    error: str | None = None
+    status = "FAILED"  # the parent run's status unless the loop ends normally
+    restored: list[Path] = []
+    try:
+        if n_trials != 0:
+            target.start()
+        result = loop.run(n_trials=n_trials, timeout=timeout)
+        result.stale_failed = stale
+        status = "KILLED" if result.stopped_by == "signal" else "FINISHED"
+    except StudyError as exc:
+        error = str(exc)
+        result = loop.result or result  # what ran before the stop, and why it stopped
+        result.stale_failed = stale
+    except KeyboardInterrupt:
+        status = "KILLED"
+        raise
+    finally:
+        try:
+            restored = _restore(prepared, runner.touched_backend, target, wait, observer)
+        finally:
+            runner.bookkeeper.close()
+            target.close()
+            tracker.end_study(status=status, summary=summary_metrics(study, maximize=maximize))
+    trials = study.get_trials(deepcopy=False)
+    summary = RunSummary(
+        study_name=experiment.study,
+        result=result,
+        best=best_feasible_trial(trials, maximize=maximize),
+        baseline=next((t for t in trials if t.user_attrs.get(ATTR_VARIANT) == "baseline"), None),
+        n_trials_total=len(trials),
+        dashboards=dashboard_commands(experiment),
+        warnings=prepared.warnings,
+        recovered=prepared.recovered,
+        restored=restored,
+        error=error,
+    )
+    if prepared.split is not None and summary.best is not None and error is None and result.stopped_by != "signal":
+        summary.holdout = _validate(experiment, summary, observer)
+    return summary
+
+
+def _validate(experiment: Experiment, summary: RunSummary, observer: StudyObserver) -> Any:
+    """The holdout validation at the end of a run; a failure is a warning (the study
+    itself is fine, and `tuner validate` can be run again)."""
+    from tuner.ops.validate import validate_holdout
+
+    observer.note("validating baseline and best trial on the holdout queries")
+    try:
+        return validate_holdout(experiment, on_step=observer.note)
+    except TunerError as exc:
+        summary.warnings.append(f"holdout validation failed: {exc}; run `tuner validate {experiment.source}` again")
+        return None
+
+
+def _restore(prepared: Prepared, touched: bool, target: Any, wait: Any, observer: StudyObserver) -> list[Path]:
+    """Originals back from the journal; when a trial had touched the backend, restart it
+    on them and wait until healthy (so it is never left on a trial's config)."""
+    restored = prepared.patcher.restore()
+    if touched:
+        observer.note("restarting the backend on the original config")
+        try:
+            target.restart()
+            wait()
+        except TargetError as exc:
+            raise StudyError(
+                f"original config restored ({', '.join(map(str, restored)) or 'unchanged'}) but the backend did not"
+                f" come back healthy on it: {exc}"
+            ) from exc
+    return restored
