@@ -11,8 +11,9 @@ absent) it measures, as medians over ``--repeats`` runs:
 * search latency p50 / p95 and throughput (QPS) at concurrency 1, 4 and 8, with the
   data set's own queries and request extras, over keep-alive connections.
 
-Goals from issue 3: warm start <= 3 s on the demo corpus, p95 <= 50 ms at
-concurrency 4. The load generator shares the machine's cores with the service, so the
+Goals: warm start <= 3 s on the demo corpus (every trial restarts the service, so a
+study pays it once per trial), p95 <= 50 ms at concurrency 4 (the batch evaluation's
+default concurrency: a trial's query set is sent that way). The load generator shares the machine's cores with the service, so the
 figures are pessimistic for a service with cores of its own.
 """
 

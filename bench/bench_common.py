@@ -20,7 +20,8 @@ from typing import Any
 import numpy as np
 import optuna
 
-from tuner.config.space import SearchSpace, load_space
+from tuner.config.space.loading import load_space
+from tuner.config.space.searchspace import SearchSpace
 from tuner.study.threshold import CONFIDENCE_PARAM, GateRange, Retrieval, solve
 
 OOS_BOUND = 0.10
@@ -75,7 +76,7 @@ def quiet() -> None:
 
 def tpe(seed: int) -> optuna.samplers.BaseSampler:
     """The configured sampler of the demo experiment (experiments/demo.yaml)."""
-    from tuner.config.experiment import TPESamplerConfig
+    from tuner.config.sampling import TPESamplerConfig
 
     return TPESamplerConfig(seed=seed, multivariate=True, n_startup_trials=6).create()
 

@@ -36,7 +36,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "docker"))
 from docker_stack import ComposeStack, build_images, docker_unavailable, free_port, write_config, write_corpus  # noqa: E402
 
-from tuner.config.experiment import DockerConfig, ProcessConfig  # noqa: E402
+from tuner.config.target import DockerConfig, ProcessConfig  # noqa: E402
 from tuner.targets.docker import DockerTarget  # noqa: E402
 from tuner.targets.health import wait_healthy  # noqa: E402
 from tuner.targets.process import ProcessTarget  # noqa: E402

@@ -1,4 +1,5 @@
-"""Command line: the only module that prints and sets exit codes.
+"""Command line: the only module that prints and sets exit codes (also for the data
+tools' ``__main__`` modules, through ``run_data_tool``).
 
     fusion-backend serve --config PATH [--host H] [--port P]
     fusion-backend build-index --config PATH      # fill the index cache, then exit
@@ -15,7 +16,7 @@ import json
 import logging
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from .errors import BackendError
@@ -36,6 +37,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         kind = "config error" if exc.exit_code == 2 else "error"
         print(f"{PROG}: {kind}: {exc}", file=sys.stderr)
         return exc.exit_code
+
+
+def run_data_tool(action: Callable[[], str]) -> int:
+    """Exit status of a data tool (``python -m fusion_backend.datagen`` / ``.importers``):
+    ``action()``'s summary on stdout and 0, or one ``error:`` line (where, what, fix) on
+    stderr and the error's exit code (2) when the input or the output directory is bad."""
+    # Imported here: the service itself never loads the importers.
+    from .importers.errors import DataFormatError
+
+    try:
+        summary = action()
+    except DataFormatError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    print(summary)
+    return 0
 
 
 def _serve(args: argparse.Namespace) -> int:

@@ -49,7 +49,9 @@ def cached_component(
         raise IndexBuildError(f"data.index_cache: cannot write {cache_dir}: {exc.strerror}") from exc
     try:
         build(tmp)
-        _write_json_atomic(tmp / "meta.json", {"key": key, "kind": kind, **fields})
+        # A plain write: tmp is private until the rename below publishes the whole directory.
+        meta = {"key": key, "kind": kind, **fields}
+        (tmp / "meta.json").write_text(json.dumps(meta, sort_keys=True, default=str))
         _publish(tmp, final, key)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)  # gone already when the rename won
@@ -81,9 +83,3 @@ def _sweep_stale(cache_dir: Path) -> None:
                 shutil.rmtree(entry, ignore_errors=True)
         except OSError:
             pass
-
-
-def _write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(payload, sort_keys=True, default=str))
-    os.replace(tmp, path)

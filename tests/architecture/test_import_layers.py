@@ -94,3 +94,11 @@ def test_an_upward_import_is_named(tmp_path):
     graph = import_graph(module_files(tmp_path, ["pkg"]))
     bad = upward_imports(graph, {"pkg.data": 1, "pkg.cli": 2})
     assert bad == [("pkg.data.rows", "pkg.cli.main")]
+
+
+def test_design_md_names_every_module_and_layer_folder():
+    design = (REPO / "docs" / "DESIGN.md").read_text()
+    modules = [p for p in (REPO / "tuner").rglob("*.py") if p.name not in ("__init__.py", "__main__.py")]
+    assert [str(p.relative_to(REPO)) for p in modules if f"`{p.name}`" not in design] == []
+    folders = {name.split(".")[1] for name in LAYERS if name.count(".") == 1 and (REPO / name.replace(".", "/")).is_dir()}
+    assert [f for f in sorted(folders) if f"`tuner/{f}/`" not in design] == []

@@ -246,7 +246,7 @@ def test_judgments_of_queries_outside_the_query_file_are_left_out(tmp_path: Path
 
 def test_ready_bundle_names_layout_and_loads_in_both_packages(tmp_path: Path, capsys):
     from tuner.config.experiment import load_experiment
-    from tuner.config.space import load_space
+    from tuner.config.space.loading import load_space
 
     paths = write_inputs(tmp_path / "in")
     out = tmp_path / "out"
@@ -308,7 +308,7 @@ def test_source_plan(runs, lexical, expected):
 
 
 def test_with_lexical_serves_bm25_and_dense_next_to_the_runs(tmp_path: Path):
-    from tuner.config.space import load_space
+    from tuner.config.space.loading import load_space
 
     paths = write_inputs(tmp_path / "in")
     assert main(argv(paths, tmp_path / "out", "--with-lexical")) == 0

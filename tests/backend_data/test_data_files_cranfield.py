@@ -97,7 +97,7 @@ def test_unjudged_queries_are_dropped_and_counted(cran_inputs, tmp_path: Path, c
 
 def test_the_generated_experiment_loads_in_the_tuner(cran_bundle):
     from tuner.config.experiment import load_experiment
-    from tuner.config.space import load_space
+    from tuner.config.space.loading import load_space
 
     out, _ = cran_bundle
     exp = load_experiment(out / "experiment.yaml")

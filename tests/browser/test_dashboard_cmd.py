@@ -29,7 +29,8 @@ from browser_support import REPO, STUDY, DashboardProcess, alive, descendants, m
 
 from tuner.config.experiment import free_port, load_experiment
 from tuner.errors import ConfigError, TargetError
-from tuner.ops.dashboard import Dashboards, UiSpec, ui_specs
+from tuner.ops.dashboard_procs import Dashboards
+from tuner.ops.dashboard_specs import UiSpec, ui_specs
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

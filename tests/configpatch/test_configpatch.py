@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from ruamel.yaml import YAML
 
-from tuner.config.configpatch import ConfigPatcher, Journal, patch_text, recover, unified_diff
+from tuner.config.configpatch import ConfigPatcher, patch_text, unified_diff
+from tuner.config.journal import Journal, recover
 from tuner.errors import ConfigError, TargetError
 
 CONFIG = textwrap.dedent(

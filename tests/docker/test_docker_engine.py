@@ -18,7 +18,7 @@ from support.integration import need
 
 import docker
 from tuner.config.configpatch import patch_text
-from tuner.config.experiment import DockerConfig
+from tuner.config.target import DockerConfig
 from tuner.errors import BackendExited, ConfigError, TargetError
 from tuner.files import atomic_write
 from tuner.targets.docker import DockerTarget

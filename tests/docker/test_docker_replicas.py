@@ -38,9 +38,11 @@ from tuner.config.experiment import load_experiment
 from tuner.errors import ConfigError, TargetError
 from tuner.files import atomic_write
 from tuner.study.database import rdb_storage
-from tuner.targets.docker import ComposeCLI, DockerTarget, compose_failure
+from tuner.targets.compose import ComposeCLI, compose_failure
+from tuner.targets.compose_replica import ComposeReplica
+from tuner.targets.docker import DockerTarget
 from tuner.targets.health import wait_healthy
-from tuner.targets.replicas import ComposeReplica, replica_of
+from tuner.targets.replicas import replica_of
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -170,7 +172,8 @@ def test_replica_project_runs_its_own_config_copy_on_its_own_port(stack, compose
 OWNER = """\
 import sys, time
 from tuner.config.experiment import load_experiment
-from tuner.targets.replicas import replica_of, start_reaper
+from tuner.targets.reaper import start_reaper
+from tuner.targets.replicas import replica_of
 bound, replica = replica_of(load_experiment(sys.argv[1]), int(sys.argv[2]))
 if sys.argv[3] == "reaper":
     reaper = start_reaper(replica.pid_file, bound.journal_path)

@@ -23,7 +23,7 @@ import docker
 from tuner.config.experiment import load_experiment
 from tuner.ops.run import run_experiment
 from tuner.study.attrs import ATTR_FAIL_REASON, ATTR_VARIANT
-from tuner.study.core import StudyObserver
+from tuner.study.loop import StudyObserver
 from tuner.targets.health import wait_healthy
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

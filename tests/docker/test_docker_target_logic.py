@@ -12,19 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from tuner.config.experiment import DockerConfig
+from tuner.config.target import DockerConfig
 from tuner.errors import BackendExited, ConfigError, HealthTimeout, TargetError
-from tuner.targets.docker import (
+from tuner.targets.compose import compose_project_name
+from tuner.targets.docker import DockerTarget, log_tail, problem, unmounted_configs
+from tuner.targets.docker_engine import (
     ContainerState,
     DockerAPI,
     DockerSDK,
-    DockerTarget,
-    compose_project_name,
-    log_tail,
     parse_docker_time,
-    problem,
     state_from_inspect,
-    unmounted_configs,
 )
 
 

@@ -38,7 +38,8 @@ from tuner.ops.apply import apply_plan, plan_apply
 from tuner.ops.demo import generate_data
 from tuner.ops.run import run_experiment
 from tuner.report.tracking import TAG_ROLE, TAG_STUDY, TAG_TRIAL
-from tuner.study.core import StudyObserver, best_feasible_trial
+from tuner.study.feasibility import best_feasible_trial
+from tuner.study.loop import StudyObserver
 
 # The low ends of the post-retrieval ranges in search_space/reference_full.yaml.
 GATE_LOW = {"confidence.threshold": 0.0, "citation.min_score": 0.0}

@@ -9,8 +9,9 @@ from pathlib import Path
 import optuna
 import pytest
 
-from tuner.config.experiment import Constraint, load_experiment
-from tuner.config.space import load_space
+from tuner.config.experiment import load_experiment
+from tuner.config.objective import Constraint
+from tuner.config.space.loading import load_space
 from tuner.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]

@@ -363,7 +363,8 @@ class Project:
         return any(p.name == "restore-journal.json" for p in (self.root / "state").rglob("*.json"))
 
     def locks_free(self) -> bool:
-        from tuner.study.locks import lock_file_for, read_holder, study_holders
+        from tuner.study.file_locks import lock_file_for, read_holder
+        from tuner.study.locks import study_holders
 
         exp = self.load()
         return not study_holders(exp.storage, self.study) and all(

@@ -54,7 +54,7 @@ def running_trials(project: Project) -> list[int]:
 
 def test_sigkill_of_a_worker_mid_trial(tmp_path: Path, pg_storage: tuple[str, str], calibration: Calibration,
                                        fault_log: FaultLog) -> None:
-    from tuner.ops.workers import retries_of
+    from support.workers import retries_of
 
     project = held_project(tmp_path, "kill-worker", pg_storage[0])
     worker = project.start(*WORKER)

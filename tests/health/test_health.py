@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tuner.config.experiment import ProcessConfig, free_port
+from tuner.config.experiment import free_port
+from tuner.config.target import ProcessConfig
 from tuner.errors import BackendExited, HealthTimeout
 from tuner.targets.health import wait_healthy
 from tuner.targets.process import ProcessTarget

@@ -27,7 +27,7 @@ def setup(tmp_path):
     from fusion_backend.datagen.demo import write_demo
 
     from tuner.config.experiment import load_experiment
-    from tuner.study.core import prepare
+    from tuner.study.wiring import prepare
 
     write_demo(tmp_path / "data")
     config = copy_backend_config(tmp_path)

@@ -4,8 +4,10 @@ import sqlite3
 
 import pytest
 
-from tuner.data.labels import Judgment, LabelStore, export_unjudged, read_judgments, unjudged_pairs
+from tuner.data.labelfiles import Judgment, read_judgments
+from tuner.data.labels import LabelStore
 from tuner.data.qrels import CRANFIELD, GradeMap
+from tuner.data.unjudged import export_unjudged, unjudged_pairs
 from tuner.errors import InputError, LabelError
 
 

@@ -15,20 +15,15 @@ from pathlib import Path
 
 import pytest
 
-from tuner.study.locks import (
-    LockHeld,
-    StudyLease,
-    config_locks,
-    lock_file_for,
-    patch_rights,
-    read_holder,
-    study_holders,
-)
+from tuner.study.file_locks import config_locks, lock_file_for, read_holder
+from tuner.study.lock_holder import LockHeld
+from tuner.study.locks import StudyLease, patch_rights, study_holders
 
 HOLD = textwrap.dedent("""
     import sys, time
     from pathlib import Path
-    from tuner.study.locks import StudyLease, config_locks
+    from tuner.study.file_locks import config_locks
+    from tuner.study.locks import StudyLease
     storage, study, config, mode, ready = sys.argv[1:6]
     with StudyLease.acquire(storage, study, mode=mode, command="holder-under-test", heartbeat_s=0.5,
                             stale_after_s=3):

@@ -8,9 +8,11 @@ formula, written here as a plain loop.
 
 from __future__ import annotations
 
+import importlib
 import math
 import shutil
 import warnings
+from types import ModuleType
 
 import numpy as np
 import pytest
@@ -19,11 +21,31 @@ from support.integration import need
 from tuner.data.runs import parse_trec_run
 from tuner.metrics import prepare, score_batch, score_rankings
 
-pytrec_eval = pytest.importorskip("pytrec_eval")
-ranx = pytest.importorskip("ranx")
-ir_measures = pytest.importorskip("ir_measures")
-
 N_QUERIES = 60
+
+
+def library(module: str, package: str) -> ModuleType:
+    """The reference implementation ``module``, or skip (fail under CI) naming its pip package."""
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        need(False, f"{module} is not installed: pip install {package} (in the test extra: pip install -e '.[test]')")
+        raise
+
+
+@pytest.fixture
+def pytrec_eval() -> ModuleType:
+    return library("pytrec_eval", "pytrec-eval-terrier")
+
+
+@pytest.fixture
+def ranx() -> ModuleType:
+    return library("ranx", "ranx")
+
+
+@pytest.fixture
+def ir_measures() -> ModuleType:
+    return library("ir_measures", "ir-measures")
 
 
 def random_collection(seed: int, ties: bool):
@@ -83,7 +105,7 @@ AT_RELEVANCE_LEVEL = {"P_10": "P@10", "P_50": "P@50", "recall_50": "Recall@50", 
                       "ndcg_cut_10": "NDCG@10", "ndcg": "NDCG"}
 
 
-def pytrec_reference(qrels, run, measures, level):
+def pytrec_reference(pytrec_eval, qrels, run, measures, level):
     names = set()
     for measure in measures:  # "P_10" -> "P.10": pytrec_eval names its cutoffs explicitly
         base, _, cutoff = measure.rpartition("_")
@@ -92,10 +114,10 @@ def pytrec_reference(qrels, run, measures, level):
 
 
 @pytest.mark.parametrize("level", sorted(PYTREC_EQUIVALENTS))
-def test_against_pytrec_eval_with_tied_scores(level):
+def test_against_pytrec_eval_with_tied_scores(pytrec_eval, level):
     qrels, run = random_collection(seed=level, ties=True)
     equivalents = PYTREC_EQUIVALENTS[level]
-    reference = pytrec_reference(qrels, run, equivalents, level)
+    reference = pytrec_reference(pytrec_eval, qrels, run, equivalents, level)
     scores = ours(qrels, run, list(equivalents.values()))
     for measure, metric in equivalents.items():
         expected = {q: values[measure] for q, values in reference.items()}
@@ -105,16 +127,16 @@ def test_against_pytrec_eval_with_tied_scores(level):
 
 
 @pytest.mark.parametrize("level", [1, 2, 3])
-def test_relevance_level_against_pytrec_eval(level):
+def test_relevance_level_against_pytrec_eval(pytrec_eval, level):
     qrels, run = random_collection(seed=20 + level, ties=True)
-    reference = pytrec_reference(qrels, run, AT_RELEVANCE_LEVEL, level)
+    reference = pytrec_reference(pytrec_eval, qrels, run, AT_RELEVANCE_LEVEL, level)
     scores = ours(qrels, run, list(AT_RELEVANCE_LEVEL.values()), relevance_level=level)
     for measure, metric in AT_RELEVANCE_LEVEL.items():
         expected = {q: values[measure] for q, values in reference.items()}
         assert_close(scores[metric], expected, f"{metric} at relevance_level={level} vs trec_eval {measure} -l{level}")
 
 
-def test_against_ranx_exp_gains_and_cut_reciprocal_ranks():
+def test_against_ranx_exp_gains_and_cut_reciprocal_ranks(ranx):
     qrels, run = random_collection(seed=11, ties=False)
     in_run = {q: qrels[q] for q in run}
     equivalents = {"ndcg_burges@10": "NDCG@10", "ndcg_burges@20": "NDCG@20",
@@ -132,7 +154,7 @@ def test_against_ranx_exp_gains_and_cut_reciprocal_ranks():
         assert_close(scores[metric], dict(zip(order, reference[measure])), f"{metric} (exp gains) vs ranx {measure}")
 
 
-def test_err_and_exp_ndcg_against_gdeval():
+def test_err_and_exp_ndcg_against_gdeval(ir_measures):
     need(shutil.which("perl") is not None, "ir_measures' gdeval provider runs gdeval.pl, which needs perl")
     qrels, run = random_collection(seed=5, ties=True)
     cutoffs = (5, 10, 20)
@@ -149,7 +171,7 @@ def test_err_and_exp_ndcg_against_gdeval():
             assert_close(scores[ours_name], expected, f"{ours_name} vs gdeval", tol=1e-5)  # 5 printed decimals
 
 
-def test_judged_against_ir_measures():
+def test_judged_against_ir_measures(ir_measures):
     # ir_measures' judged provider does not break score ties like trec_eval: no ties here.
     qrels, run = random_collection(seed=3, ties=False)
     reference = {m.query_id: m.value for m in ir_measures.judged.iter_calc([ir_measures.Judged @ 10], qrels, run)}

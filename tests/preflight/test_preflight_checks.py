@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from tuner.config.experiment import Constraint
+from tuner.config.objective import Constraint
 from tuner.data.dataset import Query, QuerySet, judged_subset
 from tuner.errors import InputError
 from tuner.evaluation import EvalSpec, QueryResponse, RequestMapping, evaluate_responses

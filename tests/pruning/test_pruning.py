@@ -177,7 +177,7 @@ def test_wilcoxon_pruner_prunes_a_clearly_worse_trial_with_per_query_reports():
 
 
 def test_reporter_factory_wires_pruner_mode_and_oos_budget():
-    from tuner.config.experiment import Constraint
+    from tuner.config.objective import Constraint
     from tuner.data.dataset import QuerySet
     from tuner.study.pruning import oos_bound, reporter_factory
 

@@ -10,7 +10,7 @@ import pytest
 from support.reference_experiment import write_reference_experiment
 
 from tuner.config.experiment import load_experiment
-from tuner.ops.dashboard import dashboard_commands, ui_specs, ui_store
+from tuner.ops.dashboard_specs import dashboard_commands, ui_specs, ui_store
 
 PASSWORD = "pg-pass-planted-31337"
 

@@ -11,7 +11,6 @@ import pytest
 from tuner.metrics.significance import (
     compare,
     holm,
-    paired_bootstrap_ci,
     paired_test,
     sign_flip_test,
     wilcoxon_test,
@@ -23,13 +22,19 @@ def paired_sample(rng, n, delta, noise=0.08):
     return base, base + delta + rng.normal(0.0, noise, n)
 
 
+def interval(baseline, candidate, **kwargs):
+    """compare()'s bootstrap interval of one metric: (ci_low, ci_high)."""
+    row = compare(pd.DataFrame({"m": baseline}), pd.DataFrame({"m": candidate}), ["m"], **kwargs).loc["m"]
+    return row["ci_low"], row["ci_high"]
+
+
 def test_bootstrap_ci_covers_true_delta_at_about_nominal_rate():
     rng = np.random.default_rng(11)
     reps, n, true_delta, nominal = 300, 50, 0.02, 0.95
     covered = 0
     for r in range(reps):
         a, b = paired_sample(rng, n, true_delta)
-        low, high = paired_bootstrap_ci(a, b, confidence=nominal, n_resamples=2000, seed=r)
+        low, high = interval(a, b, confidence=nominal, n_resamples=2000, seed=r)
         covered += low <= true_delta <= high
     rate = covered / reps
     # Binomial sd of the rate at the nominal level; percentile bootstrap under-covers a
@@ -41,10 +46,10 @@ def test_bootstrap_ci_covers_true_delta_at_about_nominal_rate():
 def test_bootstrap_ci_contains_observed_mean_and_shrinks_with_n():
     rng = np.random.default_rng(3)
     a, b = paired_sample(rng, 400, 0.05)
-    low, high = paired_bootstrap_ci(a, b, seed=1)
+    low, high = interval(a, b, seed=1)
     assert low < np.mean(b - a) < high
     a2, b2 = a[:40], b[:40]
-    low2, high2 = paired_bootstrap_ci(a2, b2, seed=1)
+    low2, high2 = interval(a2, b2, seed=1)
     # The width scales like 1/sqrt(n): 10x the queries, about sqrt(10)x narrower.
     assert (high2 - low2) / (high - low) == pytest.approx(np.sqrt(10), rel=0.35)
 
@@ -116,8 +121,8 @@ def test_compare_aligns_queries_and_reports_counts():
 
 def test_bad_inputs_are_rejected():
     with pytest.raises(ValueError, match="NaN"):
-        paired_bootstrap_ci([0.1, np.nan], [0.2, 0.3])
+        interval([0.1, np.nan], [0.2, 0.3])
     with pytest.raises(ValueError, match="equal length"):
         sign_flip_test([0.1], [0.2, 0.3])
     with pytest.raises(ValueError, match="confidence"):
-        paired_bootstrap_ci([0.1], [0.2], confidence=95)
+        interval([0.1], [0.2], confidence=95)

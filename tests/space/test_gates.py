@@ -10,7 +10,7 @@ from pathlib import Path
 import optuna
 import pytest
 
-from tuner.config.space import load_space
+from tuner.config.space.loading import load_space
 from tuner.errors import ConfigError
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)

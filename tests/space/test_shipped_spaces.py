@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from tuner.config.configpatch import ConfigPatcher
-from tuner.config.space import load_space
+from tuner.config.space.loading import load_space
 
 REPO = Path(__file__).resolve().parents[2]
 

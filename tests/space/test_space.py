@@ -11,7 +11,9 @@ import optuna
 import pytest
 from scipy import stats
 
-from tuner.config.space import SearchSpace, load_space, shares_to_sticks, sticks_to_shares
+from tuner.config.space.loading import load_space
+from tuner.config.space.searchspace import SearchSpace
+from tuner.config.space.simplex import shares_to_sticks, sticks_to_shares
 from tuner.errors import ConfigError
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)

@@ -11,7 +11,7 @@ from optuna.distributions import CategoricalDistribution, FloatDistribution
 from optuna.trial import TrialState, create_trial
 
 from tuner.cli.progress import eta_seconds, fmt_duration
-from tuner.ops import analysis as A
+from tuner.ops import analysis
 
 LIMIT = 0.10
 
@@ -41,7 +41,7 @@ def trial(number: int, score: float | None, oos: float | None, *, state=TrialSta
 
 @pytest.fixture()
 def frame():
-    return A.trials_frame([
+    return analysis.trials_frame([
         trial(0, 0.40, 0.20, variant="baseline"),      # infeasible baseline
         trial(1, 0.55, 0.30),                          # best score, infeasible
         trial(2, 0.45, 0.05, method="linear"),         # best feasible
@@ -51,24 +51,24 @@ def frame():
 
 
 def test_feasible_ranking_excludes_infeasible_and_failed(frame) -> None:
-    ranked = A.feasible_ranked(frame)
+    ranked = analysis.feasible_ranked(frame)
     assert list(ranked["number"]) == [2, 3]
-    assert list(A.feasible_ranked(frame, maximize=False)["number"]) == [3, 2]
-    best = A.best_feasible(frame)
+    assert list(analysis.feasible_ranked(frame, maximize=False)["number"]) == [3, 2]
+    best = analysis.best_feasible(frame)
     assert int(best["number"]) == 2
-    infeasible = A.infeasible_trials(frame)
+    infeasible = analysis.infeasible_trials(frame)
     assert list(infeasible["number"]) == [0, 1]  # least violating first: 0.10 < 0.20
     assert list(infeasible["violation"]) == pytest.approx([0.20 - LIMIT, 0.30 - LIMIT])
 
 
 def test_the_legacy_positional_copy_is_not_a_second_constraint(frame) -> None:
-    constraint_cols = [c for c in frame.columns if c.startswith(A.CONSTRAINT_PREFIX)]
+    constraint_cols = [c for c in frame.columns if c.startswith(analysis.CONSTRAINT_PREFIX)]
     assert constraint_cols == ["constraint:OOS_FP_Rate <= 0.1"]
 
 
 def test_deltas_are_best_minus_baseline(frame) -> None:
-    best, base = A.best_feasible(frame), A.baseline_row(frame)
-    got = {d.metric: d for d in A.deltas(best, base)}
+    best, base = analysis.best_feasible(frame), analysis.baseline_row(frame)
+    got = {d.metric: d for d in analysis.deltas(best, base)}
     assert set(got) == {"NDCG@20", "Primary_Metric_Score", "OOS_FP_Rate"}
     assert got["Primary_Metric_Score"].change == pytest.approx(0.45 - 0.40)
     assert got["OOS_FP_Rate"].change == pytest.approx(0.05 - 0.20)
@@ -86,21 +86,21 @@ def test_assignment_is_flattened_into_param_columns(frame) -> None:
 def test_empty_study_frame_and_require_trials() -> None:
     from tuner.errors import StudyError
 
-    empty = A.trials_frame([])
-    assert A.best_feasible(empty) is None and A.baseline_row(empty) is None
+    empty = analysis.trials_frame([])
+    assert analysis.best_feasible(empty) is None and analysis.baseline_row(empty) is None
     with pytest.raises(StudyError, match="has no trials yet; run `tuner run EXPERIMENT` first"):
-        A.require_trials(empty, "s")
+        analysis.require_trials(empty, "s")
 
 
 def test_markdown_table_escapes_pipes() -> None:
     import pandas as pd
 
-    text = A.markdown_table(pd.DataFrame([{"a": "x|y", "b": 0.123456, "c": math.nan}]))
+    text = analysis.markdown_table(pd.DataFrame([{"a": "x|y", "b": 0.123456, "c": math.nan}]))
     assert text.splitlines() == ["| a | b | c |", "| --- | --- | --- |", "| x\\|y | 0.1235 |  |"]
 
 
 def test_study_report_files(frame, tmp_path: Path) -> None:
-    paths = A.write_study_report(frame, tmp_path, study_name="s", objective="Primary_Metric_Score", maximize=True,
+    paths = analysis.write_study_report(frame, tmp_path, study_name="s", objective="Primary_Metric_Score", maximize=True,
                                  importances={"x": 0.7, "fusion.method": 0.3}, oos_limit=LIMIT)
     import pandas as pd
 
@@ -116,9 +116,9 @@ def test_study_report_files(frame, tmp_path: Path) -> None:
 
 def test_param_importances_on_a_real_study() -> None:
     study = optuna.create_study(direction="maximize", sampler=optuna.samplers.RandomSampler(seed=0))
-    assert A.param_importances(study) == {}
+    assert analysis.param_importances(study) == {}
     study.optimize(lambda t: 10 * t.suggest_float("big", 0, 1) + 0.01 * t.suggest_float("small", 0, 1), n_trials=30)
-    imp = A.param_importances(study)
+    imp = analysis.param_importances(study)
     assert list(imp) == ["big", "small"] and imp["big"] > 0.9
 
 

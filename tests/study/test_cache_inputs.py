@@ -28,8 +28,9 @@ from study.fakes import CONFIG_TEXT, FileBackend, FormulaEvaluator, TwoParamSpac
 from tuner.config.experiment import load_experiment
 from tuner.data.inputs import InputsWatch, changed_files, expand, fingerprint_inputs
 from tuner.errors import ConfigError, TargetError
+from tuner.study.records import ATTR_CACHE_NOTE, ATTR_DATA_FINGERPRINT
 from tuner.study.result_cache import ResultCache
-from tuner.study.trial import ATTR_CACHE_NOTE, ATTR_DATA_FINGERPRINT, TrialRunner
+from tuner.study.trial import TrialRunner
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 PYTHON = sys.executable
@@ -335,7 +336,7 @@ def _import_cranfield(datasets_dir: Path, out: Path, *, n_docs: int, n_queries: 
 
 
 def _run(experiment: Any) -> None:
-    """`tuner run` for one trial (tuner.study.core.build_runner wires target.inputs,
+    """`tuner run` for one trial (tuner.study.wiring.build_runner wires target.inputs,
     target.health.fingerprint and the health answer)."""
     from tuner.ops.run import run_experiment
 

@@ -12,7 +12,7 @@ from e2e.test_study_e2e import demo_data, make_project  # noqa: F401  (module fi
 from tuner.config.experiment import load_experiment
 from tuner.data.labels import LabelStore
 from tuner.errors import TunerError
-from tuner.study.core import load_dataset
+from tuner.study.wiring import load_dataset
 
 
 def _experiment(root: Path, data: Path, labels: list[dict]) -> object:

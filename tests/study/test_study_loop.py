@@ -12,18 +12,11 @@ from optuna.trial import TrialState
 from study.fakes import oos_rate, score
 from study.test_trial_runner import OOS_LIMIT, make_runner
 from tuner.errors import StudyError
-from tuner.study.core import (
-    FailureBudget,
-    StudyLoop,
-    Variant,
-    best_feasible_trial,
-    count_finished,
-    enqueue_initial,
-    fail_stale_trials,
-    open_study,
-    remaining_trials,
-)
-from tuner.study.trial import StopFlag
+from tuner.study.feasibility import best_feasible_trial
+from tuner.study.loop import FailureBudget, StudyLoop
+from tuner.study.queue import Variant, count_finished, enqueue_initial, fail_stale_trials, remaining_trials
+from tuner.study.stop import StopFlag
+from tuner.study.storage import open_study
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -77,7 +70,7 @@ def test_failure_budget_stops_the_study_with_a_clear_message(tmp_path: Path) -> 
 
 
 def test_failure_budget_total() -> None:
-    from tuner.study.trial import TrialOutcome
+    from tuner.study.outcome import TrialOutcome
 
     budget = FailureBudget(max_consecutive=None, max_total=2)
     budget.record(TrialOutcome(0, "FAIL", fail_reason="a"))

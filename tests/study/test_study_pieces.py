@@ -15,9 +15,11 @@ from rich.console import Console
 from study.fakes import score
 from study.test_trial_runner import make_runner, run_one
 from tuner.errors import ConfigError, TargetError
-from tuner.study.core import FailureBudget, StudyLoop, spec_fingerprint
+from tuner.study.bookkeeping import Bookkeeper
+from tuner.study.live import spec_fingerprint
+from tuner.study.loop import FailureBudget, StudyLoop
 from tuner.study.result_cache import CachedResult, ResultCache, cache_key
-from tuner.study.trial import Bookkeeper, StopFlag
+from tuner.study.stop import StopFlag
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 REPO = Path(__file__).resolve().parents[2]
@@ -90,7 +92,7 @@ def test_a_bookkeeping_error_is_reported_but_the_trial_stays_complete(tmp_path: 
 
 
 def test_first_signal_requests_a_stop_second_sigint_aborts() -> None:
-    from tuner.cli.study_cmds import graceful_signals
+    from tuner.cli.run_cmd import graceful_signals
 
     stop = StopFlag()
     console = Console(file=io.StringIO())

@@ -10,9 +10,12 @@ from optuna.trial import TrialState
 
 from study.fakes import CONFIG_TEXT, FileBackend, FormulaEvaluator, TwoParamSpace, YamlWriter, oos_rate, score
 from tuner.study.attrs import named_constraints
-from tuner.study.core import best_feasible_trial
+from tuner.study.bookkeeping import Bookkeeper, OptunaArtifacts
+from tuner.study.feasibility import best_feasible_trial
+from tuner.study.interfaces import Constraint
 from tuner.study.result_cache import ResultCache
-from tuner.study.trial import LEGACY_CONSTRAINTS_ATTR, Bookkeeper, Constraint, OptunaArtifacts, StopFlag, TrialRunner
+from tuner.study.stop import StopFlag
+from tuner.study.trial import LEGACY_CONSTRAINTS_ATTR, TrialRunner
 
 OOS_LIMIT = 0.10
 

@@ -18,13 +18,14 @@ from ruamel.yaml import YAML
 from threshold.test_threshold import synthetic_batch
 
 from study.fakes import FileBackend, YamlWriter
-from tuner.config.space import load_space
+from tuner.config.space.loading import load_space
 from tuner.evaluation.result import evaluate_responses
 from tuner.report import ReportContext, write_reports
 from tuner.study.attrs import ATTR_ASSIGNMENT
+from tuner.study.interfaces import Constraint
 from tuner.study.result_cache import ResultCache
 from tuner.study.threshold import CONFIDENCE_PARAM, Retrieval, solvable_gates, solve
-from tuner.study.trial import Constraint, TrialRunner
+from tuner.study.trial import TrialRunner
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 BOUND = 0.3
@@ -197,10 +198,10 @@ def test_a_renamed_gate_is_solved_and_reported_like_the_reference_key(setup: dic
 def test_the_studys_pruning_callback_reads_gates_by_role() -> None:
     from types import SimpleNamespace
 
-    from tuner.config.experiment import Constraint as ExpConstraint
+    from tuner.config.objective import Constraint as ExpConstraint
     from tuner.data.dataset import Query, QuerySet
-    from tuner.study.core import reporter_factory
     from tuner.study.threshold import GateRange
+    from tuner.study.wiring import reporter_factory
 
     qs = QuerySet("d", "h", (Query("q", "t", "x", "s", "in"), Query("o", "t", "x", "s", "oos")))
     exp = SimpleNamespace(constraints=[ExpConstraint.parse("OOS_FP_Rate <= 0.5")],

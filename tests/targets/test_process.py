@@ -16,7 +16,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tuner.config.experiment import HealthConfig, ProcessConfig, TargetConfig, free_port
+from tuner.config.experiment import free_port
+from tuner.config.target import HealthConfig, ProcessConfig, TargetConfig
 from tuner.errors import ConfigError, TargetError
 from tuner.targets.factory import make_target
 from tuner.targets.health import wait_healthy
@@ -158,7 +159,7 @@ def test_make_target_dispatches_on_apply(tmp_path: Path, config: Path) -> None:
 def test_docker_target_is_refused_clearly_while_not_installed(
     tmp_path: Path, config: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tuner.config.experiment import DockerConfig
+    from tuner.config.target import DockerConfig
 
     monkeypatch.setitem(sys.modules, "tuner.targets.docker", None)  # as if the module did not exist
     cfg = TargetConfig(config_files=[config], apply="docker", docker=DockerConfig(service="api"),
@@ -180,7 +181,7 @@ def test_no_process_left_when_the_tuner_dies(tmp_path: Path, config: Path) -> No
     port = free_port()
     code = (
         "import sys, pathlib\n"
-        "from tuner.config.experiment import ProcessConfig\n"
+        "from tuner.config.target import ProcessConfig\n"
         "from tuner.targets.process import ProcessTarget\n"
         "from tuner.targets.health import wait_healthy\n"
         f"t = ProcessTarget(ProcessConfig(command=['{{python}}', {str(TINY)!r}, '{{config}}', '{{port}}']),"
@@ -207,7 +208,7 @@ linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="pa
 # writes the backend's pid when healthy, then waits to be killed.
 _TUNER = """
 import pathlib, sys, time
-from tuner.config.experiment import ProcessConfig
+from tuner.config.target import ProcessConfig
 from tuner.targets.health import wait_healthy
 from tuner.targets.process import ProcessTarget
 config, state_dir, port, pidfile, child_pidfile = sys.argv[1:]

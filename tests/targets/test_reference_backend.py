@@ -12,8 +12,9 @@ import pytest
 from support.integration import need
 
 from tuner.config.configpatch import ConfigPatcher
-from tuner.config.experiment import ProcessConfig, free_port
-from tuner.config.space import load_space
+from tuner.config.experiment import free_port
+from tuner.config.space.loading import load_space
+from tuner.config.target import ProcessConfig
 from tuner.targets.health import wait_healthy
 from tuner.targets.process import ProcessTarget
 

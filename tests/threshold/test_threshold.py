@@ -149,7 +149,7 @@ def test_grid_includes_both_ends():
 
 
 def test_gates_come_from_the_search_space_and_solve_batch_matches_solve(tmp_path):
-    from tuner.config.space import load_space
+    from tuner.config.space.loading import load_space
     from tuner.study.threshold import retrieval_values, solvable_gates, solve_batch
 
     space_file = tmp_path / "space.yaml"
@@ -215,7 +215,7 @@ def test_a_renamed_gate_is_solved_and_reported_like_the_reference_key(seed, gate
 
 
 def test_a_gated_space_with_renamed_keys_gives_roled_gates(tmp_path):
-    from tuner.config.space import load_space
+    from tuner.config.space.loading import load_space
     from tuner.study.threshold import retrieval_values, solvable_gates, solve_batch
 
     space_file = tmp_path / "space.yaml"

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from mlflow import MlflowClient
 
+from tuner.config.experiment import resolve_sqlite
 from tuner.report.tracking import (
     INTERRUPTED,
     TAG_FAIL_REASON,
@@ -14,12 +15,11 @@ from tuner.report.tracking import (
     TAG_TRIAL,
     MlflowTracker,
     NullTracker,
-    resolve_tracking_uri,
 )
 
 
 def tracker_at(tmp_path: Path) -> MlflowTracker:
-    return MlflowTracker(resolve_tracking_uri("sqlite:///mlruns/mlflow.db", tmp_path), "fusion-tuner")
+    return MlflowTracker(resolve_sqlite("sqlite:///mlruns/mlflow.db", tmp_path), "fusion-tuner")
 
 
 def killed_run(tmp_path: Path, study: str, trials: int) -> tuple[str, dict[int, str]]:

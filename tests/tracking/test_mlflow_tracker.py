@@ -10,6 +10,7 @@ from mlflow import MlflowClient
 from study.fakes import score
 from study.test_trial_runner import make_runner
 
+from tuner.config.experiment import resolve_sqlite
 from tuner.report.tracking import (
     TAG_ROLE,
     TAG_STATE,
@@ -19,17 +20,18 @@ from tuner.report.tracking import (
     NullTracker,
     TrialRecord,
     mlflow_name,
-    resolve_tracking_uri,
 )
-from tuner.study.core import StudyLoop, Variant, enqueue_initial, open_study
-from tuner.study.trial import Bookkeeper
+from tuner.study.bookkeeping import Bookkeeper
+from tuner.study.loop import StudyLoop
+from tuner.study.queue import Variant, enqueue_initial
+from tuner.study.storage import open_study
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
 @pytest.fixture()
 def tracker(tmp_path: Path) -> MlflowTracker:
-    uri = resolve_tracking_uri("sqlite:///mlruns/mlflow.db", tmp_path)
+    uri = resolve_sqlite("sqlite:///mlruns/mlflow.db", tmp_path)
     return MlflowTracker(uri, "fusion-tuner")
 
 
@@ -44,9 +46,9 @@ def downloaded_text(client: MlflowClient, run_id: str, path: str, tmp_path: Path
 
 
 def test_relative_sqlite_uri_resolves_against_the_project(tmp_path: Path) -> None:
-    assert resolve_tracking_uri("sqlite:///mlruns/mlflow.db", tmp_path) == f"sqlite:///{tmp_path}/mlruns/mlflow.db"
-    assert resolve_tracking_uri("sqlite:////abs/x.db", tmp_path) == "sqlite:////abs/x.db"
-    assert resolve_tracking_uri("http://mlflow:5000", tmp_path) == "http://mlflow:5000"
+    assert resolve_sqlite("sqlite:///mlruns/mlflow.db", tmp_path) == f"sqlite:///{tmp_path}/mlruns/mlflow.db"
+    assert resolve_sqlite("sqlite:////abs/x.db", tmp_path) == "sqlite:////abs/x.db"
+    assert resolve_sqlite("http://mlflow:5000", tmp_path) == "http://mlflow:5000"
 
 
 def test_metric_names_are_made_mlflow_safe() -> None:
@@ -125,5 +127,4 @@ def test_null_tracker_records_nothing(tmp_path: Path) -> None:
     assert t.start_study("s", params={}, tags={}) is None
     assert t.start_trial(0, {}) is None
     t.finish_trial(None, TrialRecord(number=0, state="COMPLETE", params={}))
-    assert t.ui_command() is None
     assert not list(tmp_path.iterdir())

@@ -11,7 +11,8 @@ import pytest
 from mlflow import MlflowClient
 
 from tuner import secrets
-from tuner.report.tracking import TAG_FAIL_REASON, MlflowTracker, TrialRecord, resolve_tracking_uri, safe_value
+from tuner.config.experiment import resolve_sqlite
+from tuner.report.tracking import TAG_FAIL_REASON, MlflowTracker, TrialRecord, safe_value
 
 PASSWORD = "pw-planted-4711"
 KEY = "key-planted-0815-abcdef"
@@ -38,7 +39,7 @@ def test_safe_value_rules() -> None:
 
 def test_nothing_secret_reaches_the_tracking_store(tmp_path: Path) -> None:
     secrets.remember(KEY)
-    uri = resolve_tracking_uri("sqlite:///mlruns/mlflow.db", tmp_path)
+    uri = resolve_sqlite("sqlite:///mlruns/mlflow.db", tmp_path)
     tracker = MlflowTracker(uri, "fusion-tuner")
     parent = tracker.start_study(
         "s", params={"sampler": "tpe", "api_key": KEY, "search_space": f"http://h/x?access_token={TOKEN}"},
@@ -62,4 +63,3 @@ def test_nothing_secret_reaches_the_tracking_store(tmp_path: Path) -> None:
     trial_run = client.get_run(run_id).data
     assert trial_run.params["rerank.key_boost"] == "0.5"
     assert trial_run.tags[TAG_FAIL_REASON] == "HTTP 401 for url 'http://h/search?access_token=***'"
-    assert tracker.ui_command() == f"mlflow ui --backend-store-uri {uri}"

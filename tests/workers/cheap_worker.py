@@ -9,13 +9,20 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
+from pathlib import Path
 
 import optuna
 
-from tuner.config.experiment import WorkerSettings
-from tuner.ops.workers import enqueue_once, make_storage
-from tuner.study.core import ObjectiveRunner, StudyLoop, Variant, enqueue_initial
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: run as a script, support.* is not on the path
+
+from support.workers import ObjectiveRunner  # noqa: E402
+
+from tuner.config.workers import WorkerSettings  # noqa: E402
+from tuner.study.loop import StudyLoop  # noqa: E402
+from tuner.study.queue import Variant, enqueue_initial, enqueue_once  # noqa: E402
+from tuner.study.storage import make_storage  # noqa: E402
 
 VARIANTS = [Variant("baseline", {"x": 0.5, "y": 1}), Variant("shortlist-1", {"x": 0.25, "y": 3})]
 

@@ -12,9 +12,9 @@ import uuid
 import optuna
 import pytest
 from support.integration import need
+from support.workers import DEFAULT_TEST_DSN
 
 from tuner.dburl import sqlalchemy_url
-from tuner.ops.workers import DEFAULT_TEST_DSN
 
 
 def _reachable(dsn: str) -> str | None:

@@ -21,10 +21,10 @@ from pathlib import Path
 import optuna
 import pytest
 from optuna.trial import TrialState
+from support.workers import retries_of
 
 from tuner.ops.demo import write_backend_config
-from tuner.ops.workers import retries_of
-from tuner.study.core import ATTR_REPLICA
+from tuner.study.storage import ATTR_REPLICA
 from workers.replica_setup import write_experiment
 
 REPO = Path(__file__).resolve().parents[2]

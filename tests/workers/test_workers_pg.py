@@ -18,8 +18,8 @@ from pathlib import Path
 import optuna
 import pytest
 from optuna.trial import TrialState
+from support.workers import retries_of
 
-from tuner.ops.workers import retries_of
 from tuner.study.attrs import ATTR_VARIANT
 
 WORKER = Path(__file__).with_name("cheap_worker.py")

@@ -23,10 +23,15 @@ app = typer.Typer(
 _COMMAND_MODULES = (
     "tuner.cli.score_cmd",
     "tuner.cli.eval_cmds",
-    "tuner.cli.study_cmds",
+    "tuner.cli.run_cmd",
+    "tuner.cli.result_cmds",
+    "tuner.cli.apply_cmd",
+    "tuner.cli.demo_cmd",
     "tuner.cli.check_cmd",
     "tuner.cli.dashboard_cmd",
-    "tuner.cli.worker_cmds", "tuner.cli.labelqueue_cmd", "tuner.cli.validate_cmd",  # issue 6 (after eval_cmds)
+    # Listed after eval_cmds: labelqueue_cmd extends eval_cmds' `labels` group, and
+    # --help lists commands in registration order.
+    "tuner.cli.worker_cmds", "tuner.cli.labelqueue_cmd", "tuner.cli.validate_cmd",
 )
 
 

@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from tuner.ops.dashboard import DEFAULT_MLFLOW_PORT, DEFAULT_OPTUNA_PORT
+from tuner.ops.dashboard_specs import DEFAULT_MLFLOW_PORT, DEFAULT_OPTUNA_PORT
 
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -61,7 +61,8 @@ def dashboard_command(
     """Serve optuna-dashboard (study storage + artifacts) and the MLflow UI (tracking
     store) of EXPERIMENT on 127.0.0.1 until Ctrl-C or SIGTERM, then stop both."""
     from tuner.config.experiment import load_experiment
-    from tuner.ops.dashboard import Dashboards, ui_specs
+    from tuner.ops.dashboard_procs import Dashboards
+    from tuner.ops.dashboard_specs import ui_specs
 
     # The UIs read only the stores: the data set and backend config need not be there.
     exp = load_experiment(experiment, check_paths=False)

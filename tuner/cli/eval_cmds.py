@@ -150,7 +150,7 @@ def eval_command(
 def _from_experiment(path: Path, port: int | None, spec_file: Path | None, flags: dict[str, Any]) -> tuple[Any, ...]:
     """Spec, queries, labels (imported from the experiment's label files when missing)."""
     from tuner.config.experiment import load_experiment
-    from tuner.study.core import load_dataset
+    from tuner.study.wiring import load_dataset
 
     exp = load_experiment(path)
     if port is not None or isinstance(exp.target.port, int):
@@ -240,7 +240,8 @@ def labels_import(
         "--grade-map", help="Map source grades onto 0..3, e.g. '1:3,2:2,3:1,4:1,-1:0' ('-1:unjudged' drops).")] = None,
 ) -> None:
     """Import labels into the cache (all or nothing)."""
-    from tuner.data.labels import FORMATS, LabelStore
+    from tuner.data.labelfiles import FORMATS
+    from tuner.data.labels import LabelStore
     from tuner.data.qrels import GradeMap
 
     if fmt is not None and fmt not in FORMATS:
@@ -261,7 +262,8 @@ def labels_stats(
     per_query: Annotated[bool, typer.Option("--per-query", help="Also print the label counts of every query.")] = False,
 ) -> None:
     """Grade distribution and coverage of the label cache."""
-    from tuner.data.labels import GRADE_NAMES, LabelStore
+    from tuner.data.labelfiles import GRADE_NAMES
+    from tuner.data.labels import LabelStore
 
     store = LabelStore(_existing_db(db))
     console = _console()
@@ -300,7 +302,8 @@ def labels_export_unjudged(
     fmt: Annotated[str | None, typer.Option("--format", help="csv | jsonl (default: from the extension).")] = None,
 ) -> None:
     """Write the report's unjudged (query, doc) pairs for graders, deduplicated."""
-    from tuner.data.labels import LabelStore, export_unjudged
+    from tuner.data.labels import LabelStore
+    from tuner.data.unjudged import export_unjudged
     from tuner.report import load_report
 
     if fmt is not None and fmt not in ("csv", "jsonl"):

@@ -42,8 +42,8 @@ def queue_command(
     most-shown first, with query and title)."""
     from tuner.config.experiment import load_experiment
     from tuner.errors import InputError
-    from tuner.ops.apply import load_study
     from tuner.ops.labelqueue import build_queue, load_trial_report, pick_trials, report_of, write_queue
+    from tuner.study.storage import load_study
 
     if fmt is not None and fmt not in ("csv", "jsonl"):
         raise InputError(f"--format {fmt!r}: use csv or jsonl")

@@ -19,9 +19,9 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from tuner.ops import analysis as A
-from tuner.study.core import StudyObserver
-from tuner.study.trial import TrialOutcome
+from tuner.ops import analysis
+from tuner.study.loop import StudyObserver
+from tuner.study.outcome import TrialOutcome
 
 _PHASE_LABEL = {
     "suggest": "sampling parameters",
@@ -163,8 +163,8 @@ def trial_line(outcome: TrialOutcome, objective: str) -> Text:
 
 def summary_tables(frame, *, objective: str, maximize: bool) -> list[Table]:  # type: ignore[no-untyped-def]
     """The end-of-run tables: best feasible vs baseline on each scorecard metric."""
-    best = A.best_feasible(frame, maximize=maximize)
-    base = A.baseline_row(frame)
+    best = analysis.best_feasible(frame, maximize=maximize)
+    base = analysis.baseline_row(frame)
     tables: list[Table] = []
     if best is None:
         return tables
@@ -174,7 +174,7 @@ def summary_tables(frame, *, objective: str, maximize: bool) -> list[Table]:  # 
         t = Table(title=title)
         for col in ("metric", "baseline", "best", "delta"):
             t.add_column(col, justify="left" if col == "metric" else "right")
-        for d in A.deltas(best, base):
+        for d in analysis.deltas(best, base):
             style = "green" if d.change > 0 else "red" if d.change < 0 else ""
             if d.metric == "OOS_FP_Rate":
                 style = "green" if d.change < 0 else "red" if d.change > 0 else ""
@@ -184,10 +184,10 @@ def summary_tables(frame, *, objective: str, maximize: bool) -> list[Table]:  # 
     params.add_column("config key")
     params.add_column("value", justify="right")
     for col in frame.columns:
-        if col.startswith(A.PARAM_PREFIX):
+        if col.startswith(analysis.PARAM_PREFIX):
             value = best[col]
             if value is not None and not (isinstance(value, float) and value != value):
-                params.add_row(col[len(A.PARAM_PREFIX):], _fmt(value))
+                params.add_row(col[len(analysis.PARAM_PREFIX):], _fmt(value))
     tables.append(params)
     return tables
 

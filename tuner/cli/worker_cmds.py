@@ -33,7 +33,7 @@ def workers_command(
     import time
 
     from tuner.config.experiment import load_experiment
-    from tuner.ops.workers import check_storage
+    from tuner.study.storage import check_storage
 
     console = Console(stderr=True)
     exp = load_experiment(experiment)
@@ -84,9 +84,10 @@ def worker_command(
 ) -> None:
     """Run trials of the experiment's study (PostgreSQL storage) on backend replica N until
     the study has n_trials finished trials. Start one per replica, on one or more machines."""
-    from tuner.config.experiment import WorkerSettings, load_experiment
+    from tuner.config.experiment import load_experiment
+    from tuner.config.workers import WorkerSettings
     from tuner.ops.workers import run_replica
-    from tuner.study.trial import StopFlag
+    from tuner.study.stop import StopFlag
 
     console = Console(stderr=True)
     exp = load_experiment(experiment)

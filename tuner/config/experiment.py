@@ -24,445 +24,50 @@ Public API::
     load_experiment(path) -> Experiment
     Experiment.bind_port(port: int | None = None) -> Experiment
     Experiment.journal_path -> Path              # <state_dir>/restore-journal.json
-    Constraint.parse("OOS_FP_Rate <= 0.10") -> Constraint; .violation(metrics) -> float
-    SamplerConfig.ignores_constraints -> bool; .create() -> optuna sampler
-    PrunerConfig.create() -> optuna pruner
+    resolve_sqlite(uri, base) -> str             # relative sqlite:/// URI made absolute
+    free_port() -> int
+
+The sections' models live in their own modules: sampling (sampler, pruner), objective
+(objective, constraints, failure_budget), dataset, target, workers, tracking, shortlist;
+evaluation is tuner.evaluation.spec.EvalSpec, holdout tuner.evaluation.holdout.
 """
 
 from __future__ import annotations
 
-import contextlib
-import math
-import re
 import socket
-import warnings
-from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal, Union
+from typing import Any
 
-import optuna
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    PositiveFloat,
-    PositiveInt,
-    field_validator,
-    model_validator,
-)
+from pydantic import Field, PositiveFloat, PositiveInt, field_validator, model_validator
 
-from tuner.config.yamlfile import display_path, load_model, read_yaml, to_plain
+from tuner.config.dataset import DatasetConfig
+from tuner.config.objective import Constraint, FailureBudget, Objective
+from tuner.config.sampling import NoPrunerConfig, PrunerConfig, SamplerConfig, TPESamplerConfig
+from tuner.config.shortlist import Variant, parse_variants
+from tuner.config.strict import StrictModel
+from tuner.config.target import TargetConfig
+from tuner.config.tracking import TrackingConfig
+from tuner.config.workers import WorkerSettings
+from tuner.config.yamlfile import display_path, load_model, read_yaml
 from tuner.errors import ConfigError
 from tuner.evaluation.holdout import HoldoutConfig
 from tuner.evaluation.spec import EvalSpec
 
 __all__ = [
-    "Constraint",
-    "DatasetConfig",
     "Experiment",
-    "HealthConfig",
-    "ProcessConfig",
-    "TargetConfig",
-    "TrackingConfig",
-    "Variant",
-    "WorkerSettings",
+    "ExperimentFile",
+    "free_port",
     "load_experiment",
+    "resolve_sqlite",
 ]
 
 _PLACEHOLDER_PORT = "{port}"
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-# ---------------------------------------------------------------- samplers and pruners
-
-
-@contextlib.contextmanager
-def _quiet_experimental() -> Iterator[None]:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        yield
-
-
-class _SamplerBase(_Model):
-    seed: int | None = None
-
-    #: CMA-ES, random and QMC never read trial constraints (optuna 5).
-    _ignores_constraints: ClassVar[bool] = False
-
-    @property
-    def ignores_constraints(self) -> bool:
-        return self._ignores_constraints
-
-
-class TPESamplerConfig(_SamplerBase):
-    type: Literal["tpe"] = "tpe"
-    multivariate: bool = True
-    group: bool = True  # with conditional params, multivariate TPE needs group=True to model them jointly
-    n_startup_trials: int = Field(default=10, ge=0)
-    constant_liar: bool = False  # set true with several parallel workers
-
-    def create(self) -> optuna.samplers.BaseSampler:
-        with _quiet_experimental():  # multivariate/group are a deliberate, documented choice
-            return optuna.samplers.TPESampler(
-                seed=self.seed,
-                multivariate=self.multivariate,
-                group=self.group and self.multivariate,
-                n_startup_trials=self.n_startup_trials,
-                constant_liar=self.constant_liar,
-            )
-
-
-class RandomSamplerConfig(_SamplerBase):
-    type: Literal["random"]
-    _ignores_constraints: ClassVar[bool] = True
-
-    def create(self) -> optuna.samplers.BaseSampler:
-        return optuna.samplers.RandomSampler(seed=self.seed)
-
-
-class GPSamplerConfig(_SamplerBase):
-    type: Literal["gp"]
-    n_startup_trials: int = Field(default=10, ge=0)
-
-    def create(self) -> optuna.samplers.BaseSampler:
-        return optuna.samplers.GPSampler(seed=self.seed, n_startup_trials=self.n_startup_trials)
-
-
-class NSGAIISamplerConfig(_SamplerBase):
-    type: Literal["nsgaii"]
-    population_size: int = Field(default=50, ge=2)
-
-    def create(self) -> optuna.samplers.BaseSampler:
-        return optuna.samplers.NSGAIISampler(seed=self.seed, population_size=self.population_size)
-
-
-class CmaEsSamplerConfig(_SamplerBase):
-    type: Literal["cmaes"]
-    n_startup_trials: int = Field(default=1, ge=0)
-    _ignores_constraints: ClassVar[bool] = True
-
-    def create(self) -> optuna.samplers.BaseSampler:
-        return optuna.samplers.CmaEsSampler(seed=self.seed, n_startup_trials=self.n_startup_trials)
-
-
-class QMCSamplerConfig(_SamplerBase):
-    type: Literal["qmc"]
-    qmc_type: Literal["sobol", "halton"] = "sobol"
-    scramble: bool = True
-    _ignores_constraints: ClassVar[bool] = True
-
-    def create(self) -> optuna.samplers.BaseSampler:
-        return optuna.samplers.QMCSampler(seed=self.seed, qmc_type=self.qmc_type, scramble=self.scramble)
-
-
-SamplerConfig = Annotated[
-    Union[  # noqa: UP007
-        TPESamplerConfig, RandomSamplerConfig, GPSamplerConfig, NSGAIISamplerConfig, CmaEsSamplerConfig, QMCSamplerConfig
-    ],
-    Field(discriminator="type"),
-]
-
-
-class NoPrunerConfig(_Model):
-    type: Literal["none"] = "none"
-
-    def create(self) -> optuna.pruners.BasePruner:
-        return optuna.pruners.NopPruner()
-
-
-class MedianPrunerConfig(_Model):
-    type: Literal["median"]
-    n_startup_trials: int = Field(default=5, ge=0)
-    n_warmup_steps: int = Field(default=0, ge=0)
-    interval_steps: PositiveInt = 1
-
-    def create(self) -> optuna.pruners.BasePruner:
-        return optuna.pruners.MedianPruner(self.n_startup_trials, self.n_warmup_steps, self.interval_steps)
-
-
-class PercentilePrunerConfig(_Model):
-    type: Literal["percentile"]
-    percentile: float = Field(default=25.0, ge=0, le=100)
-    n_startup_trials: int = Field(default=5, ge=0)
-    n_warmup_steps: int = Field(default=0, ge=0)
-    interval_steps: PositiveInt = 1
-
-    def create(self) -> optuna.pruners.BasePruner:
-        return optuna.pruners.PercentilePruner(
-            self.percentile, self.n_startup_trials, self.n_warmup_steps, self.interval_steps
-        )
-
-
-class WilcoxonPrunerConfig(_Model):
-    type: Literal["wilcoxon"]
-    p_threshold: float = Field(default=0.1, gt=0, lt=1)
-    n_startup_steps: int = Field(default=2, ge=0)
-
-    def create(self) -> optuna.pruners.BasePruner:
-        with _quiet_experimental():
-            return optuna.pruners.WilcoxonPruner(p_threshold=self.p_threshold, n_startup_steps=self.n_startup_steps)
-
-
-PrunerConfig = Annotated[
-    Union[NoPrunerConfig, MedianPrunerConfig, PercentilePrunerConfig, WilcoxonPrunerConfig],  # noqa: UP007
-    Field(discriminator="type"),
-]
-
-
-# ---------------------------------------------------------------- objective and constraints
-
-
-class Objective(_Model):
-    metric: str = "Primary_Metric_Score"
-    direction: Literal["maximize", "minimize"] = "maximize"
-
-
-_CONSTRAINT_RE = re.compile(r"^\s*([A-Za-z_][\w@.\-]*)\s*(<=|>=)\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*$")
-
-
-class Constraint(_Model):
-    """``metric op bound``; ``violation`` <= 0 means feasible (optuna's convention)."""
-
-    metric: str
-    op: Literal["<=", ">="]
-    bound: float
-
-    @classmethod
-    def parse(cls, text: str) -> "Constraint":
-        m = _CONSTRAINT_RE.match(text)
-        if not m:
-            raise ValueError(
-                f"cannot parse constraint {text!r}: write 'METRIC <= NUMBER' or 'METRIC >= NUMBER', "
-                "e.g. 'OOS_FP_Rate <= 0.10'"
-            )
-        return cls(metric=m.group(1), op=m.group(2), bound=float(m.group(3)))  # type: ignore[arg-type]
-
-    @property
-    def name(self) -> str:
-        return f"{self.metric} {self.op} {self.bound:g}"
-
-    def violation(self, metrics: Mapping[str, float]) -> float:
-        """How far ``metrics`` break the constraint (<= 0: feasible; NaN metric: +inf)."""
-        if self.metric not in metrics:
-            raise ConfigError(
-                f"constraint {self.name!r}: metric {self.metric} is not in the report "
-                f"(known: {', '.join(sorted(metrics))}); fix the constraint's metric name"
-            )
-        value = float(metrics[self.metric])
-        if math.isnan(value):
-            return math.inf
-        return value - self.bound if self.op == "<=" else self.bound - value
-
-
-class FailureBudget(_Model):
-    max_consecutive: PositiveInt = 3
-    max_total: PositiveInt = 10
-
-
-# ---------------------------------------------------------------- dataset
-
-
-class LabelSource(_Model):
-    path: Path
-    format: Literal["qrels", "jsonl", "csv"] = "qrels"
-    grade_map: dict[str, int] | None = Field(
-        default=None, description="Raw grade -> 0..3 (e.g. Cranfield codes); keys compared as strings."
-    )
-
-    @field_validator("grade_map", mode="before")
-    @classmethod
-    def _keys_as_str(cls, v: Any) -> Any:
-        return {str(k): g for k, g in v.items()} if isinstance(v, Mapping) else v
-
-    @field_validator("grade_map")
-    @classmethod
-    def _grades(cls, v: dict[str, int] | None) -> dict[str, int] | None:
-        for raw, grade in (v or {}).items():
-            if not 0 <= grade <= 3:
-                raise ValueError(f"grade_map {raw}: {grade} is not a grade 0..3 (map to 0..3)")
-        return v
-
-
-class DatasetConfig(_Model):
-    queries: Path
-    dataset_id: str | None = Field(default=None, description="Default: derived from the query file by tuner.data.dataset.")
-    labels_db: Path | None = None
-    labels: list[LabelSource] = Field(default_factory=list, description="Imported when missing from labels_db.")
-    unjudged_queries: Literal["drop", "keep", "error"] = Field(
-        default="drop",
-        description="In-scope queries with no judgment at all: drop them (counted and said), keep them (each "
-        "scores 0 whatever the config) or stop with an error.",
-    )
-
-
-# ---------------------------------------------------------------- target
-
-
-class ProcessConfig(_Model):
-    """A local command the tuner starts and restarts.
-
-    Placeholders in ``command`` and ``env`` values: ``{config}`` (first config file),
-    ``{config0}``, ``{config1}``..., ``{port}``, ``{python}`` (the tuner's interpreter),
-    ``{state_dir}``.
-    """
-
-    command: list[str] = Field(min_length=1)
-    cwd: Path | None = None
-    env: dict[str, str] = Field(default_factory=dict)
-    stop_timeout_s: PositiveFloat = 10.0
-    log_file: Path | None = None
-
-
-class DockerConfig(_Model):
-    """A compose service whose containers are restarted (issue 5 extends this model)."""
-
-    service: str
-    project: str | None = None
-    compose_files: list[Path] = Field(default_factory=list)
-    stop_timeout_s: PositiveFloat = 10.0
-    wait_container_health: bool = Field(
-        default=True, description="After a restart, wait for the containers' own healthcheck (when they have one)."
-    )
-    health_deadline_s: PositiveFloat = 120.0
-    replica_env: dict[str, str] = Field(default_factory=dict, description=(
-        "tuner worker replicas: extra variables passed to compose (e.g. BACKEND_CONFIG: '{config}', "
-        "BACKEND_PORT: '{port}'); placeholders {config} {config0}.. {port} {replica} {project} {state_dir}. "
-        "TUNER_REPLICA_CONFIG/_PORT/TUNER_REPLICA/TUNER_REPLICA_PROJECT are always passed."))
-
-
-class NoneConfig(_Model):
-    """The backend watches its config and reloads by itself."""
-
-    settle_s: float = Field(default=0.0, ge=0, description="Pause after patching before the health wait.")
-
-
-class HealthConfig(_Model):
-    url: str
-    deadline_s: PositiveFloat = 60.0
-    interval_s: PositiveFloat = 0.2
-    fingerprint: str | None = Field(
-        default=None,
-        pattern=r"^[^.\s]+(\.[^.\s]+)*$",
-        description="Dotted field of the health JSON holding the fingerprint of the data the backend loaded; "
-        "part of the result-cache key.",
-    )
-
-
-class TargetConfig(_Model):
-    config_files: list[Path] = Field(min_length=1)
-    inputs: list[str] = Field(
-        default_factory=list,
-        description="Data files the backend serves (paths, globs or directories); their content is part of "
-        "the result-cache key.",
-    )
-    apply: Literal["process", "docker", "none"] = "process"
-    port: int | Literal["auto"] | None = Field(default=None, description="Fills {port}; 'auto' picks a free port.")
-    process: ProcessConfig | None = None
-    docker: DockerConfig | None = None
-    none: NoneConfig = Field(default_factory=NoneConfig)
-    health: HealthConfig
-
-    @model_validator(mode="after")
-    def _section_for_apply(self) -> "TargetConfig":
-        if self.apply == "process" and self.process is None:
-            raise ValueError("apply: process needs a process: section with a command")
-        if self.apply == "docker" and self.docker is None:
-            raise ValueError("apply: docker needs a docker: section with the compose service")
-        return self
-
-
-# ---------------------------------------------------------------- workers
-
-
-class WorkerSettings(_Model):
-    """The ``workers:`` section: how `tuner worker` replicas share one study.
-
-    Replica N gets its own copy of the config files, its own state dir, its own port
-    (``ports``) and, for docker targets, its own compose project (``replica_name``).
-    The CLI overrides every field.
-    """
-
-    count: PositiveInt = Field(1, description="replicas `tuner worker --all` starts on this machine")
-    ports: Literal["auto"] | PositiveInt | list[PositiveInt] = Field(
-        "auto", description="replica N's port: auto (a free one), BASE + N, or the N-th of a list")
-    replica_name: str = Field("{name}-r{replica}", description=(
-        "replica N's compose project (docker targets); {name}: target.docker.project (else the compose "
-        "project name), {replica}: N"))
-    heartbeat_interval_s: int = Field(30, ge=1, description="how often a running trial proves its worker is alive")
-    grace_period_s: int | None = Field(
-        None, ge=1, description="a trial silent this long is failed and retried (default: 4 x heartbeat_interval_s)"
-    )
-    max_retry: int = Field(2, ge=0, description="retries of one crashed trial before it stays failed")
-
-    @model_validator(mode="after")
-    def _consistent(self) -> "WorkerSettings":
-        if self.grace_period_s is not None and self.grace_period_s <= self.heartbeat_interval_s:
-            raise ValueError(
-                f"grace_period_s ({self.grace_period_s}) must exceed heartbeat_interval_s "
-                f"({self.heartbeat_interval_s}), or live trials would be failed between two heartbeats"
-            )
-        if isinstance(self.ports, list) and len(set(self.ports)) != len(self.ports):
-            raise ValueError(f"ports {self.ports}: each replica needs its own port")
-        if "{replica}" not in self.replica_name:
-            raise ValueError(f"replica_name {self.replica_name!r} has no {{replica}}: replicas would share a project")
-        return self
-
-    @property
-    def grace(self) -> int:
-        return self.grace_period_s or 4 * self.heartbeat_interval_s
-
-    def port_for(self, replica: int) -> int | None:
-        """Replica ``replica``'s port; None for ``auto`` (pick a free one)."""
-        if self.ports == "auto":
-            return None
-        if isinstance(self.ports, int):
-            return self.ports + replica
-        if replica >= len(self.ports):
-            raise ConfigError(f"workers.ports lists {len(self.ports)} ports; replica {replica} has none: add one")
-        return self.ports[replica]
-
-
-# ---------------------------------------------------------------- tracking, shortlist
-
-
-class TrackingConfig(_Model):
-    enabled: bool = True
-    mlflow_uri: str | None = None
-    artifact_location: Path | None = None
-    experiment_name: str | None = Field(default=None, description="Default: the study name.")
-
-
-class Variant(_Model):
-    """A fixed assignment enqueued before sampling (partial assignments are allowed)."""
-
-    name: str | None = None
-    values: dict[str, Any]
-
-
-def _parse_variants(raw: Any, where: str) -> list[Variant]:
-    if raw is None:
-        return []
-    if not isinstance(raw, list):
-        raise ConfigError(f"{where}: shortlist must be a list of mappings (dotted path -> value, optional name:)")
-    out = []
-    for i, item in enumerate(raw):
-        if not isinstance(item, Mapping) or not item:
-            raise ConfigError(f"{where}: shortlist[{i}]: expected a non-empty mapping of dotted path -> value")
-        item = dict(to_plain(item))
-        name = item.pop("name", None)
-        if not item:
-            raise ConfigError(f"{where}: shortlist[{i}]: the variant sets no values")
-        out.append(Variant(name=None if name is None else str(name), values=item))
-    return out
-
-
 # ---------------------------------------------------------------- experiment
 
 
-class ExperimentFile(_Model):
+class ExperimentFile(StrictModel):
     """The YAML document of an experiment file, before paths are resolved."""
 
     study: str = Field(min_length=1, description="Study name: created or resumed by name.")
@@ -571,7 +176,7 @@ def load_experiment(path: Path | str, *, check_paths: bool = True) -> Experiment
 
     root = rel(raw.project_root) or _find_project_root(base)
     state_dir = rel(raw.state_dir) or root / ".tuner"
-    storage = _resolve_sqlite(raw.storage, base) if raw.storage else f"sqlite:///{state_dir / 'optuna.db'}"
+    storage = resolve_sqlite(raw.storage, base) if raw.storage else f"sqlite:///{state_dir / 'optuna.db'}"
 
     dataset = raw.dataset.model_copy(
         update={
@@ -583,7 +188,7 @@ def load_experiment(path: Path | str, *, check_paths: bool = True) -> Experiment
     target = _resolve_target(raw.target, rel, state_dir)
     tracking = raw.tracking.model_copy(
         update={
-            "mlflow_uri": _resolve_sqlite(raw.tracking.mlflow_uri, base)
+            "mlflow_uri": resolve_sqlite(raw.tracking.mlflow_uri, base)
             if raw.tracking.mlflow_uri
             else f"sqlite:///{root / 'mlruns' / 'mlflow.db'}",
             "artifact_location": rel(raw.tracking.artifact_location) or root / "mlruns",
@@ -593,10 +198,10 @@ def load_experiment(path: Path | str, *, check_paths: bool = True) -> Experiment
     if isinstance(raw.shortlist, Path):
         shortlist_path = rel(raw.shortlist)
         assert shortlist_path is not None
-        variants = _parse_variants(read_yaml(shortlist_path), display_path(shortlist_path))
+        variants = parse_variants(read_yaml(shortlist_path), display_path(shortlist_path))
         shortlist: Any = shortlist_path
     else:
-        variants = _parse_variants(raw.shortlist, f"{where}: shortlist")
+        variants = parse_variants(raw.shortlist, f"{where}: shortlist")
         shortlist = raw.shortlist
 
     search_space = rel(raw.search_space)
@@ -659,8 +264,12 @@ def _check_input(label: str, written: str, pattern: str, base: Path) -> None:
         ) from exc
 
 
-def _resolve_sqlite(uri: str, base: Path) -> str:
-    """``sqlite:///rel/x.db`` -> ``sqlite:////abs/rel/x.db``; other URIs unchanged."""
+def resolve_sqlite(uri: str, base: Path) -> str:
+    """``sqlite:///rel/x.db`` -> ``sqlite:////abs/rel/x.db``; other URIs unchanged.
+
+    SQLAlchemy (optuna, MLflow) resolves a relative path against the current directory; a
+    study run from elsewhere would then scatter databases around.
+    """
     prefix = "sqlite:///"
     if uri.startswith(prefix) and not uri.startswith(prefix + "/") and ":memory:" not in uri:
         return prefix + str((base / uri[len(prefix):]).resolve())

@@ -10,7 +10,7 @@
 - ``gates``: CI regression gates over a scorecard
 """
 
-from tuner.evaluation.batch import OnResult, check_failure_budget, run_batch, run_batch_async
+from tuner.evaluation.batch import OnResult, run_batch, run_batch_async
 from tuner.evaluation.gates import Gate, GateMiss, check_gates, parse_gate
 from tuner.evaluation.mapping import Hit, ParsedResponse
 from tuner.evaluation.outcomes import FailedQuery, QueryResponse, UnjudgedHit
@@ -31,7 +31,6 @@ __all__ = [
     "ResponseMapping",
     "ResultBuilder",
     "UnjudgedHit",
-    "check_failure_budget",
     "check_gates",
     "evaluate_responses",
     "parse_gate",

@@ -45,7 +45,7 @@ T = TypeVar("T")
 ABORT_POLL_S = 0.1
 
 __all__ = [
-    "ABORT_POLL_S", "Abort", "BatchAborted", "OnResult", "StopAfterGrace", "any_abort", "check_failure_budget",
+    "ABORT_POLL_S", "Abort", "BatchAborted", "OnResult", "StopAfterGrace", "any_abort",
     "evaluate_responses", "run_batch", "run_batch_async",
 ]
 
@@ -213,12 +213,6 @@ class StopAfterGrace:
         if now - self._since < self.grace_s:
             return None
         return f"{reason}; the batch under way did not finish within {self.grace_s:g} s of it"
-
-
-def check_failure_budget(failed: Sequence[FailedQuery], n_queries: int, spec: EvalSpec) -> None:
-    """Raise FailureBudgetExceeded when ``failed`` exceeds the spec's budget."""
-    if len(failed) > spec.allowed_failures(n_queries):
-        raise budget_error(failed, n_queries, spec)
 
 
 def budget_error(failed: Sequence[FailedQuery], n_queries: int, spec: EvalSpec) -> FailureBudgetExceeded:

@@ -121,10 +121,6 @@ class BatchResult:
         """Hits the service returned beyond top_k, cut off, over every query."""
         return int(self.metrics.get("N_Truncated_Hits", 0))
 
-    def grade_of(self, query_id: str, doc_id: str) -> int | None:
-        """The label of a hit, None when unjudged."""
-        return self.qrels.get(query_id, {}).get(doc_id)
-
 
 def evaluate_responses(
     queries: QuerySet,

@@ -95,22 +95,6 @@ def bootstrap_means(diffs: np.ndarray, *, n_resamples: int, seed: int) -> np.nda
     return out if d.ndim == 2 else out[:, 0]
 
 
-def paired_bootstrap_ci(
-    baseline: Sequence[float],
-    candidate: Sequence[float],
-    *,
-    confidence: float = 0.95,
-    n_resamples: int = 10_000,
-    seed: int = 0,
-) -> tuple[float, float]:
-    """Percentile bootstrap interval of ``mean(candidate - baseline)``."""
-    _check_confidence(confidence)
-    means = bootstrap_means(_diffs(baseline, candidate), n_resamples=n_resamples, seed=seed)
-    tail = (1.0 - confidence) / 2.0
-    low, high = np.quantile(means, [tail, 1.0 - tail])
-    return float(low), float(high)
-
-
 def sign_flip_test(
     baseline: Sequence[float], candidate: Sequence[float], *, n_resamples: int = 10_000, seed: int = 0
 ) -> float:

@@ -148,13 +148,6 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(float(value))
 
 
-def metric_columns(frame: pd.DataFrame) -> list[str]:
-    """Report-metric columns, scorecard ones first."""
-    fixed = set(_BASE_COLUMNS)
-    rest = [c for c in frame.columns if c not in fixed and not c.startswith((CONSTRAINT_PREFIX, PARAM_PREFIX))]
-    return [m for m in SCORECARD if m in rest] + sorted(m for m in rest if m not in SCORECARD)
-
-
 def summary_table(frame: pd.DataFrame, *, metrics: Sequence[str] = ("OOS_FP_Rate", "Judged@10")) -> pd.DataFrame:
     """The columns a report lists per trial: number, value, a few metrics, each
     constraint's violation, variant and the parameters (column names without prefixes)."""

@@ -21,11 +21,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import optuna
-from optuna.trial import FrozenTrial, TrialState
 
 from tuner.errors import StudyError, TunerError
 from tuner.study.attrs import ATTR_ASSIGNMENT, ATTR_VARIANT
-from tuner.study.core import ATTR_CONFIG_SEEN, Prepared, best_feasible_trial, is_feasible, prepare
+from tuner.study.feasibility import is_feasible, pick_trial
+from tuner.study.storage import ATTR_CONFIG_SEEN, load_study
+from tuner.study.wiring import Prepared, prepare
 
 if TYPE_CHECKING:
     from tuner.config.experiment import Experiment
@@ -66,35 +67,6 @@ class ApplyResult:
     measured: float | None = None
     backups: list[Path] = field(default_factory=list)
     message: str = ""
-
-
-def load_study(experiment: Experiment) -> optuna.Study:
-    """The experiment's existing study (StudyError when it has not been run yet)."""
-    try:
-        from tuner.dburl import redact, sqlalchemy_url
-
-        return optuna.load_study(study_name=experiment.study, storage=sqlalchemy_url(experiment.storage))
-    except KeyError as exc:
-        raise StudyError(
-            f"no study {experiment.study!r} in {redact(experiment.storage)}; run `tuner run {experiment.source}` first"
-        ) from exc
-
-
-def pick_trial(study: optuna.Study, trial_number: int | None, *, maximize: bool) -> FrozenTrial:
-    trials = study.get_trials(deepcopy=False)
-    if trial_number is None:
-        best = best_feasible_trial(trials, maximize=maximize)
-        if best is None:
-            raise StudyError(
-                f"study {study.study_name!r} has no feasible trial yet; pick one with --trial N or run more trials"
-            )
-        return best
-    found = next((t for t in trials if t.number == trial_number), None)
-    if found is None:
-        raise StudyError(f"study {study.study_name!r} has no trial #{trial_number} (trials 0..{len(trials) - 1})")
-    if found.state != TrialState.COMPLETE:
-        raise StudyError(f"trial #{trial_number} is {found.state.name}, not COMPLETE; pick a completed trial")
-    return found
 
 
 def apply_rights(experiment: Experiment) -> Any:
@@ -190,7 +162,7 @@ def apply_plan(
     The preflight's static checks run before anything is written (PreflightError); its
     batch checks run on the re-measured batch, and a stop there rolls back like a miss."""
     from tuner.ops.check import static_preflight
-    from tuner.study.core import LiveEvaluator
+    from tuner.study.live import LiveEvaluator
     from tuner.study.preflight import check_batch
     from tuner.targets.factory import make_target
     from tuner.targets.health import wait_target_healthy

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from tuner.study.preflight import Finding, PreflightReport, check_batch, sample_queries, static_checks
 
 if TYPE_CHECKING:
-    from tuner.study.core import Prepared
+    from tuner.study.wiring import Prepared
 
 
 def static_preflight(prepared: Prepared, *, skip: bool = False) -> PreflightReport:
@@ -117,7 +117,7 @@ def check_experiment(experiment: Any, *, full: bool = False, seed: int = 0) -> t
     Never replays or touches a restore journal: one that exists belongs to a killed
     run, which the next `tuner run` replays. Returns the
     report and the experiment's own warnings (space vs config, sampler)."""
-    from tuner.study.core import prepare
+    from tuner.study.wiring import prepare
     from tuner.targets.factory import make_target
     from tuner.targets.health import wait_target_healthy
 
@@ -130,7 +130,7 @@ def check_experiment(experiment: Any, *, full: bool = False, seed: int = 0) -> t
             "so the config files may hold a trial's values rather than the original"))
     if any(f.code == "template_field" for f in report.stops):
         return report, prepared.warnings  # every request would fail: nothing to send
-    from tuner.study.locks import config_locks
+    from tuner.study.file_locks import config_locks
 
     # The backend it starts reads the config files: not while a run has a trial's values
     # in them (LockHeld names the run), and no run patches them while it measures.

@@ -132,7 +132,7 @@ def write_backend_config(template: Path, dest: Path, corpus: Path) -> None:
 def forget_demo(experiment: Any) -> None:
     """Delete the demo's state folder and its MLflow runs (the MLflow store stays)."""
     from tuner.report.tracking import MlflowTracker
-    from tuner.study.core import make_tracker
+    from tuner.study.wiring import make_tracker
 
     if experiment.state_dir.exists():
         # Everything but the lock files: the caller holds the study lock in there.

@@ -24,10 +24,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from tuner.data.labels import ImportSummary, LabelStore, detect_format, read_judgments
+from tuner.data.labelfiles import detect_format, read_judgments
+from tuner.data.labels import ImportSummary, LabelStore
 from tuner.errors import InputError
 from tuner.files import atomic_write_text
-from tuner.ops import analysis as A
+from tuner.ops import analysis
 from tuner.study.attrs import ATTR_REPORTS
 
 QueueFormat = Literal["csv", "jsonl"]
@@ -63,8 +64,8 @@ class TrialReport:
 def pick_trials(trials: Sequence[Any], *, top_n: int, maximize: bool = True, include_baseline: bool = True) -> list[Any]:
     """The ``top_n`` best feasible trials (COMPLETE, every constraint <= 0), best first,
     plus the baseline (variant "baseline") when it is not among them."""
-    frame = A.trials_frame(trials)
-    ranked = A.feasible_ranked(frame[frame["value"].notna()], maximize=maximize)
+    frame = analysis.trials_frame(trials)
+    ranked = analysis.feasible_ranked(frame[frame["value"].notna()], maximize=maximize)
     numbers = [int(n) for n in ranked["number"].head(top_n)]
     if include_baseline:
         numbers += [int(n) for n in frame.loc[frame["variant"] == "baseline", "number"] if n not in numbers]

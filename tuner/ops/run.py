@@ -1,6 +1,6 @@
 """`tuner run`: one process runs an experiment's study from start to restore.
 
-The top of the orchestration: it takes the pieces tuner.study.core wires from an experiment
+The top of the orchestration: it takes the pieces tuner.study.wiring wires from an experiment
 file (the prepared space, dataset and patcher, the trial runner, the loop) and adds
 what happens once per run around them: the preflight (tuner.ops.check), the
 study's attributes, the MLflow parent run, the backend started on the config as found,
@@ -21,33 +21,17 @@ from tuner.dburl import redact
 from tuner.errors import StudyError, TargetError, TunerError
 from tuner.evaluation.holdout import record_split
 from tuner.ops.check import preflight_on_target, static_preflight
-from tuner.ops.dashboard import dashboard_commands
+from tuner.ops.dashboard_specs import dashboard_commands
 from tuner.study.attrs import ATTR_VARIANT
-from tuner.study.core import (
-    ATTR_ARTIFACT_DIR,
-    ATTR_CONSTRAINTS,
-    ATTR_OBJECTIVE,
-    ATTR_PREFLIGHT,
-    FailureBudget,
-    Prepared,
-    RunResult,
-    StudyLoop,
-    StudyObserver,
-    StudyPaths,
-    best_feasible_trial,
-    build_runner,
-    enqueue_initial,
-    fail_stale_trials,
-    initial_variants,
-    make_tracker,
-    open_study,
-    prepare,
-    record_config_seen,
-    remaining_trials,
-    summary_metrics,
-)
+from tuner.study.bookkeeping import Bookkeeper, OptunaArtifacts
+from tuner.study.feasibility import best_feasible_trial, summary_metrics
 from tuner.study.locks import StudyLease, patch_rights
-from tuner.study.trial import Bookkeeper, OptunaArtifacts, StopFlag
+from tuner.study.loop import FailureBudget, RunResult, StudyLoop, StudyObserver
+from tuner.study.paths import StudyPaths
+from tuner.study.queue import enqueue_initial, fail_stale_trials, remaining_trials
+from tuner.study.stop import StopFlag
+from tuner.study.storage import ATTR_ARTIFACT_DIR, ATTR_CONSTRAINTS, ATTR_OBJECTIVE, ATTR_PREFLIGHT, open_study
+from tuner.study.wiring import Prepared, build_runner, initial_variants, make_tracker, prepare, record_config_seen
 from tuner.targets.factory import make_target
 from tuner.targets.health import wait_target_healthy
 

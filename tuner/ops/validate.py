@@ -74,8 +74,10 @@ def _validate_holdout(
     out_dir: Path | None = None,
     on_step: Callable[[str], None] = lambda step: None,
 ) -> HoldoutRun:
-    from tuner.ops.apply import load_study, pick_trial
-    from tuner.study.core import LiveEvaluator, prepare
+    from tuner.study.feasibility import pick_trial
+    from tuner.study.live import LiveEvaluator
+    from tuner.study.storage import load_study
+    from tuner.study.wiring import prepare
     from tuner.targets.factory import make_target
     from tuner.targets.health import wait_target_healthy
 

@@ -3,15 +3,15 @@ backend replica each.
 
 ``tuner worker EXPERIMENT --replica N`` runs one worker; start several (on one machine
 or several) against the same PostgreSQL storage. Each drives its own backend replica
-(tuner.targets.replicas) through the same loop as `tuner run` (tuner.study.core.StudyLoop with a
+(tuner.targets.replicas) through the same loop as `tuner run` (tuner.study.loop.StudyLoop with a
 replica number): the same failure budget, MLflow child runs and artifacts.
 
 Rules, and why:
 
 - **PostgreSQL (or MySQL) for more than one worker.** Several workers on one SQLite
   study race on queued trials: two of them can pop the same WAITING trial (optuna
-  issues 4621, 4002), so a baseline runs twice and another is lost. ``check_storage``
-  refuses that with the fix in the message.
+  issues 4621, 4002), so a baseline runs twice and another is lost.
+  tuner.study.storage.check_storage refuses that with the fix in the message.
 - **A shared study lock** (tuner.study.locks): workers share it, a `tuner run` or `apply`
   needs it alone, so neither starts while the other patches.
 - **Heartbeats, not "fail every RUNNING trial".** A trial whose heartbeat is older
@@ -20,120 +20,26 @@ Rules, and why:
   parameters, which the next free worker runs.
 - **Enqueue once.** The baseline and shortlist are queued by the first worker under a
   storage-wide lock (a PostgreSQL advisory lock) with a study attribute as the
-  "done" mark, so N workers starting together queue them exactly once.
+  "done" mark, so N workers starting together queue them exactly once
+  (tuner.study.queue.enqueue_once).
 - **Study-wide trial budget.** A worker stops when the study as a whole has
-  ``n_trials`` counted trials, running ones included (tuner.study.core.count_counted).
+  ``n_trials`` counted trials, running ones included (tuner.study.queue.count_counted).
 """
 
 from __future__ import annotations
 
-import hashlib
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import optuna
-from sqlalchemy import text
 
-from tuner.config.experiment import WorkerSettings
-from tuner.dburl import redact, sqlalchemy_url
+from tuner.config.workers import WorkerSettings
+from tuner.dburl import redact
 from tuner.errors import StudyError
-from tuner.study.core import RunResult
-from tuner.study.database import rdb_storage
-
-DEFAULT_TEST_DSN = "postgresql://tuner:tuner@127.0.0.1:5432/tuner_test"
-
-
-def storage_dialect(url: str) -> str:
-    """``sqlite``, ``postgresql``, ``mysql``, ... from a SQLAlchemy URL."""
-    scheme = url.split(":", 1)[0].lower()
-    return scheme.split("+", 1)[0]
-
-
-def check_storage(url: str, n_workers: int) -> None:
-    """Refuse SQLite with more than one worker (StudyError says why and what to use)."""
-    if n_workers > 1 and storage_dialect(url) == "sqlite":
-        raise StudyError(
-            f"storage {redact(url)} is SQLite, which cannot be shared by {n_workers} workers: queued trials race there "
-            "(two workers can take the same baseline/shortlist trial; optuna issues 4621, 4002); set storage to a "
-            "PostgreSQL URL, e.g. postgresql://USER:PASSWORD@HOST:5432/DB, or run a single `tuner run`"
-        )
-    if storage_dialect(url) not in ("sqlite", "postgresql", "mysql"):
-        raise StudyError(f"storage {redact(url)}: unsupported database; use sqlite:///FILE (one worker) or postgresql://...")
-
-
-def make_storage(url: str, settings: WorkerSettings | None = None) -> optuna.storages.RDBStorage:
-    """RDBStorage with heartbeats and the retry-on-crash callback."""
-    settings = settings or WorkerSettings()
-    url = sqlalchemy_url(url)
-    engine_kwargs: dict[str, Any] = {}
-    if storage_dialect(url) == "postgresql":
-        # A worker holds at most a couple of connections; pre-ping survives a server restart.
-        engine_kwargs = {"pool_size": 2, "max_overflow": 4, "pool_pre_ping": True}
-    try:
-        # rdb_storage: N workers on an empty database create Optuna's schema one at a time
-        return rdb_storage(
-            url,
-            engine_kwargs=engine_kwargs,
-            heartbeat_interval=settings.heartbeat_interval_s,
-            grace_period=settings.grace,
-            heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(
-                max_retry=settings.max_retry
-            ),
-        )
-    except StudyError:
-        raise
-    except Exception as exc:  # sqlalchemy / driver errors: connection refused, bad credentials, ...
-        raise StudyError(f"storage {redact(url)}: cannot connect ({type(exc).__name__}: {exc}); "
-                         "check the URL and that the database server runs") from exc
-
-
-@contextmanager
-def storage_lock(storage: optuna.storages.BaseStorage, name: str, timeout_s: float = 60.0) -> Iterator[None]:
-    """A lock shared by every process on the same database (PostgreSQL advisory lock,
-    MySQL GET_LOCK). SQLite gets none: it is refused for several workers anyway."""
-    # study._storage wraps the RDBStorage in a cache layer; the engine sits underneath.
-    engine = getattr(getattr(storage, "_backend", storage), "engine", None)
-    dialect = engine.dialect.name if engine is not None else "none"
-    if dialect not in ("postgresql", "mysql"):
-        yield
-        return
-    key = int.from_bytes(hashlib.blake2b(name.encode(), digest_size=8).digest(), "big", signed=True)
-    with engine.connect() as conn:
-        if dialect == "postgresql":
-            conn.execute(text("SET lock_timeout = :ms"), {"ms": f"{int(timeout_s * 1000)}"})
-            conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": key})
-        else:
-            got = conn.execute(text("SELECT GET_LOCK(:n, :t)"), {"n": f"tuner:{key}", "t": timeout_s}).scalar()
-            if got != 1:
-                raise StudyError(f"could not take the lock {name!r} within {timeout_s:g} s; is another worker stuck?")
-        try:
-            yield
-        finally:
-            if dialect == "postgresql":
-                conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": key})
-            else:
-                conn.execute(text("SELECT RELEASE_LOCK(:n)"), {"n": f"tuner:{key}"})
-            conn.commit()
-
-
-def enqueue_once(study: optuna.Study, enqueue: Callable[[optuna.Study], int]) -> int:
-    """Run ``enqueue(study)`` (e.g. tuner.study.core.enqueue_initial) under the storage lock, so
-    workers that start together do not interleave; ``enqueue`` itself checks the
-    study's "already enqueued" attribute. Returns what it returned."""
-    with storage_lock(study._storage, f"enqueue:{study.study_name}"):
-        return enqueue(study)
-
-
-def retries_of(trials: Sequence[optuna.trial.FrozenTrial]) -> dict[int, list[int]]:
-    """Failed trial number -> numbers of the trials that retried it."""
-    out: dict[int, list[int]] = {}
-    for t in trials:
-        if "failed_trial" in t.system_attrs:
-            out.setdefault(int(t.system_attrs["failed_trial"]), []).append(t.number)
-    return out
+from tuner.study.loop import RunResult
+from tuner.study.storage import check_storage, make_storage, storage_lock
 
 
 @dataclass
@@ -169,8 +75,9 @@ def run_replica(
     replayed. It always restores the replica's config and stops its backend; a reaper
     does both if this process is killed.
     """
-    from tuner.study.locks import StudyLease, config_locks, file_lock
-    from tuner.study.trial import StopFlag
+    from tuner.study.file_locks import config_locks, file_lock
+    from tuner.study.locks import StudyLease
+    from tuner.study.stop import StopFlag
     from tuner.targets.replicas import replica_of
 
     check_storage(experiment.storage, n_workers=2)
@@ -195,13 +102,18 @@ def _run_replica(
     use_cache: bool,
 ) -> ReplicaSummary:
     from tuner.ops.check import preflight_on_target, static_preflight
-    from tuner.study import core as S
-    from tuner.study.trial import Bookkeeper, OptunaArtifacts
+    from tuner.study.bookkeeping import Bookkeeper, OptunaArtifacts
+    from tuner.study.feasibility import summary_metrics
+    from tuner.study.loop import FailureBudget, StudyLoop, StudyObserver, fail_stale_heartbeats
+    from tuner.study.paths import StudyPaths
+    from tuner.study.queue import enqueue_initial, enqueue_once
+    from tuner.study.storage import ATTR_CONSTRAINTS, ATTR_OBJECTIVE, open_study
+    from tuner.study.wiring import build_runner, initial_variants, make_tracker, prepare, record_config_seen
     from tuner.targets.factory import make_target
     from tuner.targets.health import wait_target_healthy
-    from tuner.targets.replicas import PidRecordingTarget, start_reaper
+    from tuner.targets.reaper import PidRecordingTarget, start_reaper
 
-    prepared = S.prepare(exp)
+    prepared = prepare(exp)
     for line in prepared.recovered:
         note(f"restored {line} from a restore journal left by a killed worker")
     for line in prepared.patcher.notes:
@@ -209,17 +121,17 @@ def _run_replica(
     preflight = static_preflight(prepared, skip=skip_checks)
     preflight.raise_for_stops(f"replica {replica.index} preflight")
     maximize = exp.objective.direction == "maximize"
-    study = S.open_study(exp.study, make_storage(exp.storage, settings), sampler=exp.sampler.create(),
+    study = open_study(exp.study, make_storage(exp.storage, settings), sampler=exp.sampler.create(),
                          pruner=exp.pruner.create(), objective_metric=exp.objective.metric, maximize=maximize)
-    artifact_dir = S.StudyPaths(original.state_dir, exp.study).artifact_dir  # one store beside the study's
-    study.set_user_attr(S.ATTR_OBJECTIVE, exp.objective.metric)
-    study.set_user_attr(S.ATTR_CONSTRAINTS, [c.name for c in exp.constraints])
+    artifact_dir = StudyPaths(original.state_dir, exp.study).artifact_dir  # one store beside the study's
+    study.set_user_attr(ATTR_OBJECTIVE, exp.objective.metric)
+    study.set_user_attr(ATTR_CONSTRAINTS, [c.name for c in exp.constraints])
     if prepared.split is not None:
         from tuner.evaluation.holdout import record_split
 
         record_split(study, prepared.split)
-    S.record_config_seen(study, prepared)  # the replica's copy is the original at start
-    enqueue_once(study, lambda s: S.enqueue_initial(s, S.initial_variants(prepared)))
+    record_config_seen(study, prepared)  # the replica's copy is the original at start
+    enqueue_once(study, lambda s: enqueue_initial(s, initial_variants(prepared)))
     target = PidRecordingTarget(make_target(exp.target, exp.state_dir), replica.pid_file)
     health = exp.target.health
 
@@ -229,9 +141,9 @@ def _run_replica(
     # MLflow: one parent run per study, found or made by the first worker (under the
     # storage lock, which also keeps N workers off a fresh MLflow store's schema at once).
     with storage_lock(study._storage, f"mlflow:{exp.study}"):
-        tracker = S.make_tracker(exp, on_warning=note)
+        tracker = make_tracker(exp, on_warning=note)
         # Runs of trials no live worker holds any more (failed by heartbeat) are closed.
-        S.fail_stale_heartbeats(study)
+        fail_stale_heartbeats(study)
         live = {t.number for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))}
         closed = tracker.close_stale_runs(exp.study, live_trials=live)
         if closed:
@@ -239,21 +151,21 @@ def _run_replica(
         tracker.start_study(exp.study, params={"sampler": exp.sampler.type, "workers": "yes"},
                             tags={"tuner.experiment_file": str(exp.source), "tuner.optuna_storage": redact(exp.storage),
                                   "tuner.preflight": preflight.verdict})
-    observer = observer or S.StudyObserver()
-    runner = S.build_runner(
+    observer = observer or StudyObserver()
+    runner = build_runner(
         prepared, study, target=target, wait_healthy=wait, stop=stop, use_cache=use_cache, tracker=tracker,
         artifacts=OptunaArtifacts(artifact_dir),
         bookkeeper=Bookkeeper(threaded=True, on_error=lambda msg: note(f"warning: {msg}")),
         on_phase=observer.phase, preflight=preflight,
     )
-    loop = S.StudyLoop(
+    loop = StudyLoop(
         study, runner,
-        budget=S.FailureBudget(exp.failure_budget.max_consecutive, exp.failure_budget.max_total),
+        budget=FailureBudget(exp.failure_budget.max_consecutive, exp.failure_budget.max_total),
         stop=stop, observer=observer, maximize=maximize,
         study_total=n_trials or exp.n_trials, replica=replica.index, lease=lease,
     )
     reaper = start_reaper(replica.pid_file, exp.journal_path)
-    result = S.RunResult(exp.study)
+    result = RunResult(exp.study)
     error: str | None = None
     status = "FAILED"
     restored: list[Path] = []
@@ -279,7 +191,7 @@ def _run_replica(
             try:
                 runner.bookkeeper.close()
                 target.close()
-                tracker.end_study(status=status, summary=S.summary_metrics(study, maximize=maximize))
+                tracker.end_study(status=status, summary=summary_metrics(study, maximize=maximize))
             finally:
                 replica.down()
                 reaper.close()

@@ -90,11 +90,6 @@ class Tracker(ABC):
         numbers closed. Trackers without runs have nothing to close."""
         return []
 
-    def ui_command(self) -> str | None:
-        """The shell command that opens this tracker's UI, if it has one."""
-        return None
-
-
 class NullTracker(Tracker):
     """Tracking switched off."""
 
@@ -112,22 +107,6 @@ class NullTracker(Tracker):
 
     def close_stale_runs(self, study_name: str, live_trials: Collection[int]) -> list[int]:
         return []
-
-
-def resolve_tracking_uri(uri: str, project_dir: Path) -> str:
-    """Make a relative ``sqlite:///`` path absolute against ``project_dir``.
-
-    MLflow resolves ``sqlite:///mlruns/mlflow.db`` against the current directory; a
-    study run from elsewhere would then scatter databases around. Absolute and
-    non-sqlite URIs are returned unchanged.
-    """
-    prefix = "sqlite:///"
-    if not uri.startswith(prefix):
-        return uri
-    path = uri[len(prefix) :]
-    if path.startswith("/") or path == ":memory:":
-        return uri
-    return prefix + str((project_dir / path).resolve())
 
 
 def default_artifact_root(uri: str) -> Path | None:
@@ -296,9 +275,6 @@ class MlflowTracker(Tracker):
             return
         self._log(self.parent_run_id, metrics=summary)
         self.client.set_terminated(self.parent_run_id, status=status)
-
-    def ui_command(self) -> str:
-        return f"mlflow ui --backend-store-uri {redact(self.tracking_uri)}"
 
     def _log(
         self,

@@ -207,7 +207,7 @@ def check_constraints(constraints: Sequence[Any], queries: QuerySet) -> list[Fin
 
 def gate_constraint(gate: Any) -> Any:
     """A `tuner eval` gate (--fail-over OOS_FP_Rate=0.1) as the constraint it stands for."""
-    from tuner.config.experiment import Constraint
+    from tuner.config.objective import Constraint
 
     return Constraint(metric=gate.metric, op="<=" if gate.kind == "over" else ">=", bound=gate.threshold)
 

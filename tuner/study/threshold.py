@@ -48,14 +48,14 @@ import numpy as np
 import pandas as pd
 
 from tuner import metrics as scorecard
-from tuner.config.space import GATE_ROLES, REFERENCE_GATES
+from tuner.config.space.gates import GATE_ROLES, REFERENCE_GATES
 from tuner.errors import ConfigError, EvaluationError
 from tuner.evaluation import oos
 
 if TYPE_CHECKING:
     from tuner.evaluation.result import BatchResult
 
-CONFIDENCE, MIN_SCORE = GATE_ROLES  # the roles (tuner.config.space.GATE_ROLES)
+CONFIDENCE, MIN_SCORE = GATE_ROLES  # the roles (tuner.config.space.gates.GATE_ROLES)
 # The reference backend's keys of those roles (a GateRange on them needs no role).
 CONFIDENCE_PARAM = "confidence.threshold"
 MIN_SCORE_PARAM = "citation.min_score"
@@ -347,7 +347,7 @@ def _pick(table: pd.DataFrame, objective: str) -> int:
 # --------------------------------------------------------------------------- study wiring
 
 def solvable_gates(space: Any) -> list[GateRange]:
-    """The post-retrieval params of a search space (tuner.config.space.SearchSpace) as gate
+    """The post-retrieval params of a search space (tuner.config.space.searchspace.SearchSpace) as gate
     ranges, in sorted name order. The space has checked that each is a float with a
     role, one per role (tuner.config.space: gate:)."""
     gates = []

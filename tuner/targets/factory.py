@@ -2,11 +2,10 @@
 
     make_target(target: TargetConfig, state_dir: Path) -> Target
 
-``process`` and ``none`` are built in. ``docker`` is imported lazily from
-``tuner.targets.docker`` (issue 5), which must provide
-``DockerTarget(config: DockerConfig, *, config_files: list[Path], state_dir: Path)``;
-while that module is absent a ConfigError says so. Call ``Experiment.bind_port``
-first when the command or URLs use ``{port}``.
+``process`` and ``none`` are built in. ``docker`` (``DockerTarget`` of
+``tuner.targets.docker``) is imported lazily, so only a docker target needs the docker
+SDK; a missing package (or a copy of the tuner without the module) is a ConfigError
+that says so. Call ``Experiment.bind_port`` first when the command or URLs use ``{port}``.
 """
 
 from __future__ import annotations
@@ -14,7 +13,7 @@ from __future__ import annotations
 import importlib
 from pathlib import Path
 
-from tuner.config.experiment import TargetConfig
+from tuner.config.target import TargetConfig
 from tuner.errors import ConfigError
 from tuner.targets.base import Target
 from tuner.targets.none import NoneTarget
@@ -38,7 +37,7 @@ def make_target(target: TargetConfig, state_dir: Path) -> Target:
             if exc.name != "tuner.targets.docker":
                 raise ConfigError(f"docker target needs the package {exc.name} (pip install {exc.name})") from exc
             raise ConfigError(
-                "target.apply: docker: docker support is not installed yet in this version "
+                "target.apply: docker: docker support is not installed in this copy of the tuner "
                 "(use apply: process, or none)"
             ) from exc
         target_cls = docker.DockerTarget

@@ -42,7 +42,7 @@ import weakref
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from tuner.config.experiment import ProcessConfig
+from tuner.config.target import ProcessConfig
 from tuner.errors import ConfigError, TargetError
 from tuner.targets.base import Target
 from tuner.targets.leftovers import TOKEN_ENV, reap_leftover, remove_record, write_record

@@ -1,7 +1,7 @@
 """``python -m fusion_backend.datagen demo --out DIR [--seed N]``.
 
-The only place in the generator that prints or exits: one summary line on success,
-one ``error:`` line and exit code 2 when the bundle cannot be written.
+One summary line on success, one ``error:`` line and exit code 2 when the bundle
+cannot be written (printed by ``fusion_backend.cli.run_data_tool``).
 """
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..importers.errors import DataFormatError
+from ..cli import run_data_tool
+from ..importers.dataset import Dataset
 from .demo import DEFAULT_SEED, write_demo
 
 
@@ -26,15 +27,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        dataset = write_demo(args.out, args.seed)
-    except DataFormatError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    return run_data_tool(lambda: summary(write_demo(args.out, args.seed), args.seed, args.out))
+
+
+def summary(dataset: Dataset, seed: int, out: Path) -> str:
     counts = dataset.counts()
-    print(f"demo (seed {args.seed}): {counts['documents']} listings, {counts['queries_in_scope']} in-scope and "
-          f"{counts['queries_oos']} out-of-scope queries, {counts['judgments']} judgments -> {args.out}")
-    return 0
+    return (f"demo (seed {seed}): {counts['documents']} listings, {counts['queries_in_scope']} in-scope and "
+            f"{counts['queries_oos']} out-of-scope queries, {counts['judgments']} judgments -> {out}")
 
 
 if __name__ == "__main__":

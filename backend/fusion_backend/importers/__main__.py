@@ -1,8 +1,8 @@
 """``python -m fusion_backend.importers cranfield|cacm|trec|beir|files ... --out DIR``.
 
-The only place in the importers that prints or exits: a summary on success (counts,
-unjudged queries dropped or kept, the next command), one ``error:`` line (file:line,
-problem, fix) and exit code 2 on bad input. Every import writes the data bundle and
+A summary on success (counts, unjudged queries dropped or kept, the next command), one
+``error:`` line (file:line, problem, fix) and exit code 2 on bad input, printed by
+``fusion_backend.cli.run_data_tool``. Every import writes the data bundle and
 the ready config / space / experiment (ready.py) in one all-or-nothing write.
 """
 
@@ -14,6 +14,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from ..cli import run_data_tool
 from . import cacm, cranfield, files, trec
 from .beir import import_beir
 from .cacm import import_cacm
@@ -165,13 +166,7 @@ def summary(dataset: Dataset, out: Path) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        dataset, out = run(args)
-    except DataFormatError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    print("\n".join(summary(dataset, out)))
-    return 0
+    return run_data_tool(lambda: "\n".join(summary(*run(args))))
 
 
 if __name__ == "__main__":

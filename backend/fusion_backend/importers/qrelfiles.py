@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import DataFormatError
-from .textfile import first_char, is_int, json_object, read_lines
+from .textfile import first_char, is_int, json_object, read_lines, split_rows
 
 _QUERY_KEYS = ("query_id", "qid")
 _DOC_KEYS = ("doc_id", "docid", "corpus_id")
@@ -50,10 +50,7 @@ def parse_qrels(path: Path) -> list[RawQrel]:
 def _column_rows(path: Path, lines: list[str]) -> list[RawQrel]:
     rows: list[RawQrel] = []
     width = 0
-    for number, line in enumerate(lines, start=1):
-        parts = line.split()
-        if not parts:
-            continue
+    for number, parts in split_rows(lines):
         if number == 1 and parts[-1].lower() in _HEADER_LAST:
             continue  # a BEIR-style header "query-id corpus-id score"
         width = width or len(parts)

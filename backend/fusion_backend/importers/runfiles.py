@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import DataFormatError
-from .textfile import decode, json_object, read_bytes, split_lines
+from .textfile import decode, json_object, read_bytes, split_lines, split_rows
 
 _RUN_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")
 
@@ -67,10 +67,7 @@ def parse_trec_run(path: Path) -> list[RunLine]:
 
 def _trec(path: Path, lines: list[str]) -> Iterator[RunLine]:
     seen: dict[tuple[str, str], int] = {}
-    for number, line in enumerate(lines, start=1):
-        parts = line.split()
-        if not parts:
-            continue
+    for number, parts in split_rows(lines):
         if len(parts) != 6:
             raise DataFormatError.at(path, number, f"expected 6 columns 'qid Q0 docno rank score tag', "
                                      f"got {len(parts)}", "write run lines in TREC format")

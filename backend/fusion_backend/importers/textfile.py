@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +62,15 @@ def require_file(directory: Path, name: str, option: str = "--src") -> Path:
 
 
 # ---------------------------------------------------------------- record files (JSONL, TSV)
+
+
+def split_rows(lines: list[str]) -> Iterator[tuple[int, list[str]]]:
+    """(line number from 1, whitespace-separated columns) of every non-blank line:
+    the loop of the column formats (TREC qrels and runs)."""
+    for number, line in enumerate(lines, start=1):
+        parts = line.split()
+        if parts:
+            yield number, parts
 
 
 def first_char(lines: list[str]) -> str:

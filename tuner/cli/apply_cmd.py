@@ -1,0 +1,94 @@
+"""`tuner apply`: show the diff of the best (or a chosen) trial's config, write it into
+the target, re-check it and roll back when it does not hold."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+from tuner.cli.study_common import ExperimentArg, SkipChecksOption, quiet_libraries
+
+
+def register(app: typer.Typer) -> None:
+    app.command(name="apply")(apply_command)
+
+
+def apply_command(
+    experiment: ExperimentArg,
+    trial: Annotated[int | None, typer.Option("--trial", min=0, help="Trial number (default: best feasible).")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Only show the diff.")] = False,
+    tolerance: Annotated[float, typer.Option("--tolerance", min=0.0, help=(
+        "Largest |re-measured - trial| objective difference accepted before rolling back."))] = 0.01,
+    skip_checks: SkipChecksOption = False,
+    force: Annotated[bool, typer.Option("--force", help=(
+        "Write even keys edited by hand since the study measured them (drift)."))] = False,
+) -> None:
+    """Write the best feasible (or --trial N) config into the target; re-check it, roll back if it does not hold."""
+    from tuner.config.experiment import load_experiment
+    from tuner.ops.apply import apply_rights
+
+    console = Console()
+    quiet_libraries()
+    exp = load_experiment(experiment)
+    if dry_run:  # reads only: never takes a lock, never replays a journal
+        _apply(console, exp, trial=trial, dry_run=True, tolerance=tolerance, skip_checks=skip_checks, force=force)
+        return
+    with apply_rights(exp) as lease:
+        for line in lease.notes:
+            console.print(f"[yellow]{line}[/]", soft_wrap=True)
+        _apply(console, exp, trial=trial, dry_run=False, tolerance=tolerance, skip_checks=skip_checks, force=force)
+
+
+def _apply(console: Console, exp: Any, *, trial: int | None, dry_run: bool, tolerance: float,
+           skip_checks: bool, force: bool) -> None:
+    from tuner.ops.apply import apply_plan, plan_apply
+
+    plan = plan_apply(exp, trial_number=trial, recover_journal=not dry_run)
+    for line in plan.prepared.patcher.notes:
+        console.print(f"[yellow]{line}[/]", soft_wrap=True, highlight=False)
+    if dry_run:  # the static checks cost nothing: say what a real apply would refuse
+        from tuner.ops.check import static_preflight
+
+        for finding in static_preflight(plan.prepared).stops:
+            console.print(f"[red]preflight stop:[/] {finding.message}", soft_wrap=True, highlight=False)
+    feas = "feasible" if plan.feasible else "[red]INFEASIBLE[/]"
+    console.print(f"trial #{plan.trial_number} ({feas}, {plan.objective} = {plan.expected:.4f})")
+    if not plan.changes:
+        console.print("the config files already hold this trial's values; nothing to apply")
+        return
+    console.print(_colored_diff(plan.diff), soft_wrap=True)
+    if plan.drift:
+        how = "--force given: written anyway" if force else "a real apply stops here"
+        console.print(f"[yellow]drift ({how}):[/] {plan.drift_message()}", soft_wrap=True, highlight=False)
+    if dry_run:
+        console.print("[dim]--dry-run: nothing written[/]")
+        return
+    result = apply_plan(plan, tolerance=tolerance, on_step=lambda s: console.print(f"[dim]{s}[/]"),
+                        skip_checks=skip_checks, force=force)
+    if result.applied:
+        console.print(f"[green]{result.message}[/]", soft_wrap=True)
+        return
+    console.print(f"[red]{result.message}[/]", soft_wrap=True)
+    raise typer.Exit(1)
+
+
+def _colored_diff(diff: str) -> Any:
+    """The unified diff, whole lines (never cropped), + green and - red."""
+    from rich.text import Text
+
+    out = Text()
+    for line in diff.splitlines(keepends=True):
+        style = ""
+        if line.startswith(("+++", "---")):
+            style = "bold"
+        elif line.startswith("+"):
+            style = "green"
+        elif line.startswith("-"):
+            style = "red"
+        elif line.startswith("@@"):
+            style = "cyan"
+        out.append(line, style=style)
+    return out
+

@@ -1,0 +1,90 @@
+"""Bookkeeping off a trial's critical path: the `Bookkeeper` worker thread that runs it
+in order, and `OptunaArtifacts`, the dashboard artifacts whose bytes arrive after ``tell``."""
+
+from __future__ import annotations
+
+import json
+import mimetypes
+import uuid
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+
+class Bookkeeper:
+    """Runs queued bookkeeping in order on one worker thread (or inline when
+    ``threaded`` is false). Errors never fail a trial that already completed; they
+    are collected (``errors``) and passed to ``on_error``."""
+
+    def __init__(self, *, threaded: bool = True, on_error: Callable[[str], None] = lambda message: None) -> None:
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tuner-bookkeeper") if threaded else None
+        self._pending: list[Future[Any]] = []
+        self.on_error = on_error
+        self.errors: list[str] = []
+
+    def submit(self, what: str, fn: Callable[..., Any], *args: Any) -> Future[Any]:
+        def guarded() -> Any:
+            try:
+                return fn(*args)
+            except Exception as exc:  # noqa: BLE001 - reported, never raised into the study
+                message = f"{what}: {type(exc).__name__}: {exc}".splitlines()[0]
+                self.errors.append(message)
+                self.on_error(message)
+                return None
+
+        if self._pool is None:
+            done: Future[Any] = Future()
+            done.set_result(guarded())
+            return done
+        future = self._pool.submit(guarded)
+        self._pending = [f for f in self._pending if not f.done()] + [future]
+        return future
+
+    def flush(self) -> None:
+        """Wait until everything queued so far is done."""
+        for future in list(self._pending):
+            future.result()
+        self._pending = []
+
+    def close(self) -> None:
+        self.flush()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+
+
+class OptunaArtifacts:
+    """Optuna artifacts (optuna-dashboard --artifact-dir DIR) whose bytes arrive late.
+
+    ``register`` records an artifact on the running trial exactly as
+    ``optuna.artifacts.upload_artifact`` does (a ``artifacts:<id>`` system attribute
+    holding its ArtifactMeta); ``write`` stores its bytes later, from the bookkeeper,
+    when the trial is already finished (upload_artifact cannot do that: a finished
+    trial's attributes are frozen).
+    """
+
+    def __init__(self, store_dir: Path) -> None:
+        from optuna.artifacts import FileSystemArtifactStore
+
+        store_dir.mkdir(parents=True, exist_ok=True)
+        self.store_dir = store_dir
+        self.store = FileSystemArtifactStore(str(store_dir))
+
+    def register(self, trial: optuna.Trial, filename: str) -> str:
+        from optuna.artifacts._upload import ARTIFACTS_ATTR_PREFIX, ArtifactMeta
+
+        mimetype, encoding = mimetypes.guess_type(filename)
+        if Path(filename).suffix in {".yaml", ".yml", ".md"}:
+            mimetype = "text/plain"  # shown inline by the dashboard
+        artifact_id = str(uuid.uuid4())
+        meta = ArtifactMeta(artifact_id=artifact_id, filename=filename,
+                            mimetype=mimetype or "application/octet-stream", encoding=encoding)
+        trial.storage.set_trial_system_attr(trial._trial_id, ARTIFACTS_ATTR_PREFIX + artifact_id, json.dumps(asdict(meta)))
+        return artifact_id
+
+    def write(self, artifact_id: str, path: Path) -> None:
+        with open(path, "rb") as fh:
+            self.store.write(artifact_id, fh)

@@ -1,0 +1,80 @@
+"""What a `TrialRunner` (tuner.study.trial) is built from: the small interfaces of its
+collaborators (search space, config writer, declared data inputs, batch evaluator)
+and the objective and constraints it scores a trial by."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import optuna
+
+from tuner.data.inputs import InputsFingerprint
+
+OnResult = Callable[[str, Mapping[str, Any]], None]
+
+
+class SpaceLike(Protocol):
+    def suggest(self, trial: optuna.Trial) -> dict[str, Any]: ...
+
+
+class InputsLike(Protocol):
+    """``target.inputs`` (tuner.data.inputs.InputsWatch): the declared data files' fingerprint now."""
+
+    def current(self) -> InputsFingerprint: ...
+
+
+class ConfigWriter(Protocol):
+    """Renders an assignment into config text(s) and writes them (atomic, journaled)."""
+
+    def render(self, assignment: Mapping[str, Any]) -> dict[Path, str]: ...
+
+    def write(self, texts: Mapping[Path, str]) -> None: ...
+
+
+class EvalOutcome(Protocol):
+    """What the study needs from a batch evaluation result."""
+
+    metrics: Mapping[str, float]
+
+
+class BatchEvaluator(Protocol):
+    """The batch evaluation of the live backend plus its reports.
+
+    The three fingerprints (query set content, labels, evaluation settings) are part
+    of the result-cache key.
+    """
+
+    dataset_hash: str
+    labels_fingerprint: str
+    spec_fingerprint: str
+    #: seconds from the first request sent to the last answer read, of the last evaluate()
+    last_search_seconds: float
+
+    def evaluate(self, *, order_seed: int, on_result: OnResult | None) -> EvalOutcome:
+        """Evaluate every query; ``on_result(query_id, per_query_row)`` after each answer.
+        An exception raised by the callback (optuna.TrialPruned) stops the batch."""
+
+    def report_paths(self, result: EvalOutcome, out_dir: Path) -> Mapping[str, Path]:
+        """The files `write_reports` will write for ``result`` (kind -> path)."""
+
+    def write_reports(
+        self, result: EvalOutcome, out_dir: Path, *, context: Mapping[str, Any], config_snapshot: str
+    ) -> Mapping[str, Path]: ...
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """``violation(metrics) <= 0`` means satisfied (Optuna's convention)."""
+
+    name: str
+    violation: Callable[[Mapping[str, float]], float]
+
+
+@dataclass(frozen=True)
+class Objective:
+    metric: str = "Primary_Metric_Score"
+    maximize: bool = True
+

@@ -1,0 +1,185 @@
+"""The live evaluator of a trial: the experiment's query set run against the search
+API (tuner.evaluation.run_batch) with the search calls timed (``SearchClock``), and the
+per-trial reports (tuner.report.write_reports); ``spec_fingerprint`` is the part of the
+evaluation settings that keys the result cache.
+
+It sits in tuner.study (not tuner.evaluation) because it writes reports (tuner.report),
+records the preflight (tuner.study.preflight) and turns a stop into TrialInterrupted
+(tuner.study.stop).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import httpx
+
+from tuner.errors import EvaluationError
+from tuner.study.preflight import PreflightReport
+from tuner.study.stop import StopFlag, TrialInterrupted
+
+if TYPE_CHECKING:
+    from tuner.config.experiment import Experiment
+    from tuner.data.dataset import QuerySet
+
+class LiveEvaluator:
+    """`BatchEvaluator` over the live search API (tuner.evaluation.run_batch) and the
+    per-trial reports (tuner.report.write_reports)."""
+
+    def __init__(self, experiment: Experiment, queries: QuerySet, qrels: Mapping[str, Mapping[str, int]], labels_fp: str) -> None:
+        self.experiment = experiment
+        self.spec = experiment.evaluation
+        self.queries = queries
+        self.qrels = qrels
+        # A subset (the tune split) shares its parent's content hash; its query ids keep
+        # its cached results apart from the whole set's.
+        ids = hashlib.sha256("\n".join(queries.query_ids).encode()).hexdigest()[:16]
+        self.dataset_hash = f"{queries.content_hash}:{ids}"
+        self.labels_fingerprint = labels_fp
+        self.spec_fingerprint = spec_fingerprint(self.spec)
+        self.last_search_seconds = 0.0
+        #: the preflight of the run (tuner.study.preflight), recorded in every report's context
+        self.preflight: PreflightReport | None = None
+        #: the batch's abort check and the run's stop flag (build_runner sets both)
+        self.abort: Any = None
+        self.stop: StopFlag | None = None
+
+    def evaluate(self, *, order_seed: int, on_result: Any) -> Any:
+        from tuner.evaluation import run_batch
+        from tuner.evaluation.batch import BatchAborted
+        from tuner.study.preflight import empty_results_problem
+
+        clock = SearchClock(self.spec.concurrency)
+        try:
+            result = run_batch(self.spec, self.queries, self.qrels, order_seed=order_seed, on_result=on_result,
+                               transport=clock, abort=self.abort)
+        except BatchAborted as exc:
+            stop = self.stop
+            if stop is not None and stop.is_set() and exc.reason.startswith(stop.reason):
+                raise TrialInterrupted(exc.reason) from exc  # a stop, not the config's failure
+            raise
+        finally:
+            self.last_search_seconds = clock.seconds
+        # A mostly empty batch is a broken request or mapping, not a config that scores 0:
+        # failing the trial keeps the 0 out of the sampler's model and under the failure budget.
+        problem = empty_results_problem(result, self.spec)
+        if problem is not None:
+            raise EvaluationError(f"{problem}; a broken request or response mapping, not a bad config "
+                                  "(tuner check EXPERIMENT shows a raw response); raise evaluation.max_empty_share "
+                                  "if empty results are expected")
+        return result
+
+    def report_paths(self, result: Any, out_dir: Path) -> dict[str, Path]:
+        """The names tuner.report.write_reports gives its files (stem "report")."""
+        paths = {
+            "json": out_dir / "report.json",
+            "markdown": out_dir / "report.md",
+            "per_query_csv": out_dir / "report_per_query.csv",
+        }
+        if getattr(result, "threshold_sweep", None) is not None:
+            paths["pr_curve_png"] = out_dir / "report_pr_curve.png"
+        return paths
+
+    def write_reports(self, result: Any, out_dir: Path, *, context: Mapping[str, Any], config_snapshot: str) -> dict[str, Path]:
+        from tuner.report import ReportContext, write_reports
+
+        ctx = ReportContext(
+            title=f"Study {context.get('study')} - trial {context.get('trial')}",
+            labels_fingerprint=self.labels_fingerprint,
+            labels_db=str(self.experiment.dataset.labels_db),
+            url=self.spec.request.url,
+            queries_file=str(self.experiment.dataset.queries),
+            spec=self.spec.model_dump(mode="json"),
+            extra={**self._preflight_context(), **context},
+        )
+        written = {k: Path(v) for k, v in _fields(write_reports(result, out_dir, context=ctx, config_snapshot=config_snapshot)).items()
+                   if v is not None}
+        if written != self.report_paths(result, out_dir):
+            raise EvaluationError(
+                f"report files {sorted(map(str, written.values()))} differ from the paths recorded on the trial;"
+                " update LiveEvaluator.report_paths to tuner.report's naming"
+            )
+        return written
+
+
+    def _preflight_context(self) -> dict[str, Any]:
+        if self.preflight is None:
+            return {}
+        return {"preflight": self.preflight.for_reports()}
+
+
+class SearchClock(httpx.AsyncBaseTransport):
+    """httpx's own transport (same connection limits as the evaluation client), timing
+    the window from the first request sent to the last response body read: the search
+    calls proper, measured without a per-query callback."""
+
+    def __init__(self, concurrency: int) -> None:
+        limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+        from tuner.evaluation.client import shared_ssl_context
+
+        # one CA bundle load per process, not per batch (~30 ms a trial)
+        self._inner = httpx.AsyncHTTPTransport(limits=limits, verify=shared_ssl_context())
+        self._first: float | None = None
+        self._last: float | None = None
+
+    @property
+    def seconds(self) -> float:
+        return 0.0 if self._first is None or self._last is None else self._last - self._first
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if self._first is None:
+            self._first = time.perf_counter()
+        response = await self._inner.handle_async_request(request)
+        # the body is read by the evaluation client (deadline, byte cap) through this stream
+        return httpx.Response(response.status_code, headers=response.headers,
+                              stream=_ClockedStream(response.stream, self), extensions=response.extensions,
+                              request=request)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+class _ClockedStream(httpx.AsyncByteStream):
+    """A response body passed through as it is read; its end (read or cut) is the clock's last answer."""
+
+    def __init__(self, inner: Any, clock: SearchClock) -> None:
+        self._inner = inner
+        self._clock = clock
+
+    async def __aiter__(self) -> Any:
+        async for chunk in self._inner:
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+        self._clock._last = time.perf_counter()
+
+
+def _fields(obj: Any) -> dict[str, Any]:
+    if hasattr(obj, "_asdict"):
+        return dict(obj._asdict())
+    if hasattr(obj, "__dataclass_fields__"):
+        return {k: getattr(obj, k) for k in obj.__dataclass_fields__}
+    return dict(obj)
+
+
+def spec_fingerprint(spec: Any) -> str:
+    """The evaluation settings that change a result: request body and path, response
+    mapping, top_k, gains. Host and port are left out (``port: auto`` picks a new one
+    each run, and a resumed study must still hit its cache), and so are concurrency,
+    timeouts and retries (they change how fast, not what is measured)."""
+    from urllib.parse import urlsplit
+
+    data = spec.model_dump(mode="json")
+    url = urlsplit(data["request"]["url"])
+    data["request"]["url"] = url.path + (f"?{url.query}" if url.query else "")
+    for key in ("concurrency", "timeout_s", "retries", "max_failed_queries", "backoff_s", "backoff_max_s",
+                "deadline_s", "max_response_bytes"):
+        data.pop(key, None)
+    data["request"].pop("secret_fields", None)  # which values are redacted in records, not what is sent
+    return json.dumps(data, sort_keys=True)

@@ -1,0 +1,244 @@
+"""The loop over trials (ask -> runner.run -> tell) for `tuner run` and every
+`tuner worker`: the failure budget, n-trials / timeout limits, the stop flag, the
+study-wide total of workers, Optuna heartbeats for ask/tell and the progress hooks
+(``StudyObserver``). It knows nothing about files, backends or MLflow: the runner
+(tuner.study.trial.TrialRunner, wired by tuner.study.wiring.build_runner) does.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from tuner.errors import StudyError
+from tuner.study.attrs import ATTR_VARIANT
+from tuner.study.feasibility import best_feasible_trial
+from tuner.study.outcome import TrialOutcome
+from tuner.study.queue import count_counted
+from tuner.study.stop import StopFlag
+from tuner.study.storage import ATTR_REPLICA
+
+
+class StudyObserver:
+    """Hooks for a progress display; every method is a no-op by default."""
+
+    def study_started(self, study: optuna.Study, *, planned: int | None, timeout: float | None) -> None: ...
+
+    def trial_started(self, number: int, variant: str | None) -> None: ...
+
+    def phase(self, number: int, phase: str) -> None: ...
+
+    def trial_finished(self, outcome: TrialOutcome, best: FrozenTrial | None) -> None: ...
+
+    def note(self, text: str) -> None: ...
+
+
+# ---------------------------------------------------------------- failure budget
+
+
+@dataclass
+class FailureBudget:
+    """Stop the study after too many failed trials (in this run)."""
+
+    max_consecutive: int | None = 3
+    max_total: int | None = 10
+    consecutive: int = 0
+    total: int = 0
+    last_reason: str | None = None
+
+    def record(self, outcome: TrialOutcome) -> None:
+        if outcome.state in ("COMPLETE", "PRUNED"):
+            self.consecutive = 0
+            return
+        if outcome.interrupted:
+            return
+        self.consecutive += 1
+        self.total += 1
+        self.last_reason = outcome.fail_reason
+
+    def exceeded(self) -> str | None:
+        """Why the budget is spent, or None."""
+        if self.max_consecutive is not None and self.consecutive >= self.max_consecutive:
+            return f"{self.consecutive} consecutive failed trials (failure_budget.max_consecutive={self.max_consecutive})"
+        if self.max_total is not None and self.total >= self.max_total:
+            return f"{self.total} failed trials in this run (failure_budget.max_total={self.max_total})"
+        return None
+
+
+# ---------------------------------------------------------------- the loop
+
+
+@dataclass
+class RunResult:
+    """What one `tuner run` did."""
+
+    study_name: str
+    ran: list[TrialOutcome] = field(default_factory=list)
+    stopped_by: str = "n_trials"  # n_trials | timeout | signal | failure_budget | lock_lost
+    stale_failed: list[int] = field(default_factory=list)
+    elapsed_s: float = 0.0
+    flush_s: float = 0.0  # waiting for the last trials' bookkeeping at the end
+
+
+class Clock(Protocol):
+    def __call__(self) -> float: ...
+
+
+@dataclass
+class StudyLoop:
+    """The one loop over trials, for `tuner run` and for every `tuner worker`.
+
+    A worker is this loop with a ``replica`` number: each trial runs under an Optuna
+    heartbeat (a trial whose worker dies goes stale and is failed and retried by a
+    live worker, which looks before each trial), records its replica, and the loop
+    stops once the study as a whole has ``study_total`` trials counted (finished
+    ones plus those running elsewhere, so parallel workers overshoot by at most the
+    trials already running). ``lease`` (tuner.study.locks.StudyLease) is checked before
+    each trial: a study lock lost to another process stops the loop.
+    """
+
+    study: optuna.Study
+    runner: Any  # TrialRunner, or anything with run(trial) -> TrialOutcome and flush()
+    budget: FailureBudget = field(default_factory=FailureBudget)
+    stop: StopFlag = field(default_factory=StopFlag)
+    observer: StudyObserver = field(default_factory=StudyObserver)
+    maximize: bool = True
+    clock: Clock = time.monotonic
+    study_total: int | None = None
+    replica: int | None = None
+    lease: Any = None
+    #: what the last ``run`` did so far (kept when it raises, for the summary)
+    result: RunResult | None = None
+
+    def run(self, *, n_trials: int | None, timeout: float | None) -> RunResult:
+        """Run up to ``n_trials`` trials (None: until stopped) for at most ``timeout`` s.
+
+        Raises StudyError when the failure budget is spent (after the failing trial is
+        recorded); the caller restores the config in a ``finally``.
+        """
+        result = self.result = RunResult(self.study.study_name)
+        started = self.clock()
+        self.observer.study_started(self.study, planned=n_trials, timeout=timeout)
+        try:
+            self._loop(result, started, n_trials=n_trials, timeout=timeout)
+        finally:
+            flush_started = self.clock()
+            self.runner.flush()  # the last trial's reports and MLflow run
+            result.flush_s = self.clock() - flush_started
+            result.elapsed_s = self.clock() - started
+        return result
+
+    def _loop(self, result: RunResult, started: float, *, n_trials: int | None, timeout: float | None) -> None:
+        while True:
+            if self.stop.is_set():
+                result.stopped_by = "signal"
+                break
+            if n_trials is not None and len(result.ran) >= n_trials:
+                result.stopped_by = "n_trials"
+                break
+            if timeout is not None and self.clock() - started >= timeout:
+                result.stopped_by = "timeout"
+                break
+            lost = self.lease.lost() if self.lease is not None else None
+            if lost is not None:
+                result.stopped_by = "lock_lost"
+                raise StudyError(f"study {self.study.study_name!r} stopped: {lost}; check for another process on it")
+            if self.replica is not None:
+                result.stale_failed.extend(fail_stale_heartbeats(self.study))
+            if self.study_total is not None and count_counted(self.study) >= self.study_total:
+                result.stopped_by = "n_trials"
+                break
+            outcome = self._one_trial()
+            result.ran.append(outcome)
+            self.budget.record(outcome)
+            why = self.budget.exceeded()
+            if why is not None:
+                result.stopped_by = "failure_budget"
+                raise StudyError(
+                    f"study {self.study.study_name!r} stopped: {why}; last failure: {self.budget.last_reason};"
+                    " fix the backend or the search space, then `tuner run` resumes the study"
+                )
+
+    def _one_trial(self) -> TrialOutcome:
+        asked = time.perf_counter()
+        with warnings.catch_warnings():
+            # optuna warns that heartbeats are meant for study.optimize; `heartbeat`
+            # below does for ask/tell what optimize does.
+            warnings.filterwarnings("ignore", message="Heartbeat of storage", category=UserWarning)
+            trial = self.study.ask()
+        if self.replica is not None:
+            self.study._storage.set_trial_system_attr(trial._trial_id, ATTR_REPLICA, self.replica)
+        ask_s = time.perf_counter() - asked
+        variant = trial.user_attrs.get(ATTR_VARIANT)
+        self.observer.trial_started(trial.number, variant)
+        try:
+            with heartbeat(self.study._storage, trial._trial_id):
+                outcome = self.runner.run(trial)
+        except KeyboardInterrupt:
+            self.study.tell(trial, state=TrialState.FAIL)
+            raise
+        told = time.perf_counter()
+        if outcome.state == "COMPLETE":
+            assert outcome.value is not None
+            self.study.tell(trial, outcome.value)
+        elif outcome.state == "PRUNED":
+            self.study.tell(trial, state=TrialState.PRUNED)
+        else:
+            self.study.tell(trial, state=TrialState.FAIL)
+        # Loop-side costs, kept on the outcome only (the trial is finished by now).
+        outcome.phase_seconds["ask"] = ask_s
+        outcome.phase_seconds["tell"] = time.perf_counter() - told
+        best = best_feasible_trial(self.study.get_trials(deepcopy=False), maximize=self.maximize)
+        self.observer.trial_finished(outcome, best)
+        return outcome
+
+
+@contextmanager
+def heartbeat(storage: optuna.storages.BaseStorage, trial_id: int) -> Iterator[None]:
+    """Record an Optuna heartbeat for ``trial_id`` every interval while the block runs
+    (nothing when the storage has no heartbeat configured). Optuna starts its own
+    heartbeat thread only inside ``study.optimize``; the tuner's loop is ask/tell."""
+    beat: Any = storage if hasattr(storage, "record_heartbeat") else None
+    interval = beat.get_heartbeat_interval() if beat is not None else None
+    if beat is None or interval is None:
+        yield
+        return
+    stop = threading.Event()
+
+    def loop() -> None:
+        while True:
+            try:
+                beat.record_heartbeat(trial_id)
+            except Exception:  # a blip of the database must not kill the trial; the next beat retries
+                pass
+            if stop.wait(interval):
+                return
+
+    thread = threading.Thread(target=loop, name=f"heartbeat-{trial_id}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
+def fail_stale_heartbeats(study: optuna.Study) -> list[int]:
+    """Fail the trials whose worker stopped beating (Optuna's retry callback queues a
+    copy); returns their numbers."""
+    before = {t.number for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))}
+    if not before:
+        return []
+    with warnings.catch_warnings():  # experimental since 2.9, the documented way all the same
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        optuna.storages.fail_stale_trials(study)
+    after = {t.number for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))}
+    return sorted(before - after)

@@ -1,0 +1,61 @@
+"""What one trial produced (`TrialOutcome`), the names its solved gates and threshold
+sweep are kept under, and the helpers that turn its values into plain JSON."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from tuner.data.inputs import InputsFingerprint
+
+SOLVED_PREFIX = "solved."  # metrics holding a solved gate's value and the sweep's counts
+SWEEP_REPORT = "threshold_sweep_csv"  # TrialOutcome.reports key of the sweep table
+SWEEP_FILE = "threshold_sweep.csv"
+
+
+@dataclass
+class TrialOutcome:
+    number: int
+    state: Literal["COMPLETE", "FAIL", "PRUNED"]
+    value: float | None = None
+    assignment: dict[str, Any] = field(default_factory=dict)
+    metrics: dict[str, float] = field(default_factory=dict)
+    constraints: dict[str, float] = field(default_factory=dict)
+    fail_reason: str | None = None
+    cache_hit: bool = False
+    # "cache miss: target.inputs changed (data/corpus.jsonl) since trial #3 ...", or why
+    # a measured result was not stored; None on a hit or without a cache
+    cache_note: str | None = None
+    # the data it was measured on (or the cached result was): inputs digest, backend fingerprint
+    inputs: InputsFingerprint | None = None
+    backend_fingerprint: str | None = None
+    interrupted: bool = False
+    reports: dict[str, str] = field(default_factory=dict)
+    # critical-path phases; "search" = first request to last answer inside "evaluate";
+    # "report" / "track" are filled by the bookkeeper later (overlapped)
+    phase_seconds: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def feasible(self) -> bool:
+        return self.state == "COMPLETE" and all(v <= 0 for v in self.constraints.values())
+
+
+def is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def jsonable(value: Any) -> Any:
+    """Optuna stores user attrs as JSON: turn tuples, paths and numpy scalars into plain values."""
+    return json.loads(json.dumps(value, default=_default))
+
+
+def _default(o: Any) -> Any:
+    if isinstance(o, Path):
+        return str(o)
+    if hasattr(o, "item"):
+        return o.item()
+    if isinstance(o, (set, frozenset, tuple)):
+        return list(o)
+    return str(o)

@@ -1,0 +1,91 @@
+"""A study's trial queue and its count: the baseline and shortlist queued once
+(``enqueue_initial``, under the storage lock for workers starting together:
+``enqueue_once``), trials a killed run left RUNNING failed (``fail_stale_trials``), and
+which trials use up the study's ``n_trials`` (``counts_toward_total`` and the counts
+built on it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from tuner.study.attrs import ATTR_FAIL_REASON, ATTR_VARIANT
+from tuner.study.storage import ATTR_ENQUEUED, storage_lock
+
+INTERRUPTED = "interrupted"
+STALE = "stale"
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A fixed parameter set queued before the sampler takes over."""
+
+    name: str
+    params: Mapping[str, Any]  # Optuna params (SearchSpace.params_for(assignment))
+
+
+def enqueue_initial(study: optuna.Study, variants: Sequence[Variant]) -> int:
+    """Queue the baseline and the shortlist once per study; a resumed study already has
+    them (a study user attr marks it). Returns how many were queued now."""
+    if study.user_attrs.get(ATTR_ENQUEUED):
+        return 0
+    for v in variants:
+        study.enqueue_trial(dict(v.params), user_attrs={ATTR_VARIANT: v.name}, skip_if_exists=False)
+    study.set_user_attr(ATTR_ENQUEUED, True)
+    return len(variants)
+
+
+def fail_stale_trials(study: optuna.Study) -> list[int]:
+    """Mark trials left RUNNING by a killed run as FAIL, so they neither block nor count.
+
+    Only for a process holding the study lock exclusively (tuner.study.locks): then no
+    other process has a live trial. Workers fail stale trials by heartbeat instead.
+    """
+    stale = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+    for t in stale:
+        study._storage.set_trial_user_attr(t._trial_id, ATTR_FAIL_REASON, f"{STALE}: left running by an interrupted run")
+        study.tell(t.number, state=TrialState.FAIL)
+    return [t.number for t in stale]
+
+
+def enqueue_once(study: optuna.Study, enqueue: Callable[[optuna.Study], int]) -> int:
+    """Run ``enqueue(study)`` (e.g. enqueue_initial) under the storage lock, so
+    workers that start together do not interleave; ``enqueue`` itself checks the
+    study's "already enqueued" attribute. Returns what it returned."""
+    with storage_lock(study._storage, f"enqueue:{study.study_name}"):
+        return enqueue(study)
+
+
+def counts_toward_total(trial: FrozenTrial) -> bool:
+    """Whether a trial uses up one of the study's ``n_trials``: COMPLETE and PRUNED
+    ones, and FAILed ones the trial runner failed for a reason. Interrupted trials
+    (Ctrl-C, a killed run or worker; no reason, or ``interrupted``/``stale``) never
+    ran to the end and are not counted: their retries are."""
+    if trial.state in (TrialState.COMPLETE, TrialState.PRUNED):
+        return True
+    if trial.state != TrialState.FAIL:
+        return False
+    reason = str(trial.user_attrs.get(ATTR_FAIL_REASON, ""))
+    return bool(reason) and not reason.startswith((INTERRUPTED, STALE))
+
+
+def count_finished(study: optuna.Study) -> int:
+    """Trials that count against the study's n_trials (see counts_toward_total)."""
+    return sum(counts_toward_total(t) for t in study.get_trials(deepcopy=False))
+
+
+def count_counted(study: optuna.Study) -> int:
+    """Counted trials plus those running now (in this or another process)."""
+    trials = study.get_trials(deepcopy=False)
+    return sum(counts_toward_total(t) or t.state == TrialState.RUNNING for t in trials)
+
+
+def remaining_trials(study: optuna.Study, total: int | None) -> int | None:
+    if total is None:
+        return None
+    return max(0, total - count_finished(study))

@@ -1,0 +1,194 @@
+"""Where a study lives: opening (or creating) it on its storage, the storage rules for
+one or several processes, the storage-wide lock, and the study-level attributes.
+
+``open_study`` creates or resumes a study on a URL (SQLite files in WAL mode, other
+databases through tuner.study.database); ``make_storage`` is the worker's storage
+(heartbeats, retry of a dead worker's trial); ``check_storage`` refuses SQLite for
+more than one worker (queued trials race there, optuna issues 4621, 4002);
+``storage_lock`` is a lock shared by every process on the same database;
+``load_study`` opens an existing study for the commands that read one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import optuna
+from sqlalchemy import text
+
+from tuner.config.workers import WorkerSettings
+from tuner.dburl import redact, sqlalchemy_url
+from tuner.errors import StudyError
+from tuner.study.database import rdb_storage
+
+if TYPE_CHECKING:
+    from tuner.config.experiment import Experiment
+
+ATTR_ENQUEUED = "tuner.initial_trials_enqueued"
+ATTR_ARTIFACT_DIR = "tuner.artifact_dir"
+ATTR_OBJECTIVE = "tuner.objective"
+ATTR_CONSTRAINTS = "tuner.constraints"
+ATTR_PREFLIGHT = "tuner.preflight"
+ATTR_CONFIG_SEEN = "tuner.config_seen"  # the space's keys as the study first found them (apply's drift check)
+ATTR_REPLICA = "tuner.replica"
+
+
+def open_study(
+    name: str,
+    storage: str | optuna.storages.BaseStorage,
+    *,
+    sampler: optuna.samplers.BaseSampler | None,
+    pruner: optuna.pruners.BasePruner | None = None,
+    objective_metric: str = "Primary_Metric_Score",
+    maximize: bool = True,
+) -> optuna.Study:
+    """Create the study, or load it when one of that name exists (resume)."""
+    direction = "maximize" if maximize else "minimize"
+    if isinstance(storage, str):
+        from tuner.study.database import rdb_storage
+
+        # rdb_storage names the installed PostgreSQL driver and creates the schema under a
+        # lock (processes starting at once on an empty database would race on it).
+        # pre-ping: a pooled connection cut by a database restart is replaced, not used.
+        storage = (sqlite_storage(storage) if storage.startswith("sqlite:///")
+                   else rdb_storage(storage, engine_kwargs={"pool_pre_ping": True}))
+    try:
+        study = optuna.create_study(
+            study_name=name,
+            storage=storage,
+            sampler=sampler,
+            pruner=pruner,
+            direction=direction,
+            load_if_exists=True,
+        )
+    except (ValueError, RuntimeError, ImportError) as exc:
+        from tuner.dburl import redact
+
+        where = redact(storage) if isinstance(storage, str) else "its storage"
+        raise StudyError(f"study {name!r} in {where}: cannot open: {exc}; check storage in the experiment file") from exc
+    if study.direction.name.lower() != direction:
+        raise StudyError(
+            f"study {name!r} exists with direction {study.direction.name.lower()}, the experiment asks {direction};"
+            " use another study name or fix objective.direction"
+        )
+    if study.metric_names != [objective_metric]:
+        with warnings.catch_warnings():  # experimental since 3.2, stable in practice
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            study.set_metric_names([objective_metric])
+    return study
+
+
+def sqlite_storage(url: str) -> optuna.storages.RDBStorage:
+    """Optuna's RDBStorage on a SQLite file in WAL mode with synchronous=NORMAL.
+
+    Optuna commits every suggested parameter and attribute separately; with SQLite's
+    default rollback journal each commit waits for an fsync, which made bookkeeping a
+    visible share of a short trial. WAL + NORMAL stays consistent after a crash of the
+    tuner (only an OS crash may lose the last commits) and lets optuna-dashboard read
+    while the study writes.
+    """
+    import sqlite3
+
+    path = Path(url[len("sqlite:///"):])
+    if str(path) != ":memory:":
+        path.parent.mkdir(parents=True, exist_ok=True)
+
+    def connect() -> sqlite3.Connection:
+        conn = sqlite3.connect(str(path), timeout=60, check_same_thread=False)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        return conn
+
+    from tuner.study.database import rdb_storage
+
+    return rdb_storage(url, engine_kwargs={"creator": connect})
+
+
+def storage_dialect(url: str) -> str:
+    """``sqlite``, ``postgresql``, ``mysql``, ... from a SQLAlchemy URL."""
+    scheme = url.split(":", 1)[0].lower()
+    return scheme.split("+", 1)[0]
+
+
+def check_storage(url: str, n_workers: int) -> None:
+    """Refuse SQLite with more than one worker (StudyError says why and what to use)."""
+    if n_workers > 1 and storage_dialect(url) == "sqlite":
+        raise StudyError(
+            f"storage {redact(url)} is SQLite, which cannot be shared by {n_workers} workers: queued trials race there "
+            "(two workers can take the same baseline/shortlist trial; optuna issues 4621, 4002); set storage to a "
+            "PostgreSQL URL, e.g. postgresql://USER:PASSWORD@HOST:5432/DB, or run a single `tuner run`"
+        )
+    if storage_dialect(url) not in ("sqlite", "postgresql", "mysql"):
+        raise StudyError(f"storage {redact(url)}: unsupported database; use sqlite:///FILE (one worker) or postgresql://...")
+
+
+def make_storage(url: str, settings: WorkerSettings | None = None) -> optuna.storages.RDBStorage:
+    """RDBStorage with heartbeats and the retry-on-crash callback."""
+    settings = settings or WorkerSettings()
+    url = sqlalchemy_url(url)
+    engine_kwargs: dict[str, Any] = {}
+    if storage_dialect(url) == "postgresql":
+        # A worker holds at most a couple of connections; pre-ping survives a server restart.
+        engine_kwargs = {"pool_size": 2, "max_overflow": 4, "pool_pre_ping": True}
+    try:
+        # rdb_storage: N workers on an empty database create Optuna's schema one at a time
+        return rdb_storage(
+            url,
+            engine_kwargs=engine_kwargs,
+            heartbeat_interval=settings.heartbeat_interval_s,
+            grace_period=settings.grace,
+            heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(
+                max_retry=settings.max_retry
+            ),
+        )
+    except StudyError:
+        raise
+    except Exception as exc:  # sqlalchemy / driver errors: connection refused, bad credentials, ...
+        raise StudyError(f"storage {redact(url)}: cannot connect ({type(exc).__name__}: {exc}); "
+                         "check the URL and that the database server runs") from exc
+
+
+@contextmanager
+def storage_lock(storage: optuna.storages.BaseStorage, name: str, timeout_s: float = 60.0) -> Iterator[None]:
+    """A lock shared by every process on the same database (PostgreSQL advisory lock,
+    MySQL GET_LOCK). SQLite gets none: it is refused for several workers anyway."""
+    # study._storage wraps the RDBStorage in a cache layer; the engine sits underneath.
+    engine = getattr(getattr(storage, "_backend", storage), "engine", None)
+    dialect = engine.dialect.name if engine is not None else "none"
+    if dialect not in ("postgresql", "mysql"):
+        yield
+        return
+    key = int.from_bytes(hashlib.blake2b(name.encode(), digest_size=8).digest(), "big", signed=True)
+    with engine.connect() as conn:
+        if dialect == "postgresql":
+            conn.execute(text("SET lock_timeout = :ms"), {"ms": f"{int(timeout_s * 1000)}"})
+            conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": key})
+        else:
+            got = conn.execute(text("SELECT GET_LOCK(:n, :t)"), {"n": f"tuner:{key}", "t": timeout_s}).scalar()
+            if got != 1:
+                raise StudyError(f"could not take the lock {name!r} within {timeout_s:g} s; is another worker stuck?")
+        try:
+            yield
+        finally:
+            if dialect == "postgresql":
+                conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": key})
+            else:
+                conn.execute(text("SELECT RELEASE_LOCK(:n)"), {"n": f"tuner:{key}"})
+            conn.commit()
+
+
+def load_study(experiment: Experiment) -> optuna.Study:
+    """The experiment's existing study (StudyError when it has not been run yet)."""
+    try:
+        from tuner.dburl import redact, sqlalchemy_url
+
+        return optuna.load_study(study_name=experiment.study, storage=sqlalchemy_url(experiment.storage))
+    except KeyError as exc:
+        raise StudyError(
+            f"no study {experiment.study!r} in {redact(experiment.storage)}; run `tuner run {experiment.source}` first"
+        ) from exc

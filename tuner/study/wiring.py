@@ -1,0 +1,283 @@
+"""Wiring an experiment (tuner.config.experiment) into the pieces of a running study loop:
+the search space checked against the config files, the query set and its labels
+(``prepare``), the baseline and shortlist as queued variants, the per-query pruning
+callback, the trial runner (``build_runner``: live evaluator, result cache, gates) and
+the MLflow tracker. tuner.ops.run (`tuner run`) and tuner.ops.workers (`tuner worker`)
+assemble them with tuner.study.loop.StudyLoop.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import httpx
+import optuna
+
+from tuner.errors import StudyError
+from tuner.report.tracking import MlflowTracker, NullTracker, Tracker
+from tuner.study.bookkeeping import Bookkeeper, OptunaArtifacts
+from tuner.study.interfaces import Constraint as TrialConstraint
+from tuner.study.interfaces import Objective
+from tuner.study.live import LiveEvaluator
+from tuner.study.paths import StudyPaths
+from tuner.study.preflight import PreflightReport
+from tuner.study.pruning import trial_order_seed
+from tuner.study.queue import Variant
+from tuner.study.result_cache import ResultCache
+from tuner.study.stop import StopFlag
+from tuner.study.storage import ATTR_CONFIG_SEEN
+from tuner.study.trial import TrialRunner
+
+if TYPE_CHECKING:
+    from tuner.config.experiment import Experiment
+    from tuner.data.dataset import QuerySet
+    from tuner.evaluation.holdout import Split
+    from tuner.study.threshold import GateRange
+
+
+class PatcherWriter:
+    """`ConfigWriter` over tuner.config.configpatch: renders through the search space's edits,
+    writes exactly the rendered texts (journal first, atomic writes)."""
+
+    def __init__(self, space: Any, patcher: Any) -> None:
+        self.space = space
+        self.patcher = patcher
+
+    def render(self, assignment: Mapping[str, Any]) -> dict[Path, str]:
+        return self.patcher.render(self.space.edits(assignment))
+
+    def write(self, texts: Mapping[Path, str]) -> None:
+        self.patcher.write(texts)
+
+
+@dataclass
+class Prepared:
+    """An experiment's pieces, loaded and checked before any trial runs."""
+
+    experiment: Experiment
+    space: Any
+    patcher: Any
+    queries: QuerySet
+    qrels: dict[str, dict[str, int]]
+    labels_fingerprint: str
+    warnings: list[str]
+    recovered: list[Path]
+    # ``queries`` is what the study tunes on: the tune part when the holdout is enabled.
+    all_queries: QuerySet | None = None
+    split: Split | None = None
+    gates: dict[str, GateRange] = field(default_factory=dict)  # post-retrieval param -> its range, solved per trial
+    dataset_note: str | None = None  # what dataset.unjudged_queries did (tuner.data.dataset.judged_subset)
+
+
+def prepare(experiment: Experiment, *, recover_journal: bool = True) -> Prepared:
+    """Replay a crash's journal, load the space (checked against the config files),
+    the query set and the labels (imported from the experiment's label files when the
+    label store has none for the dataset), and split off the holdout queries."""
+    from tuner.config.configpatch import ConfigPatcher
+    from tuner.config.journal import recover
+    from tuner.config.space.loading import load_space
+    from tuner.evaluation.holdout import tune_split
+    from tuner.study.threshold import check_gate_mapping, solvable_gates
+
+    recovered = recover(experiment.journal_path) if recover_journal else []
+    space = load_space(experiment.search_space, experiment.target.config_files)
+    # ConfigError now, not after the first trial; solvable_gates goes in sorted name order.
+    gates = dict(zip(sorted(space.post_retrieval), solvable_gates(space), strict=True))
+    check_gate_mapping(gates.values(), experiment.evaluation.response, where=f"{experiment.source}: ")
+    if gates and experiment.objective.direction != "maximize":
+        from tuner.errors import ConfigError
+
+        raise ConfigError(
+            f"{experiment.source}: objective.direction: minimize, but post_retrieval gates "
+            f"({', '.join(gates)}) are solved for the highest objective; maximise, or drop post_retrieval"
+        )
+    patcher = ConfigPatcher(experiment.target.config_files, journal_path=experiment.journal_path)
+    warnings = list(experiment.warnings) + space.validate_against(patcher.documents(), patcher.names)
+    all_queries, qrels, labels_fp, dataset_note = load_dataset(experiment)
+    if dataset_note:
+        warnings.append(dataset_note)
+    queries, split = tune_split(all_queries, experiment.holdout)
+    return Prepared(experiment, space, patcher, queries, qrels, labels_fp, warnings, recovered,
+                    all_queries=all_queries, split=split, gates=gates, dataset_note=dataset_note)
+
+
+def load_dataset(experiment: Experiment) -> tuple[QuerySet, dict[str, dict[str, int]], str, str | None]:
+    """The query set (``dataset.unjudged_queries`` applied), its labels, the labels'
+    fingerprint and the one-line note of what the unjudged-queries policy did (or None)."""
+    from tuner.data.dataset import judged_subset, load_queryset
+    from tuner.data.labelfiles import read_judgments
+    from tuner.data.labels import LabelStore
+    from tuner.data.qrels import GradeMap
+
+    ds = experiment.dataset
+    queries = load_queryset(ds.queries, ds.dataset_id)
+    created = not Path(ds.labels_db).exists()
+    store = LabelStore(ds.labels_db)
+    if queries.dataset_id not in store.datasets():
+        try:
+            if not ds.labels:
+                store.qrels(queries.dataset_id)  # raises the LabelError that says how to import
+            maps = [GradeMap({int(k): v for k, v in s.grade_map.items()}) if s.grade_map else None for s in ds.labels]
+            # every file parses before any is stored: a bad second file must not leave the
+            # first one's labels looking like the whole set (the next run would not re-import)
+            for source, grade_map in zip(ds.labels, maps, strict=True):
+                read_judgments(source.path, source.format, grade_map)
+            for source, grade_map in zip(ds.labels, maps, strict=True):
+                store.import_file(source.path, queries.dataset_id, fmt=source.format, grade_map=grade_map)
+        except BaseException:
+            if created:  # a failed first import leaves no empty label store behind
+                for suffix in ("", "-wal", "-shm", "-journal"):
+                    Path(f"{ds.labels_db}{suffix}").unlink(missing_ok=True)
+            raise
+    qrels = store.qrels(queries.dataset_id)
+    judged = judged_subset(queries, qrels, ds.unjudged_queries)
+    return judged.queries, qrels, store.fingerprint(queries.dataset_id), judged.note
+
+
+def record_config_seen(study: optuna.Study, prepared: Prepared) -> None:
+    """Keep the search space's values as the study first finds them in the config, so
+    `tuner apply` can tell a hand edit made since then (tuner.ops.apply.find_drift)."""
+    if ATTR_CONFIG_SEEN not in study.user_attrs:
+        current = prepared.space.current_assignment(prepared.patcher.documents())
+        study.set_user_attr(ATTR_CONFIG_SEEN, json.loads(json.dumps(current, default=str)))
+
+
+def initial_variants(prepared: Prepared) -> list[Variant]:
+    """The baseline (the config as found) and the shortlist, as Optuna params."""
+    exp, space = prepared.experiment, prepared.space
+    out: list[Variant] = []
+    if exp.baseline:
+        current = space.current_assignment(prepared.patcher.documents())
+        out.append(Variant("baseline", space.params_for(current)))
+    for i, v in enumerate(exp.variants):
+        out.append(Variant(v.name or f"shortlist-{i + 1}", space.params_for(v.values)))
+    return out
+
+
+def reporter_factory(
+    experiment: Experiment, pruner: optuna.pruners.BasePruner, queries: QuerySet,
+    gates: Mapping[str, GateRange] | None = None,
+) -> Any:
+    """The per-query callback factory of tuner.study.pruning: intermediate values for the
+    pruner, and the exact OOS early stop (a trial whose answered OOS queries already
+    exceed what ``OOS_FP_Rate <= b`` allows is stopped as PRUNED). None when neither
+    applies (no per-query callback then).
+
+    With a solved confidence gate an OOS query counts as answered only when it would
+    be at the top of the range. A solved min_score gate can empty a result
+    list, which the per-query row at the retrieval's minimum cannot show, so the OOS
+    early stop is off then (it could stop a trial that a higher minimum makes feasible).
+    """
+    from tuner.study import pruning
+    from tuner.study.threshold import CONFIDENCE, MIN_SCORE
+
+    by_role = {g.role: g for g in (gates or {}).values()}
+    constraints = () if MIN_SCORE in by_role else experiment.constraints
+    top = by_role[CONFIDENCE].high if CONFIDENCE in by_role else None
+    return pruning.reporter_factory(pruner, queries, objective=experiment.objective.metric,
+                                    constraints=constraints, threshold_max=top)
+
+
+#: seconds a batch under way may go on after SIGTERM / Ctrl-C before it is aborted
+STOP_GRACE_S = 10.0
+
+
+def build_runner(
+    prepared: Prepared,
+    study: optuna.Study,
+    *,
+    target: Any,
+    wait_healthy: Any,
+    stop: StopFlag,
+    use_cache: bool = True,
+    tracker: Tracker | None = None,
+    artifacts: OptunaArtifacts | None = None,
+    bookkeeper: Bookkeeper | None = None,
+    on_phase: Any = None,
+    preflight: PreflightReport | None = None,
+) -> TrialRunner:
+    """The trial runner of an experiment (shared by `tuner run` and `tuner worker`):
+    the live evaluator on the tune queries, objective and constraints, result cache,
+    per-query pruning callback and the post-retrieval gates solved per trial."""
+    exp = prepared.experiment
+    paths = StudyPaths(exp.state_dir, exp.study)
+    maximize = exp.objective.direction == "maximize"
+    gates = prepared.gates
+    extra: dict[str, Any] = {}
+    if bookkeeper is not None:
+        extra["bookkeeper"] = bookkeeper
+    if on_phase is not None:
+        extra["on_phase"] = on_phase
+    evaluator = LiveEvaluator(exp, prepared.queries, prepared.qrels, prepared.labels_fingerprint)
+    evaluator.preflight = preflight  # every trial's report says whether the set-up was checked
+    from tuner.evaluation.batch import StopAfterGrace, any_abort
+
+    # A dead backend ends the batch at once; a stop lets the batch under way finish for
+    # STOP_GRACE_S, then ends it (SIGTERM bound: grace + ABORT_POLL_S + target stop + restore).
+    evaluator.abort = any_abort(target.failure, StopAfterGrace(lambda: stop.reason if stop.is_set() else None,
+                                                               STOP_GRACE_S))
+    evaluator.stop = stop
+    from tuner.data.inputs import InputsWatch
+
+    # hashed at the first trial's cache lookup, re-checked (stat) before every later one
+    inputs = InputsWatch(exp.target.inputs, root=exp.project_root) if exp.target.inputs else None
+    return TrialRunner(
+        study_name=exp.study,
+        space=prepared.space,
+        writer=PatcherWriter(prepared.space, prepared.patcher),
+        target=target,
+        wait_healthy=wait_healthy,
+        evaluator=evaluator,
+        trials_dir=paths.trials_dir,
+        objective=Objective(exp.objective.metric, maximize),
+        constraints=[TrialConstraint(c.name, c.violation) for c in exp.constraints],
+        cache=ResultCache(paths.cache_path) if use_cache else None,
+        tracker=tracker,
+        artifacts=artifacts,
+        stop=stop,
+        project_dir=exp.project_root,
+        reporter_factory=reporter_factory(exp, study.pruner, prepared.queries, gates),
+        order_seed=lambda number: trial_order_seed(exp.sampler.seed, number),
+        gates=gates,
+        inputs=inputs,
+        backend_fingerprint_field=exp.target.health.fingerprint,
+        **extra,
+    )
+
+
+def make_tracker(experiment: Experiment, on_warning: Any = None) -> Tracker:
+    """The experiment's MLflow tracker. MLflow is bookkeeping: a store that cannot be
+    opened does not stop a study (every trial is in the Optuna study all the same).
+    With ``on_warning`` the tracker falls back to none and the warning says so; without
+    it the StudyError is raised (for commands whose whole job is MLflow)."""
+    if not experiment.tracking.enabled:
+        return NullTracker()
+    uri = experiment.tracking.mlflow_uri
+    try:
+        _probe_tracking_server(uri)
+        return MlflowTracker(
+            uri,
+            experiment.tracking.experiment_name or experiment.study,
+            artifact_root=experiment.tracking.artifact_location,
+        )
+    except (StudyError, OSError) as exc:
+        if on_warning is None:
+            raise
+        on_warning(f"warning: MLflow is off for this run: {str(exc).splitlines()[0]}; trials are recorded in the "
+                   "Optuna study only (fix tracking.mlflow_uri, or set tracking.enabled: false)")
+        return NullTracker()
+
+
+def _probe_tracking_server(uri: str, timeout_s: float = 5.0) -> None:
+    """An HTTP tracking server that does not answer /health within ``timeout_s`` is a
+    StudyError now, instead of minutes of MLflow's own retries per call later."""
+    if not uri.startswith(("http://", "https://")):
+        return
+    try:
+        httpx.get(uri.rstrip("/") + "/health", timeout=timeout_s).raise_for_status()
+    except httpx.HTTPError as exc:
+        raise StudyError(f"MLflow tracking server {uri} does not answer /health ({type(exc).__name__}: {exc})") from exc
