@@ -221,7 +221,6 @@ def _to_query(rec: dict[str, Any], where: str) -> Query:
     )
 
 
-UnjudgedPolicy = Literal["drop", "keep", "error"]
 UNJUDGED_POLICIES: tuple[str, ...] = ("drop", "keep", "error")
 
 

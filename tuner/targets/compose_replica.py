@@ -88,8 +88,8 @@ class ComposeReplica(Replica):
         wait_for_reaper(self.state_dir, note, what=f"replica {self.index}")
         self._end_leftovers(note)
         owner = _owner_label()
-        service: dict[str, Any] = {"labels": {"fusion-tuner.replica": str(self.index), "fusion-tuner.owner": owner,
-                                              "fusion-tuner.state-dir": str(self.state_dir)}}
+        service: dict[str, Any] = {"labels": {LABEL_REPLICA: str(self.index), LABEL_OWNER: owner,
+                                              LABEL_STATE_DIR: str(self.state_dir)}}
         image = self._image()
         if image:
             service["image"] = image
@@ -171,7 +171,7 @@ class ComposeReplica(Replica):
             containers = self._api().containers(project)
             if not containers:
                 continue
-            owner = next((c.label("fusion-tuner.owner") for c in containers if c.label("fusion-tuner.owner")), None)
+            owner = next((c.label(LABEL_OWNER) for c in containers if c.label(LABEL_OWNER)), None)
             names = ", ".join(c.name for c in containers)
             if owner is None:
                 raise TargetError(
@@ -180,7 +180,7 @@ class ComposeReplica(Replica):
                     f" or take it down yourself: docker compose -p {project} down")
             host, pid, alive = _owner_state(owner)
             if alive and pid != os.getpid():
-                state_dir = next((c.label("fusion-tuner.state-dir") for c in containers), None) or "?"
+                state_dir = next((c.label(LABEL_STATE_DIR) for c in containers), None) or "?"
                 raise TargetError(
                     f"replica {self.index}: compose project {project!r} belongs to a running worker (pid {pid},"
                     f" state dir {state_dir}); give this experiment its own workers.replica_name, e.g."
