@@ -201,7 +201,7 @@ def test_the_studys_pruning_callback_reads_gates_by_role() -> None:
     from tuner.config.objective import Constraint as ExpConstraint
     from tuner.data.dataset import Query, QuerySet
     from tuner.study.threshold import GateRange
-    from tuner.study.wiring import reporter_factory
+    from tuner.study.wiring import reporters_for
 
     qs = QuerySet("d", "h", (Query("q", "t", "x", "s", "in"), Query("o", "t", "x", "s", "oos")))
     exp = SimpleNamespace(constraints=[ExpConstraint.parse("OOS_FP_Rate <= 0.5")],
@@ -209,7 +209,7 @@ def test_the_studys_pruning_callback_reads_gates_by_role() -> None:
     nop = optuna.pruners.NopPruner()
 
     def made(*gates: GateRange) -> Any:
-        factory = reporter_factory(exp, nop, qs, {g.param: g for g in gates})
+        factory = reporters_for(exp, nop, qs, {g.param: g for g in gates})
         return None if factory is None else factory(optuna.create_study().ask())
 
     conf = made(GateRange("rag.min_confidence", 0.1, 0.7, role="confidence"))

@@ -158,12 +158,12 @@ def initial_variants(prepared: Prepared) -> list[Variant]:
     return out
 
 
-def reporter_factory(
+def reporters_for(
     experiment: Experiment, pruner: optuna.pruners.BasePruner, queries: QuerySet,
     gates: Mapping[str, GateRange] | None = None,
 ) -> Any:
-    """The per-query callback factory of tuner.study.pruning: intermediate values for the
-    pruner, and the exact OOS early stop (a trial whose answered OOS queries already
+    """The experiment's per-query callback factory (tuner.study.pruning.reporter_factory):
+    intermediate values for the pruner, and the exact OOS early stop (a trial whose answered OOS queries already
     exceed what ``OOS_FP_Rate <= b`` allows is stopped as PRUNED). None when neither
     applies (no per-query callback then).
 
@@ -240,7 +240,7 @@ def build_runner(
         artifacts=artifacts,
         stop=stop,
         project_dir=exp.project_root,
-        reporter_factory=reporter_factory(exp, study.pruner, prepared.queries, gates),
+        reporter_factory=reporters_for(exp, study.pruner, prepared.queries, gates),
         order_seed=lambda number: trial_order_seed(exp.sampler.seed, number),
         gates=gates,
         inputs=inputs,
