@@ -194,3 +194,19 @@ fusion:
   x: 0.8   # a comment that must survive
   k: 20
 """
+
+
+def run_one(study: optuna.Study, runner: Any, params: dict | None = None):
+    """Ask one trial (``params`` enqueued first when given), run it, tell Optuna; the
+    outcome and the recorded trial."""
+    from optuna.trial import TrialState
+
+    if params is not None:
+        study.enqueue_trial(params)
+    trial = study.ask()
+    outcome = runner.run(trial)
+    if outcome.state == "COMPLETE":
+        study.tell(trial, outcome.value)
+    else:
+        study.tell(trial, state=TrialState.FAIL)
+    return outcome, study.trials[-1]

@@ -24,7 +24,7 @@ import pytest
 from optuna.trial import TrialState
 from support.reference_experiment import copy_backend_config, write_reference_experiment
 
-from study.fakes import CONFIG_TEXT, FileBackend, FormulaEvaluator, TwoParamSpace, YamlWriter
+from study.fakes import CONFIG_TEXT, FileBackend, FormulaEvaluator, TwoParamSpace, YamlWriter, run_one
 from tuner.config.experiment import load_experiment
 from tuner.data.inputs import InputsWatch, changed_files, expand, fingerprint_inputs
 from tuner.errors import ConfigError, TargetError
@@ -162,17 +162,6 @@ def make_runner(root: Path, *, inputs: bool = True, fingerprint: str | None = No
         inputs=InputsWatch([data], root=root) if inputs else None, backend_fingerprint_field=fingerprint,
     )
     return runner, backend, evaluator, data
-
-
-def run_one(study: optuna.Study, runner: TrialRunner, params: dict[str, Any]):
-    study.enqueue_trial(params)
-    trial = study.ask()
-    outcome = runner.run(trial)
-    if outcome.state == "COMPLETE":
-        study.tell(trial, outcome.value)
-    else:
-        study.tell(trial, state=TrialState.FAIL)
-    return outcome, study.trials[-1]
 
 
 PARAMS = {"x": 0.3, "k": 40}

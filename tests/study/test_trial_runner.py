@@ -8,7 +8,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from study.fakes import CONFIG_TEXT, FileBackend, FormulaEvaluator, TwoParamSpace, YamlWriter, oos_rate, score
+from study.fakes import CONFIG_TEXT, FileBackend, FormulaEvaluator, TwoParamSpace, YamlWriter, oos_rate, run_one, score
 from tuner.study.attrs import named_constraints
 from tuner.study.bookkeeping import Bookkeeper, OptunaArtifacts
 from tuner.study.feasibility import best_feasible_trial
@@ -40,18 +40,6 @@ def make_runner(tmp_path: Path, *, discrete: bool = False, crash_when=None, fail
         **kw,
     )
     return runner, backend, evaluator, cfg
-
-
-def run_one(study: optuna.Study, runner: TrialRunner, params: dict | None = None):
-    if params is not None:
-        study.enqueue_trial(params)
-    trial = study.ask()
-    outcome = runner.run(trial)
-    if outcome.state == "COMPLETE":
-        study.tell(trial, outcome.value)
-    else:
-        study.tell(trial, state=TrialState.FAIL)
-    return outcome, study.trials[-1]
 
 
 def test_complete_trial_patches_config_restarts_and_sets_constraint_both_ways(tmp_path: Path) -> None:
