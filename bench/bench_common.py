@@ -155,14 +155,22 @@ def _fmt(v: Any) -> str:
 
 
 def run_study(cb: Any, sampler: optuna.samplers.BaseSampler, n_trials: int, *, solve_threshold: bool,
-              work: Path) -> list[float]:
+              work: Path, gate_as_param: bool = False) -> list[float]:
     """Best-so-far curve of one study over the cached backend.
 
     ``solve_threshold``: the threshold is declared post-retrieval (as in
     search_space/reference_full.yaml), so the sampler proposes only the retrieval
     params and each trial's value is the best feasible threshold of its retrieval;
     otherwise the sampler proposes the threshold like any other parameter.
+    ``gate_as_param``: the solved threshold is recorded as an Optuna param under its declared
+    distribution, as the trial runner does for the dashboards (tuner.study.applied_params),
+    so the sampler's model sees it too.
     """
+    from optuna.distributions import FloatDistribution
+
+    from tuner.study.applied_params import record_applied_params
+
+    declared = {CONFIDENCE_PARAM: FloatDistribution(THRESHOLD.low, THRESHOLD.high, step=THRESHOLD.step)}
     space = make_space(work, with_threshold=not solve_threshold)
     constraint = Constraint()
 
@@ -172,6 +180,8 @@ def run_study(cb: Any, sampler: optuna.samplers.BaseSampler, n_trials: int, *, s
             batch = cb.evaluate({**assignment, CONFIDENCE_PARAM: 0.0})
             sol = solve(Retrieval.from_batch(batch), [THRESHOLD], constraints=[constraint])
             trial.set_user_attr(CONFIDENCE_PARAM, sol.values[CONFIDENCE_PARAM])
+            if gate_as_param:
+                record_applied_params(trial, {CONFIDENCE_PARAM: sol.values[CONFIDENCE_PARAM]}, declared)
             trial.set_constraint(CONSTRAINT, sol.violation)
             return sol.objective
         result = cb.evaluate(assignment)

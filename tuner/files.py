@@ -255,3 +255,15 @@ def atomic_write_with(path: str | Path, write: Callable[[BinaryIO], object], *, 
     target.parent.mkdir(parents=True, exist_ok=True)
     replace_file(target, write, mode=mode, new_mode=SHARED_MODE)
     return target
+
+
+def overwrite_in_place(path: str | Path, data: bytes) -> None:
+    """Replace ``path``'s bytes keeping its inode, so every hard link to it (a study's
+    Optuna and MLflow artifacts link to the trial's files) sees the new bytes and the old
+    ones are freed. Not atomic: for bookkeeping files only a reader may briefly see
+    short; use `atomic_write_bytes` for anything else."""
+    with open(path, "r+b") as fh:
+        fh.write(data)
+        fh.truncate()
+        fh.flush()
+        os.fsync(fh.fileno())

@@ -23,6 +23,8 @@ from fusion_backend.importers.__main__ import main
 from fusion_backend.search import SearchRequest
 from support import cranfield_files
 
+from tuner.study.attrs import metrics_of
+
 pytestmark = pytest.mark.integration
 
 N_OOS = cranfield_files.N_OOS
@@ -127,7 +129,7 @@ def test_a_real_study_runs_on_the_import(cran_bundle, tmp_path: Path):
     # The runs were found by query_id: the baseline (equal-weight RRF of the two runs) scores well above 0.
     baseline = trials[0]
     assert baseline.user_attrs["variant"] == "baseline" and baseline.value > 0.2
-    assert baseline.user_attrs["metrics"]["OOS_FP_Rate"] == 1.0  # threshold 0: every OOS query answered
+    assert metrics_of(baseline)["OOS_FP_Rate"] == 1.0  # threshold 0: every OOS query answered
     assert (out / "mlruns" / "mlflow.db").is_file()
 
 

@@ -35,15 +35,16 @@ ARTIFACTS = Path(os.environ.get("TUNER_TEST_ARTIFACTS", REPO / "test-artifacts")
 
 STUDY = "browser-study"
 
-# A quality floor as the constraint: handing every query off ranks nothing (infeasible),
-# answering every query does not. (An OOS_FP_Rate constraint would not do here: trials
-# that break it stop early as PRUNED, and the dashboard marks only COMPLETE ones.)
+# The OOS constraint with the catalog's two OOS queries: answering every query (the
+# answer-all variant, threshold fixed at 0) answers both, so the OOS early stop ends it
+# COMPLETE and infeasible; the other trials solve the threshold per retrieval (a gate),
+# feasible. The best trial's params then hold a solved gate and the simplex weights.
 EXPERIMENT: dict[str, Any] = {
     "project_root": ".",
     "state_dir": ".tuner",
     "sampler": {"type": "tpe", "seed": 5},
     "timeout_s": 300,
-    "constraints": ["Strong_Precision@10 >= 0.5"],
+    "constraints": ["OOS_FP_Rate <= 0.5"],
     "failure_budget": {"max_consecutive": 3, "max_total": 3},
     "dataset": {"dataset_id": "browser-test"},
     "target": {"health": {"deadline_s": 60}},
@@ -55,10 +56,15 @@ EXPERIMENT: dict[str, Any] = {
     "tracking": {"enabled": True},
 }
 
+# out of scope, but each shares a word with the catalog (so a backend that answers everything answers them)
+EXTRA_OOS = ("heat of a chili pepper", "wing chicken recipe", "shock absorber for a bicycle",
+             "layer cake with boundary frosting")
+
 SPACE = """\
 params:
-  confidence.threshold: {type: float, low: 0.0, high: 0.99}
+  confidence.threshold: {type: float, low: 0.0, high: 0.99, step: 0.01, gate: confidence}
   fusion.rrf_k: {type: int, low: 1, high: 200}
+  fusion.weights: {type: simplex, components: [bm25, dense]}
 """
 
 
@@ -72,13 +78,22 @@ class StudyProject:
 
 
 def make_study_project(root: Path, **overrides: Any) -> StudyProject:
-    """``overrides`` are deep-merged into EXPERIMENT (see support.reference_experiment)."""
+    """``overrides`` are deep-merged into EXPERIMENT (see support.reference_experiment);
+    ``tracking.optuna_dashboard_url`` / ``mlflow_ui_url`` set where the links point."""
     root.mkdir(parents=True, exist_ok=True)
     corpus = write_corpus(root / "data" / "corpus.jsonl")
-    write_queries(root / "data")
+    queries, _ = write_queries(root / "data")
+    # Six OOS queries in all, so the OOS constraint rests on enough of them (the preflight
+    # refuses a constraint that one query decides).
+    import json
+
+    with queries.open("a") as q:
+        for k, text in enumerate(EXTRA_OOS, start=2):
+            q.write(json.dumps({"query_id": f"oos{k}", "query": text, "query_type": "short", "source": "test",
+                                "scope": "oos"}) + "\n")
     write_config(root / "backend" / "config.yaml", corpus)
     (root / "space.yaml").write_text(SPACE)
-    write_reference_experiment(root, study=STUDY, n_trials=4, **deep_merge(EXPERIMENT, overrides))
+    write_reference_experiment(root, study=STUDY, n_trials=5, **deep_merge(EXPERIMENT, overrides))
     return StudyProject(root)
 
 

@@ -22,6 +22,7 @@ from browser_support import (
     all_gone,
     chromium,
     chromium_available,
+    free_port,
     make_study_project,
     run_study,
     screenshot,
@@ -34,10 +35,19 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
-def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def ports() -> tuple[int, int]:
+    """optuna-dashboard's and the MLflow UI's ports: the study's links point at them."""
+    return free_port(), free_port()
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory, ports: tuple[int, int]) -> Path:
     reason = chromium_available()
     need(reason is None, reason or "")
-    p = make_study_project(tmp_path_factory.mktemp("browser"))
+    optuna_port, mlflow_port = ports
+    p = make_study_project(tmp_path_factory.mktemp("browser"), tracking={
+        "optuna_dashboard_url": f"http://127.0.0.1:{optuna_port}/dashboard/",
+        "mlflow_ui_url": f"http://127.0.0.1:{mlflow_port}/"})
     run_study(p)
     return p.root
 
@@ -48,8 +58,8 @@ def study(project: Path) -> optuna.Study:
 
 
 @pytest.fixture(scope="module")
-def dashboard(project: Path) -> Iterator[DashboardProcess]:
-    with DashboardProcess(project / "experiment.yaml") as d:
+def dashboard(project: Path, ports: tuple[int, int]) -> Iterator[DashboardProcess]:
+    with DashboardProcess(project / "experiment.yaml", optuna_port=ports[0], mlflow_port=ports[1]) as d:
         yield d
 
 
@@ -112,8 +122,16 @@ def _mlflow_runs(project: Path) -> tuple[str, str, dict[str, str]]:
     exp = client.get_experiment_by_name(STUDY)
     runs = client.search_runs([exp.experiment_id])
     [parent] = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
-    children = {r.info.run_name: r.info.run_id for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id}
+    children = {int(r.data.tags["tuner.trial_number"]): r.info.run_id for r in runs
+                if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id}
     return exp.experiment_id, parent.info.run_id, children
+
+
+def _run_names(project: Path) -> dict[str, str]:
+    """run id -> run name."""
+    client = MlflowClient(f"sqlite:///{project / 'mlruns' / 'mlflow.db'}")
+    exp = client.get_experiment_by_name(STUDY)
+    return {r.info.run_id: r.info.run_name for r in client.search_runs([exp.experiment_id])}
 
 
 def test_mlflow_ui_shows_the_parent_run_with_its_child_runs(
@@ -122,7 +140,10 @@ def test_mlflow_ui_shows_the_parent_run_with_its_child_runs(
     from selenium.webdriver.common.by import By
 
     exp_id, parent_id, children = _mlflow_runs(project)
-    assert sorted(children) == sorted(f"trial-{t.number}" for t in study.trials)
+    assert sorted(children) == sorted(t.number for t in study.trials)
+    # the tag that makes MLflow open the experiment on its runs (training) view, not the GenAI overview
+    client = MlflowClient(f"sqlite:///{project / 'mlruns' / 'mlflow.db'}")
+    assert client.get_experiment(exp_id).tags.get("mlflow.experimentKind") == "custom_model_development"
     browser.get(f"{dashboard.urls['mlflow']}#/experiments/{exp_id}/runs")
     row = wait_for(lambda: browser.find_elements(By.CSS_SELECTOR, f'.ag-row[row-id="{parent_id}"]'),
                    what="the parent run's row")[0]
@@ -136,8 +157,10 @@ def test_mlflow_ui_shows_the_parent_run_with_its_child_runs(
     )
     assert shown == {parent_id, *children.values()}
     text = body_text(browser)
-    for name in children:
-        assert name in text
+    names = _run_names(project)
+    for t in study.trials:  # run names carry the trial number and its score
+        name = names[children[t.number]]
+        assert name.startswith(f"trial-{t.number} ") and f"{t.values[0]:.4f}" in name and name in text
     screenshot(browser, "mlflow-runs")
 
 
@@ -146,13 +169,128 @@ def test_mlflow_ui_shows_a_trial_config_snapshot(
 ) -> None:
     exp_id, _, children = _mlflow_runs(project)
     trial = study.trials[1]
-    browser.get(f"{dashboard.urls['mlflow']}#/experiments/{exp_id}/runs/{children['trial-1']}/artifacts/config/config.yaml")
+    browser.get(f"{dashboard.urls['mlflow']}#/experiments/{exp_id}/runs/{children[1]}/artifacts/config/config.yaml")
     # The snapshot is the file the backend ran on: comments kept, this trial's values in it.
     k = trial.params["fusion.rrf_k"]
     text = wait_for(lambda: (t := body_text(browser)) and f"rrf_k: {k}" in t and t, what="the config snapshot text")
     assert "config.yaml" in text
     assert "# Reference hybrid search service: configuration." in text
     screenshot(browser, "mlflow-config-snapshot")
+
+
+def _best(study: optuna.Study) -> optuna.trial.FrozenTrial:
+    from tuner.study.feasibility import best_feasible_trial
+
+    best = best_feasible_trial(study.get_trials(deepcopy=False), maximize=True)
+    assert best is not None
+    return best
+
+
+def test_best_trial_page_shows_the_solved_gate_and_every_weight(
+    dashboard: DashboardProcess, browser: Any, study: optuna.Study
+) -> None:
+    best = _best(study)
+    # what `tuner apply` writes, under the config keys: the solved gate and both weights
+    for key in ("confidence.threshold", "fusion.weights.bm25", "fusion.weights.dense"):
+        assert key in best.params, (key, best.params)
+    browser.get(f"{dashboard.urls['optuna-dashboard']}studies/{study._study_id}/trials?numbers={best.number}")
+    text = wait_for(lambda: (t := body_text(browser)) and "fusion.weights.dense" in t and t,
+                    what="the best trial's params")
+    for key in ("confidence.threshold", "fusion.weights.bm25", "fusion.weights.dense"):
+        assert key in text
+    assert f"{best.params['confidence.threshold']}" in text
+    screenshot(browser, "optuna-best-trial-params")
+
+
+def test_study_note_names_the_best_feasible_trial(dashboard: DashboardProcess, browser: Any,
+                                                  study: optuna.Study) -> None:
+    best = _best(study)
+    done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    card = max(done, key=lambda t: (t.values[0], -t.number))  # what the Best Trial card shows
+    browser.get(f"{dashboard.urls['optuna-dashboard']}studies/{study._study_id}/note")
+    text = wait_for(lambda: (t := body_text(browser)) and "Best feasible" in t and t, what="the study note")
+    assert f"Best feasible: trial #{best.number}, Primary_Metric_Score {best.values[0]:.4f}" in text
+    if any(c > 0 for c in card.system_attrs["constraints"]):
+        assert f"The Best Trial card shows #{card.number}" in text and "infeasible" in text
+    screenshot(browser, "optuna-study-note")
+
+
+def test_trial_pages_fit_a_screen(dashboard: DashboardProcess, browser: Any, study: optuna.Study) -> None:
+    """Scalar user attributes only: the study page's tables keep rows a line or two high and
+    a trial's page no wider than the window (it was 10,095 px with JSON-blob attributes)."""
+    base = f"{dashboard.urls['optuna-dashboard']}studies/{study._study_id}"
+    browser.get(base)
+    rows = wait_for(lambda: browser.execute_script(
+        "return Array.from(document.querySelectorAll('tbody tr')).map(r => r.getBoundingClientRect().height)"),
+        timeout=60, what="the study page's tables")
+    assert max(rows) <= 150, rows
+    screenshot(browser, "optuna-study-page")
+    window = browser.execute_script("return window.innerWidth")
+    for t in study.trials:
+        assert "feasible" in t.user_attrs and "OOS_FP_Rate" in t.user_attrs  # scalar columns
+        assert not [k for k, v in t.user_attrs.items() if isinstance(v, (dict, list))], t.user_attrs
+    browser.get(f"{base}/trials?numbers={study.trials[-1].number}")
+    wait_for(lambda: "OOS_FP_Rate" in body_text(browser), what="the trial page's user attributes")
+    width = browser.execute_script("return document.documentElement.scrollWidth")
+    assert width <= window * 1.1, (width, window)
+    screenshot(browser, "optuna-trial-page")
+
+
+def _links_in(browser: Any) -> list[str]:
+    from selenium.webdriver.common.by import By
+
+    return [a.get_attribute("href") or "" for a in browser.find_elements(By.TAG_NAME, "a")]
+
+
+def test_links_go_both_ways(dashboard: DashboardProcess, browser: Any, project: Path, study: optuna.Study) -> None:
+    exp_id, _, children = _mlflow_runs(project)
+    best = _best(study)
+    run_url = f"{dashboard.urls['mlflow']}#/experiments/{exp_id}/runs/{children[best.number]}"
+    trial_url = f"{dashboard.urls['optuna-dashboard']}studies/{study._study_id}/trials?numbers={best.number}"
+    browser.get(trial_url)
+    wait_for(lambda: run_url in _links_in(browser), what="the trial note's link to its MLflow run")
+    screenshot(browser, "optuna-trial-note-link")
+    browser.get(run_url)
+    wait_for(lambda: trial_url in _links_in(browser), what="the MLflow run's link to its Optuna trial page")
+    screenshot(browser, "mlflow-run-link")
+
+
+def test_mlflow_compare_view_plots_numeric_weights(dashboard: DashboardProcess, browser: Any, project: Path,
+                                                   study: optuna.Study) -> None:
+    import json as _json
+
+    exp_id, _, children = _mlflow_runs(project)
+    done = [t for t in study.trials if "fusion.weights.bm25" in t.params]
+    runs = [children[t.number] for t in done]
+    url = (f"{dashboard.urls['mlflow']}#/compare-runs?runs={_json.dumps(runs)}"
+           f"&experiments={_json.dumps([exp_id])}")
+    browser.get(url)
+
+    def dimensions() -> dict[str, list[Any]]:
+        raw = browser.execute_script(
+            "return Array.from(document.querySelectorAll('.js-plotly-plot')).flatMap(p => (p.data || [])"
+            ".flatMap(t => (t.dimensions || []).map(d => [d.label, Array.from(d.values || [])])))")
+        return {label: values for label, values in raw}
+
+    dims = wait_for(lambda: (d := dimensions()) and "fusion.weights.bm25" in d and d,
+                    timeout=60, what="the parallel coordinates axis of fusion.weights.bm25")
+    values = sorted(float(v) for v in dims["fusion.weights.bm25"])  # numbers, not text categories
+    assert values == pytest.approx(sorted(t.params["fusion.weights.bm25"] for t in done), abs=1e-9)
+    screenshot(browser, "mlflow-compare-weights")
+
+
+def test_each_report_file_is_stored_once(project: Path, study: optuna.Study) -> None:
+    """The Optuna artifact and the MLflow artifact of a trial's report are hard links to
+    the trial's own file: one copy on disk."""
+    import os
+
+    trials_dir = project / ".tuner" / "trials" / STUDY
+    checked = 0
+    for t in study.trials:
+        for path in (trials_dir / str(t.number)).glob("report*"):
+            assert os.stat(path).st_nlink == 3, path  # trial folder + Optuna artifact + MLflow artifact
+            checked += 1
+    assert checked > 0
 
 
 def test_ctrl_c_stops_both_uis_without_orphans(dashboard: DashboardProcess) -> None:

@@ -37,6 +37,7 @@ from tuner.config.configpatch import patch_text
 from tuner.config.experiment import load_experiment
 from tuner.errors import ConfigError, TargetError
 from tuner.files import atomic_write
+from tuner.study.attrs import metrics_of
 from tuner.study.database import rdb_storage
 from tuner.targets.compose import ComposeCLI, compose_failure
 from tuner.targets.compose_replica import ComposeReplica
@@ -468,7 +469,7 @@ def test_two_docker_workers_finish_a_study_each_trial_on_its_own_config(depth_st
     for t in trials:
         depth = t.params["sources.bm25.depth"]
         assert t.value == pytest.approx(depth / 10, abs=1e-12), (t.number, depth, t.value)
-        assert t.user_attrs["metrics"]["Strong_Precision@20"] == pytest.approx(depth / 20, abs=1e-12)
+        assert metrics_of(t)["Strong_Precision@20"] == pytest.approx(depth / 20, abs=1e-12)
     # Measured, not served from a replica's result cache (the queued four at least), and
     # different configs measured at the same time on the two replicas.
     measured = [t for t in trials if not t.user_attrs.get("cache_hit")]

@@ -58,7 +58,7 @@ def write_experiment(root: Path, project: str, url: str) -> Path:
     return write_reference_experiment(
         root, study="docker-study", n_trials=3, project_root=".", state_dir=".tuner",
         sampler={"type": "tpe", "seed": 1}, timeout_s=600,
-        constraints=[],  # this test is about restarts; the OOS early stop would prune trials
+        constraints=[],  # this test is about restarts; the OOS early stop would end trials early
         failure_budget={"max_consecutive": 2, "max_total": 2},
         dataset={"dataset_id": "docker-test"},
         target={"apply": "docker", "port": DROP, "process": DROP,

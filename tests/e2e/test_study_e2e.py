@@ -38,6 +38,7 @@ from tuner.ops.apply import apply_plan, plan_apply
 from tuner.ops.demo import generate_data
 from tuner.ops.run import run_experiment
 from tuner.report.tracking import TAG_ROLE, TAG_STUDY, TAG_TRIAL
+from tuner.study.attrs import ATTR_DETAIL, assignment_of, metrics_of, reports_of, trial_attr
 from tuner.study.feasibility import best_feasible_trial
 from tuner.study.loop import StudyObserver
 
@@ -133,9 +134,9 @@ def test_every_trial_config_took_effect_in_the_backend(study_run: dict[str, Any]
     assert sorted(seen) == [0, 1, 2, 3, 4]
     solved_trials = set()
     for t in trials:
-        assignment = t.user_attrs["assignment"]
+        assignment = assignment_of(t)
         for path, wanted in assignment.items():
-            if (solved := t.user_attrs["metrics"].get(f"solved.{path}")) is not None:
+            if (solved := metrics_of(t).get(f"solved.{path}")) is not None:
                 # A solved gate: the retrieval ran at the low end of its range, the trial
                 # records the value the solver picked.
                 solved_trials.add(t.number)
@@ -160,7 +161,7 @@ def test_best_trial_is_feasible_and_constraints_are_recorded_both_ways(study_run
     assert best is not None and study_run["summary"].best.number == best.number
     complete = [t for t in trials if t.state == TrialState.COMPLETE]
     for t in complete:
-        rate = t.user_attrs["metrics"]["OOS_FP_Rate"]
+        rate = metrics_of(t)["OOS_FP_Rate"]
         assert t.system_attrs["constraints:OOS_FP_Rate <= 0.1"] == pytest.approx(rate - 0.10)
         assert t.system_attrs["constraints"] == [pytest.approx(rate - 0.10)]
     # The space solves citation.min_score, which can empty a result list after the fact,
@@ -169,10 +170,12 @@ def test_best_trial_is_feasible_and_constraints_are_recorded_both_ways(study_run
     # OOS queries at the retrieval's gates is made feasible by its solved threshold.
     assert not [t for t in trials if t.state == TrialState.PRUNED]
     dense = next(t for t in trials if t.user_attrs["variant"] == "rrf-k60-dense-heavy")
-    assert dense.state == TrialState.COMPLETE and "solved.confidence.threshold" in dense.user_attrs["metrics"]
-    assert best.user_attrs["metrics"]["OOS_FP_Rate"] <= 0.10
-    feasible_values = [t.value for t in complete if t.user_attrs["metrics"]["OOS_FP_Rate"] <= 0.10]
+    assert dense.state == TrialState.COMPLETE and "solved.confidence.threshold" in metrics_of(dense)
+    assert metrics_of(best)["OOS_FP_Rate"] <= 0.10
+    feasible_values = [t.value for t in complete if metrics_of(t)["OOS_FP_Rate"] <= 0.10]
     assert best.value == max(feasible_values)
+    # Full report files for the baseline and for a trial that was the best feasible when it completed.
+    assert trial_attr(trials[0], ATTR_DETAIL) == "full" and trial_attr(best, ATTR_DETAIL) == "full"
 
 
 def test_solved_trials_score_the_best_feasible_row_of_their_threshold_sweep(study_run: dict[str, Any]) -> None:
@@ -182,21 +185,30 @@ def test_solved_trials_score_the_best_feasible_row_of_their_threshold_sweep(stud
     exp, study = study_run["exp"], study_run["study"]
     n_t, n_m = 91, 51  # the grids of [0, 0.9] and [0, 0.5] at step 0.01
     solved = [t for t in study.get_trials(states=(TrialState.COMPLETE,))
-              if "solved.confidence.threshold" in t.user_attrs["metrics"]]
+              if "solved.confidence.threshold" in metrics_of(t)]
     assert solved
     for t in solved:
         sweep = pd.read_csv(exp.state_dir / "trials" / "e2e" / str(t.number) / "threshold_sweep.csv")
-        assert t.user_attrs["reports"]["threshold_sweep_csv"].endswith("threshold_sweep.csv")
-        assert len(sweep) == n_t * n_m
+        assert reports_of(t)["threshold_sweep_csv"].endswith("threshold_sweep.csv")
+        detail = trial_attr(t, ATTR_DETAIL)
+        if detail == "full":  # the whole grid, at full precision
+            assert len(sweep) == n_t * n_m
+            tol = 1e-12
+        else:  # slim: each gate value's best row and the cross through the solution, 10 significant digits
+            assert detail == "slim" and max(n_t, n_m) <= len(sweep) < n_t + n_m
+            assert int(sweep["chosen"].sum()) == 1
+            tol = 1e-9
         assert np.isclose(sweep["confidence.threshold"].max(), 0.9)
         feasible = sweep[sweep["OOS_FP_Rate"] <= 0.10]
         assert len(feasible), t.number
-        assert t.value == pytest.approx(feasible["Primary_Metric_Score"].max(), abs=1e-12)
-        a = t.user_attrs["assignment"]
+        assert t.value == pytest.approx(feasible["Primary_Metric_Score"].max(), abs=tol)
+        a = assignment_of(t)
         row = sweep[np.isclose(sweep["confidence.threshold"], a["confidence.threshold"])
                     & np.isclose(sweep["citation.min_score"], a["citation.min_score"])]
-        assert len(row) == 1 and row["Primary_Metric_Score"].iloc[0] == pytest.approx(t.value, abs=1e-12)
-        assert row["OOS_FP_Rate"].iloc[0] == pytest.approx(t.user_attrs["metrics"]["OOS_FP_Rate"], abs=1e-12)
+        assert len(row) == 1 and row["Primary_Metric_Score"].iloc[0] == pytest.approx(t.value, abs=tol)
+        assert row["OOS_FP_Rate"].iloc[0] == pytest.approx(metrics_of(t)["OOS_FP_Rate"], abs=tol)
+        if detail != "full":
+            assert bool(row["chosen"].iloc[0])
         # The snapshot of the trial's config holds the solved values (what `tuner apply` writes).
         written = (exp.state_dir / "trials" / "e2e" / str(t.number) / "config.yaml").read_text()
         from ruamel.yaml import YAML
@@ -237,7 +249,7 @@ def test_optuna_artifacts_are_listed_for_the_dashboard(study_run: dict[str, Any]
     artifact_dir = Path(study.user_attrs["tuner.artifact_dir"])
     for t in study.get_trials(states=(TrialState.COMPLETE,)):
         metas = get_all_artifact_meta(t, storage=study._storage)
-        solved = "solved.confidence.threshold" in t.user_attrs["metrics"]
+        solved = "solved.confidence.threshold" in metrics_of(t)
         expected = ["config.yaml", "report.json", "report.md"] + (["threshold_sweep.csv"] if solved else [])
         assert sorted(m.filename for m in metas) == sorted(expected)
         for m in metas:
@@ -291,7 +303,7 @@ def test_apply_keeps_a_reproduced_trial_and_rolls_back_otherwise(study_run: dict
 def test_apply_of_a_solved_trial_writes_the_solved_gates_and_reproduces_its_score(study_run: dict[str, Any]) -> None:
     exp, config, original = study_run["exp"], study_run["config"], study_run["original"]
     solved = [t for t in study_run["study"].get_trials(states=(TrialState.COMPLETE,))
-              if "solved.confidence.threshold" in t.user_attrs["metrics"]]
+              if "solved.confidence.threshold" in metrics_of(t)]
     trial = max(solved, key=lambda t: t.value)
     try:
         plan = plan_apply(exp, trial_number=trial.number)
@@ -299,7 +311,7 @@ def test_apply_of_a_solved_trial_writes_the_solved_gates_and_reproduces_its_scor
 
         doc = YAML(typ="safe").load(plan.texts[config])
         for path in GATE_LOW:
-            assert _same(get_path(doc, path), trial.user_attrs["assignment"][path]), path
+            assert _same(get_path(doc, path), assignment_of(trial)[path]), path
         # The solver models the backend's gates exactly but for the fallback window of an
         # emptied list and top_m over filtered hits (tuner.study.threshold); SOLVE_TOLERANCE bounds both here.
         result = apply_plan(plan, tolerance=SOLVE_TOLERANCE)

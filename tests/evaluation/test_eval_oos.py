@@ -1,13 +1,39 @@
 import numpy as np
 import pytest
 
-from tuner.evaluation.oos import THRESHOLDS, answered_mask, fallback_histogram, handoff_metrics, threshold_sweep
+from tuner.evaluation.oos import (
+    answered_mask,
+    fallback_histogram,
+    handoff_metrics,
+    threshold_grid,
+    threshold_sweep,
+)
+
+DEFAULT_GRID = threshold_grid([0.3, 0.9])
 
 
-def test_thresholds_are_the_21_values_040_to_080():
-    assert len(THRESHOLDS) == 21
-    assert THRESHOLDS[0] == 0.40 and THRESHOLDS[-1] == 0.80
-    assert np.allclose(np.diff(THRESHOLDS), 0.02)
+def test_the_default_grid_spans_zero_to_one_in_steps_of_002():
+    assert len(DEFAULT_GRID) == 51
+    assert DEFAULT_GRID[0] == 0.0 and DEFAULT_GRID[-1] == 1.0 and 0.4 in DEFAULT_GRID and 0.62 in DEFAULT_GRID
+    assert np.allclose(np.diff(DEFAULT_GRID), 0.02)
+    assert threshold_grid([]) == DEFAULT_GRID  # no confidence seen: still [0, 1]
+
+
+def test_the_default_grid_reaches_the_observed_confidences_with_a_bounded_number_of_points():
+    assert threshold_grid([0.2, 1.3])[-1] == 1.3
+    wide = threshold_grid([-3.0, 37.2, None, float("nan")])
+    assert wide[0] <= -3.0 and wide[-1] >= 37.2 and len(wide) <= 101
+    assert np.allclose(np.diff(wide), 0.5)  # a round step
+
+
+def test_a_declared_range_and_the_threshold_in_effect_make_the_grid():
+    grid = threshold_grid([0.95], sweep_range=(0.0, 0.9, 0.01), include=[0.29])
+    assert len(grid) == 91 and grid[0] == 0.0 and grid[-1] == 0.9 and grid.count(0.29) == 1
+    # a solved value off the grid is a row of its own, as given
+    odd = threshold_grid(sweep_range=(0.2, 0.8, 0.05), include=[0.333, None])
+    assert 0.333 in odd and len(odd) == 14 and list(odd) == sorted(odd)
+    with pytest.raises(ValueError, match="low <= high"):
+        threshold_grid(sweep_range=(0.5, 0.1, 0.01))
 
 
 def test_answered_uses_handoff_flag_else_non_empty_results():
@@ -67,9 +93,9 @@ def test_threshold_sweep_matches_a_brute_force_loop():
     conf = [None if i % 13 == 0 else float(rng.choice([0.5, 0.62, rng.random()])) for i in range(n)]
     n_results = rng.integers(0, 3, n).tolist()
     sweep = threshold_sweep(is_oos, conf, n_results)
-    assert sweep is not None and sweep.index.tolist() == list(THRESHOLDS)
+    assert sweep is not None and sweep.index.tolist() == list(DEFAULT_GRID)
     assert (sweep["n"] == sum(c is not None for c in conf)).all()
-    for t in THRESHOLDS:
+    for t in DEFAULT_GRID:
         for name, value in _brute_force_row(is_oos, conf, n_results, t).items():
             assert sweep.loc[t, name] == pytest.approx(value), (t, name)
 

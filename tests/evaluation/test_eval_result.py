@@ -91,7 +91,7 @@ def test_unjudged_hits_and_threshold_sweep_and_histogram():
     assert result.unjudged == [UnjudgedHit("a", 2, "u1", "title u1"), UnjudgedHit("b", 1, "u2", "title u2"),
                                UnjudgedHit("c", 2, "u3", "title u3")]
     sweep = result.threshold_sweep
-    assert sweep is not None and len(sweep) == 21
+    assert sweep is not None and len(sweep) == 51  # 0.00, 0.02, ..., 1.00
     # at 0.40: answer a (0.9), b (0.6), x (0.7); hand off c (0.3), y (0.2); d, z have no confidence
     assert sweep.loc[0.40, "OOS_FP_Rate"] == pytest.approx(1 / 2)
     assert sweep.loc[0.40, "InScope_Handoff_Rate"] == pytest.approx(1 / 3)

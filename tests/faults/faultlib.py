@@ -495,7 +495,9 @@ def lost_trials(trials: list[Any], calibration: Calibration) -> list[str]:
     lost = unrecorded_or_running(trials)
     for t in trials:
         if t.state == TrialState.COMPLETE:
-            depth = int(t.user_attrs["assignment"]["fusion.depth"])
+            from tuner.study.attrs import assignment_of
+
+            depth = int(assignment_of(t)["fusion.depth"])
             want = calibration.expected(depth)
             if t.value is None or abs(t.value - want) > 1e-9:
                 lost.append(f"trial #{t.number}: COMPLETE with {t.value}, but its depth {depth} scores {want}")

@@ -48,6 +48,7 @@ from faults.faultlib import (
     wait_until,
 )
 from tuner.evaluation.spec import EvalSpec
+from tuner.study.attrs import ATTR_PHASES, reports_of, trial_attr
 
 pytestmark = [pytest.mark.slow]
 
@@ -155,7 +156,7 @@ def failed_with(reasons: dict[int, str], number: int, *needles: str) -> dict[str
 
 def evaluate_seconds(trials: list[Any], number: int) -> float:
     trial = next(t for t in trials if t.number == number)
-    return float(trial.user_attrs.get("phase_seconds", {}).get("evaluate", float("inf")))
+    return float((trial_attr(trial, ATTR_PHASES) or {}).get("evaluate", float("inf")))
 
 
 def events_of(project: Project, life: str, event: str) -> list[dict[str, Any]]:
@@ -222,7 +223,7 @@ def test_oversized_response(tmp_path: Path, calibration: Calibration, fault_log:
     trials = project.trials()
     cap = evaluation_of(project).max_response_bytes
     padded = next((t for t in trials if t.number == 1), None)
-    report_path = Path(padded.user_attrs.get("reports", {}).get("json", "missing")) if padded else Path("missing")
+    report_path = Path(reports_of(padded).get("json", "missing")) if padded else Path("missing")
     report = json.loads(report_path.read_text()) if report_path.is_file() else {}
     per_query = [q.get("n_truncated") for q in report.get("queries", [])]
     floods = events_of(project, life_of(2), "flood")

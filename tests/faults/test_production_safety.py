@@ -50,6 +50,7 @@ from faults.faultlib import (
     processes_naming,
     states,
 )
+from tuner.study.attrs import assignment_of
 
 pytestmark = [pytest.mark.slow]
 
@@ -86,7 +87,7 @@ def one_line_on_stdout(done: Done, prefix: str, *needles: str) -> bool:
 
 
 def depth_of(trial: Any) -> int:
-    return int(trial.user_attrs["assignment"]["fusion.depth"])
+    return int(assignment_of(trial)["fusion.depth"])
 
 
 def with_depth(text: bytes, old: int, new: int) -> bytes:

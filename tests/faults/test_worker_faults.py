@@ -80,7 +80,9 @@ def test_sigkill_of_a_worker_mid_trial(tmp_path: Path, pg_storage: tuple[str, st
         "the next worker exits 0": again.returncode == 0,
         "the killed trial is FAIL": killed != [] and trials[killed[0]].state == TrialState.FAIL,
         "it was retried with its params and completed": len(retried) == 1
-        and trials[retried[0]].state == TrialState.COMPLETE and trials[retried[0]].params == trials[1].params,
+        and trials[retried[0]].state == TrialState.COMPLETE
+        # its draw (the retry adds the applied values, recorded as params when it completes)
+        and bool(trials[1].params) and trials[1].params.items() <= trials[retried[0]].params.items(),
         "the study reached n_trials": states(list(trials.values())).count("COMPLETE") == N_TRIALS,
         "the original config was never patched": project.config.read_bytes() == project.original,
         "locks free": project.locks_free(),

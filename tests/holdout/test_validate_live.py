@@ -19,7 +19,7 @@ from support.reference_experiment import copy_backend_config, write_reference_ex
 from tuner.errors import StudyError
 from tuner.evaluation.holdout import HoldoutConfig, record_split, split_queries
 from tuner.ops.validate import validate_holdout
-from tuner.study.attrs import ATTR_ASSIGNMENT, ATTR_VARIANT
+from tuner.study.attrs import ATTR_ASSIGNMENT, ATTR_VARIANT, set_record
 
 
 @pytest.fixture
@@ -39,7 +39,7 @@ def setup(tmp_path):
     study = optuna.create_study(study_name=exp.study, storage=exp.storage, direction="maximize")
     for variant, value in (("baseline", 0.4), ("", 0.5)):
         trial = study.ask()
-        trial.set_user_attr(ATTR_ASSIGNMENT, baseline)
+        set_record(trial, ATTR_ASSIGNMENT, baseline)
         if variant:
             trial.set_user_attr(ATTR_VARIANT, variant)
         trial.set_constraint("OOS_FP_Rate <= 0.1", -0.05)

@@ -19,7 +19,7 @@ from tuner.ops.labelqueue import (
     report_of,
     write_queue,
 )
-from tuner.study.attrs import ATTR_REPORTS, ATTR_VARIANT
+from tuner.study.attrs import ATTR_REPORTS, ATTR_VARIANT, set_record
 
 QUERIES = {"q1": "wing flutter", "q2": "boundary layer"}
 
@@ -113,7 +113,10 @@ def test_pick_trials_takes_best_feasible_plus_baseline_and_reads_reports(tmp_pat
         path = tmp_path / f"t{n}.json"
         path.write_text(json.dumps({"context": {"dataset_id": "ds"}, "queries": [{"query_id": "q1", "query": "x"}],
                                     "unjudged": [{"query_id": "q1", "rank": 1, "doc_id": f"d{n}", "title": "t"}]}))
-        t.set_user_attr(ATTR_REPORTS, {"json": str(path)})
+        if n == 0:  # as a study written before records existed kept it: read the same
+            t.set_user_attr(ATTR_REPORTS, {"json": str(path)})
+        else:
+            set_record(t, ATTR_REPORTS, {"json": str(path)})
         study.tell(t, v)
     picked = pick_trials(study.trials, top_n=2)
     assert [t.number for t in picked] == [1, 2, 0]

@@ -128,12 +128,17 @@ def test_reporter_raises_oos_stop_with_lower_bound():
     trial = RecordingTrial()
     reporter = QueryReporter(trial, {}, mode="none", oos=OOSBudget(0.25, 8))
     rec = {"scope": "oos", "answered": True, "status": "ok"}
+    reporter("q1", {"scope": "in", "Primary_Metric_Score": 0.8})
     for _ in range(2):
         reporter("o", rec)
+    reporter("q2", {"scope": "in", "Primary_Metric_Score": 0.4})
     with pytest.raises(OOSBudgetExceeded) as info:
         reporter("o", rec)
     assert isinstance(info.value, optuna.TrialPruned)
     assert info.value.fp_rate_lower_bound == 3 / 8 > 0.25
+    # what the trial runner records the stopped trial with (COMPLETE, infeasible)
+    assert info.value.running_mean == pytest.approx(0.6) and info.value.evaluated == 5
+    assert str(info.value).startswith("OOS early stop: 3 of 8 OOS queries answered")
 
 
 def test_reporter_with_solved_threshold_counts_only_answers_at_the_top_of_the_range():

@@ -11,8 +11,9 @@ from tuner.evaluation import FailedQuery, QueryResponse, evaluate_responses
 from tuner.evaluation.mapping import Hit, ParsedResponse
 from tuner.report import REPORT_SCHEMA, ReportContext, label_sequence, load_report, write_reports
 
-SECTIONS = ("schema", "generated_at", "title", "context", "scorecard", "metric_groups", "label_distribution",
-            "coverage", "groups", "oos", "failed", "queries", "unjudged", "config_snapshot", "files")
+SECTIONS = ("schema", "detail", "detail_note", "generated_at", "title", "context", "scorecard", "metric_groups", "label_distribution",
+            "coverage", "groups", "oos", "failed", "queries", "unjudged", "unjudged_depth", "query_texts",
+            "config_snapshot", "files")
 
 
 def _result(with_confidence=True):
@@ -76,7 +77,8 @@ def test_write_reports_has_every_section(tmp_path):
     assert cov["unjudged_hits"] == len(result.unjudged) == 1 + 22
     assert any("export-unjudged" in tip for tip in cov["tips"])
     assert cov["in_scope_queries_without_labels"] == ["c"]
-    assert len(report["oos"]["threshold_sweep"]) == 21
+    assert len(report["oos"]["threshold_sweep"]) == 51  # 0.00, 0.02, ..., 1.00
+    assert report["detail"] == "full" and report["detail_note"] is None
     assert report["oos"]["fallback_histogram"]["all"] == {"0": 3}
     assert report["config_snapshot"].startswith("fusion:")
 

@@ -176,11 +176,12 @@ class FormulaEvaluator:
                 "per_query_csv": out_dir / "per_query.csv"}
 
     def write_reports(
-        self, result: FakeResult, out_dir: Path, *, context: Mapping[str, Any], config_snapshot: str
+        self, result: FakeResult, out_dir: Path, *, context: Mapping[str, Any], config_snapshot: str,
+        detail: str = "full",
     ) -> dict[str, Path]:
         out_dir.mkdir(parents=True, exist_ok=True)
         j = out_dir / "report.json"
-        j.write_text(json.dumps({"metrics": result.metrics, "context": dict(context)}))
+        j.write_text(json.dumps({"metrics": result.metrics, "context": dict(context), "detail": detail}))
         md = out_dir / "report.md"
         md.write_text("# report\n\n" + "\n".join(f"- {k}: {v}" for k, v in result.metrics.items()))
         csv = out_dir / "per_query.csv"

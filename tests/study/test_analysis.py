@@ -12,19 +12,28 @@ from optuna.trial import TrialState, create_trial
 
 from tuner.cli.progress import eta_seconds, fmt_duration
 from tuner.ops import analysis
+from tuner.study.attrs import record_key
 
 LIMIT = 0.10
 
 
 def trial(number: int, score: float | None, oos: float | None, *, state=TrialState.COMPLETE, variant: str = "",
-          method: str = "rrf", fail: str | None = None) -> optuna.trial.FrozenTrial:
-    attrs = {"assignment": {"fusion.method": method, "fusion.weights": {"bm25": 0.25, "dense": 0.75},
-                            "fallback.windows_days": [30, 90]},
-             "variant": variant}
-    system = {}
+          method: str = "rrf", fail: str | None = None, legacy: bool = False) -> optuna.trial.FrozenTrial:
+    """A trial as the runner records it: the JSON records (assignment, metrics) as
+    ``tuner.*`` system attrs, scalars as user attrs; ``legacy``: a study written before
+    the split, its records kept as user attrs."""
+    records = {"assignment": {"fusion.method": method, "fusion.weights": {"bm25": 0.25, "dense": 0.75},
+                              "fallback.windows_days": [30, 90]}}
+    attrs: dict = {"variant": variant}
+    system: dict = {}
     if state == TrialState.COMPLETE:
-        attrs["metrics"] = {"Primary_Metric_Score": score, "OOS_FP_Rate": oos, "NDCG@20": score / 2}
+        records["metrics"] = {"Primary_Metric_Score": score, "OOS_FP_Rate": oos, "NDCG@20": score / 2}
         system = {"constraints:OOS_FP_Rate <= 0.1": oos - LIMIT, "constraints": [oos - LIMIT]}
+        attrs.update({"feasible": oos <= LIMIT, "OOS_FP_Rate": oos})
+    if legacy:
+        attrs.update(records)
+    else:
+        system.update({record_key(name): value for name, value in records.items()})
     if fail:
         attrs["fail_reason"] = fail
     t = create_trial(
@@ -39,14 +48,15 @@ def trial(number: int, score: float | None, oos: float | None, *, state=TrialSta
     return t
 
 
-@pytest.fixture()
-def frame():
+@pytest.fixture(params=["records", "legacy user attrs"])
+def frame(request):
+    legacy = request.param == "legacy user attrs"
     return analysis.trials_frame([
-        trial(0, 0.40, 0.20, variant="baseline"),      # infeasible baseline
-        trial(1, 0.55, 0.30),                          # best score, infeasible
-        trial(2, 0.45, 0.05, method="linear"),         # best feasible
-        trial(3, 0.30, 0.00),                          # feasible
-        trial(4, None, None, state=TrialState.FAIL, fail="HealthTimeout: x"),
+        trial(0, 0.40, 0.20, variant="baseline", legacy=legacy),      # infeasible baseline
+        trial(1, 0.55, 0.30, legacy=legacy),                          # best score, infeasible
+        trial(2, 0.45, 0.05, method="linear", legacy=legacy),         # best feasible
+        trial(3, 0.30, 0.00, legacy=legacy),                          # feasible
+        trial(4, None, None, state=TrialState.FAIL, fail="HealthTimeout: x", legacy=legacy),
     ])
 
 

@@ -28,7 +28,7 @@ from study.fakes import CONFIG_TEXT, FileBackend, FormulaEvaluator, TwoParamSpac
 from tuner.config.experiment import load_experiment
 from tuner.data.inputs import InputsWatch, changed_files, expand, fingerprint_inputs
 from tuner.errors import ConfigError, TargetError
-from tuner.study.records import ATTR_CACHE_NOTE, ATTR_DATA_FINGERPRINT
+from tuner.study.attrs import ATTR_CACHE_NOTE, ATTR_DATA_FINGERPRINT, reports_of, trial_attr
 from tuner.study.result_cache import ResultCache
 from tuner.study.trial import TrialRunner
 
@@ -173,21 +173,21 @@ def test_a_regenerated_input_file_is_a_miss_that_names_it_and_an_unchanged_one_a
     first, frozen = run_one(study, runner, PARAMS)
     assert not first.cache_hit
     assert first.cache_note == "cache miss: no result stored for this config and evaluation"
-    assert frozen.user_attrs[ATTR_DATA_FINGERPRINT] == {"inputs": first.inputs.digest}
+    assert trial_attr(frozen, ATTR_DATA_FINGERPRINT) == {"inputs": first.inputs.digest}
     report = json.loads((tmp_path / "trials" / "0" / "report.json").read_text())
     assert report["context"]["inputs_files"] == {"data/corpus.jsonl": hashlib.sha256(b"doc one\n").hexdigest()}
 
     runner, backend, evaluator, data = make_runner(tmp_path)  # resumed, data untouched
     second, frozen = run_one(study, runner, PARAMS)
     assert second.cache_hit and evaluator.calls == 0 and backend.restarts == 1  # the start only
-    assert ATTR_CACHE_NOTE not in frozen.user_attrs and frozen.user_attrs["cached_from_trial"] == 0
+    assert trial_attr(frozen, ATTR_CACHE_NOTE) is None and frozen.user_attrs["cached_from_trial"] == 0
 
     write_atomic(data, "doc one, regenerated\n")
     runner, backend, evaluator, data = make_runner(tmp_path)
     third, frozen = run_one(study, runner, PARAMS)
     assert not third.cache_hit and evaluator.calls == 1
     reason = "cache miss: target.inputs changed (data/corpus.jsonl) since trial #0 of study s"
-    assert third.cache_note == reason and frozen.user_attrs[ATTR_CACHE_NOTE] == reason
+    assert third.cache_note == reason and trial_attr(frozen, ATTR_CACHE_NOTE) == reason
     assert json.loads((tmp_path / "trials" / "2" / "report.json").read_text())["context"]["cache"] == reason
     # The new result is stored under the new data: the next identical trial hits it.
     fourth, _ = run_one(study, runner, PARAMS)
@@ -224,7 +224,7 @@ def test_a_changed_backend_fingerprint_is_a_miss(tmp_path: Path) -> None:
     runner, backend, evaluator, data = make_runner(tmp_path, inputs=False, fingerprint="index.sha")
     old = hashlib.sha256(b"doc one\n").hexdigest()
     first, frozen = run_one(study, runner, PARAMS)
-    assert frozen.user_attrs[ATTR_DATA_FINGERPRINT] == {"backend": old}
+    assert trial_attr(frozen, ATTR_DATA_FINGERPRINT) == {"backend": old}
 
     runner, backend, evaluator, data = make_runner(tmp_path, inputs=False, fingerprint="index.sha")
     second, _ = run_one(study, runner, PARAMS)
@@ -250,7 +250,7 @@ def test_a_result_is_stored_under_the_fingerprint_its_own_restart_reported(tmp_p
     write_atomic(data, "doc B\n")
     measured, frozen = run_one(study, runner, PARAMS)
     serving_b = hashlib.sha256(b"doc B\n").hexdigest()
-    assert measured.backend_fingerprint == serving_b == frozen.user_attrs[ATTR_DATA_FINGERPRINT]["backend"]
+    assert measured.backend_fingerprint == serving_b == trial_attr(frozen, ATTR_DATA_FINGERPRINT)["backend"]
     assert f"backend fingerprint after the restart: {serving_b[:12]}... (looked up with {serving_a[:12]}...)" \
         in measured.cache_note
 
@@ -348,14 +348,14 @@ def test_resumed_studies_of_an_import_hit_until_its_corpus_is_regenerated(datase
     study = optuna.load_study(study_name=exp.study, storage=storage)
     baseline = study.trials[0]
     assert baseline.state == TrialState.COMPLETE and baseline.user_attrs["cache_hit"] is False
-    measured_on = baseline.user_attrs[ATTR_DATA_FINGERPRINT]
+    measured_on = trial_attr(baseline, ATTR_DATA_FINGERPRINT)
 
     # A resumed study re-runs the baseline's params on unchanged data: a hit.
     study.enqueue_trial(baseline.params)
     _run(exp)
     again = optuna.load_study(study_name=exp.study, storage=storage).trials[-1]
     assert again.user_attrs["cache_hit"] is True and again.user_attrs["cached_from_trial"] == 0
-    assert again.user_attrs[ATTR_DATA_FINGERPRINT] == measured_on
+    assert trial_attr(again, ATTR_DATA_FINGERPRINT) == measured_on
     assert again.value == baseline.value
 
     # The corpus regenerated at the same path (one document's text differs): a miss
@@ -369,11 +369,11 @@ def test_resumed_studies_of_an_import_hit_until_its_corpus_is_regenerated(datase
     _run(exp)
     fresh = optuna.load_study(study_name=exp.study, storage=storage).trials[-1]
     assert fresh.state == TrialState.COMPLETE and fresh.user_attrs["cache_hit"] is False
-    note = fresh.user_attrs[ATTR_CACHE_NOTE]
+    note = trial_attr(fresh, ATTR_CACHE_NOTE)
     assert note.startswith("cache miss: target.inputs changed (corpus.jsonl); backend fingerprint changed (")
     assert note.endswith(f"since trial #0 of study {exp.study}")  # the hit stored nothing
-    data = fresh.user_attrs[ATTR_DATA_FINGERPRINT]
+    data = trial_attr(fresh, ATTR_DATA_FINGERPRINT)
     assert data["inputs"] != measured_on["inputs"] and data["backend"] != measured_on["backend"]
-    report = json.loads(Path(fresh.user_attrs["reports"]["json"]).read_text())
+    report = json.loads(Path(reports_of(fresh)["json"]).read_text())
     assert report["context"]["cache"] == note
     assert report["context"]["backend_fingerprint"] == data["backend"]

@@ -45,7 +45,8 @@ def test_baseline_and_shortlist_enqueued_once_across_resume(tmp_path: Path) -> N
     trials = resumed.get_trials()
     assert [t.number for t in trials] == [0, 1, 2, 3]
     assert [t.user_attrs.get("variant") for t in trials[:2]] == ["baseline", "short-1"]
-    assert trials[0].params == {"x": 0.8, "k": 20}
+    # the sampled params, plus each applied value under its config key
+    assert trials[0].params == {"x": 0.8, "k": 20, "fusion.x": 0.8, "fusion.k": 20}
     assert trials[0].value == pytest.approx(score(0.8, 20))
     assert resumed.metric_names == ["Primary_Metric_Score"]
     assert [o.number for o in result.ran] == [1, 2, 3]

@@ -9,7 +9,15 @@ import pytest
 from optuna.trial import TrialState
 
 from study.fakes import CONFIG_TEXT, FileBackend, FormulaEvaluator, TwoParamSpace, YamlWriter, oos_rate, run_one, score
-from tuner.study.attrs import named_constraints
+from tuner.study.attrs import (
+    ATTR_METRICS,
+    ATTR_REPORTS,
+    assignment_of,
+    metrics_of,
+    named_constraints,
+    record_key,
+    reports_of,
+)
 from tuner.study.bookkeeping import Bookkeeper, OptunaArtifacts
 from tuner.study.feasibility import best_feasible_trial
 from tuner.study.interfaces import Constraint
@@ -35,7 +43,7 @@ def make_runner(tmp_path: Path, *, discrete: bool = False, crash_when=None, fail
         wait_healthy=backend.wait_healthy,
         evaluator=evaluator,
         trials_dir=tmp_path / "trials",
-        constraints=[Constraint("OOS_FP_Rate", lambda m: m["OOS_FP_Rate"] - OOS_LIMIT)],
+        constraints=[Constraint("OOS_FP_Rate", lambda m: m["OOS_FP_Rate"] - OOS_LIMIT, "OOS_FP_Rate")],
         cache=ResultCache(tmp_path / "cache.sqlite"),
         **kw,
     )
@@ -58,17 +66,28 @@ def test_complete_trial_patches_config_restarts_and_sets_constraint_both_ways(tm
     assert frozen.system_attrs[LEGACY_CONSTRAINTS_ATTR] == [pytest.approx(expected_violation)]
     assert named_constraints(frozen.constraints) == {"OOS_FP_Rate": pytest.approx(expected_violation)}
     attrs = frozen.user_attrs
-    assert attrs["assignment"] == {"fusion.x": 0.25, "fusion.k": 30}
+    assert assignment_of(frozen) == {"fusion.x": 0.25, "fusion.k": 30}
     assert attrs["cache_hit"] is False
     assert attrs["judged@10"] == 0.9 and attrs["failed_queries"] == 0
-    assert attrs["metrics"]["Primary_Metric_Score"] == pytest.approx(score(0.25, 30))
-    for path in attrs["reports"].values():
+    assert metrics_of(frozen)["Primary_Metric_Score"] == pytest.approx(score(0.25, 30))
+    # The JSON records are system attrs (hidden from the dashboard's table); the user
+    # attrs keep scalars: the feasibility and the constraint metric's value.
+    assert record_key(ATTR_METRICS) in frozen.system_attrs and ATTR_METRICS not in attrs
+    assert ATTR_REPORTS not in attrs and "assignment" not in attrs
+    assert attrs["feasible"] is True and attrs["OOS_FP_Rate"] == pytest.approx(oos_rate(0.25))
+    assert all(not isinstance(v, (dict, list)) for v in attrs.values())
+    # Every applied value is an Optuna param under its config key too.
+    assert frozen.params == {"x": 0.25, "k": 30, "fusion.x": 0.25, "fusion.k": 30}
+    assert reports_of(frozen)
+    for path in reports_of(frozen).values():
         assert Path(path).is_file()
     # The config snapshot kept with the trial is the text the backend read.
     assert (tmp_path / "trials" / "0" / "config.yaml").read_text() == cfg.read_text()
     for phase in ("suggest", "render", "cache", "patch", "restart", "health", "evaluate", "search"):
         assert phase in outcome.phase_seconds
-    assert set(runner.background_seconds[0]) == {"report"}  # bookkeeping, off the critical path
+    # Bookkeeping (report files; the trial note, and MLflow when tracked), off the critical path.
+    assert set(runner.background_seconds[0]) == {"report", "track"}
+    assert not {"report", "track"} & set(outcome.phase_seconds)
 
 
 def test_identical_config_reuses_the_stored_result_without_restart(tmp_path: Path) -> None:
@@ -168,7 +187,9 @@ def test_config_and_report_uploaded_as_optuna_artifacts(tmp_path: Path) -> None:
     assert runner.bookkeeper.errors == []
     for frozen in study.trials:
         names = sorted(m.filename for m in get_all_artifact_meta(frozen, storage=storage))
-        assert names == ["config.yaml", "report.json", "report.md"]
+        assert names == ["config.yaml", "per_query.csv", "report.json", "report.md"]
     stored = list((tmp_path / "artifacts").iterdir())
-    assert len(stored) == 6
+    assert len(stored) == 8
     assert any(p.read_text() == cfg.read_text() for p in stored)
+    # One copy on disk: each artifact is a hard link to the trial's own file.
+    assert all(p.stat().st_nlink >= 2 for p in stored)

@@ -21,7 +21,7 @@ from study.fakes import FileBackend, YamlWriter
 from tuner.config.space.loading import load_space
 from tuner.evaluation.result import evaluate_responses
 from tuner.report import ReportContext, write_reports
-from tuner.study.attrs import ATTR_ASSIGNMENT
+from tuner.study.attrs import assignment_of
 from tuner.study.interfaces import Constraint
 from tuner.study.result_cache import ResultCache
 from tuner.study.threshold import CONFIDENCE_PARAM, Retrieval, solvable_gates, solve
@@ -56,7 +56,9 @@ class BatchEvaluator:
     def report_paths(self, result: Any, out_dir: Path) -> dict[str, Path]:
         return {"json": out_dir / "report.json", "per_query_csv": out_dir / "report_per_query.csv"}
 
-    def write_reports(self, result: Any, out_dir: Path, *, context: Any, config_snapshot: str) -> dict[str, Path]:
+    def write_reports(
+        self, result: Any, out_dir: Path, *, context: Any, config_snapshot: str, detail: str = "full",
+    ) -> dict[str, Path]:
         # the real report writer, as the live evaluator calls it
         self.written.append(result)
         paths = write_reports(result, out_dir, context=ReportContext(extra=dict(context)),
@@ -115,9 +117,12 @@ def test_a_free_trial_retrieves_at_the_low_end_and_records_the_solved_gate(setup
     assert out.value == pytest.approx(expected.objective, abs=1e-12)
     assert out.metrics["OOS_FP_Rate"] == pytest.approx(expected.metrics["OOS_FP_Rate"], abs=1e-12)
     assert out.constraints["OOS_FP_Rate <= 0.3"] == pytest.approx(expected.metrics["OOS_FP_Rate"] - BOUND)
-    assert frozen.user_attrs[ATTR_ASSIGNMENT] == {"fusion.x": 0.25, CONFIDENCE_PARAM: solved}
+    assert assignment_of(frozen) == {"fusion.x": 0.25, CONFIDENCE_PARAM: solved}
     assert out.metrics[f"solved.{CONFIDENCE_PARAM}"] == solved
-    assert CONFIDENCE_PARAM not in frozen.params  # the sampler never saw it
+    # The sampler did not draw it (the retrieval ran at the low end); the solved value is
+    # recorded as a param afterwards, under the space's declared distribution.
+    assert frozen.params == {"fusion.x": 0.25, CONFIDENCE_PARAM: solved}
+    assert frozen.distributions[CONFIDENCE_PARAM] == optuna.distributions.FloatDistribution(0.2, 0.8, step=0.05)
     trial_dir = tmp / "trials" / str(frozen.number)
     snapshot = YAML(typ="safe").load((trial_dir / "config.yaml").read_text())
     assert snapshot["confidence"]["threshold"] == solved and snapshot["fusion"]["x"] == 0.25
@@ -133,7 +138,7 @@ def test_a_cache_hit_restores_the_solved_gate_without_evaluating(setup: dict[str
     again, frozen = run(study, runner, {"fusion.x": 0.25})
     assert again.cache_hit and len(evaluator.calls) == 1
     assert again.assignment == first.assignment and again.value == first.value
-    assert frozen.user_attrs[ATTR_ASSIGNMENT][CONFIDENCE_PARAM] == setup["expected"].values[CONFIDENCE_PARAM]
+    assert assignment_of(frozen)[CONFIDENCE_PARAM] == setup["expected"].values[CONFIDENCE_PARAM]
 
 
 def test_a_trial_queued_with_a_gate_value_is_measured_at_it(setup: dict[str, Any]) -> None:
@@ -142,12 +147,12 @@ def test_a_trial_queued_with_a_gate_value_is_measured_at_it(setup: dict[str, Any
     assert evaluator.calls == [0.6]  # the baseline's own gate, not the low end
     assert out.value == pytest.approx(batch.metrics["Primary_Metric_Score"], abs=1e-12)
     assert not any(k.startswith("solved.") for k in out.metrics)
-    assert frozen.user_attrs[ATTR_ASSIGNMENT][CONFIDENCE_PARAM] == 0.6
+    assert assignment_of(frozen)[CONFIDENCE_PARAM] == 0.6
     assert not (setup["tmp"] / "trials" / str(frozen.number) / "threshold_sweep.csv").exists()
 
 
 def test_a_solved_trials_report_describes_the_batch_at_the_solved_gate(setup: dict[str, Any]) -> None:
-    runner, evaluator, batch, tmp = setup["runner"], setup["evaluator"], setup["batch"], setup["tmp"]
+    runner, batch, tmp = setup["runner"], setup["batch"], setup["tmp"]
     out, frozen = run(setup["study"], runner, {"fusion.x": 0.25})
     solved = out.metrics[f"solved.{CONFIDENCE_PARAM}"]
     trial_dir = tmp / "trials" / str(frozen.number)
@@ -180,7 +185,7 @@ def test_a_renamed_gate_is_solved_and_reported_like_the_reference_key(setup: dic
     assert out.value == ref_out.value and out.constraints == ref_out.constraints
     assert out.metrics == {(f"solved.{key}" if k == f"solved.{CONFIDENCE_PARAM}" else k): v
                            for k, v in ref_out.metrics.items()}
-    assert frozen.user_attrs[ATTR_ASSIGNMENT] == {"fusion.x": 0.25, key: solved}
+    assert assignment_of(frozen) == {"fusion.x": 0.25, key: solved}
     ref_dir, trial_dir = (s["tmp"] / "trials" / str(f.number) for s, f in ((setup, ref_frozen), (other, frozen)))
     snapshot = YAML(typ="safe").load((trial_dir / "config.yaml").read_text())
     assert snapshot["rag"]["min_confidence"] == solved and "confidence" not in snapshot

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from mlflow import MlflowClient
 
 from tuner.config.experiment import resolve_sqlite
@@ -29,6 +30,7 @@ def killed_run(tmp_path: Path, study: str, trials: int) -> tuple[str, dict[int, 
     return parent, {n: tracker.start_trial(n, {"fusion.k": 10 + n}) for n in range(trials)}
 
 
+@pytest.mark.usefixtures("tracking_uri")  # tables made (conftest)
 def test_runs_of_dead_trials_are_closed_as_failed_and_live_ones_kept(tmp_path: Path) -> None:
     parent, runs = killed_run(tmp_path, "s", trials=2)
     other_parent, other_runs = killed_run(tmp_path, "other", trials=1)
@@ -50,6 +52,7 @@ def test_runs_of_dead_trials_are_closed_as_failed_and_live_ones_kept(tmp_path: P
     assert client.get_run(other_parent).info.status == "RUNNING"
 
 
+@pytest.mark.usefixtures("tracking_uri")  # tables made (conftest)
 def test_with_no_live_trial_the_parent_is_closed_and_reopened_by_the_next_run(tmp_path: Path) -> None:
     parent, runs = killed_run(tmp_path, "s", trials=2)
     tracker = tracker_at(tmp_path)

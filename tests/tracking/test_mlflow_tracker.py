@@ -30,9 +30,9 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
 @pytest.fixture()
-def tracker(tmp_path: Path) -> MlflowTracker:
-    uri = resolve_sqlite("sqlite:///mlruns/mlflow.db", tmp_path)
-    return MlflowTracker(uri, "fusion-tuner")
+def tracker(tmp_path: Path, tracking_uri: str) -> MlflowTracker:
+    assert tracking_uri == resolve_sqlite("sqlite:///mlruns/mlflow.db", tmp_path)
+    return MlflowTracker(tracking_uri, "fusion-tuner")
 
 
 def child_runs(client: MlflowClient, experiment_id: str, parent: str):
@@ -87,7 +87,11 @@ def test_parent_and_child_runs_with_artifacts_and_exact_config_text(tmp_path: Pa
     assert first.data.params == {"fusion.x": "0.8", "fusion.k": "20"}
     assert first.data.metrics["Primary_Metric_Score"] == pytest.approx(score(0.8, 20))
     assert first.data.metrics["NDCG_at_20"] == pytest.approx(score(0.8, 20) / 2)
-    assert first.data.metrics["constraint.OOS_FP_Rate"] == pytest.approx(trials[0].constraints["OOS_FP_Rate"])
+    assert first.data.metrics["violation.OOS_FP_Rate"] == pytest.approx(trials[0].constraints["OOS_FP_Rate"])
+    assert first.data.metrics["objective"] == pytest.approx(trials[0].value)
+    # Named after the trial and its score; failed runs after their state.
+    assert first.info.run_name.startswith(f"trial-0 {trials[0].value:.4f}")
+    assert failed.info.run_name == "trial-1 FAIL"
     assert failed.data.tags["tuner.fail_reason"].startswith("BackendExited")
     assert cached.data.tags["tuner.cache_hit"] == "true"
 

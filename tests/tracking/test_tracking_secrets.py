@@ -37,6 +37,7 @@ def test_safe_value_rules() -> None:
     assert safe_value("sampler", "tpe") == "tpe"
 
 
+@pytest.mark.usefixtures("tracking_uri")  # tables made (conftest)
 def test_nothing_secret_reaches_the_tracking_store(tmp_path: Path) -> None:
     secrets.remember(KEY)
     uri = resolve_sqlite("sqlite:///mlruns/mlflow.db", tmp_path)

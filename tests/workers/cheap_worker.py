@@ -20,6 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: run as a
 from support.workers import ObjectiveRunner  # noqa: E402
 
 from tuner.config.workers import WorkerSettings  # noqa: E402
+from tuner.study.attrs import ATTR_ASSIGNMENT, set_record  # noqa: E402
 from tuner.study.loop import StudyLoop  # noqa: E402
 from tuner.study.queue import Variant, enqueue_initial, enqueue_once  # noqa: E402
 from tuner.study.storage import make_storage  # noqa: E402
@@ -55,6 +56,7 @@ def main() -> None:
     def objective(trial: optuna.Trial) -> float:
         x = trial.suggest_float("x", 0.0, 1.0)
         y = trial.suggest_int("y", 1, 5)
+        set_record(trial, ATTR_ASSIGNMENT, {"x": x, "y": y})  # as the trial runner does after suggest
         log(f"start {trial.number} {os.getpid()} {args.replica}")
         time.sleep(args.sleep)
         log(f"end {trial.number} {os.getpid()} {args.replica}")

@@ -24,6 +24,7 @@ from optuna.trial import TrialState
 from support.workers import retries_of
 
 from tuner.ops.demo import write_backend_config
+from tuner.study.attrs import assignment_of
 from tuner.study.storage import ATTR_REPLICA
 from workers.replica_setup import write_experiment
 
@@ -119,7 +120,12 @@ def test_sigkilled_worker_trial_is_retried_and_its_backend_reaped(experiment):
     assert trials[killed].state == TrialState.FAIL
     (retry,) = retries_of(list(trials.values()))[killed]
     assert trials[retry].state == TrialState.COMPLETE and trials[retry].system_attrs[ATTR_REPLICA] == 1
-    assert trials[retry].params == trials[killed].params
+    # The retry ran the killed trial's draw (its params, plus the applied values recorded as
+    # params when it completed) and the same assignment.
+    drawn = trials[killed].params
+    assert drawn and {k: trials[retry].params[k] for k in drawn} == drawn
+    killed_assignment = assignment_of(trials[killed])
+    assert killed_assignment and all(assignment_of(trials[retry])[k] == v for k, v in killed_assignment.items())
     assert sum(t.state == TrialState.COMPLETE for t in trials.values()) >= 5
     assert [t.number for t in trials.values() if t.state not in (TrialState.COMPLETE, TrialState.FAIL)] == []
     # Queued once (a retry of a killed baseline trial carries its variant too).

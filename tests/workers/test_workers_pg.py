@@ -20,7 +20,7 @@ import pytest
 from optuna.trial import TrialState
 from support.workers import retries_of
 
-from tuner.study.attrs import ATTR_VARIANT
+from tuner.study.attrs import ATTR_VARIANT, RECORDS, assignment_of, trial_attr
 
 WORKER = Path(__file__).with_name("cheap_worker.py")
 
@@ -44,6 +44,11 @@ def wait_all(procs, timeout):
             pytest.fail(f"worker {p.pid} did not finish in {timeout} s; stderr:\n{err[-2000:]}")
         outs.append((p.returncode, err))
     return outs
+
+
+def records(trial) -> dict:
+    """The trial's records (tuner.* system attrs) by name."""
+    return {name: value for name in RECORDS if (value := trial_attr(trial, name)) is not None}
 
 
 def read_log(log: Path) -> list[tuple[str, int, int]]:
@@ -111,6 +116,9 @@ def test_sigkill_mid_trial_is_retried_by_another_worker(pg_study, tmp_path):
     assert trials[retry].state == TrialState.COMPLETE
     assert trials[retry].params == trials[killed_trial].params
     assert trials[retry].user_attrs == trials[killed_trial].user_attrs
+    # the records (tuner.* system attrs) too: the retry ran the killed trial's assignment
+    assert records(trials[retry]) == records(trials[killed_trial]) != {}
+    assert assignment_of(trials[retry]) == {"x": trials[retry].params["x"], "y": trials[retry].params["y"]}
     log_rows = read_log(log)
     retry_runner = {pid for kind, n, pid in log_rows if kind == "start" and n == retry}
     assert retry_runner and victim.pid not in retry_runner

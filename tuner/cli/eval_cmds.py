@@ -310,10 +310,13 @@ def labels_export_unjudged(
         raise InputError(f"--format {fmt!r}: use csv or jsonl")
     data = load_report(report)
     dataset_id = data["context"]["dataset_id"]
-    texts = {q["query_id"]: q["query"] for q in data.get("queries", [])}
+    texts = {q["query_id"]: q["query"] for q in data.get("queries") or []} or dict(data.get("query_texts") or {})
     if db is not None:
         n = LabelStore(_existing_db(db)).export_unjudged(dataset_id, data["unjudged"], out, fmt=fmt, queries=texts)  # type: ignore[arg-type]
     else:
         n = export_unjudged(data["unjudged"], out, fmt=fmt, queries=texts)  # type: ignore[arg-type]
+    if data.get("unjudged_depth"):
+        _console().print(f"note: {report} is a slim trial report: it lists the unjudged hits down to rank "
+                         f"{data['unjudged_depth']} only (the baseline's and the best trials' reports list all)")
     _console().print(f"wrote {n} unjudged (query, doc) pairs of dataset {dataset_id} to {out}; fill in 'relevance' "
                     f"(0..3) and run `tuner labels import {out} --dataset-id {dataset_id}`")

@@ -21,9 +21,9 @@ def best_command(
     experiment: ExperimentArg,
     top: Annotated[int, typer.Option("--top", min=1, help="How many feasible trials to list.")] = 5,
 ) -> None:
-    """The top-N feasible trials of the study (infeasible ones listed apart)."""
-    from rich.table import Table
-
+    """The baseline and the top-N feasible trials: scores, deltas, constraint verdicts and
+    every config value (infeasible trials listed apart)."""
+    from tuner.cli import best_tables as bt
     from tuner.config.experiment import load_experiment
     from tuner.ops import analysis
     from tuner.study.storage import load_study
@@ -33,59 +33,44 @@ def best_command(
     frame = analysis.trials_frame(load_study(exp).get_trials(deepcopy=False))
     analysis.require_trials(frame, exp.study)
     maximize = exp.objective.direction == "maximize"
-
-    metric_cols = [m for m in ("OOS_FP_Rate", "Judged@10") if m in frame.columns and m != exp.objective.metric]
-    constraint_cols = [c for c in frame.columns if c.startswith(analysis.CONSTRAINT_PREFIX)]
-
-    def trials_table(title: str, rows: Any) -> Table:
-        t = Table(title=title, title_justify="left")
-        t.add_column("trial", justify="right")
-        t.add_column(exp.objective.metric, justify="right")
-        for col in metric_cols:
-            t.add_column(col, justify="right")
-        for col in constraint_cols:
-            t.add_column(col.removeprefix(analysis.CONSTRAINT_PREFIX) + " (violation)", justify="right")
-        t.add_column("variant")
-        for _, row in rows.iterrows():
-            t.add_row(f"#{int(row['number'])}", _cell(row["value"]), *(_cell(row[c]) for c in metric_cols),
-                      *(_cell(row[c]) for c in constraint_cols),
-                      str(row["variant"] or "") + (" (cached)" if row["cache_hit"] else ""))
-        return t
-
-    def params_table(rows: Any) -> Table:
-        t = Table(title="their parameters", title_justify="left")
-        t.add_column("config key")
-        for _, row in rows.iterrows():
-            t.add_column(f"#{int(row['number'])}", justify="right")
-        for col in [c for c in frame.columns if c.startswith(analysis.PARAM_PREFIX)]:
-            t.add_row(col.removeprefix(analysis.PARAM_PREFIX), *(_cell(row[col]) for _, row in rows.iterrows()))
-        return t
+    base = analysis.baseline_row(frame)
+    names = bt.constraint_names_of(frame)
+    judged = analysis.JUDGED in frame.columns and exp.objective.metric != analysis.JUDGED
+    goal = f"{exp.objective.direction} {exp.objective.metric}"
 
     ranked = analysis.feasible_ranked(frame, maximize=maximize)
-    if ranked.empty:
-        console.print("[yellow]no feasible trial yet[/]")
-    else:
-        top_rows = ranked.head(top)
-        console.print(trials_table(f"top {len(top_rows)} feasible trial(s) of {exp.study} "
-                                   f"({exp.objective.direction} {exp.objective.metric})", top_rows))
-        console.print(params_table(top_rows))
-    infeasible = analysis.infeasible_trials(frame)
-    if not infeasible.empty:
-        console.print(trials_table(f"{len(infeasible)} infeasible trial(s), least violating first",
-                                   infeasible.head(top)))
+    if base is not None:
+        ranked = ranked[ranked["number"] != base["number"]]
+    top_rows = [row for _, row in ranked.head(top).iterrows()]
+    complete = int((frame["state"] == "COMPLETE").sum())
+    if not top_rows:
+        others = "other " if base is not None and bool(base["feasible"]) else ""
+        console.print(f"[yellow]no {others}feasible trial yet: {complete} complete trial(s), none meets every "
+                      "constraint[/]" + (" (the baseline is shown below)" if base is not None else ""))
+    if base is None:
+        console.print("no baseline trial in this study (set `baseline: true` in the experiment file); no deltas")
+    if top_rows or base is not None:
+        what = ("the baseline and " if base is not None else "") + (
+            f"the top {len(top_rows)} feasible trial(s)" if top_rows else "no feasible trial")
+        console.print(bt.trials_table(console, f"{exp.study}: {what} ({goal})", top_rows, base=base,
+                                      constraint_names=names, judged=judged))
+        console.print(bt.legend(console, objective=exp.objective.metric, base=base, constraints=bool(names)))
+        for table, width in bt.params_tables(console, frame, top_rows, base):
+            console.print(table, width=width)
+        if base is not None and top_rows:
+            console.print(f"{bt.CHANGED} differs from the baseline (#{int(base['number'])})")
+
+    infeasible = [row for _, row in analysis.infeasible_trials(frame).head(top).iterrows()]
+    if infeasible:
+        n_infeasible = len(analysis.infeasible_trials(frame))
+        shown = "" if n_infeasible == len(infeasible) else f", the {len(infeasible)} least violating"
+        console.print(bt.trials_table(console, f"{n_infeasible} infeasible trial(s){shown}: the constraints they break",
+                                      infeasible, base=None, constraint_names=names, judged=judged, excess=True))
+        for line in bt.early_stops(infeasible):
+            console.print(line, markup=False, highlight=False)
     failed = frame[frame["state"] != "COMPLETE"]
     if not failed.empty:
         console.print(f"{len(failed)} trial(s) failed or pruned; `tuner report {experiment}` lists them")
-
-
-def _cell(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return "-" if value != value else f"{value:.4f}"
-    if isinstance(value, tuple):
-        return "[" + ", ".join(str(v) for v in value) + "]"
-    return str(value)
 
 
 def report_command(

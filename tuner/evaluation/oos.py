@@ -17,14 +17,17 @@ the counts that explain a 0.0 sit next to it in the scorecard (N_OOS_Queries, ..
 
 from __future__ import annotations
 
+import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 import pandas as pd
 
-#: 0.40, 0.42, ..., 0.80 (21 values); rounded so they print and compare exactly.
-THRESHOLDS: tuple[float, ...] = tuple(round(0.40 + 0.02 * i, 2) for i in range(21))
+#: step of the default sweep grid (0.00, 0.02, ..., 1.00 for confidences in [0, 1])
+DEFAULT_STEP = 0.02
+#: the default grid grows its step past DEFAULT_STEP to stay within this many points
+MAX_DEFAULT_POINTS = 101
 
 OOS_METRICS: tuple[str, ...] = (
     "OOS_FP_Rate",
@@ -83,12 +86,57 @@ def handoff_metrics(is_oos: Sequence[bool], answered: Sequence[bool]) -> dict[st
     return {name: float(value) for name, value in rates.items()}
 
 
+def threshold_grid(
+    confidences: Iterable[float | None] = (),
+    *,
+    sweep_range: tuple[float, float, float] | None = None,
+    include: Iterable[float | None] = (),
+) -> tuple[float, ...]:
+    """The thresholds a sweep covers, ascending, each rounded so it prints and compares exactly.
+
+    With ``sweep_range`` ``(low, high, step)`` (a solved gate's declared range): low,
+    low+step, ..., high. Without: 0 .. max(1, highest confidence) (from the lowest one
+    when it is negative) in DEFAULT_STEP steps, a coarser round step when that would
+    exceed MAX_DEFAULT_POINTS. Each finite value of ``include`` (the threshold in effect)
+    is a point as given, replacing a grid point within 1e-9 of it.
+    """
+    if sweep_range is not None:
+        low, high, step = (float(v) for v in sweep_range)
+        if not (math.isfinite(low) and math.isfinite(high) and math.isfinite(step)) or high < low or step <= 0:
+            raise ValueError(f"threshold sweep range {sweep_range!r}: pass (low, high, step) with low <= high, step > 0")
+        grid = _grid(low, high, step)
+    else:
+        seen = np.array([c for c in confidences if c is not None], dtype=float)
+        seen = seen[np.isfinite(seen)]
+        top, bottom = max(1.0, float(seen.max(initial=1.0))), min(0.0, float(seen.min(initial=0.0)))
+        step = DEFAULT_STEP
+        if (top - bottom) / step + 1 > MAX_DEFAULT_POINTS:
+            step = _round_step((top - bottom) / (MAX_DEFAULT_POINTS - 2))
+        grid = _grid(math.floor(bottom / step + 1e-9) * step, math.ceil(top / step - 1e-9) * step, step)
+    for value in include:
+        if value is not None and math.isfinite(value):
+            grid = np.append(grid[np.abs(grid - value) > 1e-9], float(value))
+    return tuple(float(t) for t in np.sort(grid))
+
+
+def _grid(low: float, high: float, step: float) -> np.ndarray:
+    n = int(math.floor((high - low) / step + 1e-9)) + 1
+    decimals = max(0, -int(math.floor(math.log10(step)))) + 3
+    return np.unique(np.round(np.append(low + step * np.arange(n), high), decimals))
+
+
+def _round_step(at_least: float) -> float:
+    """The smallest of 1, 2, 2.5, 5 times a power of ten that is >= ``at_least``."""
+    power = 10.0 ** math.floor(math.log10(at_least))
+    return next(m * power for m in (1, 2, 2.5, 5, 10) if m * power >= at_least - 1e-12)
+
+
 def threshold_sweep(
     is_oos: Sequence[bool],
     confidence: Sequence[float | None],
     n_results: Sequence[int],
     primary_scores: Sequence[float] | None = None,
-    thresholds: Sequence[float] = THRESHOLDS,
+    thresholds: Sequence[float] | None = None,
     *,
     observed_scores: Sequence[float] | None = None,
 ) -> pd.DataFrame | None:
@@ -100,6 +148,7 @@ def threshold_sweep(
     OOS) adds the in-scope mean Primary_Metric_Score each threshold would give (a
     handed-off query scores 0); queries without confidence contribute their
     ``observed_scores`` (default: ``primary_scores``) at every threshold.
+    ``thresholds`` defaults to ``threshold_grid`` over the observed confidences.
     Returns None when no query carries a confidence value.
     """
     conf = np.array([np.nan if c is None else c for c in confidence], dtype=float)
@@ -108,7 +157,7 @@ def threshold_sweep(
         return None
     oos = np.asarray(is_oos, dtype=bool)
     results = np.asarray(n_results, dtype=np.int64) > 0
-    ts = np.asarray(thresholds, dtype=float)
+    ts = np.asarray(threshold_grid(conf[has]) if thresholds is None else thresholds, dtype=float)
     answer = (conf[has][None, :] >= ts[:, None] - 1e-12) & results[has][None, :]
     frame = pd.DataFrame(oos_rates(oos[has], answer), index=pd.Index(ts, name="threshold"))
     frame.insert(0, "n_handoff", (~answer).sum(axis=1))

@@ -15,7 +15,10 @@ Gate model (the same as tuner.study.threshold's, so both give the same metrics):
   handed off once a threshold is set) or when no hit survives the filter;
 - a failed query stays failed.
 
-The rebuilt responses go through ``evaluate_responses``, the one scoring path.
+The rebuilt responses go through ``evaluate_responses``, the one scoring path. The
+re-scored batch's threshold sweep covers the confidence gate's declared range
+(``sweep_range``) plus the threshold in effect, exactly, so the trial's PR plot and sweep
+table show the trial's own operating point (``BatchResult.threshold_in_effect``).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from __future__ import annotations
 import math
 
 from tuner.evaluation.mapping import Hit, ParsedResponse
+from tuner.evaluation.oos import threshold_grid
 from tuner.evaluation.outcomes import QueryResponse
 from tuner.evaluation.result import PRIMARY, BatchResult, evaluate_responses
 
@@ -30,11 +34,20 @@ from tuner.evaluation.result import PRIMARY, BatchResult, evaluate_responses
 _EPS = 1e-9
 
 
-def regate(result: BatchResult, *, confidence_threshold: float | None, min_score: float | None) -> BatchResult:
+def regate(
+    result: BatchResult,
+    *,
+    confidence_threshold: float | None,
+    min_score: float | None,
+    sweep_range: tuple[float, float, float] | None = None,
+) -> BatchResult:
     """``result`` as if the backend had run with these gates (None: that gate as retrieved).
 
     Exact when the batch was retrieved with both gates at or below the given values
-    (hits the backend already dropped cannot come back)."""
+    (hits the backend already dropped cannot come back). ``sweep_range``
+    ``(low, high, step)``: the confidence gate's declared range, the grid of the
+    result's threshold sweep (default: oos.threshold_grid over the observed
+    confidences); ``confidence_threshold`` is always one of its rows."""
     pq = result.per_query
     failed_ids = {f.query_id for f in result.failed}
     responses: list[QueryResponse] = []
@@ -61,9 +74,11 @@ def regate(result: BatchResult, *, confidence_threshold: float | None, min_score
             latency_ms=float(row["latency_ms"]), attempts=int(row["attempts"]),
         ))
     ranking = [m for m in result.metric_names if m != PRIMARY]
+    in_effect = confidence_threshold if confidence_threshold is not None else result.threshold_in_effect
+    grid = threshold_grid(pq["confidence"].tolist(), sweep_range=sweep_range, include=(in_effect,))
     return evaluate_responses(
         result.queries, result.qrels, responses, result.failed,
-        gains=result.gains, metrics=ranking or None,
+        gains=result.gains, metrics=ranking or None, sweep_thresholds=grid, threshold_in_effect=in_effect,
     )
 
 

@@ -96,6 +96,9 @@ class BatchResult:
     gains: str = "linear"
     scorecard_version: str = scorecard.SCORECARD_VERSION
     metric_names: tuple[str, ...] = field(default_factory=tuple)
+    #: the confidence threshold the batch's handoffs stand for, when known (a solved gate:
+    #: tuner.evaluation.regate); the threshold sweep has a row at exactly this value
+    threshold_in_effect: float | None = None
 
     def __repr__(self) -> str:
         # short on purpose: asyncio and debuggers repr results, and the full frames are large
@@ -130,11 +133,16 @@ def evaluate_responses(
     *,
     gains: str = "linear",
     metrics: Sequence[str] | None = None,
+    sweep_thresholds: Sequence[float] | None = None,
+    threshold_in_effect: float | None = None,
 ) -> BatchResult:
     """Score collected outcomes. Every query of ``queries`` must have exactly one
     outcome (a response or a failure): EvaluationError otherwise, since a missing
-    query would silently raise the average."""
-    builder = ResultBuilder(queries, qrels, gains=gains, metrics=metrics)
+    query would silently raise the average. ``sweep_thresholds``: the threshold
+    sweep's grid (default: oos.threshold_grid over the observed confidences);
+    ``threshold_in_effect`` is recorded on the result as given."""
+    builder = ResultBuilder(queries, qrels, gains=gains, metrics=metrics, sweep_thresholds=sweep_thresholds,
+                            threshold_in_effect=threshold_in_effect)
     for outcome in [*responses, *failed]:
         builder.add(outcome)
     return builder.finish()
@@ -156,11 +164,15 @@ class ResultBuilder:
         *,
         gains: str = "linear",
         metrics: Sequence[str] | None = None,
+        sweep_thresholds: Sequence[float] | None = None,
+        threshold_in_effect: float | None = None,
     ) -> None:
         self.queries = queries
         self.qrels = qrels
         self.gains = gains
         self.metrics = metrics
+        self.sweep_thresholds = sweep_thresholds
+        self.threshold_in_effect = threshold_in_effect
         self._by_id: dict[str, QueryResponse | FailedQuery] = {}
         self._rows: dict[str, dict[str, Any]] = {}
         self._unjudged: dict[str, list[UnjudgedHit]] = {}
@@ -219,7 +231,7 @@ class ResultBuilder:
         seen_primary = per_query[PRIMARY].to_numpy(dtype=float)
         sweep = oos.threshold_sweep(
             is_oos, info["confidence"].tolist(), info["n_results"].tolist(), raw_primary,
-            observed_scores=seen_primary,
+            self.sweep_thresholds, observed_scores=seen_primary,
         )
         histogram = oos.fallback_histogram(info["query_type"].tolist(), info["fallback_level"].tolist())
 
@@ -238,6 +250,7 @@ class ResultBuilder:
             gains=gains,
             scorecard_version=str(raw.attrs.get("scorecard_version", scorecard.SCORECARD_VERSION)),
             metric_names=metric_names,
+            threshold_in_effect=self.threshold_in_effect,
         )
 
 

@@ -22,23 +22,26 @@ import pandas as pd
 from tuner.errors import StudyError
 from tuner.files import atomic_write_text, atomic_write_with
 from tuner.metrics.scorecard import PRIMARY_METRIC, PRIMARY_SCORECARD
+from tuner.ops.verdicts import CONSTRAINT_PREFIX, JUDGED, parse_constraint, verdicts
 from tuner.study.attrs import (
-    ATTR_ASSIGNMENT,
     ATTR_CACHE_HIT,
+    ATTR_EARLY_STOP,
     ATTR_FAIL_REASON,
-    ATTR_METRICS,
+    ATTR_JUDGED,
     ATTR_VARIANT,
+    assignment_of,
+    metrics_of,
     named_constraints,
 )
 
-CONSTRAINT_PREFIX = "constraint:"
 PARAM_PREFIX = "param:"
 
 # The scorecard (tuner.metrics), its primary score and the OOS rate: the deltas the
 # run summary and the study report show.
 SCORECARD = (*PRIMARY_SCORECARD, PRIMARY_METRIC, "OOS_FP_Rate")
 
-_BASE_COLUMNS = ["number", "state", "value", "feasible", "violation", "variant", "cache_hit", "fail_reason", "duration_s"]
+_BASE_COLUMNS = ["number", "state", "value", "feasible", "violation", "variant", "cache_hit", "fail_reason",
+                 "early_stop", "duration_s"]
 
 
 def trials_frame(trials: Iterable[Any]) -> pd.DataFrame:
@@ -46,8 +49,10 @@ def trials_frame(trials: Iterable[Any]) -> pd.DataFrame:
 
     Columns: number, state, value, feasible, violation (largest constraint value, <= 0
     when feasible), variant (baseline / shortlist name), cache_hit, fail_reason,
-    duration_s, then ``constraint:<name>``, ``param:<dotted path>`` (the config
-    assignment, not Optuna's internal parameters) and one column per report metric.
+    early_stop, duration_s, then ``constraint:<name>``, ``param:<dotted path>`` (the
+    config assignment, not Optuna's internal parameters) and one column per report
+    metric. A constraint's metric and Judged@10 missing from the metrics record are
+    taken from the user attributes of the same name (the scalars the trial also keeps).
     """
     rows: list[dict[str, Any]] = []
     for t in trials:
@@ -64,12 +69,15 @@ def trials_frame(trials: Iterable[Any]) -> pd.DataFrame:
             "variant": attrs.get(ATTR_VARIANT, ""),
             "cache_hit": bool(attrs.get(ATTR_CACHE_HIT, False)),
             "fail_reason": attrs.get(ATTR_FAIL_REASON, ""),
+            "early_stop": attrs.get(ATTR_EARLY_STOP, ""),
             "duration_s": t.duration.total_seconds() if t.duration is not None else math.nan,
         }
         row.update({CONSTRAINT_PREFIX + k: v for k, v in constraints.items()})
-        assignment = attrs.get(ATTR_ASSIGNMENT) or dict(t.params)
+        assignment = assignment_of(t) or dict(t.params)
         row.update({PARAM_PREFIX + k: v for k, v in flatten_assignment(assignment).items()})
-        row.update({k: v for k, v in (attrs.get(ATTR_METRICS) or {}).items()})
+        row.update(metrics_of(t))
+        fallbacks = {c.metric: c.metric for c in map(parse_constraint, constraints) if c} | {JUDGED: ATTR_JUDGED}
+        row.update({col: attrs[attr] for col, attr in fallbacks.items() if col not in row and attr in attrs})
         rows.append(row)
     if not rows:
         return pd.DataFrame(columns=_BASE_COLUMNS)
@@ -148,17 +156,19 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(float(value))
 
 
-def summary_table(frame: pd.DataFrame, *, metrics: Sequence[str] = ("OOS_FP_Rate", "Judged@10")) -> pd.DataFrame:
-    """The columns a report lists per trial: number, value, a few metrics, each
-    constraint's violation, variant and the parameters (column names without prefixes)."""
+def summary_table(frame: pd.DataFrame, *, metrics: Sequence[str] = ("OOS_FP_Rate", JUDGED)) -> pd.DataFrame:
+    """The columns a report lists per trial: number, value, a few metrics, a verdict per
+    constraint (``0.0938 ✓ ≤ 0.10``), variant and the parameters (names without prefixes)."""
     if frame.empty:
         return frame
     cols = ["number", "value"] + [m for m in metrics if m in frame.columns]
-    cols += [c for c in frame.columns if c.startswith(CONSTRAINT_PREFIX)]
-    cols += ["variant"] + [c for c in frame.columns if c.startswith(PARAM_PREFIX)]
-    renamed = {c: c.removeprefix(PARAM_PREFIX) for c in cols if c.startswith(PARAM_PREFIX)}
-    renamed.update({c: c.removeprefix(CONSTRAINT_PREFIX) + " (violation)" for c in cols if c.startswith(CONSTRAINT_PREFIX)})
-    return frame[cols].rename(columns=renamed)
+    out = frame[cols].copy()
+    per_row = [verdicts(row) for _, row in frame.iterrows()]
+    for i, col in enumerate(c for c in frame.columns if c.startswith(CONSTRAINT_PREFIX)):
+        out[col.removeprefix(CONSTRAINT_PREFIX)] = [v[i].text() for v in per_row]
+    out["variant"] = frame["variant"]
+    params = [c for c in frame.columns if c.startswith(PARAM_PREFIX)]
+    return pd.concat([out, frame[params].rename(columns=lambda c: c.removeprefix(PARAM_PREFIX))], axis=1)
 
 
 def markdown_table(frame: pd.DataFrame, *, floatfmt: str = ".4f") -> str:

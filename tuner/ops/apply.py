@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import optuna
 
 from tuner.errors import StudyError, TunerError
-from tuner.study.attrs import ATTR_ASSIGNMENT, ATTR_VARIANT
+from tuner.study.attrs import ATTR_VARIANT, assignment_of
 from tuner.study.feasibility import is_feasible, pick_trial
 from tuner.study.storage import ATTR_CONFIG_SEEN, load_study
 from tuner.study.wiring import Prepared, prepare
@@ -87,7 +87,7 @@ def plan_apply(experiment: Experiment, *, trial_number: int | None = None, recov
     maximize = experiment.objective.direction == "maximize"
     trial = pick_trial(study, trial_number, maximize=maximize)
     prepared = prepare(experiment, recover_journal=recover_journal)
-    assignment = trial.user_attrs.get(ATTR_ASSIGNMENT) or prepared.space.suggest(trial)
+    assignment = assignment_of(trial) or prepared.space.suggest(trial)
     edits = prepared.space.edits(assignment)
     now = prepared.space.current_assignment(prepared.patcher.documents())
     return ApplyPlan(
@@ -111,8 +111,8 @@ def config_seen(study: optuna.Study) -> dict[str, Any]:
     if isinstance(seen, dict):
         return seen
     for t in study.get_trials(deepcopy=False):
-        if t.user_attrs.get(ATTR_VARIANT) == "baseline" and t.user_attrs.get(ATTR_ASSIGNMENT):
-            return dict(t.user_attrs[ATTR_ASSIGNMENT])
+        if t.user_attrs.get(ATTR_VARIANT) == "baseline" and assignment_of(t):
+            return assignment_of(t)
     return {}
 
 

@@ -29,7 +29,7 @@ from tuner.data.labels import ImportSummary, LabelStore
 from tuner.errors import InputError
 from tuner.files import atomic_write_text
 from tuner.ops import analysis
-from tuner.study.attrs import ATTR_REPORTS
+from tuner.study.attrs import reports_of
 
 QueueFormat = Literal["csv", "jsonl"]
 CSV_COLUMNS = ("query_id", "query", "doc_id", "title", "best_rank", "n_trials", "relevance")
@@ -59,6 +59,7 @@ class TrialReport:
     unjudged: Sequence[Mapping[str, Any]]
     queries: Mapping[str, str]  # query_id -> query text
     dataset_id: str | None = None
+    depth: int | None = None  # a slim trial report lists unjudged hits down to this rank only
 
 
 def pick_trials(trials: Sequence[Any], *, top_n: int, maximize: bool = True, include_baseline: bool = True) -> list[Any]:
@@ -74,8 +75,8 @@ def pick_trials(trials: Sequence[Any], *, top_n: int, maximize: bool = True, inc
 
 
 def report_of(trial: Any) -> Path | None:
-    """The JSON report a trial recorded (user attr ``reports``), if any."""
-    reports = trial.user_attrs.get(ATTR_REPORTS) or {}
+    """The JSON report a trial recorded (its ``reports`` record), if any."""
+    reports = reports_of(trial)
     path = reports.get("json")
     return Path(path) if path else None
 
@@ -87,9 +88,10 @@ def load_trial_report(number: int, path: Path) -> TrialReport:
         raise InputError(f"trial {number}: report {path} is missing; re-run the trial or drop it with --top") from None
     except (OSError, json.JSONDecodeError) as exc:
         raise InputError(f"trial {number}: cannot read report {path} ({exc})") from exc
-    queries = {str(q["query_id"]): str(q.get("query") or "") for q in data.get("queries", [])}
+    queries = {str(q["query_id"]): str(q.get("query") or "") for q in data.get("queries") or []}
+    queries = queries or {str(k): str(v) for k, v in (data.get("query_texts") or {}).items()}
     dataset_id = (data.get("context") or {}).get("dataset_id")
-    return TrialReport(number, data.get("unjudged", []), queries, dataset_id)
+    return TrialReport(number, data.get("unjudged") or [], queries, dataset_id, data.get("unjudged_depth"))
 
 
 def build_queue(
@@ -104,6 +106,13 @@ def build_queue(
         raise InputError(f"--k {k}: the depth of the pool must be >= 1")
     qrels = qrels or {}
     items: dict[tuple[str, str], QueueItem] = {}
+    reports = list(reports)
+    shallow = [r.number for r in reports if r.depth is not None and r.depth < k]
+    if shallow:
+        raise InputError(
+            f"--k {k}: the slim reports of trial(s) {', '.join(f'#{n}' for n in shallow)} list unjudged hits down to "
+            f"rank {min(r.depth for r in reports if r.depth is not None)} only; use --k "
+            f"{min(r.depth for r in reports if r.depth is not None)} or set tracking.report_detail: full and re-run")
     for report in reports:
         for hit in report.unjudged:
             if hit.get("rank") is None or int(hit["rank"]) > k:

@@ -205,7 +205,25 @@ def _run_locked(
     )
     if prepared.split is not None and summary.best is not None and error is None and result.stopped_by != "signal":
         summary.holdout = _validate(experiment, summary, observer)
+    _publish(runner, study, experiment, summary)
     return summary
+
+
+def _publish(runner: Any, study: Any, experiment: Experiment, summary: RunSummary) -> None:
+    """The study note and the MLflow parent's summary, final (with the holdout verdict).
+    Bookkeeping: a failure is a warning."""
+    holdout = None
+    if summary.holdout is not None:
+        h = summary.holdout.report
+        row = h.comparison.loc[h.primary]
+        holdout = (f"**{h.verdict}** on {h.primary} ({h.n_in_scope} held-out in-scope queries, never tuned on): "
+                   f"baseline #{summary.holdout.baseline_trial} {row['baseline']:.4f} -> best "
+                   f"#{summary.holdout.best_trial} {row['candidate']:.4f} ({row['delta']:+.4f}, "
+                   f"p {row['p_value']:.3f}); {summary.holdout.markdown_path.name} has the whole comparison")
+    try:
+        runner.publish_study(study, holdout=holdout, apply_hint=f"tuner apply {experiment.source}")
+    except Exception as exc:  # noqa: BLE001 - notes are bookkeeping; the study is intact
+        summary.warnings.append(f"the study note was not updated: {type(exc).__name__}: {exc}".splitlines()[0])
 
 
 def _validate(experiment: Experiment, summary: RunSummary, observer: StudyObserver) -> Any:

@@ -28,7 +28,7 @@ from tuner.evaluation.holdout import (
 )
 from tuner.files import atomic_write_text
 from tuner.metrics.significance import Test
-from tuner.study.attrs import ATTR_ASSIGNMENT, ATTR_VARIANT
+from tuner.study.attrs import ATTR_VARIANT, assignment_of
 
 REPORT_JSON = "holdout.json"
 REPORT_MD = "holdout.md"
@@ -110,7 +110,7 @@ def _validate_holdout(
     results: dict[str, Any] = {}
     try:
         for side, trial in (("baseline", baseline), ("best", best)):
-            assignment = trial.user_attrs.get(ATTR_ASSIGNMENT) or space.suggest(trial)
+            assignment = assignment_of(trial) or space.suggest(trial)
             on_step(f"{side}: trial #{trial.number} on {len(queries)} holdout queries")
             patcher.write(patcher.render(space.edits(assignment)))
             restart_and_wait()

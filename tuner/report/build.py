@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import pandas as pd
@@ -36,6 +36,18 @@ _PARAMETER_KEYS = ("assignment", "solved_gates")
 #: coverage below this share of judged top-10 hits gets a tip in the report
 COVERAGE_TIP_BELOW = 0.9
 
+Detail = Literal["slim", "full"]
+DETAILS: tuple[str, ...] = ("slim", "full")
+#: what a slim report leaves out, and where the full data is kept
+#: a slim report lists the unjudged hits down to this rank (what the label queue pools by default)
+SLIM_UNJUDGED_DEPTH = 10
+SLIM_NOTE = ("slim report: no per-query top-20 snapshots, and unjudged hits only down to rank "
+             f"{SLIM_UNJUDGED_DEPTH} (counts of all are kept; per-query rows are in the per-query CSV); the baseline, "
+             "the best trials and `tuner apply` keep the full reports")
+#: per-query CSV columns of a slim report (then Judged@10, the scorecard's primary metrics and labels_top10)
+SLIM_CSV_COLUMNS: tuple[str, ...] = ("query_type", "source", "scope", "status", "handoff", "handoff_reason",
+                                     "confidence", "fallback_level", "n_results")
+
 
 def label_token(grade: int | None) -> str:
     """``L0``..``L3`` for a judged hit, ``U`` for an unjudged one."""
@@ -48,36 +60,61 @@ def label_sequence(grades: Sequence[int | None], depth: int) -> str:
 
 
 def build_report(
-    result: BatchResult, context: ReportContext | None = None, *, config_snapshot: str | None = None
+    result: BatchResult, context: ReportContext | None = None, *, config_snapshot: str | None = None,
+    detail: Detail = "full",
 ) -> dict[str, Any]:
+    """The report dict. ``detail="slim"`` leaves out the per-query entries (top-20
+    snapshots included): ``queries`` is None, ``query_texts`` maps the ids of the queries
+    with an unjudged hit to their text, and ``unjudged`` lists the unjudged hits down to
+    rank ``unjudged_depth`` (SLIM_UNJUDGED_DEPTH) only."""
+    check_detail(detail)
     ctx = context or ReportContext()
+    slim = detail == "slim"
     report: dict[str, Any] = {
         "schema": REPORT_SCHEMA,
+        "detail": detail,
+        "detail_note": SLIM_NOTE if slim else None,
         "generated_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "title": ctx.title,
         "context": _context(result, ctx),
         "scorecard": dict(result.metrics),
         "metric_groups": _metric_groups(result),
         "label_distribution": _label_distribution(result),
-        "coverage": _coverage(result),
+        "coverage": _coverage(result, slim=slim),
         "groups": _groups(result),
-        "oos": _oos(result),
+        "oos": _oos(result, slim=slim),
         "failed": [secrets.redact_mapping(f.to_dict(), _secret_names(ctx)) for f in result.failed],
-        "queries": _queries(result),
-        "unjudged": [u.to_dict() for u in result.unjudged],
+        "queries": None if slim else _queries(result),
+        "unjudged": [u.to_dict() for u in result.unjudged if not slim or u.rank <= SLIM_UNJUDGED_DEPTH],
+        "unjudged_depth": SLIM_UNJUDGED_DEPTH if slim else None,
+        "query_texts": _query_texts(result) if slim else None,
         "config_snapshot": config_snapshot,
     }
     return jsonable(report)
 
 
-def per_query_table(result: BatchResult) -> pd.DataFrame:
-    """per_query plus the label sequences: the per-query CSV."""
-    frame = result.per_query.copy()
-    for depth in SEQUENCE_DEPTHS:
+def per_query_table(result: BatchResult, detail: Detail = "full") -> pd.DataFrame:
+    """per_query plus the label sequences: the per-query CSV. ``slim``: SLIM_CSV_COLUMNS,
+    Judged@10, the scorecard's primary metrics, Primary_Metric_Score and labels_top10."""
+    check_detail(detail)
+    if detail == "full":
+        frame = result.per_query.copy()
+        depths = SEQUENCE_DEPTHS
+    else:
+        pq = result.per_query
+        primary = [m for m in scorecard.PRIMARY_SCORECARD if m in pq.columns]
+        frame = pq[[c for c in (*SLIM_CSV_COLUMNS, "Judged@10", *primary, PRIMARY) if c in pq.columns]].copy()
+        depths = (10,)
+    for depth in depths:
         frame[f"labels_top{depth}"] = [
             label_sequence(_grades(result, qid), depth) for qid in frame.index
         ]
     return frame
+
+
+def check_detail(detail: str) -> None:
+    if detail not in DETAILS:
+        raise ValueError(f"report detail {detail!r}: use one of {', '.join(DETAILS)}")
 
 
 # --------------------------------------------------------------------------- sections
@@ -153,7 +190,7 @@ def _label_distribution(result: BatchResult) -> dict[str, Any]:
     }
 
 
-def _coverage(result: BatchResult) -> dict[str, Any]:
+def _coverage(result: BatchResult, *, slim: bool = False) -> dict[str, Any]:
     pq = result.per_query
     in_scope = pq.index[pq["scope"] == "in"]
     unlabelled = [qid for qid in in_scope if not result.qrels.get(qid)]
@@ -165,7 +202,9 @@ def _coverage(result: BatchResult) -> dict[str, Any]:
             f"Only {j10:.0%} of the top-10 hits are labelled, so ranking metrics are lower bounds "
             f"(unlabelled hits count as Irrelevant). Label the {top10_unjudged} unjudged top-10 hits first: "
             "`tuner labels export-unjudged --report REPORT.json --out todo.csv`, grade them, then "
-            "`tuner labels import todo.csv --dataset-id ID`."
+            "`tuner labels import todo.csv --dataset-id ID`"
+            + (f" (this slim report lists the unjudged hits down to rank {SLIM_UNJUDGED_DEPTH}; the baseline's and "
+               "the best trials' full reports list all)." if slim else ".")
         )
     if unlabelled:
         shown = ", ".join(unlabelled[:10]) + (" ..." if len(unlabelled) > 10 else "")
@@ -212,11 +251,19 @@ def _groups(result: BatchResult) -> dict[str, Any]:
     return groups
 
 
-def _oos(result: BatchResult) -> dict[str, Any]:
+#: a slim report's JSON keeps the sweep rows this many either side of the threshold in effect
+SLIM_SWEEP_ROWS = 10
+
+
+def _oos(result: BatchResult, *, slim: bool = False) -> dict[str, Any]:
     sweep = result.threshold_sweep
+    if slim and sweep is not None and result.threshold_in_effect is not None and len(sweep) > 2 * SLIM_SWEEP_ROWS + 1:
+        at = int(abs(sweep.index.to_numpy(dtype=float) - result.threshold_in_effect).argmin())
+        sweep = sweep.iloc[max(0, at - SLIM_SWEEP_ROWS): at + SLIM_SWEEP_ROWS + 1]  # the PNG plots every row
     hist = result.fallback_histogram
     return {
         "metrics": {name: result.metrics.get(name) for name in OOS_METRICS},
+        "threshold_in_effect": result.threshold_in_effect,
         "threshold_sweep": None if sweep is None else sweep.reset_index().to_dict(orient="records"),
         "fallback_histogram": None if hist is None else {
             str(qt): {str(level): int(n) for level, n in row.items()} for qt, row in hist.iterrows()
@@ -265,3 +312,9 @@ def jsonable(value: Any) -> Any:
     if value is pd.NA or value is pd.NaT:
         return None
     return str(value)
+
+
+def _query_texts(result: BatchResult) -> dict[str, str]:
+    """query id -> text, for the queries a slim report lists unjudged hits of."""
+    wanted = {u.query_id for u in result.unjudged if u.rank <= SLIM_UNJUDGED_DEPTH}
+    return {q.query_id: q.query for q in result.queries if q.query_id in wanted}

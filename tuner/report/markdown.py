@@ -1,4 +1,10 @@
-"""The Markdown report, rendered from the JSON report dict (pure)."""
+"""The Markdown report, rendered from the JSON report dict (pure).
+
+A ``full`` report has every section; a ``slim`` one (report["detail"], a study's
+ordinary trial) keeps what picks a winner: the context, the solved gates, the
+scorecard, the handoff summary with the sweep rows around the threshold in effect,
+the coverage numbers and the failed queries, and no per-query sections.
+"""
 
 from __future__ import annotations
 
@@ -7,15 +13,26 @@ from typing import Any
 
 #: the Markdown lists at most this many unjudged hits (the JSON report has them all)
 MAX_UNJUDGED_LISTED = 200
+#: a slim report shows the sweep rows this many either side of the threshold in effect
+SLIM_SWEEP_NEIGHBOURS = 5
+#: ... and, without a threshold in effect, about this many rows spread over the grid
+SLIM_SWEEP_ROWS = 11
+#: a slim report lists at most this many failed queries
+SLIM_FAILED_LISTED = 20
+#: context keys shown in their own section, not in the context table
+_SOLVED_KEYS = ("solved_gates", "solved_gates_note")
 _SUMMARY_METRICS = ("Primary_Metric_Score", "NDCG@20", "ERR@10", "Strong_Precision@10")
 
 
 def render_markdown(report: Mapping[str, Any], *, pr_curve: str | None = None) -> str:
     """The whole report; ``pr_curve`` is the PNG's path relative to the Markdown file."""
+    if report.get("detail") == "slim":
+        return _slim(report, pr_curve)
     parts = [
         f"# {report['title']}: {report['context']['dataset_id']}",
         f"Generated {report['generated_at']} ({report['schema']}).",
         _context(report["context"]),
+        _solved(report["context"]),
         _scorecard(report),
         _labels(report["label_distribution"]),
         _groups(report["groups"]),
@@ -24,6 +41,23 @@ def render_markdown(report: Mapping[str, Any], *, pr_curve: str | None = None) -
         _failed(report["failed"]),
         _queries(report["queries"]),
         _config(report.get("config_snapshot")),
+    ]
+    return "\n\n".join(p for p in parts if p).rstrip() + "\n"
+
+
+def _slim(report: Mapping[str, Any], pr_curve: str | None) -> str:
+    failed = report["failed"]
+    parts = [
+        f"# {report['title']}: {report['context']['dataset_id']}",
+        f"Generated {report['generated_at']} ({report['schema']}, {report['detail_note']}).",
+        _context(report["context"]),
+        _solved(report["context"]),
+        _scorecard(report),
+        _oos(report["oos"], pr_curve, slim=True),
+        _coverage(report["coverage"], ()),
+        _failed(failed[:SLIM_FAILED_LISTED]),
+        f"The first {SLIM_FAILED_LISTED} of {len(failed)} failed queries (all of them are in the JSON report)."
+        if len(failed) > SLIM_FAILED_LISTED else "",
     ]
     return "\n\n".join(p for p in parts if p).rstrip() + "\n"
 
@@ -54,8 +88,18 @@ def _context(ctx: Mapping[str, Any]) -> str:
     rows = [(k, ctx.get(k)) for k in keys]
     gains = ctx.get("gain_values") or {}
     rows.append(("gain_values", ", ".join(f"{k}={v:g}" for k, v in gains.items())))
-    rows += [(k, v) for k, v in ctx.items() if k not in keys and k not in ("gain_values", "spec")]
+    rows += [(k, v) for k, v in ctx.items() if k not in keys and k not in ("gain_values", "spec", *_SOLVED_KEYS)]
     return "## Metric context\n\n" + table(["key", "value"], rows)
+
+
+def _solved(ctx: Mapping[str, Any]) -> str:
+    gates = ctx.get("solved_gates")
+    if not gates:
+        return ""
+    out = ["## Solved gates", table(["gate", "value"], [(k, v) for k, v in gates.items()])]
+    if ctx.get("solved_gates_note"):
+        out.append(str(ctx["solved_gates_note"]))
+    return "\n\n".join(out)
 
 
 def _scorecard(report: Mapping[str, Any]) -> str:
@@ -68,7 +112,7 @@ def _scorecard(report: Mapping[str, Any]) -> str:
 
 
 def _metric_value(name: str, value: Any) -> Any:
-    if isinstance(value, float) and (name.startswith("N_") or name == "Failed_Queries"):
+    if isinstance(value, float) and (name.startswith("N_") or name in ("Failed_Queries", "Empty_Queries")):
         return int(value)
     if isinstance(value, float) and name.startswith("Latency"):
         return f"{value:.1f}"
@@ -103,15 +147,23 @@ def _groups(groups: Mapping[str, Any]) -> str:
     return "\n\n".join(out)
 
 
-def _oos(oos: Mapping[str, Any], pr_curve: str | None) -> str:
-    out = ["## Out of scope and handoff",
-           table(["metric", "value"], list(oos["metrics"].items()))]
+def _oos(oos: Mapping[str, Any], pr_curve: str | None, *, slim: bool = False) -> str:
+    out = ["## Out of scope and handoff"]
+    if not slim:  # a slim report has them in its scorecard only
+        out.append(table(["metric", "value"], list(oos["metrics"].items())))
     sweep = oos.get("threshold_sweep")
     if sweep:
         cols = list(sweep[0].keys())
+        at = _row_at(sweep, oos.get("threshold_in_effect"))
+        shown = _sweep_rows(len(sweep), at) if slim else list(range(len(sweep)))
         out += ["### Confidence threshold sweep",
-                "Answer when confidence >= threshold; 'handoff' is the positive prediction for OOS queries.",
-                table(cols, [[row[c] for c in cols] for row in sweep])]
+                "Answer when confidence >= threshold; 'handoff' is the positive prediction for OOS queries."
+                + ("" if at is None else f" The row marked 'in effect' is the threshold this report scores "
+                   f"({fmt(sweep[at]['threshold'])})."),
+                table(cols, [_sweep_cells(sweep[i], cols, i == at) for i in shown])]
+        if len(shown) < len(sweep):
+            out.append(f"{len(shown)} of {len(sweep)} thresholds ({fmt(sweep[0]['threshold'], 2)} to "
+                       f"{fmt(sweep[-1]['threshold'], 2)}); every row is in the JSON report and the plot.")
         if pr_curve:
             out.append(f"![handoff precision-recall curve]({pr_curve})")
     else:
@@ -124,7 +176,29 @@ def _oos(oos: Mapping[str, Any], pr_curve: str | None) -> str:
     return "\n\n".join(out)
 
 
-def _coverage(cov: Mapping[str, Any], unjudged: Sequence[Mapping[str, Any]]) -> str:
+def _row_at(sweep: Sequence[Mapping[str, Any]], threshold: float | None) -> int | None:
+    if threshold is None:
+        return None
+    return next((i for i, row in enumerate(sweep) if abs(row["threshold"] - threshold) <= 1e-9), None)
+
+
+def _sweep_rows(n: int, at: int | None) -> list[int]:
+    """The rows a slim report shows: around ``at``, else spread evenly (first and last kept)."""
+    if at is not None:
+        return list(range(max(0, at - SLIM_SWEEP_NEIGHBOURS), min(n, at + SLIM_SWEEP_NEIGHBOURS + 1)))
+    if n <= SLIM_SWEEP_ROWS:
+        return list(range(n))
+    return sorted({round(i * (n - 1) / (SLIM_SWEEP_ROWS - 1)) for i in range(SLIM_SWEEP_ROWS)})
+
+
+def _sweep_cells(row: Mapping[str, Any], cols: Sequence[str], in_effect: bool) -> list[Any]:
+    cells = [row[c] for c in cols]
+    if in_effect:
+        cells[cols.index("threshold")] = f"**{fmt(row['threshold'])}** (in effect)"
+    return cells
+
+
+def _coverage(cov: Mapping[str, Any], unjudged: Sequence[Mapping[str, Any]] | None) -> str:
     out = ["## Coverage",
            f"Judged@10 = {fmt(cov['Judged@10'])}, Judged@20 = {fmt(cov['Judged@20'])}; "
            f"{cov['unjudged_hits']} unjudged hits ({cov['unjudged_in_top10']} in a top 10).",

@@ -1,10 +1,18 @@
-"""Experiment tracking: one parent run per study, one nested child run per trial.
+"""Experiment tracking in MLflow: `MlflowTracker` writes one parent run per study and
+one nested child run per trial through an explicit `MlflowClient` (no global active-run
+state, so nothing leaks between studies or tests). The interface it implements
+(`Tracker`, `TrialRecord`, `NullTracker`) lives in `tuner.report.tracker`, the value
+rules (names, params per component, run names, descriptions) in
+`tuner.report.mlflow_values`; both are re-exported here. Written here rather than taken
+from optuna-integration because its MLflowCallback is deprecated and logs neither
+constraints nor artifacts.
 
-The study loop talks to a small `Tracker` interface; `MlflowTracker` writes MLflow
-runs through an explicit `MlflowClient` (no global active-run state, so nothing leaks
-between studies or tests), `NullTracker` records nothing. This is written here
-rather than taken from optuna-integration because its MLflowCallback is deprecated and
-logs neither constraints nor artifacts.
+What a user sees: the experiment opens on its runs (tag mlflow.experimentKind); a dict
+or list param is one param per component; a child run is named after its trial and
+score and describes itself with links (to its Optuna trial page); the parent run's
+description summarises the study (`summarize_study`). Report files are hard-linked into
+a local artifact store, so each exists once on disk (copied only across file systems or
+to a remote store).
 
 Everything the MlflowTracker logs passes tuner.secrets on the way: a param or tag under
 a secret name is ``***``, other values lose URL passwords, secret query parameters and
@@ -17,104 +25,64 @@ from __future__ import annotations
 import math
 import re
 import time
-from abc import ABC, abstractmethod
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from tuner import secrets
 from tuner.dburl import redact, sqlalchemy_url
 from tuner.errors import StudyError
+from tuner.report.mlflow_values import (
+    PARAM_VALUE_LIMIT,
+    as_int,
+    cap_text,
+    default_artifact_root,
+    flat_params,
+    hard_link,
+    local_artifact_dir,
+    mlflow_name,
+    quote,
+    run_note,
+    safe_value,
+    trial_run_name,
+    ui_base,
+)
+from tuner.report.tracker import (
+    EXPERIMENT_KIND,
+    INTERRUPTED,
+    TAG_CACHE_HIT,
+    TAG_EXPERIMENT_KIND,
+    TAG_FAIL_REASON,
+    TAG_INTERRUPTED,
+    TAG_NOTE,
+    TAG_ROLE,
+    TAG_STATE,
+    TAG_STUDY,
+    TAG_TRIAL,
+    NullTracker,
+    Tracker,
+    TrialRecord,
+    TrialState,
+)
 
-TrialState = Literal["COMPLETE", "FAIL", "PRUNED"]
+__all__ = [
+    "EXPERIMENT_KIND", "INTERRUPTED", "PARAM_VALUE_LIMIT", "TAG_CACHE_HIT", "TAG_EXPERIMENT_KIND",
+    "TAG_FAIL_REASON", "TAG_INTERRUPTED", "TAG_NOTE", "TAG_ROLE", "TAG_STATE", "TAG_STUDY", "TAG_TRIAL",
+    "MlflowTracker", "NullTracker", "Tracker", "TrialRecord", "TrialState",
+    "default_artifact_root", "flat_params", "mlflow_name", "safe_value", "trial_run_name",
+]
 
-# Tags that tie runs to the Optuna study; `tuner dashboard` and tests search by them.
-TAG_STUDY = "tuner.study_name"
-TAG_ROLE = "tuner.role"
-TAG_TRIAL = "tuner.trial_number"
-TAG_STATE = "tuner.state"
-TAG_FAIL_REASON = "tuner.fail_reason"
-TAG_CACHE_HIT = "tuner.cache_hit"
-TAG_INTERRUPTED = "tuner.interrupted_runs"
 _PARENT_TAG = "mlflow.parentRunId"
-
 _MLFLOW_STATUS = {"COMPLETE": "FINISHED", "FAIL": "FAILED", "PRUNED": "KILLED"}
-_PARAM_VALUE_LIMIT = 6000
-INTERRUPTED = "interrupted: the run that ran this trial was killed"
 
 
-def mlflow_name(name: str) -> str:
-    """A metric / param name MLflow accepts: '@' (as in NDCG@10) becomes '_at_', other
-    characters outside MLflow's set become '_'."""
-    return re.sub(r"[^/\w.\- :]", "_", name.replace("@", "_at_"))
+@dataclass
+class _OpenRun:
+    """What `finish_trial` needs of a run `start_trial` opened (saves a get_run)."""
 
-
-@dataclass(frozen=True)
-class TrialRecord:
-    """Everything a tracker records about one finished trial."""
-
-    number: int
-    state: TrialState
-    params: Mapping[str, Any]
-    metrics: Mapping[str, float] = field(default_factory=dict)
-    # artifact file name (e.g. "config/config.yaml") -> the exact text written
-    config_texts: Mapping[str, str] = field(default_factory=dict)
-    # kind (json, markdown, per_query_csv, pr_curve_png) -> file
-    reports: Mapping[str, Path] = field(default_factory=dict)
-    fail_reason: str | None = None
-    tags: Mapping[str, str] = field(default_factory=dict)
-
-
-class Tracker(ABC):
-    """Where trial records go. One instance serves one study run."""
-
-    @abstractmethod
-    def start_study(self, study_name: str, *, params: Mapping[str, Any], tags: Mapping[str, str]) -> str | None:
-        """Open (or, on resume, reopen) the study's parent run; returns its id."""
-
-    @abstractmethod
-    def start_trial(self, number: int, params: Mapping[str, Any]) -> str | None:
-        """Open the child run of trial ``number``; returns its id (stored as a trial attr)."""
-
-    @abstractmethod
-    def finish_trial(self, run_id: str | None, record: TrialRecord) -> None:
-        """Log a finished trial into the child run opened by `start_trial` and close it."""
-
-    @abstractmethod
-    def end_study(self, *, status: str, summary: Mapping[str, float]) -> None:
-        """Close the parent run with the study's summary metrics."""
-
-    def close_stale_runs(self, study_name: str, live_trials: Collection[int]) -> list[int]:
-        """Close the runs a killed run left open (see MlflowTracker); returns the trial
-        numbers closed. Trackers without runs have nothing to close."""
-        return []
-
-class NullTracker(Tracker):
-    """Tracking switched off."""
-
-    def start_study(self, study_name: str, *, params: Mapping[str, Any], tags: Mapping[str, str]) -> str | None:
-        return None
-
-    def start_trial(self, number: int, params: Mapping[str, Any]) -> str | None:
-        return None
-
-    def finish_trial(self, run_id: str | None, record: TrialRecord) -> None:
-        return None
-
-    def end_study(self, *, status: str, summary: Mapping[str, float]) -> None:
-        return None
-
-    def close_stale_runs(self, study_name: str, live_trials: Collection[int]) -> list[int]:
-        return []
-
-
-def default_artifact_root(uri: str) -> Path | None:
-    """Artifacts next to a SQLite tracking database (``mlruns/`` for the default URI)."""
-    prefix = "sqlite:///"
-    if uri.startswith(prefix) and uri[len(prefix) :].startswith("/"):
-        return Path(uri[len(prefix) :]).parent
-    return None
+    artifact_uri: str | None
+    params: set[str]
 
 
 class MlflowTracker(Tracker):
@@ -146,10 +114,19 @@ class MlflowTracker(Tracker):
             ) from exc
         self.parent_run_id: str | None = None
         self.study_name: str | None = None
+        self._open: dict[str, _OpenRun] = {}  # run id -> what start_trial logged
+        self._latest_trial = 0  # the highest trial number finished here: summarize_study's step
+        # report files put into the artifact store: hard links, copies (log_artifact)
+        self.report_files = {"linked": 0, "copied": 0}
 
     def _experiment_id(self) -> str:
         found = self.client.get_experiment_by_name(self.experiment_name)
         if found is not None:
+            # The UI stores its guess (genai_development_inferred ...) when it opens an
+            # experiment without the tag; a user's own choice stays.
+            kind = found.tags.get(TAG_EXPERIMENT_KIND, "")
+            if kind in ("", "no_inferred_type") or kind.endswith("_inferred"):
+                self.client.set_experiment_tag(found.experiment_id, TAG_EXPERIMENT_KIND, EXPERIMENT_KIND)
             return str(found.experiment_id)
         # One folder per MLflow experiment under the artifact root (like MLflow's own
         # mlruns/<experiment id>/ layout), named after the experiment so it is found by eye.
@@ -157,13 +134,22 @@ class MlflowTracker(Tracker):
         if self.artifact_root is not None:
             folder = re.sub(r"[^\w.\-]", "_", self.experiment_name)
             location = (self.artifact_root / folder).resolve().as_uri()
-        return str(self.client.create_experiment(self.experiment_name, artifact_location=location))
+        return str(self.client.create_experiment(
+            self.experiment_name, artifact_location=location, tags={TAG_EXPERIMENT_KIND: EXPERIMENT_KIND}))
+
+    def experiment_url(self, base_url: str) -> str:
+        """The experiment's runs table in the MLflow UI at ``base_url``."""
+        return f"{ui_base(base_url)}#/experiments/{self.experiment_id}/runs"
+
+    def run_url(self, run_id: str, base_url: str) -> str:
+        """Run ``run_id``'s page in the MLflow UI at ``base_url`` (e.g. http://127.0.0.1:5000/)."""
+        return f"{ui_base(base_url)}#/experiments/{self.experiment_id}/runs/{run_id}"
 
     def find_parent_run(self, study_name: str) -> str | None:
         """The parent run of ``study_name`` in this experiment, if one was created before."""
         runs = self.client.search_runs(
             [self.experiment_id],
-            filter_string=f"tags.`{TAG_STUDY}` = '{_quote(study_name)}' and tags.`{TAG_ROLE}` = 'study'",
+            filter_string=f"tags.`{TAG_STUDY}` = '{quote(study_name)}' and tags.`{TAG_ROLE}` = 'study'",
             max_results=1,
             order_by=["attributes.start_time ASC"],
         )
@@ -171,12 +157,19 @@ class MlflowTracker(Tracker):
 
     def delete_study_runs(self, study_name: str) -> int:
         """Delete (MLflow soft-delete) every run of ``study_name``: a fresh study of the
-        same name then starts a new parent run. Returns how many were deleted."""
+        same name then starts a new parent run. A run's artifacts in a local store are
+        removed with it (MLflow's soft delete would keep their bytes on disk for good).
+        Returns how many were deleted."""
+        import shutil
+
         runs = self.client.search_runs(
-            [self.experiment_id], filter_string=f"tags.`{TAG_STUDY}` = '{_quote(study_name)}'", max_results=50000
+            [self.experiment_id], filter_string=f"tags.`{TAG_STUDY}` = '{quote(study_name)}'", max_results=50000
         )
         for run in runs:
             self.client.delete_run(run.info.run_id)
+            local = local_artifact_dir(run.info.artifact_uri)
+            if local is not None and local.is_dir():
+                shutil.rmtree(local, ignore_errors=True)
         return len(runs)
 
     def close_stale_runs(self, study_name: str, live_trials: Collection[int]) -> list[int]:
@@ -193,7 +186,7 @@ class MlflowTracker(Tracker):
         live = set(live_trials)
         closed: list[int] = []
         for run in self._running_runs(study_name, role="trial"):
-            number = _as_int(run.data.tags.get(TAG_TRIAL))
+            number = as_int(run.data.tags.get(TAG_TRIAL))
             if number is None or number in live:
                 continue  # a live trial's, or not a run this tracker wrote
             self._log(run.info.run_id, tags={TAG_STATE: "FAIL", TAG_FAIL_REASON: INTERRUPTED})
@@ -203,7 +196,7 @@ class MlflowTracker(Tracker):
             for run in self._running_runs(study_name, role="study"):
                 if run.info.run_id == self.parent_run_id:
                     continue
-                count = (_as_int(run.data.tags.get(TAG_INTERRUPTED)) or 0) + 1
+                count = (as_int(run.data.tags.get(TAG_INTERRUPTED)) or 0) + 1
                 self._log(run.info.run_id, tags={TAG_INTERRUPTED: str(count)})
                 self.client.set_terminated(run.info.run_id, status=_MLFLOW_STATUS["FAIL"])
         return sorted(closed)
@@ -211,7 +204,7 @@ class MlflowTracker(Tracker):
     def _running_runs(self, study_name: str, *, role: str) -> list[Any]:
         return list(self.client.search_runs(
             [self.experiment_id],
-            filter_string=(f"tags.`{TAG_STUDY}` = '{_quote(study_name)}' and tags.`{TAG_ROLE}` = '{role}'"
+            filter_string=(f"tags.`{TAG_STUDY}` = '{quote(study_name)}' and tags.`{TAG_ROLE}` = '{role}'"
                            " and attributes.status = 'RUNNING'"),
             max_results=50000,
         ))
@@ -229,7 +222,7 @@ class MlflowTracker(Tracker):
             run_id = run.info.run_id
             # Params are immutable in MLflow: only the first run of a study logs them;
             # a resumed study with edited settings keeps them as (mutable) tags.
-            self._log(run_id, params=params)
+            self._log(run_id, params=flat_params(params))
         else:
             self.client.update_run(run_id, status="RUNNING")
             for key, value in tags.items():
@@ -251,42 +244,85 @@ class MlflowTracker(Tracker):
                 TAG_STATE: "RUNNING",
             },
         )
-        self._log(run.info.run_id, params=params, tuned=True)
+        logged = flat_params(params, by_name=False)
+        self._log(run.info.run_id, params=logged)
+        self._open[run.info.run_id] = _OpenRun(run.info.artifact_uri, set(logged))
         return run.info.run_id
 
     def finish_trial(self, run_id: str | None, record: TrialRecord) -> None:
+        """Log the record into the child run and close it: the params it lacks (e.g. the
+        gates solved during the trial; a param logged at start keeps its value), metrics
+        at step = trial number, tags, the description (summary and links), config
+        texts, report files (hard links on a local store); then name it after the trial
+        and score (`trial_run_name`)."""
         if run_id is None:
             run_id = self.start_trial(record.number, record.params)
+        opened = self._open.pop(run_id, None) or self._opened_before(run_id)
+        params = {k: v for k, v in flat_params(record.params, by_name=False).items() if k not in opened.params}
         tags = {TAG_STATE: record.state, **record.tags}
         if record.fail_reason:
             tags[TAG_FAIL_REASON] = secrets.redact_text(record.fail_reason)[:5000]
-        self._log(run_id, metrics=record.metrics, tags=tags, step=record.number)
+        note = run_note(record.summary, record.links)
+        if note:
+            tags[TAG_NOTE] = note
+        self._log(run_id, params=params, metrics=record.metrics, tags=tags, step=record.number)
         for name, text in record.config_texts.items():
             # log_text keeps the YAML exactly as written (log_dict would sort keys and
             # drop comments).
             self.client.log_text(run_id, secrets.scrub_known(text), name)
-        for path in record.reports.values():
-            if Path(path).is_file():
-                self.client.log_artifact(run_id, str(path), "reports")
+        self._log_reports(run_id, opened.artifact_uri, record.reports)
+        self.client.update_run(run_id, name=trial_run_name(record.number, record.state, record.value, record.feasible))
         self.client.set_terminated(run_id, status=_MLFLOW_STATUS[record.state])
+        self._latest_trial = max(self._latest_trial, record.number)
+
+    def _opened_before(self, run_id: str) -> _OpenRun:
+        """A run this tracker did not open (another process's): read it back."""
+        run = self.client.get_run(run_id)
+        return _OpenRun(run.info.artifact_uri, set(run.data.params))
+
+    def _log_reports(self, run_id: str, artifact_uri: str | None, reports: Mapping[str, Path]) -> None:
+        """Report files under ``reports/`` of the run: a hard link to the trial's file
+        when MLflow keeps the artifacts on this machine (one copy on disk), else -- a
+        remote store, another file system -- a copy through log_artifact."""
+        local = local_artifact_dir(artifact_uri)
+        for path in map(Path, reports.values()):
+            if not path.is_file():
+                continue
+            if local is not None and hard_link(path, local / "reports" / path.name):
+                self.report_files["linked"] += 1
+            else:
+                self.client.log_artifact(run_id, str(path), "reports")
+                self.report_files["copied"] += 1
+
+    def summarize_study(
+        self, *, note: str, metrics: Mapping[str, float], tags: Mapping[str, str], step: int | None = None
+    ) -> None:
+        """The parent run's description becomes ``note`` (a later call replaces it);
+        ``metrics`` are logged at ``step`` (default: the highest trial number this
+        tracker finished), so their history is kept and the runs table shows the latest;
+        ``tags`` are set. Two log_batch calls; nothing before `start_study`."""
+        if self.parent_run_id is None:
+            return
+        step = self._latest_trial if step is None else step
+        self._log(self.parent_run_id, metrics=metrics, tags={**tags, TAG_NOTE: cap_text(note)}, step=step)
 
     def end_study(self, *, status: str, summary: Mapping[str, float]) -> None:
         if self.parent_run_id is None:
             return
-        self._log(self.parent_run_id, metrics=summary)
+        # At summarize_study's step: MLflow shows a metric's value at the highest step.
+        self._log(self.parent_run_id, metrics=summary, step=self._latest_trial)
         self.client.set_terminated(self.parent_run_id, status=status)
 
     def _log(
         self,
         run_id: str,
         *,
-        params: Mapping[str, Any] | None = None,
+        params: Mapping[str, str] | None = None,
         metrics: Mapping[str, float] | None = None,
         tags: Mapping[str, str] | None = None,
         step: int = 0,
-        tuned: bool = False,
     ) -> None:
-        """``tuned``: ``params`` are a trial's parameters (see `safe_value`)."""
+        """``params``: made by `flat_params` (names and values already MLflow's)."""
         from mlflow.entities import Metric, Param, RunTag
 
         now = int(time.time() * 1000)
@@ -295,9 +331,8 @@ class MlflowTracker(Tracker):
             for k, v in (metrics or {}).items()
             if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(float(v))
         ]
-        param_rows = [Param(mlflow_name(k), safe_value(k, v, by_name=not tuned)[:_PARAM_VALUE_LIMIT])
-                      for k, v in (params or {}).items()]
-        tag_rows = [RunTag(k, safe_value(k, v)) for k, v in (tags or {}).items()]
+        param_rows = [Param(k, v) for k, v in (params or {}).items()]
+        tag_rows = [RunTag(k, cap_text(safe_value(k, v))) for k, v in (tags or {}).items()]
         # log_batch caps each call at 1000 metrics, 100 params and 100 tags.
         for start in range(0, len(metric_rows), 1000):
             self.client.log_batch(run_id, metrics=metric_rows[start : start + 1000])
@@ -305,24 +340,3 @@ class MlflowTracker(Tracker):
             self.client.log_batch(run_id, params=param_rows[start : start + 100])
         for start in range(0, len(tag_rows), 100):
             self.client.log_batch(run_id, tags=tag_rows[start : start + 100])
-
-
-def safe_value(name: str, value: Any, *, by_name: bool = True) -> str:
-    """A param or tag value as MLflow stores it: ``***`` under a secret name (tuner.secrets)
-    when ``by_name``, else the text with URL passwords, secret query parameters and
-    known secrets hidden. A trial's params are search-space names (``rerank.key_boost``
-    is a tuned number): they go ``by_name=False``."""
-    if by_name and secrets.is_secret_name(name):
-        return secrets.REDACTED
-    return secrets.redact_text(str(value))
-
-
-def _as_int(text: str | None) -> int | None:
-    try:
-        return int(text) if text is not None else None
-    except ValueError:
-        return None
-
-
-def _quote(value: str) -> str:
-    return value.replace("'", "\\'")

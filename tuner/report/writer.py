@@ -1,5 +1,11 @@
 """Write a batch's reports to a directory: JSON, Markdown, per-query CSV, PR curve.
 
+``detail="full"`` (``tuner eval``, a study's baseline and best trials, ``tuner apply``)
+writes everything; ``detail="slim"`` (a study's other trials) leaves out the per-query
+top-20 snapshots and the unjudged-hit list and writes a short Markdown summary and a
+narrower per-query CSV (tuner.report.build.SLIM_CSV_COLUMNS). The JSON is indented in
+both, so it previews and diffs line by line.
+
 Every file is written atomically; the JSON report (the machine-readable index of the
 others) is written last, so its presence means the set is complete. Each text is
 scrubbed of the secret values this process has read (tuner.secrets.scrub_known) on
@@ -16,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from tuner.errors import InputError
 from tuner.files import atomic_write_bytes, atomic_write_text
-from tuner.report.build import build_report, per_query_table
+from tuner.report.build import Detail, build_report, check_detail, per_query_table
 from tuner.report.context import REPORT_SCHEMA, ReportContext
 from tuner.report.markdown import render_markdown
 from tuner.report.plots import pr_curve_png
@@ -34,6 +40,10 @@ class ReportPaths:
     pr_curve_png: Path | None
 
 
+#: float format of a slim per-query CSV (10 significant digits; a full CSV keeps every digit)
+SLIM_CSV_FLOAT_FORMAT = "%.10g"
+
+
 def write_reports(
     result: BatchResult,
     out_dir: str | Path,
@@ -41,12 +51,17 @@ def write_reports(
     context: ReportContext | None = None,
     config_snapshot: str | None = None,
     stem: str = "report",
+    detail: Detail = "full",
+    markdown: Detail | None = None,
 ) -> ReportPaths:
     """Write ``{stem}.json``, ``{stem}.md``, ``{stem}_per_query.csv`` and, when the
-    responses carried a confidence, ``{stem}_pr_curve.png`` into ``out_dir``."""
+    responses carried a confidence, ``{stem}_pr_curve.png`` into ``out_dir``
+    (``detail``: see the module doc). ``markdown`` (default: ``detail``): a study's trials
+    keep the short Markdown even when their JSON holds every query's top-k snapshot."""
+    check_detail(detail)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    report = build_report(result, context, config_snapshot=config_snapshot)
+    report = build_report(result, context, config_snapshot=config_snapshot, detail=detail)
     paths = ReportPaths(
         json=out / f"{stem}.json",
         markdown=out / f"{stem}.md",
@@ -54,22 +69,43 @@ def write_reports(
         pr_curve_png=None if result.threshold_sweep is None else out / f"{stem}_pr_curve.png",
     )
     if paths.pr_curve_png is not None and result.threshold_sweep is not None:
-        atomic_write_bytes(paths.pr_curve_png, pr_curve_png(result.threshold_sweep, title=f"Handoff: {result.dataset_id}"))
-    atomic_write_text(paths.per_query_csv, scrub_known(per_query_table(result).to_csv(index=True, lineterminator="\n")))
+        atomic_write_bytes(paths.pr_curve_png, pr_curve_png(result.threshold_sweep, title=f"Handoff: {result.dataset_id}",
+                                                            threshold=result.threshold_in_effect))
+    csv_text = per_query_table(result, detail).to_csv(
+        index=True, lineterminator="\n", float_format=SLIM_CSV_FLOAT_FORMAT if detail == "slim" else None)
+    atomic_write_text(paths.per_query_csv, scrub_known(csv_text))
     pr_name = paths.pr_curve_png.name if paths.pr_curve_png is not None else None
-    atomic_write_text(paths.markdown, scrub_known(render_markdown(report, pr_curve=pr_name)))
+    md_report = report if (markdown or detail) == detail else build_report(
+        result, context, config_snapshot=config_snapshot, detail=markdown or detail)
+    atomic_write_text(paths.markdown, scrub_known(render_markdown(md_report, pr_curve=pr_name)))
     report["files"] = {
         "markdown": paths.markdown.name,
         "per_query_csv": paths.per_query_csv.name,
         "pr_curve_png": pr_name,
     }
-    # no indent: json's C encoder only runs without one (~10x faster on a per-trial report)
-    atomic_write_text(paths.json, scrub_known(json.dumps(report, ensure_ascii=False, allow_nan=False)) + "\n")
+    atomic_write_text(paths.json, scrub_known(dumps_json(report)) + "\n")
     return paths
 
 
-def load_report(path: str | Path) -> dict[str, Any]:
-    """Read a JSON report written by write_reports; InputError when it is not one."""
+def dumps_json(value: Any, *, _level: int = 0) -> str:
+    """JSON indented by one space per level, each innermost object or list (a sweep row,
+    a query's hit) on one line: readable in artifact previews and line diffs. Measured on
+    the demo's full trial report: 61 ms, 1.15 MB (one line: 15 ms, 1.11 MB; ``indent=1``:
+    74 ms, 1.33 MB); on its slim one, 1 ms and 48 KB."""
+    children = value.values() if isinstance(value, dict) else value if isinstance(value, list) else None
+    if children is None or not value or not any(isinstance(v, (dict, list)) for v in children):
+        return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(", ", ": "))
+    pad, end = "\n" + " " * (_level + 1), "\n" + " " * _level
+    if isinstance(value, dict):
+        body = ",".join(f"{pad}{json.dumps(str(k), ensure_ascii=False)}: {dumps_json(v, _level=_level + 1)}"
+                        for k, v in value.items())
+        return "{" + body + end + "}"
+    return "[" + ",".join(pad + dumps_json(v, _level=_level + 1) for v in value) + end + "]"
+
+
+def load_report(path: str | Path, *, full: bool = False) -> dict[str, Any]:
+    """Read a JSON report written by write_reports; InputError when it is not one, or
+    with ``full`` when it is a slim report (no per-query entries, no unjudged list)."""
     p = Path(path)
     try:
         report = json.loads(p.read_text(encoding="utf-8"))
@@ -80,4 +116,7 @@ def load_report(path: str | Path) -> dict[str, Any]:
     if not isinstance(report, dict) or report.get("schema") != REPORT_SCHEMA:
         found = report.get("schema") if isinstance(report, dict) else type(report).__name__
         raise InputError(f"{p}: not a fusion-tuner evaluation report (schema {found!r}, expected {REPORT_SCHEMA!r})")
+    if full and report.get("detail") == "slim":
+        raise InputError(f"{p}: a slim trial report without per-query hits; pass a full report (the baseline's, "
+                         "a best trial's, or one written by `tuner eval` or `tuner apply`)")
     return report

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import mimetypes
+import os
 import uuid
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -77,7 +78,7 @@ class OptunaArtifacts:
         from optuna.artifacts._upload import ARTIFACTS_ATTR_PREFIX, ArtifactMeta
 
         mimetype, encoding = mimetypes.guess_type(filename)
-        if Path(filename).suffix in {".yaml", ".yml", ".md"}:
+        if Path(filename).suffix in {".yaml", ".yml", ".md", ".json"}:
             mimetype = "text/plain"  # shown inline by the dashboard
         artifact_id = str(uuid.uuid4())
         meta = ArtifactMeta(artifact_id=artifact_id, filename=filename,
@@ -86,5 +87,15 @@ class OptunaArtifacts:
         return artifact_id
 
     def write(self, artifact_id: str, path: Path) -> None:
+        """Store ``path`` under ``artifact_id``: a hard link to the trial's own file (one
+        copy on disk; FileSystemArtifactStore keeps an artifact at ``<dir>/<id>``), a copy
+        only where a link cannot be made (another filesystem)."""
+        try:
+            os.link(path, self.store_dir / artifact_id)
+            return
+        except FileExistsError:
+            return
+        except OSError:
+            pass
         with open(path, "rb") as fh:
             self.store.write(artifact_id, fh)

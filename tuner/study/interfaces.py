@@ -61,8 +61,11 @@ class BatchEvaluator(Protocol):
         """The files `write_reports` will write for ``result`` (kind -> path)."""
 
     def write_reports(
-        self, result: EvalOutcome, out_dir: Path, *, context: Mapping[str, Any], config_snapshot: str
-    ) -> Mapping[str, Path]: ...
+        self, result: EvalOutcome, out_dir: Path, *, context: Mapping[str, Any], config_snapshot: str,
+        detail: str = "full",
+    ) -> Mapping[str, Path]:
+        """``detail``: "slim" (scorecard, per-query metrics, summary) or "full" (also every
+        query's top-k snapshot and the unjudged hits)."""
 
 
 @dataclass(frozen=True)
@@ -71,6 +74,7 @@ class Constraint:
 
     name: str
     violation: Callable[[Mapping[str, float]], float]
+    metric: str | None = None  # the metric it bounds (shown next to the trial's feasibility)
 
 
 @dataclass(frozen=True)

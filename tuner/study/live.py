@@ -85,7 +85,9 @@ class LiveEvaluator:
             paths["pr_curve_png"] = out_dir / "report_pr_curve.png"
         return paths
 
-    def write_reports(self, result: Any, out_dir: Path, *, context: Mapping[str, Any], config_snapshot: str) -> dict[str, Path]:
+    def write_reports(
+        self, result: Any, out_dir: Path, *, context: Mapping[str, Any], config_snapshot: str, detail: str = "full",
+    ) -> dict[str, Path]:
         from tuner.report import ReportContext, write_reports
 
         ctx = ReportContext(
@@ -97,7 +99,8 @@ class LiveEvaluator:
             spec=self.spec.model_dump(mode="json"),
             extra={**self._preflight_context(), **context},
         )
-        written = {k: Path(v) for k, v in _fields(write_reports(result, out_dir, context=ctx, config_snapshot=config_snapshot)).items()
+        written = {k: Path(v) for k, v in _fields(write_reports(result, out_dir, context=ctx, config_snapshot=config_snapshot,
+                                                                 detail=detail, markdown="slim")).items()
                    if v is not None}
         if written != self.report_paths(result, out_dir):
             raise EvaluationError(

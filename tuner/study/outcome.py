@@ -32,6 +32,9 @@ class TrialOutcome:
     inputs: InputsFingerprint | None = None
     backend_fingerprint: str | None = None
     interrupted: bool = False
+    # why the batch stopped before its last query (the OOS early stop of an infeasible trial)
+    early_stop: str | None = None
+    early_stop_detail: str | None = None  # the whole story, for the trial's note
     reports: dict[str, str] = field(default_factory=dict)
     # critical-path phases; "search" = first request to last answer inside "evaluate";
     # "report" / "track" are filled by the bookkeeper later (overlapped)

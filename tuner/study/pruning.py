@@ -18,7 +18,10 @@ OOS early stop: with the constraint ``OOS_FP_Rate <= b`` over ``n_oos`` OOS quer
 most ``budget = floor(b * n_oos)`` OOS queries may be answered. Once more than that
 have been answered, no outcome of the remaining queries can make the trial feasible,
 so the batch stops (``OOSBudgetExceeded``, a ``TrialPruned``). The check is exact: it
-never stops a trial that could still end feasible. When the confidence threshold is
+never stops a trial that could still end feasible. The trial runner records such a trial
+as COMPLETE and infeasible (its OOS_FP_Rate lower bound breaks the constraint), valued at
+the running mean of the queries measured, so the dashboards and the samplers' constraint
+models see it. When the confidence threshold is
 solved per retrieval (tuner.study.threshold), an OOS query counts as answered only if it
 would be answered even at the highest threshold of the range.
 """
@@ -50,8 +53,12 @@ class TrialLike(Protocol):
 class OOSBudgetExceeded(optuna.TrialPruned):
     """More OOS queries were answered than the OOS_FP_Rate constraint allows."""
 
-    def __init__(self, answered: int, budget: int, n_oos: int, bound: float) -> None:
+    def __init__(self, answered: int, budget: int, n_oos: int, bound: float, *,
+                 running_mean: float = math.nan, evaluated: int = 0) -> None:
         self.answered, self.budget, self.n_oos, self.bound = answered, budget, n_oos, bound
+        # the objective's mean over the in-scope queries measured before the stop, and how
+        # many queries that was: the trial's recorded value (COMPLETE, infeasible)
+        self.running_mean, self.evaluated = running_mean, evaluated
         super().__init__(
             f"OOS early stop: {answered} of {n_oos} OOS queries answered, the constraint OOS_FP_Rate <= {bound:g} "
             f"allows {budget}; the trial cannot become feasible"
@@ -173,7 +180,8 @@ class QueryReporter:
             return
         self.oos.observe(self._oos_answered(record))
         if self.oos.exceeded():
-            raise OOSBudgetExceeded(self.oos.answered, self.oos.budget, self.oos.n_oos, self.oos.bound)
+            raise OOSBudgetExceeded(self.oos.answered, self.oos.budget, self.oos.n_oos, self.oos.bound,
+                                    running_mean=self.running_mean, evaluated=self.evaluated)
 
     def _oos_answered(self, record: Mapping[str, Any]) -> bool:
         answered = bool(record.get("answered"))

@@ -1,13 +1,23 @@
 """A trial's record: everything ``tell`` must find on the Optuna trial (user attrs,
-artifact names), then the bookkeeping queued on the `Bookkeeper` -- the config
-snapshot and report files, the artifact bytes and the MLflow child run.
+records, the applied values as params, artifact names), then the bookkeeping queued on
+the `Bookkeeper` -- the config snapshot and report files, the artifact links, the
+notes and the MLflow child run.
 
 `TrialRecording` is mixed into `tuner.study.trial.TrialRunner`: it reads the runner's
 fields annotated below and its ``_dir`` / ``_named_texts`` helpers.
+
+Report detail: a trial's files are "slim" (scorecard, per-query metrics, the sweep
+through the chosen gates, a short summary) unless it is the baseline or the best feasible
+trial so far; those keep every query's top-k snapshot and all unjudged hits in their
+JSON. When a later trial becomes the best, the previous best's files are rewritten slim
+in place. ``tracking.report_detail: full`` keeps everything full (the whole solve grid
+too). Each file is written once: the Optuna artifact store and MLflow's local store get
+hard links to it, which is why a demotion rewrites the bytes in place (same inode).
 """
 
 from __future__ import annotations
 
+import tempfile
 import time
 from collections.abc import Mapping
 from concurrent.futures import Future
@@ -16,38 +26,59 @@ from pathlib import Path
 from typing import Any
 
 import optuna
+from optuna.distributions import BaseDistribution
 
-from tuner.files import atomic_write_text
+from tuner.files import atomic_write_text, overwrite_in_place
 from tuner.report.tracking import TAG_CACHE_HIT, Tracker, TrialRecord
+from tuner.study.applied_params import record_applied_params
 from tuner.study.attrs import (
     ATTR_CACHE_HIT,
+    ATTR_CACHE_NOTE,
+    ATTR_DATA_FINGERPRINT,
+    ATTR_EARLY_STOP,
     ATTR_FAIL_REASON,
+    ATTR_FAILED_QUERIES,
+    ATTR_FEASIBLE,
+    ATTR_JUDGED,
     ATTR_METRICS,
     ATTR_MLFLOW_RUN,
     ATTR_PHASES,
     ATTR_REPORTS,
+    ATTR_VARIANT,
+    set_record,
 )
 from tuner.study.bookkeeping import Bookkeeper, OptunaArtifacts
-from tuner.study.interfaces import BatchEvaluator
-from tuner.study.outcome import SOLVED_PREFIX, SWEEP_FILE, SWEEP_REPORT, TrialOutcome, jsonable
+from tuner.study.interfaces import BatchEvaluator, Objective
+from tuner.study.notes import Links, publish_study, trial_note, write_note
+from tuner.study.outcome import SOLVED_PREFIX, SWEEP_FILE, TrialOutcome, jsonable
+from tuner.study.sweep_table import slim_sweep
 
-ATTR_CACHE_NOTE = "cache_note"  # why a trial missed the cache, or why its result was not stored
-ATTR_DATA_FINGERPRINT = "data_fingerprint"  # {"inputs": digest, "backend": fingerprint} it was measured on
+__all__ = ["ATTR_CACHE_NOTE", "ATTR_DATA_FINGERPRINT", "TAG_CACHE_NOTE", "TrialRecording"]
+
 TAG_CACHE_NOTE = "tuner.cache_note"
 _REPORT_MAX_FILES = 20  # per-file digests in a report's context up to this many inputs
+_STUDY_NOTE_EVERY = 10  # trials between study-note refreshes (and on every new best)
 
 
 @dataclass
 class _Pending:
     """What the bookkeeper needs to finish a trial after ``tell``."""
 
-    number: int
+    trial: optuna.Trial
     outcome: TrialOutcome
     texts: dict[Path, str]
     result: Any
     run_id: Future[Any] | None
     artifacts: dict[str, str]  # artifact id -> file it holds
+    detail: str  # "slim" or "full"
+    best: bool = False  # full as the best feasible trial so far: rewritten slim when a better one comes
     sweep: Any = None  # the threshold sweep table (pandas), when gates were solved
+    chosen: Mapping[str, float] | None = None  # the solved gate values (the sweep's chosen row)
+    context: dict[str, Any] | None = None  # the report context it was written with
+
+    @property
+    def number(self) -> int:
+        return self.outcome.number
 
 
 class TrialRecording:
@@ -61,6 +92,14 @@ class TrialRecording:
     bookkeeper: Bookkeeper
     gates: Mapping[str, Any]
     background_seconds: dict[int, dict[str, float]]
+    objective: Objective
+    constraints: Any  # Sequence[Constraint]
+    declared: Mapping[str, BaseDistribution]
+    report_detail: str
+    links: Links | None
+    _best_value: float | None
+    _best_known: bool
+    _full_best: _Pending | None  # the best so far whose files are full (its batch kept to rewrite them slim)
 
     def _record(
         self, trial: optuna.Trial, out: TrialOutcome, texts: dict[Path, str], result: Any,
@@ -75,36 +114,66 @@ class TrialRecording:
         self, trial: optuna.Trial, out: TrialOutcome, texts: dict[Path, str], result: Any,
         run_id: Future[Any] | None, sweep: Any = None,
     ) -> None:
-        attrs: dict[str, Any] = {
-            ATTR_METRICS: out.metrics,
-            ATTR_CACHE_HIT: out.cache_hit,
-            ATTR_REPORTS: out.reports,
-            ATTR_PHASES: out.phase_seconds,
-        }
+        detail, best = self._choose_detail(trial, out) if result is not None else ("slim", False)
+        user: dict[str, Any] = {ATTR_CACHE_HIT: out.cache_hit}
+        if out.state == "COMPLETE":
+            user[ATTR_FEASIBLE] = out.feasible
+            for c in self.constraints:
+                metric = getattr(c, "metric", None)
+                if metric and metric in out.metrics:
+                    user[metric] = out.metrics[metric]
         if out.metrics:
-            attrs["judged@10"] = out.metrics.get("Judged@10")
-            attrs["failed_queries"] = out.metrics.get("Failed_Queries")
-        if out.fail_reason:
-            attrs[ATTR_FAIL_REASON] = out.fail_reason
-        attrs[ATTR_CACHE_NOTE] = out.cache_note
-        attrs[ATTR_DATA_FINGERPRINT] = _data_fingerprint(out) or None
+            user[ATTR_JUDGED] = out.metrics.get("Judged@10")
+            user[ATTR_FAILED_QUERIES] = out.metrics.get("Failed_Queries")
+        # a table column: the first 200 characters (the trial note and MLflow keep it whole)
+        user[ATTR_FAIL_REASON] = out.fail_reason[:200] if out.fail_reason else None
+        user[ATTR_EARLY_STOP] = out.early_stop
         if run_id is not None:
             # Created on the bookkeeper during restart and health wait: long done by now.
-            attrs[ATTR_MLFLOW_RUN] = run_id.result()
-        for key, value in attrs.items():
+            user[ATTR_MLFLOW_RUN] = run_id.result()
+        for key, value in user.items():
             if value is not None or key == ATTR_MLFLOW_RUN:
                 trial.set_user_attr(key, jsonable(value))
+        records = {ATTR_METRICS: out.metrics, ATTR_REPORTS: out.reports, ATTR_PHASES: out.phase_seconds,
+                   ATTR_CACHE_NOTE: out.cache_note, ATTR_DATA_FINGERPRINT: _data_fingerprint(out) or None}
+        for key, value in records.items():
+            if value is not None:
+                set_record(trial, key, jsonable(value))
+        if out.assignment:
+            record_applied_params(trial, out.assignment, self.declared)
         artifacts: dict[str, str] = {}
-        if self.artifacts is not None and out.state == "COMPLETE":
+        if self.artifacts is not None and out.state == "COMPLETE" and result is not None:
             files = [self._dir(trial.number) / Path(n).name for n in self._named_texts(texts)]
-            files += [Path(out.reports[k]) for k in ("json", "markdown", SWEEP_REPORT) if k in out.reports]
+            files += [Path(f) for f in out.reports.values()]
             artifacts = {self.artifacts.register(trial, f.name): str(f) for f in files}
-        pending = _Pending(trial.number, out, texts, result, run_id, artifacts,
-                           sweep if out.state == "COMPLETE" else None)
+        chosen = {n: out.assignment[n] for n in self.gates if n in out.assignment}
+        pending = _Pending(trial, out, texts, result, run_id, artifacts, detail, best,
+                           sweep if out.state == "COMPLETE" else None, chosen)
         self.bookkeeper.submit(f"bookkeeping of trial #{trial.number}", self._finish, pending)
 
+    def _choose_detail(self, trial: optuna.Trial, out: TrialOutcome) -> tuple[str, bool]:
+        """("full", is a new best) for the baseline, a new best feasible trial, or when the
+        experiment asks; ("slim", False) otherwise."""
+        if self.report_detail == "full":
+            return "full", False
+        if out.state != "COMPLETE" or not out.feasible or out.value is None:
+            return "slim", False
+        if trial.user_attrs.get(ATTR_VARIANT) == "baseline":
+            return "full", False
+        if not self._best_known:
+            from tuner.study.feasibility import best_feasible_trial
+
+            done = trial.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+            best = best_feasible_trial(done, maximize=self.objective.maximize)
+            self._best_value, self._best_known = (best.values[0] if best is not None else None), True
+        sign = 1.0 if self.objective.maximize else -1.0
+        if self._best_value is None or sign * (out.value - self._best_value) > 0:
+            self._best_value = out.value
+            return "full", True
+        return "slim", False
+
     def _finish(self, p: _Pending) -> None:
-        """On the bookkeeper: config snapshot and report files, artifact bytes, MLflow."""
+        """On the bookkeeper: config snapshot and report files, artifact links, notes, MLflow."""
         out, timings = p.outcome, self.background_seconds.setdefault(p.number, {})
         started = time.perf_counter()
         trial_dir = self._dir(p.number)
@@ -121,30 +190,78 @@ class TrialRecording:
                 context["solved_gates"] = solved
                 context["solved_gates_note"] = (
                     "retrieved with these gates at the low end of their range, then solved client-side; "
-                    f"this report is the batch re-scored at the solved values (every candidate: {SWEEP_FILE})")
-            self.evaluator.write_reports(p.result, trial_dir, context=context, config_snapshot=self._snapshot(p.texts))
+                    f"this report is the batch re-scored at the solved values (the candidates scored: {SWEEP_FILE})")
+            self.evaluator.write_reports(p.result, trial_dir, context=context, config_snapshot=self._snapshot(p.texts),
+                                         detail=p.detail)
+            p.context = context
         if p.sweep is not None:
             trial_dir.mkdir(parents=True, exist_ok=True)
-            atomic_write_text(trial_dir / SWEEP_FILE, p.sweep.to_csv(index=False))
+            atomic_write_text(trial_dir / SWEEP_FILE, _sweep_text(p.sweep, p.chosen or {}, self.report_detail))
         if self.artifacts is not None:
             for artifact_id, path in p.artifacts.items():
                 if Path(path).is_file():
                     self.artifacts.write(artifact_id, Path(path))
+        if p.best:
+            previous, self._full_best = self._full_best, p
+            if previous is not None:
+                self._demote(previous)
         timings["report"] = time.perf_counter() - started
+        started = time.perf_counter()
+        run_id = p.run_id.result() if p.run_id is not None else None
+        note = self._trial_note(out, run_id, links=self._optuna_links(run_id))
+        write_note(p.trial, note)
         if self.tracker is not None:
-            started = time.perf_counter()
-            run_id = p.run_id.result() if p.run_id is not None else None
-            self.tracker.finish_trial(run_id, self._tracking_record(out, named))
-            timings["track"] = time.perf_counter() - started
+            self.tracker.finish_trial(run_id, self._tracking_record(out, named, note=self._trial_note(out, run_id)))
+        if out.state == "COMPLETE" and (p.detail == "full" or p.number % _STUDY_NOTE_EVERY == 0):
+            self.publish_study(p.trial.study)
+        timings["track"] = time.perf_counter() - started
 
-    def _tracking_record(self, out: TrialOutcome, named: Mapping[str, str]) -> TrialRecord:
+    def _demote(self, p: _Pending) -> None:
+        """Rewrite a superseded best's report files slim, in place (their hard links in the
+        artifact stores see the slim bytes; the full ones are freed)."""
+        trial_dir = self._dir(p.number)
+        with tempfile.TemporaryDirectory(dir=trial_dir.parent, prefix=".slim-") as tmp:
+            self.evaluator.write_reports(p.result, Path(tmp), context=p.context or {},
+                                         config_snapshot=self._snapshot(p.texts), detail="slim")
+            for fresh in Path(tmp).iterdir():
+                if (trial_dir / fresh.name).is_file():
+                    overwrite_in_place(trial_dir / fresh.name, fresh.read_bytes())
+        p.result = None
+
+    def publish_study(self, study: optuna.Study, *, holdout: str | None = None, apply_hint: str | None = None) -> None:
+        """Refresh the study note and the MLflow parent run's summary (tuner.study.notes)."""
+        publish_study(study, objective=self.objective, links=self.links, tracker=self.tracker, holdout=holdout,
+                      apply_hint=apply_hint)
+
+    def _optuna_links(self, run_id: str | None) -> dict[str, str]:
+        url = self.links.run(run_id) if self.links is not None else None
+        return {"MLflow run": url} if url else {}
+
+    def _trial_note(self, out: TrialOutcome, run_id: str | None, *, links: Mapping[str, str] | None = None) -> str:
+        if links is None:  # the MLflow description links back to the Optuna trial page
+            links = {"Optuna trial page": self.links.trial(out.number)} if self.links is not None else {}
+        solved = {n: out.assignment[n] for n in self.gates if n in out.assignment and SOLVED_PREFIX + n in out.metrics}
+        return trial_note(
+            number=out.number, state=out.state, value=out.value, objective=self.objective.metric,
+            feasible=out.feasible, constraints=out.constraints, metrics=out.metrics, solved=solved,
+            early_stop=out.early_stop_detail or out.early_stop, fail_reason=out.fail_reason, links=links,
+        )
+
+    def _tracking_record(self, out: TrialOutcome, named: Mapping[str, str], *, note: str | None = None) -> TrialRecord:
         metrics = dict(out.metrics)
         if out.value is not None:
             metrics["objective"] = out.value
-        metrics.update({f"constraint.{k}": v for k, v in out.constraints.items()})
+        if out.state == "COMPLETE":
+            metrics["feasible"] = 1.0 if out.feasible else 0.0
+        by_name = {c.name: c for c in self.constraints}
+        for name, violation in out.constraints.items():
+            metric = getattr(by_name.get(name), "metric", None) or name.split()[0]
+            metrics[f"violation.{metric}"] = violation
         tags = {TAG_CACHE_HIT: str(out.cache_hit).lower(), "tuner.feasible": str(out.feasible).lower()}
         if out.cache_note:
             tags[TAG_CACHE_NOTE] = out.cache_note
+        if out.early_stop:
+            tags["tuner.early_stop"] = out.early_stop
         return TrialRecord(
             number=out.number,
             state=out.state,
@@ -154,6 +271,9 @@ class TrialRecording:
             reports={k: Path(v) for k, v in out.reports.items()},
             fail_reason=out.fail_reason,
             tags=tags,
+            value=out.value,
+            feasible=out.feasible if out.state == "COMPLETE" else None,
+            summary=note,  # the run's description: the trial note (links to the Optuna trial page included)
         )
 
     def _snapshot(self, texts: Mapping[Path, str]) -> str:
@@ -185,3 +305,12 @@ def _data_context(out: TrialOutcome) -> dict[str, Any]:
     if out.backend_fingerprint is not None:
         context["backend_fingerprint"] = out.backend_fingerprint
     return context
+
+
+def _sweep_text(table: Any, chosen: Mapping[str, float], detail: str) -> str:
+    """The solve grid as CSV: whole when ``detail`` (the experiment's report_detail) is
+    full, else the rows through the chosen gates (tuner.study.sweep_table)."""
+    if detail != "full":
+        names = [c for c in table.columns if c in chosen]  # the table's gate order: confidence first
+        table = slim_sweep(table, {n: chosen[n] for n in names}, names)
+    return str(table.to_csv(index=False))

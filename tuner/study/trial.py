@@ -37,14 +37,17 @@ from pathlib import Path
 from typing import Any, Literal
 
 import optuna
+from optuna.distributions import BaseDistribution
 
 from tuner.errors import BackendExited, EvaluationError, HealthTimeout, TargetError, TunerError
 from tuner.report.tracking import Tracker
-from tuner.study.attrs import ATTR_ASSIGNMENT
+from tuner.study.attrs import ATTR_ASSIGNMENT, ATTR_CACHED_FROM, set_record
 from tuner.study.bookkeeping import Bookkeeper, OptunaArtifacts
 from tuner.study.cache_lookup import CacheLookup
 from tuner.study.interfaces import BatchEvaluator, ConfigWriter, Constraint, InputsLike, Objective, OnResult, SpaceLike
+from tuner.study.notes import Links
 from tuner.study.outcome import SOLVED_PREFIX, SWEEP_FILE, SWEEP_REPORT, TrialOutcome, is_number, jsonable
+from tuner.study.pruning import OOSBudgetExceeded
 from tuner.study.records import TrialRecording
 from tuner.study.result_cache import CachedResult, ResultCache
 from tuner.study.stop import StopFlag, TrialInterrupted
@@ -94,6 +97,21 @@ class TrialRunner(CacheLookup, TrialRecording):
     backend_fingerprint_field: str | None = None
     # The backend fingerprint of the last health answer: what the running backend serves.
     backend_fingerprint: str | None = None
+    # The space's Optuna distributions by name (default: ``space.distributions()``): a solved
+    # gate is recorded as a param under its declared one (tuner.study.applied_params).
+    declared: Mapping[str, BaseDistribution] = field(default_factory=dict)
+    # "slim" (default) or "full": the report detail of trials that are neither the baseline
+    # nor a new best feasible trial (those are always full; tuner.study.records).
+    report_detail: str = "slim"
+    # Where the dashboards serve this study: the notes and MLflow runs link to each other.
+    links: Links | None = None
+    _best_value: float | None = field(default=None, init=False, repr=False)
+    _best_known: bool = field(default=False, init=False, repr=False)
+    _full_best: Any = field(default=None, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if not self.declared and hasattr(self.space, "distributions"):
+            self.declared = dict(self.space.distributions())
 
     def run(self, trial: optuna.Trial) -> TrialOutcome:
         """Run ``trial``; sets its user attrs and constraints; does not call ``tell``."""
@@ -109,7 +127,7 @@ class TrialRunner(CacheLookup, TrialRecording):
                 else:
                     out.assignment = dict(self.space.suggest(trial))
                 solving = {n: g for n, g in self.gates.items() if n not in out.assignment}
-                trial.set_user_attr(ATTR_ASSIGNMENT, jsonable(out.assignment))
+                set_record(trial, ATTR_ASSIGNMENT, jsonable(out.assignment))
             if self.tracker is not None:
                 run_id = self.bookkeeper.submit("MLflow run", self.tracker.start_trial, trial.number, out.assignment)
             with self._phase(out, "render"):
@@ -125,7 +143,7 @@ class TrialRunner(CacheLookup, TrialRecording):
                 out.metrics = dict(cached.metrics)
                 out.reports = dict(cached.reports)
                 out.assignment.update({n: out.metrics[SOLVED_PREFIX + n] for n in solving})
-                trial.set_user_attr("cached_from_trial", cached.source_trial)
+                trial.set_user_attr(ATTR_CACHED_FROM, cached.source_trial)
             else:
                 result = self._measure(trial, out, texts)
                 stored_key = self._measured_key(key, out)
@@ -136,7 +154,7 @@ class TrialRunner(CacheLookup, TrialRecording):
                         sweep, result = self._solve(out, result, solving)
             if solving:
                 texts = self.writer.render(out.assignment)  # the snapshot shows the solved values
-                trial.set_user_attr(ATTR_ASSIGNMENT, jsonable(out.assignment))
+                set_record(trial, ATTR_ASSIGNMENT, jsonable(out.assignment))
             with self._phase(out, "complete"):
                 self._complete(trial, out)
                 if cached is None and result is not None:
@@ -155,13 +173,11 @@ class TrialRunner(CacheLookup, TrialRecording):
         except TrialInterrupted as exc:
             self._fail(out, str(exc))
             out.interrupted = True
+        except OOSBudgetExceeded as exc:
+            self._complete_early_stop(trial, out, exc)
         except optuna.TrialPruned as exc:
             self._fail(out, str(exc) or "pruned")
             out.state = "PRUNED"
-            # The OOS early stop knows a lower bound of the rate it stopped on.
-            bound = getattr(exc, "fp_rate_lower_bound", None)
-            if bound is not None:
-                trial.set_user_attr("oos_fp_rate_lower_bound", float(bound))
         except (HealthTimeout, BackendExited, TargetError, EvaluationError, TunerError) as exc:
             self._fail(out, f"{type(exc).__name__}: {exc}")
         except Exception as exc:  # a crash in a collaborator fails this trial, not the study
@@ -209,8 +225,12 @@ class TrialRunner(CacheLookup, TrialRecording):
         # By role, not by key: the backend's own names for its gates do not matter here.
         solved = {name: sol.by_role[g.role] for name, g in solving.items()}
         out.assignment.update(solved)
+        # The report's sweep and PR plot cover the confidence gate's declared range and
+        # the solved value itself (not a fixed grid the trial's own threshold may miss).
+        conf = next((g for g in solving.values() if g.role == CONFIDENCE), None)
         gated = regate(result, confidence_threshold=sol.by_role.get(CONFIDENCE),
-                       min_score=sol.by_role.get(MIN_SCORE))
+                       min_score=sol.by_role.get(MIN_SCORE),
+                       sweep_range=None if conf is None else (conf.low, conf.high, conf.step or 0.01))
         # One source for the score and the reports: the re-scored batch (equal to the
         # solver's values, tests/evaluation/test_regate.py); the solver adds what a batch lacks.
         out.metrics = {k: float(v) for k, v in gated.metrics.items() if is_number(v)}
@@ -244,6 +264,30 @@ class TrialRunner(CacheLookup, TrialRecording):
         trial.storage.set_trial_system_attr(trial._trial_id, LEGACY_CONSTRAINTS_ATTR, list(constraints.values()))
         out.constraints = constraints
         out.state = "COMPLETE"
+
+    def _complete_early_stop(self, trial: optuna.Trial, out: TrialOutcome, exc: OOSBudgetExceeded) -> None:
+        """A batch the OOS early stop ended: COMPLETE and infeasible, not PRUNED, so the
+        dashboards mark it infeasible and the samplers' constraint models learn from it.
+        The OOS constraint is valued at the rate's lower bound (already over its bound);
+        other constraints, unmeasured, at 0; the value is the running mean of the queries
+        measured (the ``early_stop`` attr says so)."""
+        rate = float(exc.fp_rate_lower_bound)
+        value = float(exc.running_mean)
+        if value != value:  # no in-scope query measured yet: the worst value
+            value = 0.0 if self.objective.maximize else float("inf")
+        out.metrics = {"OOS_FP_Rate": rate, self.objective.metric: value}
+        constraints: dict[str, float] = {}
+        for c in self.constraints:
+            metric = getattr(c, "metric", None) or c.name.split()[0]
+            constraints[c.name] = float(c.violation({"OOS_FP_Rate": rate})) if metric == "OOS_FP_Rate" else 0.0
+        for name, violation in constraints.items():
+            trial.set_constraint(name, violation)
+        trial.storage.set_trial_system_attr(trial._trial_id, LEGACY_CONSTRAINTS_ATTR, list(constraints.values()))
+        out.state, out.value, out.constraints = "COMPLETE", value, constraints
+        # short: a trial-table column; the trial note says the rest
+        out.early_stop = f"OOS_FP_Rate >= {rate:.4g} after {exc.evaluated} queries"
+        out.early_stop_detail = (f"{exc} (OOS_FP_Rate is at least {rate:.4g}; {self.objective.metric} {value:.4f} is "
+                                 f"the running mean of the {exc.evaluated} queries measured)")
 
     def _fail(self, out: TrialOutcome, reason: str) -> None:
         out.state = "FAIL"

@@ -23,6 +23,7 @@ from tuner.study.bookkeeping import Bookkeeper, OptunaArtifacts
 from tuner.study.interfaces import Constraint as TrialConstraint
 from tuner.study.interfaces import Objective
 from tuner.study.live import LiveEvaluator
+from tuner.study.notes import Links
 from tuner.study.paths import StudyPaths
 from tuner.study.preflight import PreflightReport
 from tuner.study.pruning import trial_order_seed
@@ -164,7 +165,7 @@ def reporters_for(
 ) -> Any:
     """The experiment's per-query callback factory (tuner.study.pruning.reporter_factory):
     intermediate values for the pruner, and the exact OOS early stop (a trial whose answered OOS queries already
-    exceed what ``OOS_FP_Rate <= b`` allows is stopped as PRUNED). None when neither
+    exceed what ``OOS_FP_Rate <= b`` allows is stopped, COMPLETE and infeasible). None when neither
     applies (no per-query callback then).
 
     With a solved confidence gate an OOS query counts as answered only when it would
@@ -234,7 +235,7 @@ def build_runner(
         evaluator=evaluator,
         trials_dir=paths.trials_dir,
         objective=Objective(exp.objective.metric, maximize),
-        constraints=[TrialConstraint(c.name, c.violation) for c in exp.constraints],
+        constraints=[TrialConstraint(c.name, c.violation, c.metric) for c in exp.constraints],
         cache=ResultCache(paths.cache_path) if use_cache else None,
         tracker=tracker,
         artifacts=artifacts,
@@ -245,8 +246,17 @@ def build_runner(
         gates=gates,
         inputs=inputs,
         backend_fingerprint_field=exp.target.health.fingerprint,
+        report_detail=exp.tracking.report_detail,
+        links=links_for(exp, study, tracker),
         **extra,
     )
+
+
+def links_for(exp: Experiment, study: optuna.Study, tracker: Tracker | None) -> Links:
+    """Where the dashboards serve this study (tracking.optuna_dashboard_url / mlflow_ui_url)."""
+    experiment_id = getattr(tracker, "experiment_id", None)
+    return Links(exp.tracking.optuna_dashboard_url, exp.tracking.mlflow_ui_url, study._study_id,
+                 str(experiment_id) if experiment_id is not None else None)
 
 
 def make_tracker(experiment: Experiment, on_warning: Any = None) -> Tracker:

@@ -1,0 +1,82 @@
+"""Every value `tuner apply` would write, recorded as an Optuna param under its config key.
+
+A trial's Optuna params are what the sampler drew: a simplex's free coordinates
+(``fusion.weights:bm25``), an ordered list's first value and gaps
+(``fallback.windows_days:gap1``); the solved gates (tuner.study.threshold) are not drawn
+at all. The dashboards show params, so without this the Best Trial card, the parallel
+coordinates and the slice plots would miss the values that decide the score.
+
+`applied_params` (pure) flattens the assignment -- ``fusion.weights`` {bm25, dense} ->
+``fusion.weights.bm25`` / ``.dense``, ``fallback.windows_days`` [39, 111] ->
+``.0`` / ``.1`` -- and keeps the numeric values that are not already params under the
+same name. Each gets the distribution it is recorded under:
+
+- a param the space declares (a solved gate: ``confidence.threshold``) keeps its
+  declared distribution, widened to hold the value. It is then an ordinary param in
+  every trial: the dashboards' importance and plots rank it, and the samplers see it
+  as they see any param of the study;
+- a derived component gets a one-point distribution (low = high = the value). Optuna's
+  samplers leave it alone (one-point distributions, and distributions that differ
+  between trials, are outside every sampler's search space), while optuna-dashboard
+  merges the points into one axis per name.
+
+`record_applied_params` writes them on a running trial through its storage (the
+public ``BaseStorage.set_trial_param``); a value Optuna refuses (the name was recorded
+with another kind before) is skipped and returned, never raised into the trial.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from optuna.distributions import BaseDistribution, FloatDistribution, IntDistribution
+
+from tuner.config.space.distributions import widened
+
+
+def flatten(assignment: Mapping[str, Any]) -> dict[str, Any]:
+    """Config keys to leaf values: mappings by their keys, lists by their positions."""
+    out: dict[str, Any] = {}
+    for key, value in assignment.items():
+        if isinstance(value, Mapping):
+            out.update(flatten({f"{key}.{sub}": v for sub, v in value.items()}))
+        elif isinstance(value, (list, tuple)):
+            out.update(flatten({f"{key}.{i}": v for i, v in enumerate(value)}))
+        else:
+            out[key] = value
+    return out
+
+
+def applied_params(
+    assignment: Mapping[str, Any],
+    sampled: Mapping[str, Any],
+    declared: Mapping[str, BaseDistribution],
+) -> dict[str, tuple[Any, BaseDistribution]]:
+    """Name -> (value, distribution) for each numeric applied value not in ``sampled``
+    (the trial's own params). ``declared``: the space's Optuna distributions by name."""
+    out: dict[str, tuple[Any, BaseDistribution]] = {}
+    for name, value in flatten(assignment).items():
+        if name in sampled or isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        dist = declared.get(name)
+        if isinstance(dist, (FloatDistribution, IntDistribution)):
+            out[name] = (value, widened(dist, value))
+        elif isinstance(value, int):
+            out[name] = (value, IntDistribution(value, value))
+        else:
+            out[name] = (float(value), FloatDistribution(float(value), float(value)))
+    return out
+
+
+def record_applied_params(trial: Any, assignment: Mapping[str, Any], declared: Mapping[str, BaseDistribution]) -> list[str]:
+    """Record `applied_params` on the running ``optuna.Trial``; returns the names skipped."""
+    storage, trial_id = trial.storage, trial._trial_id
+    sampled = storage.get_trial(trial_id).params
+    skipped: list[str] = []
+    for name, (value, dist) in applied_params(assignment, sampled, declared).items():
+        try:
+            storage.set_trial_param(trial_id, name, dist.to_internal_repr(value), dist)
+        except ValueError:
+            skipped.append(name)  # recorded with another kind in an earlier trial
+    return skipped

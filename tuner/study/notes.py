@@ -1,0 +1,193 @@
+"""What the dashboards say about a study in words: the study note (best feasible vs
+baseline, the holdout verdict, links), a trial's note, and the links between the two UIs.
+
+optuna-dashboard 0.21's Best Trial card and chip ignore constraints: on a study whose
+highest value is infeasible they point at a trial `tuner apply` would never write. The
+study note, shown at the top of the study page, names the best *feasible* trial and says
+so loudly when the card disagrees. The same Markdown is the MLflow parent run's
+description. Builders are pure (Markdown from trials); `write_note` is the one write.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from optuna.trial import FrozenTrial, TrialState
+
+from tuner.study.attrs import ATTR_EARLY_STOP, ATTR_MLFLOW_RUN, ATTR_VARIANT, metrics_of, named_constraints
+from tuner.study.feasibility import best_feasible_trial, is_feasible
+
+_TOP = 5  # feasible trials listed in the study note
+
+
+@dataclass(frozen=True)
+class Links:
+    """Where the dashboards serve this study (tracking.optuna_dashboard_url and
+    tracking.mlflow_ui_url; `tuner dashboard` serves them there by default)."""
+
+    optuna_url: str
+    mlflow_url: str
+    study_id: int
+    mlflow_experiment_id: str | None = None
+
+    def trial(self, number: int) -> str:
+        return f"{self.optuna_url.rstrip('/')}/studies/{self.study_id}/trials?numbers={number}"
+
+    def study(self) -> str:
+        return f"{self.optuna_url.rstrip('/')}/studies/{self.study_id}"
+
+    def run(self, run_id: str | None) -> str | None:
+        if not run_id or self.mlflow_experiment_id is None:
+            return None
+        return f"{self.mlflow_url.rstrip('/')}/#/experiments/{self.mlflow_experiment_id}/runs/{run_id}"
+
+    def experiment(self) -> str | None:
+        if self.mlflow_experiment_id is None:
+            return None
+        return f"{self.mlflow_url.rstrip('/')}/#/experiments/{self.mlflow_experiment_id}/runs"
+
+
+def trial_note(
+    *, number: int, state: str, value: float | None, objective: str, feasible: bool,
+    constraints: Mapping[str, float], metrics: Mapping[str, float], solved: Mapping[str, Any],
+    early_stop: str | None = None, fail_reason: str | None = None, links: Mapping[str, str] = {},
+) -> str:
+    """A trial's note: verdict, constraints, solved gates, links."""
+    if state != "COMPLETE":
+        head = f"**{state}**" + (f": {fail_reason}" if fail_reason else "")
+    else:
+        mark = "feasible" if feasible else "**infeasible**"
+        head = f"**{objective} {value:.4f}** · {mark}" if value is not None else mark
+    lines = [f"### Trial {number}", "", head, ""]
+    if early_stop:
+        lines += [f"Stopped early: {early_stop}.", ""]
+    for name, violation in constraints.items():
+        metric = name.split()[0]
+        shown = metrics.get(metric)
+        verdict = "holds" if violation <= 0 else f"violated by {violation:.4g}"
+        lines.append(f"- `{name}`: {metric} = {_num(shown)} ({verdict})")
+    for name, v in solved.items():
+        lines.append(f"- `{name}` = {v:g} (solved from this trial's retrieval)")
+    if links:
+        lines += ["", " · ".join(f"[{label}]({url})" for label, url in links.items())]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def study_note(
+    trials: Sequence[FrozenTrial], *, study_name: str, objective: str, maximize: bool,
+    links: Links | None = None, holdout: str | None = None, apply_hint: str | None = None,
+) -> str:
+    """The study note: best feasible trial vs baseline, the top feasible trials, the
+    trial the Best Trial card shows when it is infeasible, the holdout verdict."""
+    done = [t for t in trials if t.state == TrialState.COMPLETE and t.values]
+    best = best_feasible_trial(trials, maximize=maximize)
+    baseline = next((t for t in done if t.user_attrs.get(ATTR_VARIANT) == "baseline"), None)
+    link: Callable[[FrozenTrial], str] = (
+        (lambda t: f"[#{t.number}]({links.trial(t.number)})") if links else (lambda t: f"#{t.number}"))
+    n_feasible = sum(is_feasible(t) for t in trials)
+    counts = (f"{len(trials)} trials: {n_feasible} feasible, {len(done) - n_feasible} infeasible, "
+              f"{sum(t.state == TrialState.FAIL for t in trials)} failed, "
+              f"{sum(t.state == TrialState.PRUNED for t in trials)} pruned")
+    lines = [f"## {study_name}: the trial to apply", ""]
+    if best is None:
+        lines += ["**No feasible trial yet**: every completed trial breaks a constraint. Nothing to apply.", ""]
+    else:
+        line = f"**Best feasible: trial {link(best)}, {objective} {best.values[0]:.4f}**"
+        if baseline is not None and baseline.number != best.number:
+            delta = best.values[0] - baseline.values[0]
+            line += f" ({delta:+.4f} vs the baseline {link(baseline)}, {baseline.values[0]:.4f})"
+        lines += [line + ".", ""]
+    card = _card_trial(done, maximize)
+    if card is not None and not is_feasible(card):
+        lines += [f"⚠ The Best Trial card shows {link(card)} ({card.values[0]:.4f}), which is **infeasible** "
+                  f"({_broken(card)}): optuna-dashboard's card ignores constraints. Do not apply it.", ""]
+    if holdout:
+        lines += [f"Holdout: {holdout}", ""]
+    feasible = sorted((t for t in done if is_feasible(t)), key=lambda t: (-t.values[0] if maximize else t.values[0]))
+    if feasible:
+        lines += [f"| trial | {objective} | vs baseline | constraints | variant |", "|---|---:|---:|---|---|"]
+        for t in feasible[:_TOP]:
+            delta = f"{t.values[0] - baseline.values[0]:+.4f}" if baseline is not None else ""
+            lines.append(f"| {link(t)} | {t.values[0]:.4f} | {delta} | {_held(t)} | "
+                         f"{t.user_attrs.get(ATTR_VARIANT, '')} |")
+        lines.append("")
+    extra = []
+    if best is not None and links is not None and (run := links.run(best.user_attrs.get(ATTR_MLFLOW_RUN))):
+        extra.append(f"[best trial's MLflow run]({run})")
+    if links is not None and (exp := links.experiment()):
+        extra.append(f"[all runs in MLflow]({exp})")
+    if extra:
+        lines += [" · ".join(extra), ""]
+    if apply_hint and best is not None:
+        lines += [f"Apply it: `{apply_hint}`", ""]
+    lines.append(counts + ".")
+    return "\n".join(lines) + "\n"
+
+
+def study_summary_metrics(trials: Sequence[FrozenTrial], *, maximize: bool) -> dict[str, float]:
+    """Numbers for the MLflow parent run next to the study note."""
+    done = [t for t in trials if t.state == TrialState.COMPLETE and t.values]
+    out = {"n_trials": float(len(trials)), "n_feasible": float(sum(is_feasible(t) for t in trials)),
+           "n_infeasible": float(sum(not is_feasible(t) for t in done))}
+    best = best_feasible_trial(trials, maximize=maximize)
+    if best is not None:
+        out |= {"best_feasible.value": float(best.values[0]), "best_feasible.trial": float(best.number)}
+    baseline = next((t for t in done if t.user_attrs.get(ATTR_VARIANT) == "baseline"), None)
+    if baseline is not None:
+        out["baseline.value"] = float(baseline.values[0])
+    return out
+
+
+def publish_study(
+    study: Any, *, objective: Any, links: Links | None, tracker: Any = None, holdout: str | None = None,
+    apply_hint: str | None = None,
+) -> None:
+    """Write the study note and, with a tracker, the MLflow parent run's summary
+    (``objective``: a tuner.study.interfaces.Objective)."""
+    trials = study.get_trials(deepcopy=False)
+    note = study_note(trials, study_name=study.study_name, objective=objective.metric, maximize=objective.maximize,
+                      links=links, holdout=holdout, apply_hint=apply_hint)
+    write_note(study, note)
+    summarize = getattr(tracker, "summarize_study", None)
+    if summarize is not None:
+        metrics = study_summary_metrics(trials, maximize=objective.maximize)
+        tags = {"tuner.optuna_study_page": links.study()} if links is not None else {}
+        summarize(note=note, metrics=metrics, tags=tags)
+
+
+def write_note(target: Any, markdown: str) -> None:
+    """Save ``markdown`` as the optuna-dashboard note of an ``optuna.Study`` or a running
+    (or just told) ``optuna.Trial``."""
+    from optuna_dashboard import save_note
+
+    save_note(target, markdown)
+
+
+def _card_trial(done: Sequence[FrozenTrial], maximize: bool) -> FrozenTrial | None:
+    """The trial optuna-dashboard's Best Trial card shows: the best value, feasible or not."""
+    if not done:
+        return None
+    return (max if maximize else min)(done, key=lambda t: (t.values[0], -t.number))
+
+
+def _broken(t: FrozenTrial) -> str:
+    broken = [name for name, v in named_constraints(t.constraints).items() if v > 0]
+    reason = ", ".join(f"`{n}` violated" for n in broken) or "a constraint violated"
+    if t.user_attrs.get(ATTR_EARLY_STOP):
+        reason += ", stopped early"
+    return reason
+
+
+def _held(t: FrozenTrial) -> str:
+    metrics = metrics_of(t)
+    parts = []
+    for name in named_constraints(t.constraints):
+        metric = name.split()[0]
+        parts.append(f"{metric} {_num(metrics.get(metric, t.user_attrs.get(metric)))}")
+    return ", ".join(parts)
+
+
+def _num(v: Any) -> str:
+    return f"{v:.4g}" if isinstance(v, (int, float)) and not isinstance(v, bool) else "n/a"
