@@ -35,10 +35,9 @@ ATTR_REPORTS = "reports"
 ATTR_PHASES = "phase_seconds"
 ATTR_CACHE_NOTE = "cache_note"  # why a trial missed the cache, or why its result was not stored
 ATTR_DATA_FINGERPRINT = "data_fingerprint"  # {"inputs": digest, "backend": fingerprint} it was measured on
-ATTR_DETAIL = "report_detail"  # "slim" or "full": what the trial's report files hold
 RECORD_PREFIX = "tuner."
 RECORDS = frozenset({ATTR_METRICS, ATTR_ASSIGNMENT, ATTR_REPORTS, ATTR_PHASES, ATTR_CACHE_NOTE,
-                     ATTR_DATA_FINGERPRINT, ATTR_DETAIL})
+                     ATTR_DATA_FINGERPRINT})
 
 
 def record_key(name: str) -> str:
