@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -247,8 +248,11 @@ def test_optuna_artifacts_are_listed_for_the_dashboard(study_run: dict[str, Any]
     for t in study.get_trials(states=(TrialState.COMPLETE,)):
         metas = get_all_artifact_meta(t, storage=study._storage)
         solved = "solved.confidence.threshold" in metrics_of(t)
-        expected = ["config.yaml", "report.json", "report.md"] + (["threshold_sweep.csv"] if solved else [])
+        # the config snapshot and every report file of the trial
+        expected = ["config.yaml"] + [Path(p).name for p in reports_of(t).values()]
         assert sorted(m.filename for m in metas) == sorted(expected)
+        assert {"config.yaml", "report.json", "report.md", "report_per_query.csv"} <= set(expected)
+        assert ("threshold_sweep.csv" in expected) == solved
         for m in metas:
             assert (artifact_dir / m.artifact_id).is_file()
 
@@ -258,8 +262,11 @@ def test_best_report_and_apply_commands(study_run: dict[str, Any], tmp_path: Pat
     best = study_run["summary"].best
     out = _cli("best", str(exp_path), "--top", "3")
     assert out.exit_code == 0, out.output
-    rows = [line for line in out.stdout.splitlines() if line.startswith("│") and "#" in line]
-    assert rows and f"#{best.number} " in rows[0]  # the best feasible trial is listed first
+    listed = [int(m.group(1)) for line in out.stdout.splitlines() if (m := re.match(r"^│\s+#(\d+) │", line))]
+    # the baseline first, then the feasible trials, best first
+    baseline = study_run["summary"].baseline.number
+    assert listed and listed[0] == baseline
+    assert best.number == baseline or next(n for n in listed if n != baseline) == best.number
 
     out = _cli("report", str(exp_path), "--out", str(tmp_path / "rep"))
     assert out.exit_code == 0, out.output
@@ -429,13 +436,17 @@ def test_a_backend_that_refuses_every_config_spends_the_failure_budget(demo_data
     trials = study.get_trials()
     assert [t.state for t in trials] == [TrialState.FAIL, TrialState.FAIL]
     for t in trials:
-        reason = t.user_attrs["fail_reason"]
-        assert reason.startswith("BackendExited: ") and "exited with code 2" in reason and "top_m" in reason
+        reason = t.user_attrs["fail_reason"]  # a trial-table column: the start of the reason
+        assert reason.startswith("BackendExited: ") and "\n" not in reason
     assert config.read_bytes() == original
     client = MlflowClient(exp.tracking.mlflow_uri)
     runs = client.search_runs([client.get_experiment_by_name("broken").experiment_id], "tags.`tuner.role` = 'trial'")
     assert sorted(r.info.status for r in runs) == ["FAILED", "FAILED"]
     assert all(r.data.tags["tuner.fail_reason"].startswith("BackendExited") for r in runs)
+    # the whole reason (the trial column holds its start) names the exit code and the key the backend refused
+    whole = [r.data.tags["tuner.fail_reason"] for r in runs]
+    assert all("exited with code 2" in w and "top_m" in w for w in whole)
+    assert all(any(w.startswith(t.user_attrs["fail_reason"]) for w in whole) for t in trials)
 
 
 def test_a_study_with_a_holdout_tunes_without_it_and_validates_at_the_end(demo_data: Path, tmp_path: Path) -> None:

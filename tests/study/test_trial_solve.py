@@ -127,9 +127,21 @@ def test_a_free_trial_retrieves_at_the_low_end_and_records_the_solved_gate(setup
     snapshot = YAML(typ="safe").load((trial_dir / "config.yaml").read_text())
     assert snapshot["confidence"]["threshold"] == solved and snapshot["fusion"]["x"] == 0.25
     rows = list(csv.DictReader((trial_dir / "threshold_sweep.csv").open()))
+    # One gate: the slim sweep keeps every grid row (10 significant digits) and marks the chosen one.
     assert len(rows) == len(expected.table) == 13  # 0.2, 0.25, ..., 0.8
     assert max(float(r["Primary_Metric_Score"]) for r in rows if float(r["OOS_FP_Rate"]) <= BOUND) == \
-        pytest.approx(out.value, abs=1e-12)
+        pytest.approx(out.value, abs=1e-9)
+    assert [float(r[CONFIDENCE_PARAM]) for r in rows if r["chosen"] == "True"] == [pytest.approx(solved)]
+
+
+def test_the_experiment_can_ask_for_the_whole_sweep_at_full_precision(setup: dict[str, Any]) -> None:
+    runner, tmp = setup["runner"], setup["tmp"]
+    runner.report_detail = "full"  # tracking.report_detail: full
+    out, frozen = run(setup["study"], runner, {"fusion.x": 0.25})
+    rows = list(csv.DictReader((tmp / "trials" / str(frozen.number) / "threshold_sweep.csv").open()))
+    assert len(rows) == len(setup["expected"].table) and "chosen" not in rows[0]
+    assert max(float(r["Primary_Metric_Score"]) for r in rows if float(r["OOS_FP_Rate"]) <= BOUND) == \
+        pytest.approx(out.value, abs=1e-15)
 
 
 def test_a_cache_hit_restores_the_solved_gate_without_evaluating(setup: dict[str, Any]) -> None:

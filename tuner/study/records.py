@@ -142,7 +142,7 @@ class TrialRecording:
         if out.assignment:
             record_applied_params(trial, out.assignment, self.declared)
         artifacts: dict[str, str] = {}
-        if self.artifacts is not None and out.state == "COMPLETE" and result is not None:
+        if self.artifacts is not None and out.state == "COMPLETE" and (result is not None or out.cache_hit):
             files = [self._dir(trial.number) / Path(n).name for n in self._named_texts(texts)]
             files += [Path(f) for f in out.reports.values()]
             artifacts = {self.artifacts.register(trial, f.name): str(f) for f in files}
@@ -156,10 +156,10 @@ class TrialRecording:
         experiment asks; ("slim", False) otherwise."""
         if self.report_detail == "full":
             return "full", False
+        if out.state == "COMPLETE" and trial.user_attrs.get(ATTR_VARIANT) == "baseline":
+            return "full", False  # the reference every comparison is made against, feasible or not
         if out.state != "COMPLETE" or not out.feasible or out.value is None:
             return "slim", False
-        if trial.user_attrs.get(ATTR_VARIANT) == "baseline":
-            return "full", False
         if not self._best_known:
             from tuner.study.feasibility import best_feasible_trial
 
