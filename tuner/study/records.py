@@ -125,8 +125,7 @@ class TrialRecording:
         if out.metrics:
             user[ATTR_JUDGED] = out.metrics.get("Judged@10")
             user[ATTR_FAILED_QUERIES] = out.metrics.get("Failed_Queries")
-        # a table column: the first 200 characters (the trial note and MLflow keep it whole)
-        user[ATTR_FAIL_REASON] = out.fail_reason[:200] if out.fail_reason else None
+        user[ATTR_FAIL_REASON] = out.fail_reason  # one line (tuner.study.trial._fail), whole: tests and people grep it
         user[ATTR_EARLY_STOP] = out.early_stop
         if run_id is not None:
             # Created on the bookkeeper during restart and health wait: long done by now.
