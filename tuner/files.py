@@ -267,3 +267,21 @@ def overwrite_in_place(path: str | Path, data: bytes) -> None:
         fh.truncate()
         fh.flush()
         os.fsync(fh.fileno())
+
+
+def hard_link(source: str | Path, dest: str | Path) -> bool:
+    """Make ``dest`` a hard link to ``source`` (replacing another file there), so a file
+    two stores hold (Optuna artifacts, MLflow's local artifacts) is one copy on disk.
+    False when the file system refuses (EXDEV across file systems, no link support,
+    permissions): the caller copies instead."""
+    source, dest = Path(source), Path(dest)
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        if dest.exists() or dest.is_symlink():
+            if dest.exists() and os.path.samefile(source, dest):
+                return True
+            dest.unlink()
+        os.link(source, dest)
+        return True
+    except OSError:
+        return False

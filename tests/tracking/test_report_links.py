@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 
-from tuner.report.mlflow_values import hard_link, local_artifact_dir
+from tuner.files import hard_link
+from tuner.report.mlflow_values import local_artifact_dir
 from tuner.report.tracking import MlflowTracker, TrialRecord
 
 

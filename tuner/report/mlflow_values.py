@@ -6,7 +6,6 @@ artifacts live (so a report file can be hard-linked there instead of copied).
 from __future__ import annotations
 
 import math
-import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -129,22 +128,6 @@ def local_artifact_dir(artifact_uri: str | None) -> Path | None:
     if parsed.scheme == "" and artifact_uri.startswith("/"):
         return Path(artifact_uri)
     return None
-
-
-def hard_link(source: Path, dest: Path) -> bool:
-    """Make ``dest`` a hard link to ``source`` (replacing another file there); False when
-    the file system refuses (EXDEV across file systems, no link support, permissions):
-    the caller copies instead."""
-    try:
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        if dest.exists() or dest.is_symlink():
-            if dest.exists() and os.path.samefile(source, dest):
-                return True
-            dest.unlink()
-        os.link(source, dest)
-        return True
-    except OSError:
-        return False
 
 
 def as_int(text: str | None) -> int | None:

@@ -33,13 +33,13 @@ from typing import Any
 from tuner import secrets
 from tuner.dburl import redact, sqlalchemy_url
 from tuner.errors import StudyError
+from tuner.files import hard_link
 from tuner.report.mlflow_values import (
     PARAM_VALUE_LIMIT,
     as_int,
     cap_text,
     default_artifact_root,
     flat_params,
-    hard_link,
     local_artifact_dir,
     mlflow_name,
     quote,

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import mimetypes
-import os
 import uuid
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -14,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import optuna
+
+from tuner.files import hard_link
 
 
 class Bookkeeper:
@@ -90,12 +91,7 @@ class OptunaArtifacts:
         """Store ``path`` under ``artifact_id``: a hard link to the trial's own file (one
         copy on disk; FileSystemArtifactStore keeps an artifact at ``<dir>/<id>``), a copy
         only where a link cannot be made (another filesystem)."""
-        try:
-            os.link(path, self.store_dir / artifact_id)
+        if hard_link(path, self.store_dir / artifact_id):
             return
-        except FileExistsError:
-            return
-        except OSError:
-            pass
         with open(path, "rb") as fh:
             self.store.write(artifact_id, fh)

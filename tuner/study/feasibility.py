@@ -53,7 +53,11 @@ def pick_trial(study: optuna.Study, trial_number: int | None, *, maximize: bool)
 
 def summary_metrics(study: optuna.Study, *, maximize: bool) -> dict[str, float]:
     """Numbers for the parent run: trials by state and the best feasible value."""
-    trials = study.get_trials(deepcopy=False)
+    return summary_of(study.get_trials(deepcopy=False), maximize=maximize)
+
+
+def summary_of(trials: Sequence[FrozenTrial], *, maximize: bool) -> dict[str, float]:
+    """`summary_metrics` of these trials."""
     out = {f"trials_{s.name.lower()}": float(sum(t.state == s for t in trials)) for s in
            (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED)}
     best = best_feasible_trial(trials, maximize=maximize)

@@ -17,7 +17,7 @@ from typing import Any
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner.study.attrs import ATTR_EARLY_STOP, ATTR_MLFLOW_RUN, ATTR_VARIANT, metrics_of, named_constraints
-from tuner.study.feasibility import best_feasible_trial, is_feasible
+from tuner.study.feasibility import best_feasible_trial, is_feasible, summary_of
 
 _TOP = 5  # feasible trials listed in the study note
 
@@ -25,12 +25,14 @@ _TOP = 5  # feasible trials listed in the study note
 @dataclass(frozen=True)
 class Links:
     """Where the dashboards serve this study (tracking.optuna_dashboard_url and
-    tracking.mlflow_ui_url; `tuner dashboard` serves them there by default)."""
+    tracking.mlflow_ui_url; `tuner dashboard` serves them there by default). MLflow's
+    pages are the tracker's to name (``Tracker.run_url`` / ``experiment_url``: None
+    without MLflow)."""
 
     optuna_url: str
     mlflow_url: str
     study_id: int
-    mlflow_experiment_id: str | None = None
+    tracker: Any = None  # tuner.report.tracker.Tracker
 
     def trial(self, number: int) -> str:
         return f"{self.optuna_url.rstrip('/')}/studies/{self.study_id}/trials?numbers={number}"
@@ -39,14 +41,12 @@ class Links:
         return f"{self.optuna_url.rstrip('/')}/studies/{self.study_id}"
 
     def run(self, run_id: str | None) -> str | None:
-        if not run_id or self.mlflow_experiment_id is None:
+        if not run_id or self.tracker is None:
             return None
-        return f"{self.mlflow_url.rstrip('/')}/#/experiments/{self.mlflow_experiment_id}/runs/{run_id}"
+        return self.tracker.run_url(run_id, self.mlflow_url)
 
     def experiment(self) -> str | None:
-        if self.mlflow_experiment_id is None:
-            return None
-        return f"{self.mlflow_url.rstrip('/')}/#/experiments/{self.mlflow_experiment_id}/runs"
+        return None if self.tracker is None else self.tracker.experiment_url(self.mlflow_url)
 
 
 def trial_note(
@@ -127,16 +127,13 @@ def study_note(
 
 
 def study_summary_metrics(trials: Sequence[FrozenTrial], *, maximize: bool) -> dict[str, float]:
-    """Numbers for the MLflow parent run next to the study note."""
-    done = [t for t in trials if t.state == TrialState.COMPLETE and t.values]
-    out = {"n_trials": float(len(trials)), "n_feasible": float(sum(is_feasible(t) for t in trials)),
-           "n_infeasible": float(sum(not is_feasible(t) for t in done))}
-    best = best_feasible_trial(trials, maximize=maximize)
-    if best is not None:
-        out |= {"best_feasible.value": float(best.values[0]), "best_feasible.trial": float(best.number)}
-    baseline = next((t for t in done if t.user_attrs.get(ATTR_VARIANT) == "baseline"), None)
+    """Numbers for the MLflow parent run next to the study note: the run's end-of-study
+    summary (tuner.study.feasibility.summary_of) so far, plus the baseline's value."""
+    out = summary_of(trials, maximize=maximize)
+    baseline = next((t for t in trials if t.state == TrialState.COMPLETE and t.values
+                     and t.user_attrs.get(ATTR_VARIANT) == "baseline"), None)
     if baseline is not None:
-        out["baseline.value"] = float(baseline.values[0])
+        out["baseline_value"] = float(baseline.values[0])
     return out
 
 

@@ -254,9 +254,7 @@ def build_runner(
 
 def links_for(exp: Experiment, study: optuna.Study, tracker: Tracker | None) -> Links:
     """Where the dashboards serve this study (tracking.optuna_dashboard_url / mlflow_ui_url)."""
-    experiment_id = getattr(tracker, "experiment_id", None)
-    return Links(exp.tracking.optuna_dashboard_url, exp.tracking.mlflow_ui_url, study._study_id,
-                 str(experiment_id) if experiment_id is not None else None)
+    return Links(exp.tracking.optuna_dashboard_url, exp.tracking.mlflow_ui_url, study._study_id, tracker)
 
 
 def make_tracker(experiment: Experiment, on_warning: Any = None) -> Tracker:
