@@ -1,4 +1,4 @@
-"""The HTTP layer: request parsing, the three routes, the background index load.
+"""The HTTP layer: request parsing and the four routes (state and reloads: reload.py).
 
 The port is bound before the index is ready: ``/health`` answers 503 while a daemon
 thread loads (so orchestrators see a live process, and SIGTERM is never blocked by a
@@ -6,16 +6,18 @@ build), then 200. A load failure stops the server; the process exits with code 1
 
 ``/health``'s ``data_fingerprint`` is a sha256 over the data the index was loaded
 from (the corpus bytes and every enabled run file's bytes): a client caching results
-per config (the tuner's ``target.health.fingerprint``) sees regenerated data.
+per config (the tuner's ``target.health.fingerprint``) sees regenerated data. Its
+``config_fingerprint`` is the sha256 of the config file bytes being served, so a client
+that wrote the file and reloaded (``POST /admin/reload``) can tell it took effect.
+
+Every route reads ``state.current`` once: a request finishes on the snapshot it started
+with, whatever a concurrent reload swaps in.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import hashlib
-import logging
-import threading
 import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -27,10 +29,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from .config import Config, RunSource
-from .errors import BackendError, CorpusError
-
-log = logging.getLogger("fusion_backend")
+from .reload import ServiceState
 
 REQUEST_ID_HEADER = "X-Request-ID"
 
@@ -75,57 +74,6 @@ class SearchBody(BaseModel):
         return self
 
 
-class ServiceState:
-    """What the routes read; ``searcher`` appears once the loader thread finishes."""
-
-    def __init__(self, cfg: Config) -> None:
-        self.cfg = cfg
-        self.config_hash = cfg.hash()
-        self.searcher: Any = None
-        self.index: Any = None
-        self.data_fingerprint: str | None = None
-        self.error: str | None = None
-
-    def load(self) -> None:
-        from .index import load_index
-        from .search import Searcher
-
-        index = load_index(self.cfg)
-        self.data_fingerprint = data_fingerprint(self.cfg, index.docs.content_hash)
-        self.searcher, self.index = Searcher(index, self.cfg), index
-        log.info("ready: %d documents in %.2f s (cache hits: %s)", len(index.docs), index.load_seconds,
-                 ", ".join(f"{k}={v}" for k, v in index.cache_hits.items()))
-
-    def start_loading(self, on_failure: Callable[[], None]) -> None:
-        def run() -> None:
-            try:
-                self.load()
-            except BackendError as exc:
-                self.error = str(exc)
-            except Exception as exc:  # noqa: BLE001  (a crash must still stop the server)
-                log.exception("index load crashed")
-                self.error = f"index load crashed: {type(exc).__name__}: {exc}"
-            if self.error is not None:
-                on_failure()
-
-        threading.Thread(target=run, name="index-loader", daemon=True).start()
-
-
-def data_fingerprint(cfg: Config, corpus_hash: str) -> str:
-    """sha256 over the corpus content hash and the bytes of each enabled run file (by
-    source name): what the loaded index serves, apart from the config."""
-    digest = hashlib.sha256(f"corpus:{corpus_hash}\n".encode())
-    for name, src in sorted(cfg.sources.items()):
-        if isinstance(src, RunSource) and src.enabled:
-            path = cfg.run_path(name)
-            try:
-                run_hash = hashlib.sha256(path.read_bytes()).hexdigest()
-            except OSError as exc:
-                raise CorpusError(f"{path}: cannot read run file: {exc.strerror}") from exc
-            digest.update(f"run:{name}:{run_hash}\n".encode())
-    return digest.hexdigest()
-
-
 def create_app(state: ServiceState, on_load_failure: Callable[[], None]) -> Starlette:
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
@@ -133,20 +81,29 @@ def create_app(state: ServiceState, on_load_failure: Callable[[], None]) -> Star
         yield
 
     async def health(_: Request) -> JSONResponse:
-        if state.searcher is None:
+        served = state.current
+        if served is None:
             return JSONResponse({"status": "loading" if state.error is None else "failed"}, status_code=503)
         return JSONResponse({
             "status": "ok",
-            "corpus_size": len(state.index.docs),
-            "config_hash": state.config_hash,
-            "corpus_hash": state.index.docs.content_hash,
-            "data_fingerprint": state.data_fingerprint,
-            "index_cache_hits": state.index.cache_hits,
-            "load_seconds": round(state.index.load_seconds, 4),
+            "corpus_size": len(served.index.docs),
+            "config_hash": served.config_hash,
+            "config_fingerprint": served.config_fingerprint,
+            "reloads": state.reloads,
+            "corpus_hash": served.index.docs.content_hash,
+            "data_fingerprint": served.data_fingerprint,
+            "index_cache_hits": served.index.cache_hits,
+            "load_seconds": round(served.index.load_seconds, 4),
         })
 
     async def admin_config(_: Request) -> JSONResponse:
         return JSONResponse(state.cfg.to_json())
+
+    async def admin_reload(_: Request) -> JSONResponse:
+        # In a worker thread: an index rebuild (or a reload waiting for the lock) must
+        # not hold up the event loop; searches keep running on the old snapshot.
+        status, body = await run_in_threadpool(state.reload_logged, "POST /admin/reload")
+        return JSONResponse(body, status_code=status)
 
     async def search(request: Request) -> JSONResponse:
         request_id = request.headers.get(REQUEST_ID_HEADER) or uuid.uuid4().hex
@@ -154,10 +111,11 @@ def create_app(state: ServiceState, on_load_failure: Callable[[], None]) -> Star
         body, problem = await _parse_body(request)
         if problem is not None:
             return JSONResponse({**problem, "request_id": request_id}, status_code=422, headers=headers)
-        if state.searcher is None:
+        served = state.current  # once: this request runs on this snapshot to the end
+        if served is None:
             return JSONResponse({"detail": "index is loading; retry when /health is 200", "request_id": request_id},
                                 status_code=503, headers={**headers, "Retry-After": "1"})
-        outcome = await run_in_threadpool(state.searcher.search, _to_request(body))
+        outcome = await run_in_threadpool(served.searcher.search, _to_request(body))
         return JSONResponse({
             "results": [h.to_json() for h in outcome.hits],
             "confidence": outcome.confidence,
@@ -171,6 +129,7 @@ def create_app(state: ServiceState, on_load_failure: Callable[[], None]) -> Star
         routes=[
             Route("/health", health, methods=["GET"]),
             Route("/admin/config", admin_config, methods=["GET"]),
+            Route("/admin/reload", admin_reload, methods=["POST"]),
             Route("/search", search, methods=["POST"]),
         ],
         lifespan=lifespan,

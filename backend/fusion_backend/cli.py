@@ -1,7 +1,7 @@
 """Command line: the only module that prints and sets exit codes (also for the data
 tools' ``__main__`` modules, through ``run_data_tool``).
 
-    fusion-backend serve --config PATH [--host H] [--port P]
+    fusion-backend serve --config PATH [--host H] [--port P]   # SIGHUP / POST /admin/reload re-read PATH
     fusion-backend build-index --config PATH      # fill the index cache, then exit
     fusion-backend check-config --config PATH     # validate, print the effective config
 
@@ -56,11 +56,16 @@ def run_data_tool(action: Callable[[], str]) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from .config import load_config
+    from .reload import ConfigSource
     from .server import serve
 
-    cfg = load_config(args.config, host=args.host, port=args.port)
-    return serve(cfg, access_log=args.access_log, log_level=args.log_level)
+    # SIGHUP means "reload" (server.py); until that handler is set, one must not kill us.
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    # The path as given (made absolute, symlinks not resolved): a reload re-reads it,
+    # so a swapped symlink (a Kubernetes ConfigMap) is followed.
+    source = ConfigSource(args.config.absolute(), host=args.host, port=args.port)
+    cfg, fingerprint = source.read()
+    return serve(source, cfg, fingerprint, access_log=args.access_log, log_level=args.log_level)
 
 
 def _build_index(args: argparse.Namespace) -> int:

@@ -1,8 +1,9 @@
 """Typed config models, loading and validation.
 
-The service reads ``config.yaml`` once at start-up. Any problem becomes one
-``ConfigError`` line naming the file, line, key and rule, so a tuner that wrote a bad
-value sees exactly which one; the service then refuses to start (exit code 2).
+The service reads ``config.yaml`` at start-up and again on each reload
+(``POST /admin/reload``, SIGHUP). Any problem becomes one ``ConfigError`` line naming
+the file, line, key and rule, so a tuner that wrote a bad value sees exactly which one;
+the service then refuses to start (exit code 2), or a reload is refused (400).
 """
 
 from __future__ import annotations
@@ -151,11 +152,26 @@ class Config(_Model):
 
 def load_config(path: Path, *, host: str | None = None, port: int | None = None) -> Config:
     """Parse, validate and resolve ``path``; raise one-line ``ConfigError`` on any problem."""
+    return read_config(path, host=host, port=port)[0]
+
+
+def read_config(path: Path, *, host: str | None = None, port: int | None = None) -> tuple[Config, str]:
+    """:func:`load_config` plus the sha256 hex digest of the exact bytes it parsed (the
+    file is read once: the digest always describes the config returned)."""
     path = Path(path).resolve()
     try:
-        text = path.read_text(encoding="utf-8")
+        data = path.read_bytes()
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read config file: {exc.strerror}") from exc
+    try:
+        # As read_text(encoding="utf-8") would: universal newlines.
+        text = data.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: the config file is not UTF-8 text (byte {exc.start}): save it as UTF-8") from exc
+    return _parse_config(path, text, host, port), hashlib.sha256(data).hexdigest()
+
+
+def _parse_config(path: Path, text: str, host: str | None, port: int | None) -> Config:
     raw = _parse_yaml(path, text)
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: the config must be a YAML mapping with keys data, sources, fusion, ...")

@@ -4,10 +4,14 @@ Each component is cached under ``data.index_cache`` keyed by the corpus content 
 plus the settings it depends on (BM25: k1, b; dense: embedder, dims), so restarting
 with different fusion, threshold, depth or enabled keys reuses everything and changing
 k1 rebuilds only BM25. Run files are small and read on every start.
+
+``index_signature`` names everything ``load_index`` reads: a reload whose signature is
+unchanged keeps the loaded index and only builds a new searcher over it.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from dataclasses import dataclass, field
@@ -80,6 +84,30 @@ def load_index(cfg: Config) -> SearchIndex:
             pass  # loaded above: it is also the confidence space
     docs = _meta(corpus)
     return SearchIndex(docs, embedder, bm25, runs, hits, time.perf_counter() - started)
+
+
+def index_signature(cfg: Config) -> str:
+    """What :func:`load_index` depends on, as one string: the corpus (path and file
+    identity), the cache directory, the dense source's name and cache fields, each
+    enabled BM25 source's name and cache fields, each enabled run source's name and
+    file. Keep it in step with ``load_index``: equal signatures load equal indexes."""
+    body: dict[str, object] = {"corpus": _file_identity(cfg.data.corpus), "cache": str(cfg.data.index_cache)}
+    dense_name, dense_src = cfg.dense_source()
+    body["dense"] = [dense_name, dense.cache_fields(dense_src, corpus_hash="")]
+    body["bm25"] = {n: lexical.cache_fields(s, corpus_hash="") for n, s in cfg.sources.items()
+                    if isinstance(s, Bm25Source) and s.enabled}
+    body["runs"] = {n: _file_identity(cfg.run_path(n)) for n, s in cfg.sources.items()
+                    if isinstance(s, RunSource) and s.enabled}
+    return json.dumps(body, sort_keys=True)
+
+
+def _file_identity(path: Path) -> list[object]:
+    """Path, size and mtime: a file rewritten in place (regenerated data) counts as changed."""
+    try:
+        st = path.stat()
+    except OSError:
+        return [str(path), None, None]
+    return [str(path), st.st_size, st.st_mtime_ns]
 
 
 def _component(cache: Path, kind: str, fields: dict[str, object], build) -> tuple[Path, bool]:  # type: ignore[no-untyped-def]

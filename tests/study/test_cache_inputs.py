@@ -289,8 +289,8 @@ def test_a_health_wait_that_returns_no_body_fails_when_a_fingerprint_is_declared
 
 
 def test_the_reference_backends_data_fingerprint_covers_corpus_and_enabled_run_files(tmp_path: Path) -> None:
-    from fusion_backend.app import data_fingerprint
     from fusion_backend.config import load_config
+    from fusion_backend.reload import data_fingerprint
     from support.backend import write_backend_config
 
     corpus = tmp_path / "corpus.jsonl"

@@ -18,8 +18,8 @@ from ..importers.dataset import Dataset, Document, Judgment, Query, write_datase
 from ..text import analyze
 from .catalog import DAYS_AFTER_LAST_DROP, DROP_EVERY_DAYS, NOW, Product, generate_products
 from .draw import Draw
-from .listing import render
 from .labels import grade
+from .listing import render
 from .queries import DemoQuery, in_scope_queries, out_of_scope_queries
 from .vocabulary import FAMILY, VOCABULARY_VERSION
 
