@@ -61,6 +61,9 @@ class FakeEngine(DockerAPI):
         self.calls.append(("stop", container_id))
         self.by_id[container_id] = dataclasses.replace(self.by_id[container_id], status="exited")
 
+    def kill(self, container_id: str, signal: str) -> None:
+        self.calls.append((f"kill {signal}", container_id))
+
     def logs(self, container_id: str, tail: int, since: float | None = None, until: float | None = None) -> str:
         self.log_windows.append((since, until))
         return "\n".join(self.log_lines.get(container_id, [])[-tail:])

@@ -1,12 +1,14 @@
 """The ``target:`` section: the backend's config files and how a patched config is applied
-(a process, a compose service, or nothing) and health-checked."""
+(a process, a compose service, or nothing), reloaded without a restart when the backend
+can (``reload:``), and health-checked."""
 
 from __future__ import annotations
 
+import signal as _signal
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, PositiveFloat, model_validator
+from pydantic import Field, PositiveFloat, field_validator, model_validator
 
 from tuner.config.strict import StrictModel
 
@@ -61,6 +63,65 @@ class HealthConfig(StrictModel):
     )
 
 
+class ReloadHttpConfig(StrictModel):
+    """The backend's reload endpoint; ``{port}`` is filled like the health URL's."""
+
+    url: str
+    method: Literal["POST", "PUT", "PATCH", "GET"] = "POST"
+    timeout_s: PositiveFloat = 30.0
+
+
+_DOTTED = r"^[^.\s]+(\.[^.\s]+)*$"
+
+
+class ReloadConfig(StrictModel):
+    """How the backend takes a new config without a restart, and how to confirm it took
+    (tuner.targets.reload). Absent: every trial restarts the backend."""
+
+    http: ReloadHttpConfig | None = Field(default=None, description="Reload by an HTTP call.")
+    signal: str | None = Field(default=None, description="Reload by a signal (SIGHUP) sent to the backend process "
+                               "or, for apply: docker, to every container of the service.")
+    fingerprint: str | None = Field(default=None, pattern=_DOTTED, description=(
+        "Required: dotted field of the health JSON holding the sha256 (hex) of the config file the backend serves."))
+    fingerprint_file: int = Field(default=0, ge=0, description="Index into config_files of that file.")
+    restart_keys: list[str] = Field(default_factory=list, description=(
+        "Dotted config paths ('*' matches one segment), matched in every config file: a change under one of "
+        "them restarts the backend instead."))
+    confirm_deadline_s: PositiveFloat = 10.0
+
+    @field_validator("signal")
+    @classmethod
+    def _signal_name(cls, v: str | None) -> str | None:
+        if v is None:
+            return None
+        name = v.strip().upper()
+        name = name if name.startswith("SIG") else f"SIG{name}"
+        if name not in _signal.Signals.__members__ or name.startswith("SIG_"):
+            raise ValueError(f"unknown signal {v!r}; name one such as SIGHUP or SIGUSR1")
+        return name
+
+    @field_validator("restart_keys")
+    @classmethod
+    def _dotted_keys(cls, v: list[str]) -> list[str]:
+        for key in v:
+            if not key or any(not seg.strip() for seg in key.split(".")):
+                raise ValueError(f"restart key {key!r} is not a dotted path (e.g. sources.*.k1)")
+        return v
+
+    @model_validator(mode="after")
+    def _one_way(self) -> "ReloadConfig":
+        if self.http is None and self.signal is None:
+            raise ValueError("give how the backend reloads: http: {url: ...} or signal: SIGHUP "
+                             "(or remove target.reload to restart every trial)")
+        if self.http is not None and self.signal is not None:
+            raise ValueError("give either http or signal, not both (remove one)")
+        if self.fingerprint is None:
+            raise ValueError("give fingerprint: the dotted field of the health JSON holding the sha256 of the "
+                             "config file the backend serves (e.g. fingerprint: config_fingerprint); "
+                             "a reload is confirmed by it")
+        return self
+
+
 class TargetConfig(StrictModel):
     config_files: list[Path] = Field(min_length=1)
     inputs: list[str] = Field(
@@ -74,6 +135,9 @@ class TargetConfig(StrictModel):
     docker: DockerConfig | None = None
     none: NoneConfig = Field(default_factory=NoneConfig)
     health: HealthConfig
+    reload: ReloadConfig | None = Field(default=None, description=(
+        "Apply a new config without a restart (an HTTP call or a signal), confirmed by the config "
+        "fingerprint the health JSON reports; absent: restart every trial."))
 
     @model_validator(mode="after")
     def _section_for_apply(self) -> "TargetConfig":
@@ -81,4 +145,11 @@ class TargetConfig(StrictModel):
             raise ValueError("apply: process needs a process: section with a command")
         if self.apply == "docker" and self.docker is None:
             raise ValueError("apply: docker needs a docker: section with the compose service")
+        if self.reload is not None:
+            if self.apply == "none":
+                raise ValueError("reload with apply: none: the tuner needs a backend it can restart when a reload "
+                                 "fails; use apply: process or docker, or remove reload")
+            if self.reload.fingerprint_file >= len(self.config_files):
+                raise ValueError(f"reload.fingerprint_file {self.reload.fingerprint_file} is out of range: "
+                                 f"config_files has {len(self.config_files)} file(s) (0-based index)")
         return self

@@ -1,14 +1,17 @@
 """The seam between the tuner and the backend it restarts.
 
 A Target knows how to (re)start the backend so that it re-reads its config files,
-and how to tell, cheaply, that it has died (so health waits fail fast instead of
-waiting out their deadline). Implementations: process (a local command), docker
-(the containers of a compose service), none (the backend reloads by itself).
+how to send it a signal (``target.reload.signal``: reload without a restart), and how
+to tell, cheaply, that it has died (so health waits fail fast instead of waiting out
+their deadline). Implementations: process (a local command), docker (the containers
+of a compose service), none (the backend reloads by itself).
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+
+from tuner.errors import TargetError
 
 
 class Target(ABC):
@@ -31,6 +34,12 @@ class Target(ABC):
     def failure(self) -> str | None:
         """None while the backend may still come up; otherwise one line saying why it
         cannot (exit code, last log lines)."""
+
+    def send_signal(self, signame: str) -> None:
+        """Send the signal ``signame`` (e.g. ``"SIGHUP"``) to the running backend. Returns
+        at once; TargetError when it cannot be delivered."""
+        raise TargetError(f"this target ({type(self).__name__}) cannot take a signal ({signame}): "
+                          "use target.reload.http instead, or apply: process / docker")
 
     def close(self) -> None:
         """Release resources (clients, handles). Default: stop."""

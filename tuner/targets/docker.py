@@ -5,10 +5,16 @@ and restarted one by one. After a restart the target waits for each container's 
 healthcheck when it has one (the HTTP health wait that follows proves only that *some*
 replica answers). ``failure()`` reports at once a container that exited, was
 restarted by its restart policy (a crash loop) or turned unhealthy, with its exit code
-and last log lines.
+and last log lines. ``send_signal`` sends a signal (``target.reload.signal``) to every
+running container of the service through the engine.
 
-    DockerTarget(config: DockerConfig, *, config_files=(), state_dir=None, api=None)
-        .start() / .restart() / .stop() / .failure() / .close()
+A target made for reloads (``reloads=True``) refuses at start a config file bind-mounted
+as a single file: the tuner replaces the file atomically (a new inode) and a single-file
+bind mount keeps showing the old inode, so a reload would read the old config (a
+restart re-resolves the mount). A directory mount shows the new file.
+
+    DockerTarget(config: DockerConfig, *, config_files=(), state_dir=None, api=None, reloads=False)
+        .start() / .restart() / .stop() / .failure() / .close() / .send_signal(signame)
         .project -> str; .service -> str; .containers() -> list[ContainerState]
 
 The decisions (why a container cannot come up, what to say when a service has no
@@ -102,6 +108,26 @@ def unmounted_configs(config_files: Sequence[Path], mounts: Sequence[tuple[str, 
     return out
 
 
+def file_mounts(config_files: Sequence[Path], mounts: Sequence[tuple[str, str]]) -> list[tuple[Path, str]]:
+    """(config file, container path) of the config files bind-mounted as a single file
+    (the mount's source is the file itself, not a directory holding it)."""
+    out = []
+    for f in config_files:
+        real = Path(os.path.realpath(f))
+        out.extend((Path(f), dst) for src, dst in mounts if src and Path(os.path.realpath(src)) == real)
+    return out
+
+
+def single_file_mount_message(config_file: Path, container: str, destination: str) -> str:
+    """The error for a reload target whose config file is mounted as a single file."""
+    return (
+        f"target.reload: {config_file} is bind-mounted into container {container} as a single file"
+        f" ({destination}): the tuner replaces it atomically (a new inode) and a single-file mount keeps the old"
+        f" one, so a reload would read the old config; mount its directory instead"
+        f" (volumes: - {config_file.parent}:{Path(destination).parent}), or remove target.reload"
+    )
+
+
 # ---------------------------------------------------------------- the target
 
 
@@ -124,6 +150,7 @@ class DockerTarget(Target):
         api: DockerAPI | None = None,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
+        reloads: bool = False,
     ) -> None:
         project = config.project or compose_project_name(config.compose_files)
         if not project:
@@ -136,6 +163,7 @@ class DockerTarget(Target):
         self.service = config.service
         self.config_files = [Path(f) for f in config_files]
         self.state_dir = state_dir
+        self.reloads = reloads
         self._api = api
         self._clock = clock
         self._sleep = sleep
@@ -173,6 +201,9 @@ class DockerTarget(Target):
                     f" (its mounts: {shown}); the backend would never see the patched file:"
                     f" mount it in the compose file (volumes: - {missing[0]}:/path/in/container)"
                 )
+            single = file_mounts(self.config_files, c.mounts) if self.reloads else []
+            if single:
+                raise ConfigError(single_file_mount_message(single[0][0], c.name, single[0][1]))
 
     # -- Target
 
@@ -193,6 +224,15 @@ class DockerTarget(Target):
         self._watch(containers)
         if self.config.wait_container_health:
             self._await_container_health()
+
+    def send_signal(self, signame: str) -> None:
+        """``signame`` to the main process of every running container of the service."""
+        running = [c for c in self.containers() if c.status == "running"]
+        if not running:
+            raise TargetError(f"cannot send {signame}: no container of service {self.service!r}"
+                              f" (compose project {self.project!r}) is running")
+        for c in running:
+            self.api.kill(c.id, signame)
 
     def stop(self) -> None:
         """Stop only the containers that `start` had to start; the user's stack stays up."""

@@ -4,7 +4,8 @@ slice of `docker inspect` its decisions read. Behind this seam the target's deci
 can be tested against a fake engine.
 
     DockerSDK(client=None).containers(project, service) / .projects() / .inspect(id)
-        .restart(id, timeout_s) / .start(id) / .stop(id, timeout_s) / .logs(...) / .exit_codes(...)
+        .restart(id, timeout_s) / .start(id) / .stop(id, timeout_s) / .kill(id, signal)
+        .logs(...) / .exit_codes(...)
     state_from_inspect(attrs) -> ContainerState
     unreachable(reason) -> TargetError     # "Docker engine unreachable at ...; start Docker"
 
@@ -81,6 +82,10 @@ class DockerAPI(ABC):
 
     @abstractmethod
     def stop(self, container_id: str, timeout_s: int) -> None: ...
+
+    @abstractmethod
+    def kill(self, container_id: str, signal: str) -> None:
+        """Send ``signal`` (a name such as ``"SIGHUP"``) to the container's main process."""
 
     @abstractmethod
     def logs(self, container_id: str, tail: int, since: float | None = None, until: float | None = None) -> str:
@@ -169,6 +174,10 @@ class DockerSDK(DockerAPI):
     def stop(self, container_id: str, timeout_s: int) -> None:
         with self._call(f"stop of container {container_id[:12]}"):
             self._client.api.stop(container_id, timeout=timeout_s)  # type: ignore[attr-defined]
+
+    def kill(self, container_id: str, signal: str) -> None:
+        with self._call(f"{signal} to container {container_id[:12]}"):
+            self._client.api.kill(container_id, signal=signal)  # type: ignore[attr-defined]
 
     def logs(self, container_id: str, tail: int, since: float | None = None, until: float | None = None) -> str:
         with self._call(f"logs of container {container_id[:12]}"):

@@ -20,6 +20,7 @@ The backend never outlives the run that started it, even a SIGKILLed one:
 
     ProcessTarget(config: ProcessConfig, *, config_files, port=None, state_dir)
         .start() / .restart() / .stop() / .failure() / .close()
+        .send_signal(signame)  # to the backend's own process (the leader), not its group
         .pid -> int | None; .log_file -> Path; .argv -> list[str]
         .reaped -> list[str]  # one line per leftover backend a start ended
 
@@ -141,6 +142,19 @@ class ProcessTarget(Target):
     def restart(self) -> None:
         self.stop()
         self.start()
+
+    def send_signal(self, signame: str) -> None:
+        """``signame`` to the backend process itself (not its group: forked workers are the
+        backend's to tell). TargetError when it is not running."""
+        sig = signal.Signals[signame]
+        proc = self._proc
+        if proc is None or proc.poll() is not None:
+            raise TargetError(f"cannot send {signame}: the backend process is not running"
+                              f" ({self.failure() or 'not started'})")
+        try:
+            os.kill(proc.pid, sig)
+        except ProcessLookupError as exc:
+            raise TargetError(f"cannot send {signame}: backend process {proc.pid} is gone") from exc
 
     def stop(self) -> None:
         proc = self._proc

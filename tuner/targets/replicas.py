@@ -62,8 +62,10 @@ def _check_port_placeholders(experiment: Any) -> None:
                           "pass the port to the backend, e.g. --port {port}")
     if target.apply not in ("process", "docker"):
         return
-    for where, url in (("target.health.url", target.health.url), ("evaluation.request.url",
-                                                                  experiment.evaluation.request.url)):
+    urls = [("target.health.url", target.health.url), ("evaluation.request.url", experiment.evaluation.request.url)]
+    if target.reload is not None and target.reload.http is not None:
+        urls.append(("target.reload.http.url", target.reload.http.url))
+    for where, url in urls:
         if "{port}" not in url:
             raise ConfigError(f"{where} {url!r} has no {{port}}: every replica would be measured on the same"
                               " backend; write the port as {port}, e.g. http://127.0.0.1:{port}/health")
