@@ -17,7 +17,6 @@ Rules that make the numbers comparable across trials:
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,8 +28,10 @@ from tuner import metrics as scorecard
 from tuner.data.dataset import Query, QuerySet
 from tuner.errors import EvaluationError
 from tuner.evaluation import oos
+from tuner.evaluation.hits import HitTable
 from tuner.evaluation.mapping import Hit
 from tuner.evaluation.outcomes import FailedQuery, QueryResponse, UnjudgedHit
+from tuner.evaluation.summary import batch_scorecard
 
 JUDGED_DEPTHS: tuple[int, ...] = (10, 20)
 PRIMARY = "Primary_Metric_Score"
@@ -99,6 +100,9 @@ class BatchResult:
     #: the confidence threshold the batch's handoffs stand for, when known (a solved gate:
     #: tuner.evaluation.regate); the threshold sweep has a row at exactly this value
     threshold_in_effect: float | None = None
+    #: ``hits`` as flat arrays with each document's grade (tuner.evaluation.hits), so a re-gated
+    #: batch or the gate solver never looks a document up again; None: build it when needed
+    hit_table: HitTable | None = field(default=None, compare=False)
 
     def __repr__(self) -> str:
         # short on purpose: asyncio and debuggers repr results, and the full frames are large
@@ -195,6 +199,20 @@ class ResultBuilder:
         if query.scope != "oos" and isinstance(outcome, QueryResponse):
             self._unjudged[qid] = _unjudged_of(qid, outcome.response.hits, self._labels.get(qid, {}))
 
+    def empty_in_scope(self) -> tuple[list[str], int]:
+        """The in-scope queries answered with no results (in query order), and how many
+        in-scope queries were answered: what ``empty_results_problem`` judges, known before
+        ``finish`` (a trial checks it before the next one is measured)."""
+        empty: list[str] = []
+        answered = 0
+        for q in self.queries:
+            outcome = self._by_id.get(q.query_id)
+            if q.scope != "oos" and isinstance(outcome, QueryResponse):
+                answered += 1
+                if not outcome.response.hits:
+                    empty.append(q.query_id)
+        return empty, answered
+
     def finish(self) -> BatchResult:
         queries, gains, metrics, by_id = self.queries, self.gains, self.metrics, self._by_id
         qs = list(queries)
@@ -208,50 +226,88 @@ class ResultBuilder:
         outcomes = [by_id[q] for q in ids]
         hits = {qid: (o.response.hits if isinstance(o, QueryResponse) else ()) for qid, o in zip(ids, outcomes)}
         labels = {qid: self._labels[qid] for qid in ids if qid in self._labels}
-
         info = _info_frame_from_rows([self._rows[q] for q in ids], ids)
-        is_oos = (info["scope"] == "oos").to_numpy()
-        answered = _answered(info, is_oos)
-        info["answered"] = answered
-
-        in_ids = [qid for qid, o in zip(ids, is_oos, strict=True) if not o]
-        rankings = {q: [h.doc_id for h in hits[q]] for q in in_ids}
-        raw, judged = scorecard.score_rankings_with_coverage(
-            rankings, labels, in_ids, gains=gains, metrics=None if metrics is None else list(metrics),
-            judged_depths=JUDGED_DEPTHS,
-        )
-        if not in_ids:
-            judged = pd.DataFrame(columns=[f"Judged@{k}" for k in JUDGED_DEPTHS], dtype=float)
-        metric_names = tuple(str(c) for c in raw.columns)
-        keep = answered[~is_oos]
-        scored = raw.mul(keep.astype(float), axis=0)  # a handed-off / failed query scores 0
-        per_query = info.join(judged).join(scored)
-
-        raw_primary = raw[PRIMARY].reindex(ids).to_numpy(dtype=float)
-        seen_primary = per_query[PRIMARY].to_numpy(dtype=float)
-        sweep = oos.threshold_sweep(
-            is_oos, info["confidence"].tolist(), info["n_results"].tolist(), raw_primary,
-            self.sweep_thresholds, observed_scores=seen_primary,
-        )
-        histogram = oos.fallback_histogram(info["query_type"].tolist(), info["fallback_level"].tolist())
-
-        failures = [o for o in outcomes if isinstance(o, FailedQuery)]
-        summary = _scorecard(per_query, metric_names, is_oos, answered, failures)
-        return BatchResult(
-            metrics=summary,
-            per_query=per_query,
-            unjudged=[u for q in in_ids for u in self._unjudged.get(q, ())],
-            threshold_sweep=sweep,
-            fallback_histogram=histogram,
-            failed=failures,
-            queries=queries,
-            hits=hits,
-            qrels=labels,
-            gains=gains,
-            scorecard_version=str(raw.attrs.get("scorecard_version", scorecard.SCORECARD_VERSION)),
-            metric_names=metric_names,
+        unjudged = [u for q in ids for u in self._unjudged.get(q, ())]  # in-scope answers only
+        return score_result(
+            queries, info, hits, labels, [o for o in outcomes if isinstance(o, FailedQuery)], unjudged,
+            gains=gains, metrics=metrics, sweep_thresholds=self.sweep_thresholds,
             threshold_in_effect=self.threshold_in_effect,
         )
+
+
+def score_result(
+    queries: QuerySet,
+    info: pd.DataFrame,
+    hits: dict[str, tuple[Hit, ...]],
+    labels: dict[str, dict[str, int]],
+    failures: list[FailedQuery],
+    unjudged: list[UnjudgedHit],
+    *,
+    gains: str = "linear",
+    metrics: Sequence[str] | None = None,
+    sweep_thresholds: Sequence[float] | None = None,
+    threshold_in_effect: float | None = None,
+    histogram_of: BatchResult | None = None,
+    table: HitTable | None = None,
+) -> BatchResult:
+    """The scoring step of every BatchResult: ``ResultBuilder.finish`` and
+    tuner.evaluation.regate both end here, so a batch and a re-gated batch are scored
+    by the same code. ``info``: the exchange rows (INFO_COLUMNS but ``answered``, index
+    query_id in ``queries`` order); ``hits``, ``labels``, ``failures`` (in query order)
+    and ``unjudged`` as the BatchResult holds them. ``histogram_of``: a batch with the
+    same query types and fallback levels, whose fallback histogram is copied rather
+    than counted again; ``table``: ``hits`` with their grades (tuner.evaluation.hits),
+    built from ``hits`` and ``labels`` when not given."""
+    ids = [q.query_id for q in queries]
+    is_oos = np.array([q.scope == "oos" for q in queries], dtype=bool)  # info's scope column
+    answered = _answered(info, is_oos)
+
+    # Each in-scope query's whole list is its ranking (a handed-off one is zeroed below).
+    in_ids = [qid for qid, o in zip(ids, is_oos, strict=True) if not o]
+    metrics = None if metrics is None else list(metrics)
+    depth, ideal_depth = scorecard.batch_depths(metrics, JUDGED_DEPTHS)
+    if table is None:
+        table = HitTable.build(ids, [hits[q] for q in ids], labels, ~is_oos)
+    rows = np.flatnonzero(~is_oos)
+    batch = table.batch(in_ids, rows, table.counts[rows], gains=gains, depth=depth, ideal_depth=ideal_depth)
+    raw, judged = scorecard.score_prepared(batch, metrics, JUDGED_DEPTHS)
+    metric_names = tuple(str(c) for c in raw)
+    keep = answered[rows].astype(float)  # a handed-off / failed query scores 0
+
+    def column(values: Any, factor: Any = None) -> np.ndarray:  # OOS queries: NaN
+        out = np.full(len(ids), np.nan)
+        out[rows] = values if factor is None else np.asarray(values) * factor
+        return out
+
+    numeric = {name: column(v) for name, v in judged.items()} | {name: column(v, keep) for name, v in raw.items()}
+    # the exchange rows, answered, then coverage and metrics (NaN for OOS queries), as one frame
+    # (of its own: copied, so no other batch's rows share its memory)
+    per_query = pd.DataFrame({**{c: info[c].array for c in info.columns}, "answered": answered, **numeric},
+                             index=info.index, copy=True)
+    sweep = oos.threshold_sweep(
+        is_oos, info["confidence"].tolist(), info["n_results"].tolist(), column(raw[PRIMARY]),
+        sweep_thresholds, observed_scores=numeric[PRIMARY],
+    )
+    if histogram_of is None:
+        histogram = oos.fallback_histogram(info["query_type"].tolist(), info["fallback_level"].tolist())
+    else:
+        histogram = None if histogram_of.fallback_histogram is None else histogram_of.fallback_histogram.copy()
+    return BatchResult(
+        metrics=batch_scorecard(info, numeric, metric_names, is_oos, answered, failures, JUDGED_DEPTHS),
+        per_query=per_query,
+        unjudged=unjudged,
+        threshold_sweep=sweep,
+        fallback_histogram=histogram,
+        failed=failures,
+        queries=queries,
+        hits=hits,
+        qrels=labels,
+        gains=gains,
+        scorecard_version=scorecard.SCORECARD_VERSION,
+        metric_names=metric_names,
+        threshold_in_effect=threshold_in_effect,
+        hit_table=table,
+    )
 
 
 def query_record(
@@ -324,39 +380,9 @@ def _answered_one(row: Mapping[str, Any], is_oos: bool) -> bool:
 
 def _answered(info: pd.DataFrame, is_oos: np.ndarray) -> np.ndarray:
     answered = oos.answered_mask(info["handoff"].tolist(), info["n_results"].tolist())
-    failed = (info["status"] == "failed").to_numpy()
+    failed = info["status"].to_numpy(dtype=object) == "failed"
     # failures count against the backend (see module doc)
     return np.where(failed, is_oos, answered)
-
-
-def _scorecard(
-    per_query: pd.DataFrame,
-    metric_names: Sequence[str],
-    is_oos: np.ndarray,
-    answered: np.ndarray,
-    failures: Sequence[FailedQuery],
-) -> dict[str, float]:
-    in_scope = per_query.loc[~is_oos]
-    summary = scorecard.aggregate(in_scope[list(metric_names)]) if len(in_scope) else dict.fromkeys(metric_names, 0.0)
-    summary.update(oos.handoff_metrics(is_oos, answered))
-    ok = per_query["status"] == "ok"
-    latency = per_query.loc[ok, "latency_ms"].dropna().to_numpy(dtype=float)
-    summary["Latency_Avg_ms"] = float(latency.mean()) if latency.size else 0.0
-    summary["Latency_P95_ms"] = float(np.percentile(latency, 95)) if latency.size else 0.0
-    for k in JUDGED_DEPTHS:
-        col = in_scope[f"Judged@{k}"].dropna() if len(in_scope) else pd.Series(dtype=float)
-        # Coverage of what was shown: over the queries that returned something. When
-        # nothing came back, coverage is undefined (NaN), never "fully judged".
-        summary[f"Judged@{k}"] = float(col.mean()) if len(col) else math.nan
-    summary["Failed_Queries"] = float(len(failures))
-    # beside Judged@k: the in-scope queries that came back without a single result
-    summary["Empty_Queries"] = float(((in_scope["status"] == "ok") & (in_scope["n_results"] == 0)).sum())
-    # a backend that ignores top_k: what was cut off (OOS queries too; nothing of it is kept)
-    summary["N_Truncated_Hits"] = float(per_query["n_truncated"].sum())
-    summary["N_Queries"] = float(len(per_query))
-    summary["N_InScope_Queries"] = float((~is_oos).sum())
-    summary["N_OOS_Queries"] = float(is_oos.sum())
-    return summary
 
 
 def _unjudged_of(qid: str, hits: Sequence[Hit], judged: Mapping[str, int]) -> list[UnjudgedHit]:

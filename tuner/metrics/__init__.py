@@ -7,10 +7,12 @@ Public API (other modules code against exactly this):
 - ``judged_at_k(rankings, qrels, query_ids, k) -> Series`` (coverage)
 - ``score_rankings_with_coverage(..., judged_depths=(10, 20)) -> (scores, coverage)``: both from one batch
 - ``score_arrays(...) -> (batch, {metric: array}, {Judged@k: array})``: the same without frames
+- ``batch_depths(metrics, judged_depths)``, ``score_prepared(batch, ...)``, ``from_grades(...)``: the same
+  on rankings already turned into grade rows (each document graded once, many rankings of it scored)
 - ``list_metrics()``, ``PRIMARY_SCORECARD``, ``SECONDARY_METRICS``, ``SCORECARD_VERSION``
 """
 
-from tuner.metrics.batch import MAX_GRADE, RankingBatch, check_relevance_level, prepare
+from tuner.metrics.batch import MAX_GRADE, RankingBatch, check_relevance_level, from_grades, prepare
 from tuner.metrics.gains import GAIN_SCHEMES, gain_table
 from tuner.metrics.registry import Metric, MetricFamily, resolve
 from tuner.metrics.scorecard import (
@@ -21,11 +23,13 @@ from tuner.metrics.scorecard import (
     SCORECARD_VERSION,
     SECONDARY_METRICS,
     aggregate,
+    batch_depths,
     judged_at_k,
     list_metrics,
     primary_metric_score,
     score_arrays,
     score_batch,
+    score_prepared,
     score_rankings,
     score_rankings_with_coverage,
 )
@@ -43,7 +47,9 @@ __all__ = [
     "MetricFamily",
     "RankingBatch",
     "aggregate",
+    "batch_depths",
     "check_relevance_level",
+    "from_grades",
     "gain_table",
     "judged_at_k",
     "list_metrics",
@@ -51,6 +57,7 @@ __all__ = [
     "primary_metric_score",
     "resolve",
     "score_batch",
+    "score_prepared",
     "score_rankings",
     "score_arrays",
     "score_rankings_with_coverage",

@@ -140,6 +140,42 @@ def prepare(
     )
 
 
+def from_grades(
+    query_ids: Sequence[str],
+    grades: np.ndarray,
+    judged: np.ndarray,
+    lengths: np.ndarray,
+    grade_counts: np.ndarray,
+    *,
+    gains: str = "linear",
+    depth: int | None = None,
+    ideal_depth: int | None = None,
+    max_grade: int = MAX_GRADE,
+    relevance_level: int = 1,
+) -> RankingBatch:
+    """The RankingBatch of rankings already turned into grade rows, equal to ``prepare``'s
+    for the same rankings: ``grades`` / ``judged`` (n, width) as ``prepare`` sets them
+    (width = ``depth``, or the longest ranking when None), ``lengths`` the rankings'
+    lengths and ``grade_counts`` (n, max_grade + 1) each query's judged documents per
+    grade (``prepare``'s, e.g. from ``prepare({}, qrels, ids, depth=0)``). For callers
+    that grade every document once and score many rankings of those documents (the
+    gate solver scores each query at every score cut-off)."""
+    check_gain_scheme(gains)
+    return RankingBatch(
+        query_ids=tuple(query_ids),
+        grades=grades,
+        judged=judged,
+        lengths=lengths,
+        ideal_grades=_ideal_grades(grade_counts, ideal_depth),
+        grade_counts=grade_counts,
+        gains=gains,
+        max_grade=max_grade,
+        relevance_level=check_relevance_level(relevance_level, max_grade),
+        depth_limit=depth,
+        ideal_depth_limit=ideal_depth,
+    )
+
+
 def check_relevance_level(level: int, max_grade: int = MAX_GRADE) -> int:
     """Return ``level`` when it is a grade in 1..max_grade, else raise InputError with the fix."""
     # 0 would make every unjudged document (grade 0 here) relevant, unlike trec_eval,

@@ -11,6 +11,7 @@ import difflib
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -104,8 +105,10 @@ _register("Judged", f.judged, "coverage: judged docs among the first min(k, leng
 _NAME = re.compile(r"^(?P<family>[A-Za-z_]+)(?:@(?P<k>\d+))?$")
 
 
+@lru_cache(maxsize=1024)
 def resolve(name: str) -> Metric:
-    """Parse ``FAMILY@k`` (or a bare ``FAMILY`` where allowed) into a Metric."""
+    """Parse ``FAMILY@k`` (or a bare ``FAMILY`` where allowed) into a Metric (immutable, so
+    each name is parsed once)."""
     match = _NAME.match(name.strip())
     family = _FAMILIES.get(match["family"]) if match else None
     if family is None:

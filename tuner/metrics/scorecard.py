@@ -121,15 +121,38 @@ def score_arrays(
     (batch, {metric: per-query values, ..., Primary_Metric_Score}, {Judged@k: ...}).
     For per-query callers (a query's row as its answer arrives) where a DataFrame
     would cost more than the scoring."""
-    wanted = [resolve(name) for name in (DEFAULT_METRICS if metrics is None else metrics)]
-    needed = wanted + [resolve(name) for name in PRIMARY_SCORECARD]
-    coverage = [resolve(f"Judged@{k}") for k in judged_depths]
+    depth, ideal_depth = batch_depths(metrics, judged_depths)
     batch = prepare(
-        rankings, qrels, query_ids, gains=gains, relevance_level=relevance_level,
-        depth=_deepest(needed + coverage), ideal_depth=_deepest(m for m in needed if m.family.uses_ideal),
+        rankings, qrels, query_ids, gains=gains, relevance_level=relevance_level, depth=depth, ideal_depth=ideal_depth,
     )
-    judged = {m.name: m.compute(batch) for m in coverage}
-    return batch, _score_columns(batch, wanted), judged
+    return batch, *score_prepared(batch, metrics, judged_depths)
+
+
+def batch_depths(
+    metrics: Sequence[str] | None = None, judged_depths: Sequence[int] = (10, 20),
+) -> tuple[int | None, int | None]:
+    """The (depth, ideal_depth) ``score_arrays`` prepares its batch with for these metrics
+    and coverage depths: the largest cutoff asked for (None: a metric reads the whole
+    ranking). A batch built elsewhere (``from_grades``) at these depths scores the same."""
+    needed = _needed(metrics)
+    coverage = [resolve(f"Judged@{k}") for k in judged_depths]
+    return _deepest(needed + coverage), _deepest(m for m in needed if m.family.uses_ideal)
+
+
+def score_prepared(
+    batch: RankingBatch, metrics: Sequence[str] | None = None, judged_depths: Sequence[int] = (10, 20),
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """``score_arrays``' ({metric: values, ..., Primary_Metric_Score}, {Judged@k: values})
+    on a batch prepared at ``batch_depths(metrics, judged_depths)``."""
+    wanted = [resolve(name) for name in (DEFAULT_METRICS if metrics is None else metrics)]
+    judged = {m.name: m.compute(batch) for m in (resolve(f"Judged@{k}") for k in judged_depths)}
+    return _score_columns(batch, wanted), judged
+
+
+def _needed(metrics: Sequence[str] | None) -> list[Metric]:
+    """The metrics asked for, then the primary scorecard (Primary_Metric_Score needs it)."""
+    wanted = [resolve(name) for name in (DEFAULT_METRICS if metrics is None else metrics)]
+    return wanted + [resolve(name) for name in PRIMARY_SCORECARD]
 
 
 def score_batch(batch: RankingBatch, metrics: Sequence[str] | None = None) -> pd.DataFrame:

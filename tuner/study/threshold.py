@@ -30,6 +30,10 @@ The sweep table names its gate columns by the gates' config keys, so a trial's
 threshold_sweep.csv says what was solved; ``ThresholdSolution.by_role`` gives the chosen
 values by role to the code that applies them (tuner.evaluation.regate).
 
+The grid is evaluated on the retrieval as arrays (tuner.study.gate_arrays: every hit graded
+once, every (threshold, min_score) pair counted and scored by array operations), with
+the same arithmetic as scoring each gated batch on its own, so every value is exact.
+
 Candidate values: the grid ``low, low+step, ..., high`` of each gate (the search
 space's step, else ``resolution``). Outcomes are step functions of t and m, so a fine
 grid covers the whole range; ties on the objective go to the lowest constraint
@@ -48,9 +52,10 @@ import numpy as np
 import pandas as pd
 
 from tuner import metrics as scorecard
+from tuner.config.objective import Constraint as MetricBound
 from tuner.config.space.gates import GATE_ROLES, REFERENCE_GATES
-from tuner.errors import ConfigError, EvaluationError
-from tuner.evaluation import oos
+from tuner.errors import ConfigError
+from tuner.study.gate_arrays import HitArrays, scorecard_values, sweep_columns
 
 if TYPE_CHECKING:
     from tuner.evaluation.result import BatchResult
@@ -126,15 +131,17 @@ class Retrieval:
     @classmethod
     def from_batch(cls, batch: BatchResult, *, retrieved_min_score: float = 0.0, top_m: int | None = None) -> Retrieval:
         pq = batch.per_query
+        at = {qid: i for i, qid in enumerate(pq.index)}
+        confs, status, answered = pq["confidence"].tolist(), pq["status"].tolist(), pq["answered"].tolist()
         rows = []
         for q in batch.queries:
-            rec = pq.loc[q.query_id]
-            conf = rec["confidence"]
+            i = at[q.query_id]
+            conf = confs[i]
             hits = tuple((h.doc_id, math.nan if h.score is None else float(h.score)) for h in batch.hits[q.query_id])
-            failed = rec["status"] == "failed"
+            failed = status[i] == "failed"
             rows.append(QueryRetrieval(
                 q.query_id, q.scope, None if pd.isna(conf) else float(conf), hits, failed=failed,
-                handoff=not failed and not bool(rec["answered"]),
+                handoff=not failed and not bool(answered[i]),
             ))
         return cls(tuple(rows), batch.qrels, retrieved_min_score, top_m, batch.gains)
 
@@ -167,30 +174,40 @@ def solve(
     is feasible, the one with the smallest violation wins and ``feasible`` is False, so
     the trial still reports an honest constraint value.
     """
+    return _solve(HitArrays.from_retrieval(retrieval), gates, objective, constraints, resolution,
+                  retrieval.retrieved_min_score, retrieval.top_m)
+
+
+def _solve(
+    arrays: HitArrays, gates: Sequence[GateRange], objective: str, constraints: Sequence[ConstraintLike],
+    resolution: float, retrieved_min_score: float, top_m: int | None,
+) -> ThresholdSolution:
     by_role = _by_role(gates)
     conf, cut = by_role.get(CONFIDENCE), by_role.get(MIN_SCORE)
     ts = conf.values(resolution) if conf else np.array([-math.inf])
     # Without a min_score gate nothing is filtered (-inf keeps every hit, scored or not).
     ms = cut.values(resolution) if cut else np.array([-math.inf])
     if cut is not None:
-        _check_cut(retrieval, cut, float(ms.min()))
+        _check_cut(arrays, retrieved_min_score, cut, float(ms.min()))
     # An unsolved confidence gate ran in the backend at its own value: its handoffs stand.
     backend_handoff = conf is None
     names = (conf.param if conf else None, cut.param if cut else None)
-    table = sweep(retrieval, ts, ms, objective=objective, backend_handoff=backend_handoff, names=names)
-    table["violation"] = _violations(table, constraints)
-    row = table.loc[_pick(table, objective)]
-    t = float(row[conf.param]) if conf else -math.inf
-    m = float(row[cut.param]) if cut else -math.inf
+    columns = sweep_columns(arrays, ts, ms, objective, backend_handoff, names, top_m)
+    columns["violation"] = _violations(columns, constraints)
+    best = _pick_rows(np.asarray(columns[objective], dtype=float), columns["violation"])
+    value = {c: float(v[best]) for c, v in columns.items()}  # what table.loc[best] holds
+    t = value[conf.param] if conf else -math.inf
+    m = value[cut.param] if cut else -math.inf
     chosen = {g.role: (t if g.role == CONFIDENCE else m) for g in gates}
-    metric_cols = [c for c in table.columns if c not in names and c != "violation"]
+    metric_cols = [c for c in columns if c not in names and c != "violation"]
     # The whole scorecard at the chosen pair, so a trial's NDCG@20 etc. match its objective
     # (the batch's own are those of the ungated retrieval).
-    card = scorecard_at(retrieval, t, m, backend_handoff=backend_handoff)
+    card = scorecard_values(arrays, t, m, backend_handoff=backend_handoff)
     return ThresholdSolution(
-        values={g.param: chosen[g.role] for g in gates}, objective=float(row[objective]),
-        metrics=card | {c: float(row[c]) for c in metric_cols},
-        violation=float(row["violation"]), feasible=bool(row["violation"] <= 0), table=table, by_role=chosen,
+        values={g.param: chosen[g.role] for g in gates}, objective=value[objective],
+        metrics=card | {c: value[c] for c in metric_cols},
+        violation=value["violation"], feasible=bool(value["violation"] <= 0), table=pd.DataFrame(columns),
+        by_role=chosen,
     )
 
 
@@ -208,16 +225,18 @@ def _by_role(gates: Sequence[GateRange]) -> dict[str, GateRange]:
     return out
 
 
-def _check_cut(retrieval: Retrieval, cut: GateRange, lowest: float) -> None:
+def _check_cut(arrays: HitArrays, retrieved_min_score: float, cut: GateRange, lowest: float) -> None:
     """A score cut-off is exact only over scored hits retrieved at or below its lowest value."""
-    if unscored := [q.query_id for q in retrieval.queries if any(math.isnan(s) for _, s in q.hits)]:
+    hits = arrays.hits
+    if (unscored := np.flatnonzero(np.isnan(hits.scores))).size:
+        query = np.searchsorted(hits.starts + hits.counts, unscored[0], side="right")
         raise ConfigError(
-            f"{cut.param}: query {unscored[0]} has hits without a score, so a score filter cannot be "
+            f"{cut.param}: query {arrays.query_ids[query]} has hits without a score, so a score filter cannot be "
             "evaluated; map response.score to the field the backend filters on"
         )
-    if lowest < retrieval.retrieved_min_score - _EPS:
+    if lowest < retrieved_min_score - _EPS:
         raise ConfigError(
-            f"{cut.param}: the retrieval ran with min_score={retrieval.retrieved_min_score:g}, so values "
+            f"{cut.param}: the retrieval ran with min_score={retrieved_min_score:g}, so values "
             f"down to {lowest:g} cannot be evaluated; retrieve with min_score at the range's low end"
         )
 
@@ -231,32 +250,8 @@ def sweep(
     handed off stays handed off (the confidence gate is not being solved). ``names``:
     the columns of the threshold and the min_score (the gates' keys); None leaves a gate
     that is not being solved out of the table."""
-    qs = retrieval.queries
-    if not qs:
-        raise EvaluationError("threshold sweep over an empty batch; evaluate at least one query")
-    is_oos = np.array([q.scope == "oos" for q in qs])
-    failed = np.array([q.failed for q in qs])
-    conf = np.array([-math.inf if q.confidence is None else q.confidence for q in qs])
-    kept = _kept_counts(qs, min_scores)                              # (M, Q)
-    scores = _scores_by_cut(retrieval, min_scores, kept, objective)  # (M, Q), 0 for OOS
-    t_grid, m_idx = np.meshgrid(thresholds, np.arange(len(min_scores)), indexing="ij")
-    t_flat, m_flat = t_grid.ravel(), m_idx.ravel()
-    conf_ok = conf[None, :] >= t_flat[:, None]                      # (T*M, Q)
-    if backend_handoff:
-        conf_ok &= ~np.array([q.handoff for q in qs])[None, :]
-    answered = conf_ok & (kept[m_flat] > 0)
-    answered = np.where(failed[None, :], is_oos[None, :], answered)
-    value = np.where(answered, scores[m_flat], 0.0)
-    ins = ~is_oos
-    gate_cols = {n: v for n, v in zip(names, (t_flat, min_scores[m_flat]), strict=True) if n is not None}
-    frame = pd.DataFrame({**gate_cols, objective: value[:, ins].mean(axis=1) if ins.any() else 0.0})
-    for name, col in oos.oos_rates(is_oos, answered).items():
-        frame[name] = col
-    frame["n_answered"] = answered.sum(axis=1)
-    frame["n_emptied"] = ((kept[m_flat] == 0) & np.array([len(q.hits) > 0 for q in qs])[None, :]).sum(axis=1)
-    if retrieval.top_m is not None:
-        frame["n_below_top_m"] = ((kept[m_flat] > 0) & (kept[m_flat] < retrieval.top_m)).sum(axis=1)
-    return frame
+    return pd.DataFrame(sweep_columns(HitArrays.from_retrieval(retrieval), thresholds, min_scores, objective,
+                                      backend_handoff, names, retrieval.top_m))
 
 
 def scorecard_at(
@@ -265,83 +260,63 @@ def scorecard_at(
     """Mean of every scorecard metric over the in-scope queries with the gates at
     (threshold, min_score): a handed-off, emptied or failed query scores 0
     (``backend_handoff`` as in ``sweep``)."""
-    ins = [q for q in retrieval.queries if q.scope != "oos"]
-    if not ins:
-        return {}
-    rankings: dict[str, list[str]] = {}
-    for q in ins:
-        ranking = [doc for doc, score in q.hits if math.isnan(score) or score >= min_score - _EPS]
-        conf = -math.inf if q.confidence is None else q.confidence
-        handed_off = conf < threshold or (backend_handoff and q.handoff)
-        rankings[q.query_id] = [] if q.failed or handed_off else ranking
-    ids = [q.query_id for q in ins]
-    frame = scorecard.score_rankings(rankings, {i: dict(retrieval.qrels.get(i, {})) for i in ids}, ids,
-                                     gains=retrieval.gains)
-    return {str(c): float(frame[c].mean()) for c in frame.columns}
+    return scorecard_values(HitArrays.from_retrieval(retrieval), threshold, min_score,
+                            backend_handoff=backend_handoff)
 
 
-def _kept_counts(qs: Sequence[QueryRetrieval], min_scores: np.ndarray) -> np.ndarray:
-    out = np.zeros((len(min_scores), len(qs)), dtype=np.int64)
-    for j, q in enumerate(qs):
-        s = np.nan_to_num(np.array([score for _, score in q.hits], dtype=float), nan=math.inf)
-        if s.size:
-            out[:, j] = (s[None, :] >= min_scores[:, None] - _EPS).sum(axis=1)
-    return out
-
-
-def _scores_by_cut(retrieval: Retrieval, min_scores: np.ndarray, kept: np.ndarray, objective: str) -> np.ndarray:
-    """Per (min_score, query): the objective of the filtered ranking, each distinct
-    (query, filtered list) scored once in one scorecard call.
-
-    A higher cut keeps a subset of a lower one, so a query's filtered lists differ only
-    in length: each is built once per distinct kept count (not once per cut), and the
-    grid is filled from the score array by position."""
-    rankings: dict[str, list[str]] = {}
-    qrels: dict[str, Mapping[str, int]] = {}
-    pos = np.full(kept.shape, -1, dtype=np.int64)  # (M, Q) -> index into the scored lists
-    for j, q in enumerate(retrieval.queries):
-        if q.scope == "oos" or q.failed:
-            continue
-        counts = kept[:, j]
-        distinct, first = np.unique(counts, return_index=True)
-        scores = np.array([score for _, score in q.hits], dtype=float)
-        labels = retrieval.qrels.get(q.query_id, {})
-        slot_of: dict[int, int] = {}
-        for count, i in sorted(zip(distinct.tolist(), first.tolist(), strict=True), key=lambda ci: ci[1]):
-            keep = np.isnan(scores) | (scores >= min_scores[i] - _EPS)
-            key = f"{q.query_id}\x00{count}"
-            slot_of[count] = len(rankings)
-            rankings[key] = [doc for (doc, _), k in zip(q.hits, keep.tolist(), strict=True) if k]
-            qrels[key] = labels
-        pos[:, j] = [slot_of[c] for c in counts.tolist()]
-    out = np.zeros(kept.shape)
-    if not rankings:
-        return out
-    metric_list = None if objective == scorecard.PRIMARY_METRIC else [objective]
-    _, columns, _ = scorecard.score_arrays(rankings, qrels, list(rankings), gains=retrieval.gains,
-                                           metrics=metric_list, judged_depths=())
-    values = np.asarray(columns[objective], dtype=float)
-    scored = pos >= 0
-    out[scored] = values[pos[scored]]
-    return out
-
-
-def _violations(table: pd.DataFrame, constraints: Sequence[ConstraintLike]) -> np.ndarray:
+def _violations(columns: Mapping[str, np.ndarray], constraints: Sequence[ConstraintLike]) -> np.ndarray:
+    """Per row of the sweep (``columns``), the largest violation of ``constraints`` (<= 0
+    feasible). A ``metric op bound`` constraint (tuner.config.objective.Constraint) is
+    taken on whole columns with its own arithmetic; any other is called per row, on the
+    row as a dict."""
+    n = len(next(iter(columns.values())))
     if not constraints:
-        return np.zeros(len(table))
-    records = table.to_dict("records")
-    return np.array([max(c.violation(r) for c in constraints) for r in records])
+        return np.zeros(n)
+    bounds = [_metric_bound(c) for c in constraints]
+    if any(b is None for b in bounds):
+        records = [dict(zip(columns, row, strict=True)) for row in zip(*(v.tolist() for v in columns.values()))]
+        return np.array([max(c.violation(r) for c in constraints) for r in records])
+    out = None
+    for b in bounds:
+        if b.metric not in columns:
+            b.violation(dict.fromkeys(columns, 0.0))  # raises its ConfigError naming the columns
+        values = np.asarray(columns[b.metric], dtype=float)
+        v = np.where(np.isnan(values), math.inf, values - b.bound if b.op == "<=" else b.bound - values)
+        out = v if out is None else np.where(v > out, v, out)  # max(): the first of equals
+    return out
+
+
+def _metric_bound(constraint: Any) -> MetricBound | None:
+    """The ``metric op bound`` behind a constraint: itself, or the owner of its
+    ``violation`` (a trial's constraints hold the experiment's bound methods)."""
+    if type(constraint) is MetricBound:
+        return constraint
+    method = getattr(constraint, "violation", None)
+    owner = getattr(method, "__self__", None)
+    if type(owner) is MetricBound and getattr(method, "__func__", None) is MetricBound.violation:
+        return owner
+    return None
 
 
 def _pick(table: pd.DataFrame, objective: str) -> int:
     """Feasible rows first (else the least violating), best objective, lowest violation,
     then the middle row of the tied plateau (rows are in grid order)."""
-    feasible = table["violation"] <= 0
-    pool = table[feasible] if feasible.any() else table[table["violation"] == table["violation"].min()]
-    best = pool[objective].max()
-    tied = pool[np.isclose(pool[objective], best, rtol=0, atol=1e-12)]
-    tied = tied[tied["violation"] == tied["violation"].min()]
-    return int(tied.index[len(tied) // 2])
+    return _pick_rows(table[objective].to_numpy(dtype=float), table["violation"].to_numpy(dtype=float))
+
+
+def _pick_rows(objective: np.ndarray, violation: np.ndarray) -> int:
+    """``_pick`` on the two columns; NaN skipped by the min and max, as pandas does."""
+    feasible = violation <= 0
+    pool = feasible if feasible.any() else violation == _skipna(np.min, violation)
+    best = _skipna(np.max, objective[pool])
+    tied = np.flatnonzero(pool & np.isclose(objective, best, rtol=0, atol=1e-12))
+    tied = tied[violation[tied] == _skipna(np.min, violation[tied])]
+    return int(tied[len(tied) // 2])
+
+
+def _skipna(reduce: Any, values: np.ndarray) -> float:
+    values = values[~np.isnan(values)]
+    return float(reduce(values)) if values.size else math.nan
 
 
 # --------------------------------------------------------------------------- study wiring
@@ -388,5 +363,4 @@ def solve_batch(
 ) -> ThresholdSolution:
     """``solve`` on a batch retrieved with ``retrieval_values(gates)``."""
     low = next((g.low for g in gates if g.role == MIN_SCORE), 0.0)
-    return solve(Retrieval.from_batch(batch, retrieved_min_score=low, top_m=top_m), gates,
-                 objective=objective, constraints=constraints)
+    return _solve(HitArrays.from_batch(batch), gates, objective, constraints, 0.01, low, top_m)

@@ -1,0 +1,266 @@
+"""One retrieval as arrays, for the gate solver (tuner.study.threshold): pure numpy.
+
+``HitArrays`` holds one array per query field and the retrieval's hits as a
+``HitTable`` (tuner.evaluation.hits: flat arrays, each document graded once; a
+BatchResult carries its own), so every (threshold, min_score) pair is counted and
+scored with array operations instead of per-query Python loops.
+
+The filtered rankings are scored by the scorecard's own metric functions on a
+``RankingBatch`` equal, array for array, to the one ``tuner.metrics.prepare`` builds
+from the same rankings as doc-id lists: the same rows in the same order, the same
+depths, grades, judged flags (a repeated document counts once), lengths, ideal grades
+and grade counts. So every value is the one the ranking would score on its own, to
+the last bit.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from operator import itemgetter
+from typing import Any
+
+import numpy as np
+
+from tuner import metrics as scorecard
+from tuner.errors import EvaluationError
+from tuner.evaluation import oos
+from tuner.evaluation.hits import UNLABELLED, HitTable
+from tuner.evaluation.summary import column_means
+
+_EPS = 1e-9  # as tuner.study.threshold: scores equal to min_score up to rounding are kept
+
+
+@dataclass(frozen=True, eq=False)
+class HitArrays:
+    """A retrieval's queries (in order) and their hits."""
+
+    query_ids: tuple[str, ...]
+    is_oos: np.ndarray  # (Q,) bool
+    failed: np.ndarray  # (Q,) bool
+    handoff: np.ndarray  # (Q,) bool: the backend handed it off
+    conf: np.ndarray  # (Q,) float, -inf without a confidence
+    hits: HitTable  # graded: the in-scope queries
+    gains: str
+
+    @classmethod
+    def from_retrieval(cls, retrieval: Any) -> HitArrays:
+        """From a tuner.study.threshold.Retrieval (hits as (doc_id, score) pairs)."""
+        qs = retrieval.queries
+        ids = [q.query_id for q in qs]
+        is_oos = np.array([q.scope == "oos" for q in qs], dtype=bool)
+        return cls(
+            tuple(ids), is_oos, np.array([q.failed for q in qs], dtype=bool),
+            np.array([q.handoff for q in qs], dtype=bool),
+            np.array([-math.inf if q.confidence is None else q.confidence for q in qs], dtype=np.float64),
+            HitTable.build(ids, [q.hits for q in qs], retrieval.qrels, ~is_oos, doc_of=itemgetter(0),
+                           score_of=itemgetter(1)),
+            retrieval.gains,
+        )
+
+    @classmethod
+    def from_batch(cls, batch: Any) -> HitArrays:
+        """From a BatchResult, as Retrieval.from_batch reads it (no per-query objects)."""
+        ids = [q.query_id for q in batch.queries]
+        pq = batch.per_query
+        rows = pq.index.get_indexer(ids)
+        if (rows < 0).any():
+            raise KeyError(ids[int(np.flatnonzero(rows < 0)[0])])
+        conf = pq["confidence"].to_numpy(dtype=np.float64)[rows]
+        failed = pq["status"].to_numpy(dtype=object)[rows] == "failed"
+        answered = pq["answered"].to_numpy(dtype=bool)[rows]
+        is_oos = np.array([q.scope == "oos" for q in batch.queries], dtype=bool)
+        hit_lists = [batch.hits[qid] for qid in ids]
+        table = batch.hit_table
+        if table is None or not np.array_equal(table.counts, [len(hs) for hs in hit_lists]) \
+                or not np.array_equal(table.graded, ~is_oos):
+            table = HitTable.build(ids, hit_lists, batch.qrels, ~is_oos)
+        return cls(tuple(ids), is_oos, failed, ~failed & ~answered, np.where(np.isnan(conf), -math.inf, conf), table,
+                   batch.gains)
+
+    def __len__(self) -> int:
+        return len(self.query_ids)
+
+    def kept_counts(self, min_scores: np.ndarray) -> np.ndarray:
+        """(M, Q): how many hits of each query score >= each min_score (unscored hits always)."""
+        t, n_cuts = self.hits, len(min_scores)
+        s = np.nan_to_num(t.scores, nan=math.inf)
+        bars = min_scores - _EPS
+        if np.all(bars[1:] >= bars[:-1]):  # ascending: each hit passes the first k cuts
+            passed = np.searchsorted(bars, s, side="right")  # k = #(bar <= s), the comparisons below
+            owner = np.repeat(np.arange(len(self)), t.counts)
+            last = np.bincount(owner * (n_cuts + 1) + passed, minlength=len(self) * (n_cuts + 1))
+            # kept[m] = hits that pass more than m cuts
+            return np.cumsum(last.reshape(len(self), n_cuts + 1)[:, ::-1], axis=1)[:, ::-1][:, 1:].T.copy()
+        out = np.zeros((n_cuts, len(self)), dtype=np.int64)
+        some = np.flatnonzero(t.counts > 0)
+        if some.size:
+            ge = s[None, :] >= bars[:, None]
+            out[:, some] = np.add.reduceat(ge, t.starts[some], axis=1, dtype=np.int64)
+        return out
+
+    def ranking_batch(self, rows: np.ndarray, cuts: np.ndarray, lengths: np.ndarray, depth: int | None,
+                      ideal_depth: int | None) -> scorecard.RankingBatch:
+        """The RankingBatch ``prepare`` builds, at these depths, from one ranking per entry
+        of ``rows`` (in-scope query positions): the query's hits scoring >= ``cuts`` (or
+        unscored), ``lengths`` many (``kept_counts``; 0: an empty ranking)."""
+        width = int(lengths.max(initial=0)) if depth is None else depth
+        # Scores that never rise down the list keep a prefix at any cut: the first ``lengths``
+        # hits, cut from the table. The other lists are filtered hit by hit.
+        prefix = (lengths == 0) | self._descending()[rows]
+        grades, judged = self.hits.grade_rows(rows, np.where(prefix, lengths, 0), width)
+        if (other := np.flatnonzero(~prefix)).size:
+            self._filtered_rows(rows[other], cuts[other], other, grades, judged)
+        return scorecard.from_grades(
+            [self.query_ids[j] for j in rows], grades, judged, lengths.astype(np.int64), self.hits.label_counts[rows],
+            gains=self.gains, depth=depth, ideal_depth=ideal_depth,
+        )
+
+    def _filtered_rows(self, queries: np.ndarray, cuts: np.ndarray, out_rows: np.ndarray, grades: np.ndarray,
+                       judged: np.ndarray) -> None:
+        """Fill rows ``out_rows`` of ``grades`` / ``judged`` with the hits of ``queries`` kept at ``cuts``."""
+        t = self.hits
+        width = grades.shape[1]
+        n_hits = t.counts[queries]
+        owner = np.repeat(np.arange(len(queries)), n_hits)
+        hit = t.starts[queries][owner] + np.arange(owner.size) - np.repeat(np.cumsum(n_hits) - n_hits, n_hits)
+        s = t.scores[hit]
+        keep = np.isnan(s) | (s >= (cuts - _EPS)[owner])
+        hit, owner = hit[keep], owner[keep]
+        n_kept = np.bincount(owner, minlength=len(queries))
+        pos = np.arange(owner.size) - np.repeat(np.cumsum(n_kept) - n_kept, n_kept)
+        top = pos < width
+        hit, owner, pos = hit[top], owner[top], pos[top]
+        grade = t.grades[hit]
+        # a document shown higher in the same ranking: a kept later copy, after its first kept copy
+        repeat = np.zeros(hit.size, dtype=bool)
+        if (t.first[hit] != hit).any():
+            _, where = np.unique(owner * len(t.docs) + t.first[hit], return_index=True)
+            repeat[:] = True
+            repeat[where] = False
+        grades[out_rows[owner], pos] = np.where(repeat, 0, np.maximum(grade, 0))
+        judged[out_rows[owner], pos] = repeat | (grade != UNLABELLED)
+
+    def _descending(self) -> np.ndarray:
+        """(Q,): the query's scores never rise down its list (an unscored hit counts as +inf)."""
+        t = self.hits
+        s = np.where(np.isnan(t.scores), math.inf, t.scores)
+        rises = np.zeros(s.size, dtype=np.int64)
+        rises[1:] = s[1:] > s[:-1]
+        rises[t.starts[t.counts > 0]] = 0  # a query's first hit follows another query's
+        before = np.concatenate([[0], np.cumsum(rises)])
+        return before[t.starts + t.counts] == before[t.starts]
+
+
+# --------------------------------------------------------------------------- the solver's two scorings
+
+
+def scores_by_cut(arrays: HitArrays, min_scores: np.ndarray, kept: np.ndarray, objective: str) -> np.ndarray:
+    """(M, Q): the objective of each in-scope answered query's ranking filtered at each
+    min_score (0 for the other queries), each distinct (query, filtered list) scored once.
+
+    A higher cut keeps a subset of a lower one, so a query's filtered lists are told
+    apart by their length: one ranking per distinct kept count, filtered at the first
+    cut with that count, in query order then cut order (the rows ``score_arrays`` was
+    given before), and the grid is filled from the scores by position."""
+    out = np.zeros(kept.shape)
+    sel = np.flatnonzero(~arrays.is_oos & ~arrays.failed)
+    if not sel.size:
+        return out
+    n_cuts = kept.shape[0]
+    column_major = kept[:, sel].T.ravel()  # index = query * M + cut
+    key = np.repeat(np.arange(sel.size, dtype=np.int64), n_cuts) * (int(kept.max()) + 1) + column_major
+    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    order = np.argsort(first, kind="stable")  # by query, then by the first cut with that count
+    slot = np.empty_like(order)
+    slot[order] = np.arange(order.size)
+    rows, cut = sel[first[order] // n_cuts], first[order] % n_cuts
+    # the depths score_arrays(metrics=None or [objective], judged_depths=()) prepared at
+    names = None if objective == scorecard.PRIMARY_METRIC else [objective]
+    depth, ideal_depth = scorecard.batch_depths(names, ())
+    batch = arrays.ranking_batch(rows, min_scores[cut], kept[cut, rows], depth, ideal_depth)
+    columns, _ = scorecard.score_prepared(batch, [] if names is None else names, ())
+    values = np.asarray(columns[objective], dtype=float)
+    out[:, sel] = values[slot[inverse.reshape(-1)]].reshape(sel.size, n_cuts).T
+    return out
+
+
+def sweep_columns(
+    arrays: HitArrays, thresholds: np.ndarray, min_scores: np.ndarray, objective: str, backend_handoff: bool,
+    names: tuple[str | None, str | None], top_m: int | None,
+) -> dict[str, np.ndarray]:
+    """``sweep``'s columns from arrays, the grid as (T, M, Q) broadcasts: rows threshold-major,
+    as ``np.meshgrid(thresholds, min_scores, indexing="ij")`` ravels."""
+    if not len(arrays):
+        raise EvaluationError("threshold sweep over an empty batch; evaluate at least one query")
+    is_oos, failed = arrays.is_oos, arrays.failed
+    n_t, n_m = len(thresholds), len(min_scores)
+    kept = arrays.kept_counts(min_scores)                                    # (M, Q)
+    scores = scores_by_cut(arrays, min_scores, kept, objective)              # (M, Q), 0 for OOS
+    shown = kept > 0                                                         # (M, Q)
+    conf_ok = arrays.conf[None, :] >= thresholds[:, None]                   # (T, Q)
+    if backend_handoff:
+        conf_ok &= ~arrays.handoff[None, :]
+    # answered[t, m, q] = conf_ok[t, q] & shown[m, q], except a failed query: answered iff OOS
+    live = conf_ok & ~failed[None, :]
+    ins = ~is_oos
+    live_in, shown_in = live[:, ins], shown[:, ins]
+    if ins.any():
+        # The in-scope mean of each row is a sum taken query by query, in query order, as the
+        # sweep has always summed it (numpy's pairwise sum along a row would move last bits):
+        # the queries are the outer axis of a C-ordered grid. Thresholds that answer as many
+        # queries answer the same ones (a higher threshold keeps a subset): each set is summed once.
+        _, first, which = np.unique(live_in.sum(axis=1), return_index=True, return_inverse=True)
+        value = np.zeros((int(ins.sum()), first.size, n_m))
+        np.copyto(value, np.where(shown_in, scores[:, ins], 0.0).T[:, None, :], where=live_in[first].T[:, :, None])
+        objective_col = (np.add.reduce(value, axis=0) / int(ins.sum()))[which].ravel()
+    else:
+        objective_col = np.zeros(n_t * n_m)
+    # answered counts as 0/1 products summed (exact integers)
+    ans_in = live_in.astype(float) @ shown_in.T.astype(float)
+    ans_oos = live[:, is_oos].astype(float) @ shown[:, is_oos].T.astype(float) + (failed & is_oos).sum()
+    ans_in, ans_oos = ans_in.astype(np.int64).ravel(), ans_oos.astype(np.int64).ravel()
+    gate_cols = {n: v for n, v in zip(names, (np.repeat(thresholds, n_m), np.tile(min_scores, n_t)), strict=True)
+                 if n is not None}
+    columns: dict[str, np.ndarray] = {**gate_cols, objective: objective_col}
+    columns.update(_oos_rates(is_oos, ans_oos, ans_in))
+    columns["n_answered"] = ans_in + ans_oos
+    has_hits = arrays.hits.counts > 0
+    columns["n_emptied"] = np.tile(((kept == 0) & has_hits[None, :]).sum(axis=1), n_t)
+    if top_m is not None:
+        columns["n_below_top_m"] = np.tile((shown & (kept < top_m)).sum(axis=1), n_t)
+    return columns
+
+
+def _oos_rates(is_oos: np.ndarray, ans_oos: np.ndarray, ans_in: np.ndarray) -> dict[str, np.ndarray]:
+    """oos.oos_rates of every row from its answered counts: the rates depend on the
+    counts only, so each distinct (OOS answered, in-scope answered) pair is rated once,
+    on a mask with those counts."""
+    n_in = int((~is_oos).sum())
+    key = ans_oos * (n_in + 1) + ans_in
+    seen = np.zeros(int(key.max(initial=0)) + 1, dtype=bool)
+    seen[key] = True
+    pairs = np.flatnonzero(seen)
+    row = np.cumsum(seen) - 1  # key -> its pair's row
+    rank = np.where(is_oos, np.cumsum(is_oos) - 1, np.cumsum(~is_oos) - 1)  # each query's place in its scope
+    limit = np.where(is_oos[None, :], (pairs // (n_in + 1))[:, None], (pairs % (n_in + 1))[:, None])
+    rates = oos.oos_rates(is_oos, rank[None, :] < limit)
+    return {name: values[row[key]] for name, values in rates.items()}
+
+
+def scorecard_values(arrays: HitArrays, threshold: float, min_score: float, *,
+                     backend_handoff: bool = False) -> dict[str, float]:
+    """Mean of every scorecard metric over the in-scope queries with the gates at
+    (threshold, min_score): a handed-off, emptied or failed query scores 0 (see
+    tuner.study.threshold.scorecard_at). Each mean is ``frame[c].mean()``'s
+    (tuner.evaluation.summary.column_means)."""
+    rows = np.flatnonzero(~arrays.is_oos)
+    if not rows.size:
+        return {}
+    handed_off = (arrays.conf[rows] < threshold) | (backend_handoff & arrays.handoff[rows])
+    cut = np.array([min_score], dtype=np.float64)
+    lengths = np.where(arrays.failed[rows] | handed_off, 0, arrays.kept_counts(cut)[0, rows])
+    depth, ideal_depth = scorecard.batch_depths(None, ())
+    batch = arrays.ranking_batch(rows, np.repeat(cut, rows.size), lengths, depth, ideal_depth)
+    columns, _ = scorecard.score_prepared(batch, None, ())
+    return column_means(columns)
