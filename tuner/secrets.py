@@ -130,6 +130,13 @@ def remember(*values: Any) -> None:
             _KNOWN.add(value)
 
 
+def known_values() -> list[str]:
+    """The values remembered as secret in this process (to hand to a helper process that
+    writes free text for it: tuner.report.report_worker)."""
+    with _KNOWN._lock:
+        return sorted(_KNOWN._values)
+
+
 def remember_env(name: str, value: str) -> None:
     """Record that ``value`` came from environment variable ``name`` (tuner.config.yamlfile), so a
     printed command can refer to ``$NAME`` instead of the value."""

@@ -507,8 +507,17 @@ def lost_trials(trials: list[Any], calibration: Calibration) -> list[str]:
 def fail_reasons(trials: list[Any]) -> dict[int, str]:
     from optuna.trial import TrialState
 
-    return {t.number: str(t.user_attrs.get("fail_reason", "")) for t in trials if t.state == TrialState.FAIL}
+    return {t.number: str(t.user_attrs.get("fail_reason", "")) for t in trials
+            if t.state == TrialState.FAIL and ran(t)}
+
+
+def ran(trial: Any) -> bool:
+    """False for a trial the pipelined loop began ahead and a stop kept from being measured
+    (told FAIL as interrupted, its params queued again: tuner.study.pipeline)."""
+    return "begun ahead" not in str(trial.user_attrs.get("fail_reason", ""))
 
 
 def states(trials: list[Any]) -> list[str]:
-    return [t.state.name for t in sorted(trials, key=lambda t: t.number)]
+    """The states of the trials that ran, by number (not those queued, nor those begun
+    ahead and told FAIL unmeasured)."""
+    return [t.state.name for t in sorted(trials, key=lambda t: t.number) if ran(t) and t.state.name != "WAITING"]

@@ -55,7 +55,8 @@ def sigterm_when(project: Project, ready: str, condition: Callable[[], bool],
 
 def resumed(project: Project, before: list, again: Done) -> dict[str, bool]:
     after = project.trials()
-    new = [t for t in after if t.number >= len(before)]
+    done_before = {t.number for t in before if t.state.is_finished()}
+    new = [t for t in after if t.number not in done_before]  # a trial queued again by the stop runs now
     return {
         "the resumed run exits 0": again.returncode == 0,
         "the resumed run measured one new trial": states(new) == ["COMPLETE"],

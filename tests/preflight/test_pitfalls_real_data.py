@@ -104,6 +104,10 @@ def test_1_with_checks_skipped_every_trial_fails_instead_of_scoring_zero(cran: P
     assert proc.returncode == 2, proc.stdout[-3000:]
     assert "3 consecutive failed trials" in proc.stdout  # the failure budget stopped it
     trials = study_trials(cran)
+    # the pipelined loop had begun a 4th trial: told FAIL unmeasured ("begun ahead"), its params queued again
+    ahead = [t for t in trials if "begun ahead" in t.user_attrs.get("fail_reason", "")]
+    assert len(ahead) <= 1
+    trials = [t for t in trials if t not in ahead and t.state != optuna.trial.TrialState.WAITING]
     assert len(trials) == 3 and all(t.state == optuna.trial.TrialState.FAIL for t in trials)
     assert all("came back with no results" in t.user_attrs["fail_reason"] for t in trials)
     study = optuna.load_study(study_name="cran", storage=f"sqlite:///{cran / '.tuner' / 'optuna.db'}")

@@ -18,7 +18,8 @@ from tuner.data.dataset import Query, QuerySet
 from tuner.study.attrs import ATTR_EARLY_STOP, ATTR_FAIL_REASON, ATTR_FEASIBLE, metrics_of, named_constraints
 from tuner.study.interfaces import Constraint as TrialConstraint
 from tuner.study.pruning import reporter_factory
-from tuner.study.trial import LEGACY_CONSTRAINTS_ATTR, TrialRunner
+from tuner.study.scoring import LEGACY_CONSTRAINTS_ATTR
+from tuner.study.trial import TrialRunner
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

@@ -22,8 +22,9 @@ from tuner.study.bookkeeping import Bookkeeper, OptunaArtifacts
 from tuner.study.feasibility import best_feasible_trial
 from tuner.study.interfaces import Constraint
 from tuner.study.result_cache import ResultCache
+from tuner.study.scoring import LEGACY_CONSTRAINTS_ATTR
 from tuner.study.stop import StopFlag
-from tuner.study.trial import LEGACY_CONSTRAINTS_ATTR, TrialRunner
+from tuner.study.trial import TrialRunner
 
 OOS_LIMIT = 0.10
 

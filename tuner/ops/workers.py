@@ -108,7 +108,14 @@ def _run_replica(
     from tuner.study.paths import StudyPaths
     from tuner.study.queue import enqueue_initial, enqueue_once
     from tuner.study.storage import ATTR_CONSTRAINTS, ATTR_OBJECTIVE, open_study
-    from tuner.study.wiring import build_runner, initial_variants, make_tracker, prepare, record_config_seen
+    from tuner.study.wiring import (
+        adopt_backend,
+        build_runner,
+        initial_variants,
+        make_tracker,
+        prepare,
+        record_config_seen,
+    )
     from tuner.targets.factory import make_target
     from tuner.targets.health import wait_target_healthy
     from tuner.targets.reaper import PidRecordingTarget, start_reaper
@@ -163,6 +170,7 @@ def _run_replica(
         budget=FailureBudget(exp.failure_budget.max_consecutive, exp.failure_budget.max_total),
         stop=stop, observer=observer, maximize=maximize,
         study_total=n_trials or exp.n_trials, replica=replica.index, lease=lease,
+        pipeline=exp.pipeline,
     )
     reaper = start_reaper(replica.pid_file, exp.journal_path)
     result = RunResult(exp.study)
@@ -174,6 +182,7 @@ def _run_replica(
         # each replica checks its own backend (its copy of the config, its port)
         preflight_on_target(prepared, preflight, target, wait, note=note)
         target.start()
+        adopt_backend(runner, exp.target.config_files, wait, note=note)
         result = loop.run(n_trials=None, timeout=timeout_s if timeout_s is not None else exp.timeout_s)
         status = "KILLED" if result.stopped_by == "signal" else "FINISHED"
     except StudyError as exc:
@@ -190,6 +199,7 @@ def _run_replica(
         finally:
             try:
                 runner.bookkeeper.close()
+                runner.evaluator.close()
                 target.close()
                 tracker.end_study(status=status, summary=summary_metrics(study, maximize=maximize))
             finally:

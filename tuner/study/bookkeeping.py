@@ -24,11 +24,15 @@ class Bookkeeper:
 
     def __init__(self, *, threaded: bool = True, on_error: Callable[[str], None] = lambda message: None) -> None:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tuner-bookkeeper") if threaded else None
+        # short jobs a trial waits for before ``tell`` (its MLflow run id): never queued
+        # behind earlier trials' reports
+        self._eager = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tuner-bookkeeper-eager") if threaded else None
         self._pending: list[Future[Any]] = []
         self.on_error = on_error
         self.errors: list[str] = []
 
-    def submit(self, what: str, fn: Callable[..., Any], *args: Any) -> Future[Any]:
+    def submit(self, what: str, fn: Callable[..., Any], *args: Any, eager: bool = False) -> Future[Any]:
+        """Queue ``fn(*args)``; ``eager`` runs it on its own lane, not after the queue."""
         def guarded() -> Any:
             try:
                 return fn(*args)
@@ -42,7 +46,8 @@ class Bookkeeper:
             done: Future[Any] = Future()
             done.set_result(guarded())
             return done
-        future = self._pool.submit(guarded)
+        pool = self._eager if eager and self._eager is not None else self._pool
+        future = pool.submit(guarded)
         self._pending = [f for f in self._pending if not f.done()] + [future]
         return future
 
@@ -54,8 +59,9 @@ class Bookkeeper:
 
     def close(self) -> None:
         self.flush()
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
+        for pool in (self._eager, self._pool):
+            if pool is not None:
+                pool.shutdown(wait=True)
 
 
 class OptunaArtifacts:

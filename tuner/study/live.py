@@ -43,21 +43,28 @@ class LiveEvaluator:
         self.labels_fingerprint = labels_fp
         self.spec_fingerprint = spec_fingerprint(self.spec)
         self.last_search_seconds = 0.0
+        #: of that window, the event loop's time on the answers (decode, map, score): tuner time
+        self.last_handling_seconds = 0.0
         #: the preflight of the run (tuner.study.preflight), recorded in every report's context
         self.preflight: PreflightReport | None = None
         #: the batch's abort check and the run's stop flag (build_runner sets both)
         self.abort: Any = None
         self.stop: StopFlag | None = None
+        #: writes the trials' reports in a helper process (tuner.report.report_worker); close() ends it
+        self.report_worker: Any = None
 
-    def evaluate(self, *, order_seed: int, on_result: Any) -> Any:
+    def evaluate(self, *, order_seed: int, on_result: Any, defer: bool = False) -> Any:
+        """The batch's BatchResult; with ``defer``, a callable that finishes its scoring and
+        checks it (a trial's ``end`` stage calls it, off the backend's critical path)."""
         from tuner.evaluation import run_batch
-        from tuner.evaluation.batch import BatchAborted
-        from tuner.study.preflight import empty_results_problem
+        from tuner.evaluation.batch import BatchAborted, BatchTiming
+        from tuner.study.preflight import empty_share_problem
 
         clock = SearchClock(self.spec.concurrency)
+        timing = BatchTiming()
         try:
-            result = run_batch(self.spec, self.queries, self.qrels, order_seed=order_seed, on_result=on_result,
-                               transport=clock, abort=self.abort)
+            pending = run_batch(self.spec, self.queries, self.qrels, order_seed=order_seed, on_result=on_result,
+                                transport=clock, abort=self.abort, timing=timing, defer=True)
         except BatchAborted as exc:
             stop = self.stop
             if stop is not None and stop.is_set() and exc.reason.startswith(stop.reason):
@@ -65,14 +72,17 @@ class LiveEvaluator:
             raise
         finally:
             self.last_search_seconds = clock.seconds
+            self.last_handling_seconds = timing.handling_s
+
         # A mostly empty batch is a broken request or mapping, not a config that scores 0:
         # failing the trial keeps the 0 out of the sampler's model and under the failure budget.
-        problem = empty_results_problem(result, self.spec)
+        # Checked here, before the scoring, so a pipelined study sees the failure at once.
+        problem = empty_share_problem(*pending.empty_in_scope(), self.spec)
         if problem is not None:
             raise EvaluationError(f"{problem}; a broken request or response mapping, not a bad config "
                                   "(tuner check EXPERIMENT shows a raw response); raise evaluation.max_empty_share "
                                   "if empty results are expected")
-        return result
+        return pending.finish if defer else pending.finish()
 
     def report_paths(self, result: Any, out_dir: Path) -> dict[str, Path]:
         """The names tuner.report.write_reports gives its files (stem "report")."""
@@ -99,8 +109,9 @@ class LiveEvaluator:
             spec=self.spec.model_dump(mode="json"),
             extra={**self._preflight_context(), **context},
         )
-        written = {k: Path(v) for k, v in _fields(write_reports(result, out_dir, context=ctx, config_snapshot=config_snapshot,
-                                                                 detail=detail, markdown="slim")).items()
+        write = self.report_worker.write_reports if self.report_worker is not None else write_reports
+        written = {k: Path(v) for k, v in _fields(write(result, out_dir, context=ctx, config_snapshot=config_snapshot,
+                                                        detail=detail, markdown="slim")).items()
                    if v is not None}
         if written != self.report_paths(result, out_dir):
             raise EvaluationError(
@@ -109,6 +120,11 @@ class LiveEvaluator:
             )
         return written
 
+
+    def close(self) -> None:
+        """End the report helper process, if one was started."""
+        if self.report_worker is not None:
+            self.report_worker.close()
 
     def _preflight_context(self) -> dict[str, Any]:
         if self.preflight is None:

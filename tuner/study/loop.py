@@ -11,7 +11,7 @@ import threading
 import time
 import warnings
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -115,6 +115,9 @@ class StudyLoop:
     study_total: int | None = None
     replica: int | None = None
     lease: Any = None
+    #: overlap trials (tuner.study.pipeline): the next trial begins and the last one ends
+    #: while one is measured; needs a runner with begin / measure / end / abort
+    pipeline: bool = False
     #: what the last ``run`` did so far (kept when it raises, for the summary)
     result: RunResult | None = None
 
@@ -128,7 +131,10 @@ class StudyLoop:
         started = self.clock()
         self.observer.study_started(self.study, planned=n_trials, timeout=timeout)
         try:
-            self._loop(result, started, n_trials=n_trials, timeout=timeout)
+            if self.pipeline and hasattr(self.runner, "begin"):
+                self._loop_pipelined(result, started, n_trials=n_trials, timeout=timeout)
+            else:
+                self._loop(result, started, n_trials=n_trials, timeout=timeout)
         finally:
             flush_started = self.clock()
             self.runner.flush()  # the last trial's reports and MLflow run
@@ -138,36 +144,83 @@ class StudyLoop:
 
     def _loop(self, result: RunResult, started: float, *, n_trials: int | None, timeout: float | None) -> None:
         while True:
-            if self.stop.is_set():
-                result.stopped_by = "signal"
-                break
-            if n_trials is not None and len(result.ran) >= n_trials:
-                result.stopped_by = "n_trials"
-                break
-            if timeout is not None and self.clock() - started >= timeout:
-                result.stopped_by = "timeout"
-                break
-            lost = self.lease.lost() if self.lease is not None else None
-            if lost is not None:
-                result.stopped_by = "lock_lost"
-                raise StudyError(f"study {self.study.study_name!r} stopped: {lost}; check for another process on it")
-            if self.replica is not None:
-                result.stale_failed.extend(fail_stale_heartbeats(self.study))
-            if self.study_total is not None and count_counted(self.study) >= self.study_total:
-                result.stopped_by = "n_trials"
+            why = self._why_stop(result, started, n_trials=n_trials, timeout=timeout, in_flight=0)
+            if why is not None:
+                result.stopped_by = why
                 break
             outcome = self._one_trial()
             result.ran.append(outcome)
             self.budget.record(outcome)
-            why = self.budget.exceeded()
-            if why is not None:
-                result.stopped_by = "failure_budget"
-                raise StudyError(
-                    f"study {self.study.study_name!r} stopped: {why}; last failure: {self.budget.last_reason};"
-                    " fix the backend or the search space, then `tuner run` resumes the study"
-                )
+            self._raise_if_budget_spent(result)
 
-    def _one_trial(self) -> TrialOutcome:
+    def _why_stop(self, result: RunResult, started: float, *, n_trials: int | None, timeout: float | None,
+                  in_flight: int) -> str | None:
+        """Why not to begin another trial (a ``RunResult.stopped_by`` value), with
+        ``in_flight`` trials of this run asked and not yet ended; None: go on. Raises
+        StudyError when the study lock is lost."""
+        if self.stop.is_set():
+            return "signal"
+        if n_trials is not None and len(result.ran) + in_flight >= n_trials:
+            return "n_trials"
+        if timeout is not None and self.clock() - started >= timeout:
+            return "timeout"
+        lost = self.lease.lost() if self.lease is not None else None
+        if lost is not None:
+            result.stopped_by = "lock_lost"
+            raise StudyError(f"study {self.study.study_name!r} stopped: {lost}; check for another process on it")
+        if self.replica is not None:
+            result.stale_failed.extend(fail_stale_heartbeats(self.study))
+        if self.study_total is not None and count_counted(self.study) >= self.study_total:
+            return "n_trials"
+        return None
+
+    def _raise_if_budget_spent(self, result: RunResult) -> None:
+        why = self.budget.exceeded()
+        if why is not None:
+            result.stopped_by = "failure_budget"
+            raise StudyError(
+                f"study {self.study.study_name!r} stopped: {why}; last failure: {self.budget.last_reason};"
+                " fix the backend or the search space, then `tuner run` resumes the study"
+            )
+
+    def _loop_pipelined(self, result: RunResult, started: float, *, n_trials: int | None,
+                        timeout: float | None) -> None:
+        from tuner.study.pipeline import PipelinedLoop
+
+        measuring: list[int | None] = [None]
+        forward = self.runner.on_phase
+
+        def on_phase(number: int, phase: str) -> None:  # the progress shows the trial being measured
+            if number == measuring[0]:
+                forward(number, phase)
+
+        def on_start(number: int, trial: optuna.Trial) -> None:
+            measuring[0] = number
+            self.observer.trial_started(number, trial.user_attrs.get(ATTR_VARIANT))
+
+        def on_end(outcome: TrialOutcome) -> str | None:
+            result.ran.append(outcome)
+            self.budget.record(outcome)
+            best = best_feasible_trial(self.study.get_trials(deepcopy=False), maximize=self.maximize)
+            self.observer.trial_finished(outcome, best)
+            return "failure_budget" if self.budget.exceeded() else None
+
+        self.runner.on_phase = on_phase
+        try:
+            why = PipelinedLoop(
+                self.runner, ask=self._ask, tell=lambda slot, outcome: self._tell(slot.trial, outcome),
+                why_stop=lambda in_flight: self._why_stop(result, started, n_trials=n_trials, timeout=timeout,
+                                                          in_flight=in_flight),
+                on_end=on_end, on_start=on_start, requeue=self._requeue,
+                halted=lambda: "signal" if self.stop.is_set() else None,
+            ).run()
+        finally:
+            self.runner.on_phase = forward
+        result.stopped_by = why
+        self._raise_if_budget_spent(result)
+
+    def _ask(self) -> tuple[optuna.Trial, float, ExitStack]:
+        """A new trial, the seconds the ask took, and its heartbeat (running until closed)."""
         asked = time.perf_counter()
         with warnings.catch_warnings():
             # optuna warns that heartbeats are meant for study.optimize; `heartbeat`
@@ -176,15 +229,19 @@ class StudyLoop:
             trial = self.study.ask()
         if self.replica is not None:
             self.study._storage.set_trial_system_attr(trial._trial_id, ATTR_REPLICA, self.replica)
-        ask_s = time.perf_counter() - asked
-        variant = trial.user_attrs.get(ATTR_VARIANT)
-        self.observer.trial_started(trial.number, variant)
-        try:
-            with heartbeat(self.study._storage, trial._trial_id):
-                outcome = self.runner.run(trial)
-        except KeyboardInterrupt:
-            self.study.tell(trial, state=TrialState.FAIL)
-            raise
+        beats = ExitStack()
+        beats.enter_context(heartbeat(self.study._storage, trial._trial_id))
+        return trial, time.perf_counter() - asked, beats
+
+    def _requeue(self, slot: Any) -> None:
+        """Queue a trial's suggested params again (a trial begun ahead that never ran)."""
+        variant = slot.trial.user_attrs.get(ATTR_VARIANT)
+        params = slot.job.suggested or {}
+        if params:
+            self.study.enqueue_trial(dict(params), user_attrs={ATTR_VARIANT: variant} if variant else None,
+                                     skip_if_exists=False)
+
+    def _tell(self, trial: optuna.Trial, outcome: TrialOutcome) -> None:
         told = time.perf_counter()
         if outcome.state == "COMPLETE":
             assert outcome.value is not None
@@ -194,8 +251,19 @@ class StudyLoop:
         else:
             self.study.tell(trial, state=TrialState.FAIL)
         # Loop-side costs, kept on the outcome only (the trial is finished by now).
-        outcome.phase_seconds["ask"] = ask_s
         outcome.phase_seconds["tell"] = time.perf_counter() - told
+
+    def _one_trial(self) -> TrialOutcome:
+        trial, ask_s, beats = self._ask()
+        with beats:
+            self.observer.trial_started(trial.number, trial.user_attrs.get(ATTR_VARIANT))
+            try:
+                outcome = self.runner.run(trial)
+            except KeyboardInterrupt:
+                self.study.tell(trial, state=TrialState.FAIL)
+                raise
+            self._tell(trial, outcome)
+        outcome.phase_seconds["ask"] = ask_s
         best = best_feasible_trial(self.study.get_trials(deepcopy=False), maximize=self.maximize)
         self.observer.trial_finished(outcome, best)
         return outcome

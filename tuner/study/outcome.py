@@ -36,6 +36,9 @@ class TrialOutcome:
     early_stop: str | None = None
     early_stop_detail: str | None = None  # the whole story, for the trial's note
     reports: dict[str, str] = field(default_factory=dict)
+    # how the backend came to serve the trial's config: "reload", "restart", or
+    # "restart: <why not a reload>" (None: not measured)
+    applied: str | None = None
     # critical-path phases; "search" = first request to last answer inside "evaluate";
     # "report" / "track" are filled by the bookkeeper later (overlapped)
     phase_seconds: dict[str, float] = field(default_factory=dict)

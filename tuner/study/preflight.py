@@ -270,12 +270,16 @@ def empty_results_problem(result: BatchResult, spec: EvalSpec, *, where: str = "
     every trial: a mostly empty batch is a broken request or mapping, not a bad config."""
     ins = [q.query_id for q in result.queries if q.scope != "oos"]
     answered = [qid for qid in ins if result.per_query.at[qid, "status"] == "ok"]
-    if not answered:
+    return empty_share_problem([qid for qid in answered if not result.hits.get(qid)], len(answered), spec,
+                               where=where)
+
+
+def empty_share_problem(empty: list[str], answered: int, spec: EvalSpec, *, where: str = "batch") -> str | None:
+    """``empty_results_problem`` on counts: ``empty`` in-scope query ids answered with no
+    results (in query order) out of ``answered``."""
+    if not answered or len(empty) / answered <= spec.max_empty_share:
         return None
-    empty = [qid for qid in answered if not result.hits.get(qid)]
-    if len(empty) / len(answered) <= spec.max_empty_share:
-        return None
-    return (f"{where}: {len(empty)} of {len(answered)} in-scope queries came back with no results "
+    return (f"{where}: {len(empty)} of {answered} in-scope queries came back with no results "
             f"(first: {', '.join(empty[:3])})")
 
 

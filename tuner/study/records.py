@@ -32,6 +32,7 @@ from tuner.files import atomic_write_text, overwrite_in_place
 from tuner.report.tracking import TAG_CACHE_HIT, Tracker, TrialRecord
 from tuner.study.applied_params import record_applied_params
 from tuner.study.attrs import (
+    ATTR_APPLIED,
     ATTR_CACHE_HIT,
     ATTR_CACHE_NOTE,
     ATTR_DATA_FINGERPRINT,
@@ -127,6 +128,7 @@ class TrialRecording:
             user[ATTR_FAILED_QUERIES] = out.metrics.get("Failed_Queries")
         user[ATTR_FAIL_REASON] = out.fail_reason  # one line (tuner.study.trial._fail), whole: tests and people grep it
         user[ATTR_EARLY_STOP] = out.early_stop
+        user[ATTR_APPLIED] = out.applied
         if run_id is not None:
             # Created on the bookkeeper during restart and health wait: long done by now.
             user[ATTR_MLFLOW_RUN] = run_id.result()

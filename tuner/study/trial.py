@@ -50,14 +50,33 @@ from tuner.study.outcome import SOLVED_PREFIX, SWEEP_FILE, SWEEP_REPORT, TrialOu
 from tuner.study.pruning import OOSBudgetExceeded
 from tuner.study.records import TrialRecording
 from tuner.study.result_cache import CachedResult, ResultCache
+from tuner.study.scoring import TrialScoring
 from tuner.study.stop import StopFlag, TrialInterrupted
 
-Phase = Literal["suggest", "render", "cache", "patch", "restart", "health", "evaluate", "solve", "complete", "record"]
-LEGACY_CONSTRAINTS_ATTR = "constraints"  # the system attr optuna-dashboard 0.21 reads
+Phase = Literal["suggest", "render", "cache", "patch", "restart", "health", "reload", "confirm", "evaluate", "score",
+                "solve", "complete", "record"]
 
 
 @dataclass
-class TrialRunner(CacheLookup, TrialRecording):
+class TrialJob:
+    """One trial between its stages (``TrialRunner.begin`` / ``measure`` / ``end``)."""
+
+    trial: optuna.Trial
+    out: TrialOutcome
+    texts: dict[Path, str] = field(default_factory=dict)
+    solving: dict[str, Any] = field(default_factory=dict)
+    run_id: Future[Any] | None = None
+    key: Any = None  # tuner.study.cache_lookup.CacheKey
+    cached: CachedResult | None = None
+    stored_key: Any = None
+    result: Any = None  # the BatchResult, or a callable that finishes scoring it (deferred)
+    sweep: Any = None
+    error: Exception | None = None  # of any stage; settled by ``end``
+    suggested: dict[str, Any] = field(default_factory=dict)  # the Optuna params as suggested (a requeue's)
+
+
+@dataclass
+class TrialRunner(CacheLookup, TrialRecording, TrialScoring):
     """Runs one trial end to end; one instance serves a whole study run."""
 
     study_name: str
@@ -105,6 +124,11 @@ class TrialRunner(CacheLookup, TrialRecording):
     report_detail: str = "slim"
     # Where the dashboards serve this study: the notes and MLflow runs link to each other.
     links: Links | None = None
+    # Gets a written config served (tuner.targets.reload.ConfigApplier: reload when the
+    # experiment declares how, else restart); None: ``target.restart()`` + ``wait_healthy()``.
+    applier: Any = None
+    # Finish a batch's scoring in ``end`` (off the backend's path) rather than in ``measure``.
+    defer_scoring: bool = False
     _best_value: float | None = field(default=None, init=False, repr=False)
     _best_known: bool = field(default=False, init=False, repr=False)
     _full_best: Any = field(default=None, init=False, repr=False)
@@ -114,76 +138,101 @@ class TrialRunner(CacheLookup, TrialRecording):
             self.declared = dict(self.space.distributions())
 
     def run(self, trial: optuna.Trial) -> TrialOutcome:
-        """Run ``trial``; sets its user attrs and constraints; does not call ``tell``."""
-        out = TrialOutcome(number=trial.number, state="FAIL")
-        texts: dict[Path, str] = {}
-        result: Any = None
-        sweep: Any = None
-        run_id: Future[Any] | None = None
+        """Run ``trial`` start to end (``begin`` -> ``measure`` -> ``end``); sets its user
+        attrs and constraints; does not call ``tell``."""
+        job = self.begin(trial)
+        try:
+            self.measure(job)
+        except KeyboardInterrupt:
+            self.abort(job, "interrupted (second interrupt: trial aborted)")
+            raise
+        return self.end(job)
+
+    # --------------------------------------------------------- the three stages
+    #
+    # A pipelined loop (tuner.study.loop) runs ``measure`` of one trial on its thread
+    # while another thread ends the trial before it and begins the next one: only
+    # ``measure`` holds the backend, so only it is on the critical path.
+
+    def begin(self, trial: optuna.Trial) -> TrialJob:
+        """Suggest, render and look up the cache; never touches the backend."""
+        job = TrialJob(trial, TrialOutcome(number=trial.number, state="FAIL"))
+        out = job.out
         try:
             with self._phase(out, "suggest"):
                 if self.gates:
                     out.assignment = dict(self.space.suggest(trial, skip_post_retrieval=True))  # type: ignore[call-arg]
                 else:
                     out.assignment = dict(self.space.suggest(trial))
-                solving = {n: g for n, g in self.gates.items() if n not in out.assignment}
+                job.suggested = dict(trial.params)
+                job.solving = {n: g for n, g in self.gates.items() if n not in out.assignment}
                 set_record(trial, ATTR_ASSIGNMENT, jsonable(out.assignment))
             if self.tracker is not None:
-                run_id = self.bookkeeper.submit("MLflow run", self.tracker.start_trial, trial.number, out.assignment)
+                job.run_id = self.bookkeeper.submit("MLflow run", self.tracker.start_trial, trial.number, out.assignment,
+                                                    eager=True)
             with self._phase(out, "render"):
                 # The retrieval runs with every solved gate at the low end of its range, so
                 # the backend gates nothing away that another candidate value would keep.
-                texts = self.writer.render({**out.assignment, **{n: g.low for n, g in solving.items()}})
+                job.texts = self.writer.render({**out.assignment, **{n: g.low for n, g in job.solving.items()}})
             with self._phase(out, "cache"):
-                key = self._cache_key(texts, solving)
-                out.inputs, out.backend_fingerprint = key.inputs, key.backend
-                cached = self._lookup(key, out)
-            if cached is not None:
-                out.cache_hit = True
-                out.metrics = dict(cached.metrics)
-                out.reports = dict(cached.reports)
-                out.assignment.update({n: out.metrics[SOLVED_PREFIX + n] for n in solving})
-                trial.set_user_attr(ATTR_CACHED_FROM, cached.source_trial)
-            else:
-                result = self._measure(trial, out, texts)
-                stored_key = self._measured_key(key, out)
-                if solving:
-                    with self._phase(out, "solve"):
-                        # The reports describe the batch at the solved gates (the trial's score),
-                        # not the retrieval at the low end; the sweep keeps every grid point.
-                        sweep, result = self._solve(out, result, solving)
-            if solving:
-                texts = self.writer.render(out.assignment)  # the snapshot shows the solved values
-                set_record(trial, ATTR_ASSIGNMENT, jsonable(out.assignment))
-            with self._phase(out, "complete"):
-                self._complete(trial, out)
-                if cached is None and result is not None:
-                    paths = self.evaluator.report_paths(result, self._dir(trial.number))
-                    out.reports = {k: str(v) for k, v in paths.items()}
-                    if sweep is not None:
-                        out.reports[SWEEP_REPORT] = str(self._dir(trial.number) / SWEEP_FILE)
-                    if self.cache is not None and stored_key is not None:
-                        stored = CachedResult(out.metrics, out.reports, trial.number, self.study_name)
-                        self.cache.put(stored_key, stored)
-        except KeyboardInterrupt:
-            self._fail(out, "interrupted (second interrupt: trial aborted)")
-            out.interrupted = True
-            self._record(trial, out, texts, None, run_id)
-            raise
-        except TrialInterrupted as exc:
-            self._fail(out, str(exc))
-            out.interrupted = True
-        except OOSBudgetExceeded as exc:
-            self._complete_early_stop(trial, out, exc)
-        except optuna.TrialPruned as exc:
-            self._fail(out, str(exc) or "pruned")
-            out.state = "PRUNED"
-        except (HealthTimeout, BackendExited, TargetError, EvaluationError, TunerError) as exc:
-            self._fail(out, f"{type(exc).__name__}: {exc}")
-        except Exception as exc:  # a crash in a collaborator fails this trial, not the study
-            self._fail(out, f"crash: {type(exc).__name__}: {exc}")
-        self._record(trial, out, texts, result, run_id, sweep)
+                job.key = self._cache_key(job.texts, job.solving)
+                out.inputs, out.backend_fingerprint = job.key.inputs, job.key.backend
+                job.cached = self._lookup(job.key, out)
+        except Exception as exc:  # noqa: BLE001 - settled in end()
+            job.error = exc
+        return job
+
+    def measure(self, job: TrialJob) -> None:
+        """Patch, get the backend to serve the config (reload or restart), evaluate. The
+        only stage that holds the backend. Errors are kept for ``end``; KeyboardInterrupt
+        propagates (the caller then calls ``abort``)."""
+        if job.error is not None or job.cached is not None:
+            return
+        trial, out = job.trial, job.out
+        try:
+            self._check_stop()
+            with self._phase(out, "patch"):
+                self.touched_backend = True
+                self.writer.write(job.texts)
+            self._check_stop()
+            self._serve(out, job.texts)
+            self._check_stop()
+            # Without a pruner no per-query callback is passed: building each query's row
+            # costs about a millisecond of the event loop's time per query.
+            on_result = self.reporter_factory(trial) if self.reporter_factory is not None else None
+            with self._phase(out, "evaluate"):
+                try:
+                    job.result = self.evaluator.evaluate(order_seed=self.order_seed(trial.number), on_result=on_result,
+                                                         **({"defer": True} if self.defer_scoring else {}))
+                finally:  # also for a batch stopped early (pruned, failure budget)
+                    handling = float(getattr(self.evaluator, "last_handling_seconds", 0.0) or 0.0)
+                    window = float(getattr(self.evaluator, "last_search_seconds", 0.0) or 0.0)
+                    # strict: the tuner's own handling of the answers inside the window is not search
+                    out.phase_seconds["search"] = max(window - handling, 0.0)
+                    out.phase_seconds["handle"] = handling
+        except Exception as exc:  # noqa: BLE001 - settled in end()
+            job.error = exc
+
+    def end(self, job: TrialJob) -> TrialOutcome:
+        """Score (and solve the gates of) a measured trial, or settle its error; record it."""
+        trial, out = job.trial, job.out
+        if job.error is None:
+            try:
+                self._score(job)
+            except Exception as exc:  # noqa: BLE001 - settled below
+                job.error = exc
+        if job.error is not None:
+            self._settle(job)
+        self._record(trial, out, job.texts, job.result, job.run_id, job.sweep)
         return out
+
+    def abort(self, job: TrialJob, reason: str, *, ran: bool = True) -> TrialOutcome:
+        """Record ``job`` as failed (interrupted) without scoring it: a second Ctrl-C, or a
+        trial begun ahead that the loop will not run (``ran`` False)."""
+        self._fail(job.out, reason)
+        job.out.interrupted = True
+        self._record(job.trial, job.out, job.texts if ran else {}, None, job.run_id)
+        return job.out
 
     def flush(self) -> None:
         """Wait for the bookkeeping of every trial run so far."""
@@ -191,103 +240,71 @@ class TrialRunner(CacheLookup, TrialRecording):
 
     # -------------------------------------------------------------- the steps
 
-    def _measure(self, trial: optuna.Trial, out: TrialOutcome, texts: dict[Path, str]) -> Any:
-        self._check_stop()
-        with self._phase(out, "patch"):
-            self.touched_backend = True
-            self.writer.write(texts)
-        self._check_stop()
+    def _serve(self, out: TrialOutcome, texts: Mapping[Path, str]) -> None:
+        """Get the backend to serve ``texts`` (just written): through the applier (reload
+        when declared and allowed, else restart), or a restart and a health wait."""
+        self.backend_fingerprint = None  # unknown until the backend answers on the new config
+        if self.applier is not None:
+            applied = self.applier.apply(texts, phase=lambda name: self._phase(out, name))
+            out.applied = applied.mode if not applied.reason else f"{applied.mode}: {applied.reason}"
+            self._observe_backend(applied.health)
+            return
         with self._phase(out, "restart"):
-            self.backend_fingerprint = None  # unknown until the restarted backend answers
             self.target.restart()
         with self._phase(out, "health"):
             self._observe_backend(self.wait_healthy())
-        self._check_stop()
-        # Without a pruner no per-query callback is passed: building each query's row
-        # costs about a millisecond of the event loop's time per query.
-        on_result = self.reporter_factory(trial) if self.reporter_factory is not None else None
-        with self._phase(out, "evaluate"):
-            try:
-                result = self.evaluator.evaluate(order_seed=self.order_seed(trial.number), on_result=on_result)
-            finally:  # also for a batch stopped early (pruned, failure budget)
-                out.phase_seconds["search"] = float(getattr(self.evaluator, "last_search_seconds", 0.0) or 0.0)
-        out.metrics = {k: float(v) for k, v in result.metrics.items() if is_number(v)}
-        return result
+        out.applied = "restart"
 
-    def _solve(self, out: TrialOutcome, result: Any, solving: Mapping[str, Any]) -> tuple[Any, Any]:
-        """Pick the solved gate values from the retrieval; the trial's metrics become those
-        of the batch re-scored at those values. Returns the sweep and the re-scored batch."""
-        from tuner.evaluation.regate import regate
-        from tuner.study.threshold import CONFIDENCE, MIN_SCORE, solve_batch
+    def _score(self, job: TrialJob) -> None:
+        trial, out = job.trial, job.out
+        if job.cached is not None:
+            out.cache_hit = True
+            out.metrics = dict(job.cached.metrics)
+            out.reports = dict(job.cached.reports)
+            out.assignment.update({n: out.metrics[SOLVED_PREFIX + n] for n in job.solving})
+            trial.set_user_attr(ATTR_CACHED_FROM, job.cached.source_trial)
+        else:
+            if callable(job.result):  # deferred: the batch's scoring finishes here, off the backend's path
+                with self._phase(out, "score"):
+                    job.result = job.result()
+            out.metrics = {k: float(v) for k, v in job.result.metrics.items() if is_number(v)}
+            job.stored_key = self._measured_key(job.key, out)
+            if job.solving:
+                with self._phase(out, "solve"):
+                    # The reports describe the batch at the solved gates (the trial's score),
+                    # not the retrieval at the low end; the sweep keeps every grid point.
+                    job.sweep, job.result = self._solve(out, job.result, job.solving)
+        if job.solving:
+            job.texts = self.writer.render(out.assignment)  # the snapshot shows the solved values
+            set_record(trial, ATTR_ASSIGNMENT, jsonable(out.assignment))
+        with self._phase(out, "complete"):
+            self._complete(trial, out)
+            if job.cached is None and job.result is not None:
+                paths = self.evaluator.report_paths(job.result, self._dir(trial.number))
+                out.reports = {k: str(v) for k, v in paths.items()}
+                if job.sweep is not None:
+                    out.reports[SWEEP_REPORT] = str(self._dir(trial.number) / SWEEP_FILE)
+                if self.cache is not None and job.stored_key is not None:
+                    stored = CachedResult(out.metrics, out.reports, trial.number, self.study_name)
+                    self.cache.put(job.stored_key, stored)
 
-        sol = solve_batch(result, list(solving.values()), objective=self.objective.metric,
-                          constraints=self.constraints)
-        # By role, not by key: the backend's own names for its gates do not matter here.
-        solved = {name: sol.by_role[g.role] for name, g in solving.items()}
-        out.assignment.update(solved)
-        # The report's sweep and PR plot cover the confidence gate's declared range and
-        # the solved value itself (not a fixed grid the trial's own threshold may miss).
-        conf = next((g for g in solving.values() if g.role == CONFIDENCE), None)
-        gated = regate(result, confidence_threshold=sol.by_role.get(CONFIDENCE),
-                       min_score=sol.by_role.get(MIN_SCORE),
-                       sweep_range=None if conf is None else (conf.low, conf.high, conf.step or 0.01))
-        # One source for the score and the reports: the re-scored batch (equal to the
-        # solver's values, tests/evaluation/test_regate.py); the solver adds what a batch lacks.
-        out.metrics = {k: float(v) for k, v in gated.metrics.items() if is_number(v)}
-        out.metrics.update({k: v for k, v in sol.metrics.items() if not k.startswith("n_") and k not in out.metrics})
-        counts = {f"{SOLVED_PREFIX}{k}": v for k, v in sol.metrics.items() if k.startswith("n_")}
-        # Kept in the metrics too, so a cache hit restores the solved values.
-        out.metrics.update(counts | {SOLVED_PREFIX + n: float(v) for n, v in solved.items()})
-        return sol.table, gated
-
-    def _complete(self, trial: optuna.Trial, out: TrialOutcome) -> None:
-        if self.objective.metric not in out.metrics:
-            raise EvaluationError(
-                f"objective metric {self.objective.metric!r} is not in the evaluation's metrics"
-                f" ({', '.join(sorted(out.metrics)[:8])}, ...); fix objective.metric in the experiment file"
-            )
-        out.value = out.metrics[self.objective.metric]
-        constraints: dict[str, float] = {}
-        for c in self.constraints:
-            try:
-                constraints[c.name] = float(c.violation(out.metrics))
-            except KeyError as exc:
-                raise EvaluationError(
-                    f"constraint {c.name!r} needs metric {exc.args[0]!r}, which the evaluation does not report;"
-                    " fix constraints in the experiment file"
-                ) from exc
-        # Both the optuna 5 API (read by the samplers and FrozenTrial.constraints) and the
-        # legacy list optuna-dashboard 0.21 reads, on every COMPLETE path (cached too):
-        # a COMPLETE trial without constraints would count as feasible.
-        for name, value in constraints.items():
-            trial.set_constraint(name, value)
-        trial.storage.set_trial_system_attr(trial._trial_id, LEGACY_CONSTRAINTS_ATTR, list(constraints.values()))
-        out.constraints = constraints
-        out.state = "COMPLETE"
-
-    def _complete_early_stop(self, trial: optuna.Trial, out: TrialOutcome, exc: OOSBudgetExceeded) -> None:
-        """A batch the OOS early stop ended: COMPLETE and infeasible, not PRUNED, so the
-        dashboards mark it infeasible and the samplers' constraint models learn from it.
-        The OOS constraint is valued at the rate's lower bound (already over its bound);
-        other constraints, unmeasured, at 0; the value is the running mean of the queries
-        measured (the ``early_stop`` attr says so)."""
-        rate = float(exc.fp_rate_lower_bound)
-        value = float(exc.running_mean)
-        if value != value:  # no in-scope query measured yet: the worst value
-            value = 0.0 if self.objective.maximize else float("inf")
-        out.metrics = {"OOS_FP_Rate": rate, self.objective.metric: value}
-        constraints: dict[str, float] = {}
-        for c in self.constraints:
-            metric = getattr(c, "metric", None) or c.name.split()[0]
-            constraints[c.name] = float(c.violation({"OOS_FP_Rate": rate})) if metric == "OOS_FP_Rate" else 0.0
-        for name, violation in constraints.items():
-            trial.set_constraint(name, violation)
-        trial.storage.set_trial_system_attr(trial._trial_id, LEGACY_CONSTRAINTS_ATTR, list(constraints.values()))
-        out.state, out.value, out.constraints = "COMPLETE", value, constraints
-        # short: a trial-table column; the trial note says the rest
-        out.early_stop = f"OOS_FP_Rate >= {rate:.4g} after {exc.evaluated} queries"
-        out.early_stop_detail = (f"{exc} (OOS_FP_Rate is at least {rate:.4g}; {self.objective.metric} {value:.4f} is "
-                                 f"the running mean of the {exc.evaluated} queries measured)")
+    def _settle(self, job: TrialJob) -> None:
+        """An error of any stage: the trial's state and one-line reason."""
+        out, exc = job.out, job.error
+        if callable(job.result):
+            job.result = None  # a deferred batch that never finished scoring
+        if isinstance(exc, TrialInterrupted):
+            self._fail(out, str(exc))
+            out.interrupted = True
+        elif isinstance(exc, OOSBudgetExceeded):
+            self._complete_early_stop(job.trial, out, exc)
+        elif isinstance(exc, optuna.TrialPruned):
+            self._fail(out, str(exc) or "pruned")
+            out.state = "PRUNED"
+        elif isinstance(exc, (HealthTimeout, BackendExited, TargetError, EvaluationError, TunerError)):
+            self._fail(out, f"{type(exc).__name__}: {exc}")
+        else:  # a crash in a collaborator fails this trial, not the study
+            self._fail(out, f"crash: {type(exc).__name__}: {exc}")
 
     def _fail(self, out: TrialOutcome, reason: str) -> None:
         out.state = "FAIL"

@@ -215,6 +215,10 @@ def build_runner(
         extra["on_phase"] = on_phase
     evaluator = LiveEvaluator(exp, prepared.queries, prepared.qrels, prepared.labels_fingerprint)
     evaluator.preflight = preflight  # every trial's report says whether the set-up was checked
+    if exp.pipeline:  # reports are written beside the next trial's search calls: in a helper process
+        from tuner.report.report_worker import ReportWorker
+
+        evaluator.report_worker = ReportWorker()
     from tuner.evaluation.batch import StopAfterGrace, any_abort
 
     # A dead backend ends the batch at once; a stop lets the batch under way finish for
@@ -226,6 +230,12 @@ def build_runner(
 
     # hashed at the first trial's cache lookup, re-checked (stat) before every later one
     inputs = InputsWatch(exp.target.inputs, root=exp.project_root) if exp.target.inputs else None
+    applier = None
+    if exp.target.reload is not None:
+        from tuner.targets.reload import ConfigApplier
+
+        # what the backend serves is unknown until the caller adopts the started backend
+        applier = ConfigApplier(target, wait_healthy, exp.target.reload, exp.target.health, exp.target.config_files)
     return TrialRunner(
         study_name=exp.study,
         space=prepared.space,
@@ -248,8 +258,34 @@ def build_runner(
         backend_fingerprint_field=exp.target.health.fingerprint,
         report_detail=exp.tracking.report_detail,
         links=links_for(exp, study, tracker),
+        applier=applier,
+        defer_scoring=exp.pipeline,  # pipelined: a batch's scoring finishes while the next trial is measured
         **extra,
     )
+
+
+def apply_mode_line(target: Any) -> str:
+    """One line saying how trials get their config served (printed at the start of a run)."""
+    reload = target.reload
+    if reload is None:
+        return (f"each trial restarts the backend (target.apply: {target.apply}); declare target.reload when it can "
+                "take a new config without a restart (docs/experiments.md)")
+    how = (f"{reload.http.method} {reload.http.url}" if reload.http is not None else f"{reload.signal} to the backend")
+    keys = ", ".join(reload.restart_keys) if reload.restart_keys else "none declared"
+    return (f"trials reload the backend's config ({how}), confirmed by its {reload.fingerprint}; "
+            f"a change under a restart-only key restarts it ({keys})")
+
+
+def adopt_backend(runner: TrialRunner, config_files: Any, wait_healthy: Any, *, note: Any) -> None:
+    """With ``target.reload``: the started backend serves the config files on disk when its
+    health answer reports their fingerprint (the first trial may then reload); otherwise
+    the first trial restarts it, and ``note`` says why."""
+    if runner.applier is None:
+        return
+    texts = {Path(p): Path(p).read_text(encoding="utf-8") for p in config_files}
+    if not runner.applier.adopt(texts, wait_healthy()):
+        note(f"the backend's health answer does not report the fingerprint of {Path(config_files[0]).name} as on disk "
+             f"(target.reload.fingerprint); the first trial restarts it, later ones reload")
 
 
 def links_for(exp: Experiment, study: optuna.Study, tracker: Tracker | None) -> Links:

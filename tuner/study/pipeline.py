@@ -1,0 +1,177 @@
+"""The pipelined trial loop: the backend measures one trial while the tuner ends the
+trial before it and begins the next.
+
+A trial has three stages (tuner.study.trial.TrialRunner): ``begin`` (ask, suggest,
+render, cache lookup), ``measure`` (patch, reload or restart, the search calls) and
+``end`` (scoring, solved gates, the record, ``tell``). Only ``measure`` needs the
+backend, so it runs back to back on the loop's thread, and one helper thread does the
+rest in between::
+
+    loop thread    | measure N-1 | measure N         | measure N+1 ...
+    helper thread  |             | end N-1, begin N+1| end N, begin N+2 ...
+
+What that changes, and why it is sound:
+
+- The sampler proposes trial N+1 knowing every trial up to N-1; N is RUNNING then (as
+  with two workers). The order of asks and tells is fixed, so a seeded study is still
+  reproducible.
+- A trial measured right after an identical one cannot hit the result cache (the
+  earlier one is stored while the later one runs); any other repeat still does.
+- A stop (Ctrl-C, timeout, the failure budget, n_trials reached) can leave one trial
+  begun ahead and not measured: it is told FAIL with ``fail_reason`` saying it did not
+  run (``interrupted``: it counts against neither n_trials nor the failure budget), and
+  its params are queued again (with its variant name), so a resumed study measures them
+  first and no queued baseline or shortlist variant is lost.
+- A trial whose measure failed ends at once (it has nothing to score), so the failure
+  budget stops the study after the same trial as one trial at a time would; the trial
+  begun ahead meanwhile is told FAIL as not run. A trial that fails while it is
+  scored (rare: a missing objective metric) is seen one trial later.
+
+`PipelinedLoop.run` is called by `tuner.study.loop.StudyLoop` (``pipeline=True``) with
+the loop's own hooks for the checks between trials, ``ask`` and ``tell``.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
+from dataclasses import dataclass
+from typing import Any
+
+import optuna
+
+from tuner.study.outcome import TrialOutcome
+
+SWITCH_INTERVAL_S = 0.0005
+# starts with "interrupted" (tuner.study.queue.INTERRUPTED): it never uses up one of n_trials
+NOT_RUN = ("interrupted: the study stopped ({why}) before this trial, begun ahead, was measured; it did not run "
+           "and its params are queued again for the next run")
+
+
+@dataclass
+class Slot:
+    """A trial between ``ask`` and ``tell``: the runner's job and its heartbeat."""
+
+    trial: optuna.Trial
+    job: Any  # tuner.study.trial.TrialJob
+    ask_s: float
+    beats: ExitStack
+    measured: bool = False  # its measure stage has started
+
+
+@dataclass
+class PipelinedLoop:
+    """One run of the pipelined loop; see the module docstring."""
+
+    runner: Any  # TrialRunner: begin / measure / end / abort
+    ask: Callable[[], tuple[optuna.Trial, float, ExitStack]]  # a new trial, the ask's seconds, its heartbeat
+    tell: Callable[[Slot, TrialOutcome], None]
+    why_stop: Callable[[int], str | None]  # with this many trials in flight: why not begin another
+    on_end: Callable[[TrialOutcome], str | None]  # an ended trial: records it; the failure budget's verdict
+    on_start: Callable[[int, Any], None]  # a trial about to be measured (number, the Optuna trial)
+    requeue: Callable[[Slot], None] = lambda slot: None  # queue a trial's params again (it never ran)
+    halted: Callable[[], str | None] = lambda: None  # a stop requested (cheap; asked before each measure)
+
+    def run(self) -> str:
+        """Run until a stop; returns why it stopped (a ``RunResult.stopped_by`` value, or
+        ``failure_budget:<why>``). Raises what ``why_stop`` or the stages raise; every
+        trial it asked is told by then."""
+        self._open: list[Slot] = []  # asked, not told yet
+        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tuner-pipeline")
+        # The measured trial's event loop shares the GIL with the helper and bookkeeping
+        # threads; a short switch interval hands it back within 0.5 ms instead of 5 ms,
+        # so answers are read (and the next requests sent) while Python work runs beside.
+        switch = sys.getswitchinterval()
+        sys.setswitchinterval(min(switch, SWITCH_INTERVAL_S))
+        stopped: str | None = None
+        try:
+            stopped = self.why_stop(0)
+            ahead = self._begin() if stopped is None else None
+            behind: Slot | None = None
+            while ahead is not None:
+                current = ahead
+                between = pool.submit(self._between, behind)
+                self.on_start(current.job.out.number, current.trial)
+                current.measured = True  # from here its config may be written: an abort records it
+                try:
+                    self.runner.measure(current.job)
+                finally:
+                    # joined even on a second Ctrl-C, so a tell or ask under way completes
+                    stop, ahead = between.result()
+                stop = stop or self.halted()  # a stop that came after the helper looked
+                behind = current
+                if current.job.error is not None:
+                    # a failed (or stopped) measure ends at once, before the next trial is
+                    # measured, so the failure budget stops the study exactly where it
+                    # would stop one trial at a time; it has nothing to score
+                    behind = None
+                    stop = self._end(current) or stop
+                if stop is not None:
+                    stopped = stopped or stop
+                    if ahead is not None:  # begun before the stop was known
+                        self._discard(ahead, stop)
+                        ahead = None
+            if behind is not None:
+                stopped = self._end(behind) or stopped
+            return stopped or "n_trials"
+        except KeyboardInterrupt:
+            pool.shutdown(wait=True)  # the helper's tell or ask under way completes first
+            for slot in list(self._open):
+                self._abort(slot, "interrupted (second interrupt: trial aborted)")
+            raise
+        finally:
+            sys.setswitchinterval(switch)
+            pool.shutdown(wait=True)
+            for slot in list(self._open):  # an error escaped: nothing stays RUNNING
+                self._abort(slot, "the study loop stopped on an error before this trial ended")
+
+    # ------------------------------------------------------------------ steps
+
+    def _between(self, behind: Slot | None) -> tuple[str | None, Slot | None]:
+        """On the helper thread while a trial is measured: end the one before it, then
+        begin the next unless the study should stop (one trial is in flight)."""
+        if behind is not None:
+            verdict = self._end(behind)
+            if verdict is not None:
+                return verdict, None
+        why = self.why_stop(1)
+        if why is not None:
+            return why, None
+        return None, self._begin()
+
+    def _begin(self) -> Slot:
+        trial, ask_s, beats = self.ask()
+        try:
+            job = self.runner.begin(trial)
+        except BaseException:
+            beats.close()
+            raise
+        slot = Slot(trial, job, ask_s, beats)
+        self._open.append(slot)
+        return slot
+
+    def _end(self, slot: Slot) -> str | None:
+        outcome = self.runner.end(slot.job)
+        self._tell(slot, outcome)
+        return self.on_end(outcome)
+
+    def _discard(self, slot: Slot, why: str) -> None:
+        self._abort(slot, NOT_RUN.format(why=why.split(":")[0]))
+
+    def _abort(self, slot: Slot, reason: str) -> None:
+        outcome = self.runner.abort(slot.job, reason, ran=slot.measured)
+        self._tell(slot, outcome)
+        if not slot.measured:
+            self.requeue(slot)
+
+    def _tell(self, slot: Slot, outcome: TrialOutcome) -> None:
+        if slot not in self._open:
+            return  # told already
+        self._open.remove(slot)
+        try:
+            outcome.phase_seconds["ask"] = slot.ask_s
+            self.tell(slot, outcome)
+        finally:
+            slot.beats.close()
