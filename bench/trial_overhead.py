@@ -216,6 +216,10 @@ def print_overhead(runs: dict[str, dict[str, Any]]) -> None:
     for label, key, fmt in rows:
         print(f"  {label:26s}" + "".join(" " + fmt.format(runs[m][key]) for m in MODES))
     print("  applied by:               " + "   ".join(f"{m}: {runs[m]['applied']}" for m in MODES))
+    alone = runs["restart"]["phases"]["search"]  # in restart mode the search calls run with nothing beside them
+    print(f"  reload: loop time per trial / the search time alone (restart mode's median, {alone:.3f} s): "
+          f"{runs['reload']['per_trial_s'] / alone:.2f}; its search calls ran {runs['reload']['phases']['search'] / alone:.2f}x "
+          "as long beside the tuner's overlapped work (same process and cores)")
 
 
 def main() -> int:
