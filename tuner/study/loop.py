@@ -24,7 +24,9 @@ from tuner.study.feasibility import best_feasible_trial
 from tuner.study.outcome import TrialOutcome
 from tuner.study.queue import count_counted
 from tuner.study.stop import StopFlag
-from tuner.study.storage import ATTR_REPLICA
+from tuner.study.storage import ATTR_REPLICA, is_transient_storage_error, retry_transient
+
+_FINISHED = (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED)
 
 
 class StudyObserver:
@@ -226,12 +228,24 @@ class StudyLoop:
             # optuna warns that heartbeats are meant for study.optimize; `heartbeat`
             # below does for ask/tell what optimize does.
             warnings.filterwarnings("ignore", message="Heartbeat of storage", category=UserWarning)
-            trial = self.study.ask()
+            # a connection lost mid-ask (a database restart) is retried: the pipelined loop
+            # asks while a trial is measured, when a blip used to meet no query at all
+            trial = retry_transient(self.study.ask)
         if self.replica is not None:
-            self.study._storage.set_trial_system_attr(trial._trial_id, ATTR_REPLICA, self.replica)
+            retry_transient(lambda: self.study._storage.set_trial_system_attr(trial._trial_id, ATTR_REPLICA,
+                                                                              self.replica))
         beats = ExitStack()
         beats.enter_context(heartbeat(self.study._storage, trial._trial_id))
         return trial, time.perf_counter() - asked, beats
+
+    def _tell_once(self, trial: optuna.Trial, outcome: TrialOutcome) -> None:
+        if outcome.state == "COMPLETE":
+            assert outcome.value is not None
+            self.study.tell(trial, outcome.value)
+        elif outcome.state == "PRUNED":
+            self.study.tell(trial, state=TrialState.PRUNED)
+        else:
+            self.study.tell(trial, state=TrialState.FAIL)
 
     def _requeue(self, slot: Any) -> None:
         """Queue a trial's suggested params again (a trial begun ahead that never ran)."""
@@ -243,13 +257,17 @@ class StudyLoop:
 
     def _tell(self, trial: optuna.Trial, outcome: TrialOutcome) -> None:
         told = time.perf_counter()
-        if outcome.state == "COMPLETE":
-            assert outcome.value is not None
-            self.study.tell(trial, outcome.value)
-        elif outcome.state == "PRUNED":
-            self.study.tell(trial, state=TrialState.PRUNED)
-        else:
-            self.study.tell(trial, state=TrialState.FAIL)
+
+        def tell() -> None:
+            if trial.number not in {t.number for t in self.study.get_trials(deepcopy=False, states=_FINISHED)}:
+                self._tell_once(trial, outcome)  # else a retried tell whose first commit went through
+
+        try:
+            self._tell_once(trial, outcome)
+        except Exception as exc:
+            if not is_transient_storage_error(exc):
+                raise
+            retry_transient(tell)
         # Loop-side costs, kept on the outcome only (the trial is finished by now).
         outcome.phase_seconds["tell"] = time.perf_counter() - told
 

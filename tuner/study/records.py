@@ -52,6 +52,7 @@ from tuner.study.bookkeeping import Bookkeeper, OptunaArtifacts
 from tuner.study.interfaces import BatchEvaluator, Objective
 from tuner.study.notes import Links, publish_study, trial_note, write_note
 from tuner.study.outcome import SOLVED_PREFIX, SWEEP_FILE, TrialOutcome, jsonable
+from tuner.study.storage import retry_transient
 from tuner.study.sweep_table import slim_sweep
 
 __all__ = ["ATTR_CACHE_NOTE", "ATTR_DATA_FINGERPRINT", "TAG_CACHE_NOTE", "TrialRecording"]
@@ -101,6 +102,7 @@ class TrialRecording:
     _best_value: float | None
     _best_known: bool
     _full_best: _Pending | None  # the best so far whose files are full (its batch kept to rewrite them slim)
+    _details: dict[int, tuple[str, bool]]  # a trial's report detail, chosen once (a record may be retried)
 
     def _record(
         self, trial: optuna.Trial, out: TrialOutcome, texts: dict[Path, str], result: Any,
@@ -108,14 +110,18 @@ class TrialRecording:
     ) -> None:
         """Everything ``tell`` must find on the trial, then queue the bookkeeping."""
         started = time.perf_counter()
-        self._record_attrs(trial, out, texts, result, run_id, sweep)
+        # the attrs are plain sets (repeatable): a connection lost meanwhile is retried
+        retry_transient(lambda: self._record_attrs(trial, out, texts, result, run_id, sweep))
         out.phase_seconds["record"] = time.perf_counter() - started
 
     def _record_attrs(
         self, trial: optuna.Trial, out: TrialOutcome, texts: dict[Path, str], result: Any,
         run_id: Future[Any] | None, sweep: Any = None,
     ) -> None:
-        detail, best = self._choose_detail(trial, out) if result is not None else ("slim", False)
+        # chosen once per trial: choosing moves the best-so-far (a retried record must not choose again)
+        if trial.number not in self._details:
+            self._details[trial.number] = self._choose_detail(trial, out) if result is not None else ("slim", False)
+        detail, best = self._details[trial.number]
         user: dict[str, Any] = {ATTR_CACHE_HIT: out.cache_hit}
         if out.state == "COMPLETE":
             user[ATTR_FEASIBLE] = out.feasible
@@ -151,6 +157,7 @@ class TrialRecording:
         pending = _Pending(trial, out, texts, result, run_id, artifacts, detail, best,
                            sweep if out.state == "COMPLETE" else None, chosen)
         self.bookkeeper.submit(f"bookkeeping of trial #{trial.number}", self._finish, pending)
+        del self._details[trial.number]
 
     def _choose_detail(self, trial: optuna.Trial, out: TrialOutcome) -> tuple[str, bool]:
         """("full", is a new best) for the baseline, a new best feasible trial, or when the

@@ -12,16 +12,19 @@ more than one worker (queued trials race there, optuna issues 4621, 4002);
 from __future__ import annotations
 
 import hashlib
+import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import optuna
 from sqlalchemy import text
 
 from tuner.config.workers import WorkerSettings
+
+T = TypeVar("T")
 from tuner.dburl import redact, sqlalchemy_url
 from tuner.errors import StudyError
 from tuner.study.database import rdb_storage
@@ -151,6 +154,37 @@ def make_storage(url: str, settings: WorkerSettings | None = None) -> optuna.sto
     except Exception as exc:  # sqlalchemy / driver errors: connection refused, bad credentials, ...
         raise StudyError(f"storage {redact(url)}: cannot connect ({type(exc).__name__}: {exc}); "
                          "check the URL and that the database server runs") from exc
+
+
+def is_transient_storage_error(exc: BaseException) -> bool:
+    """A database error a retry can cure: the connection was lost (a server restart, a
+    terminated backend, a network blip), anywhere in the exception's cause chain (Optuna
+    wraps a failed commit in StorageInternalError)."""
+    import sqlalchemy as sa
+
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, sa.exc.OperationalError) or (isinstance(seen, sa.exc.DBAPIError)
+                                                          and seen.connection_invalidated):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def retry_transient(fn: Callable[[], T], *, attempts: int = 5, first_wait_s: float = 0.2) -> T:
+    """``fn()``, again after a transient database error (is_transient_storage_error), up to
+    ``attempts`` times with doubling waits; any other error, or the last one, is raised.
+    ``fn`` must be safe to repeat (idempotent writes)."""
+    wait = first_wait_s
+    for attempt in range(1, attempts + 1):
+        try:
+            return fn()
+        except Exception as exc:
+            if attempt == attempts or not is_transient_storage_error(exc):
+                raise
+        time.sleep(wait)
+        wait *= 2
+    raise AssertionError("unreachable")
 
 
 @contextmanager

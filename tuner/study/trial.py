@@ -52,6 +52,7 @@ from tuner.study.records import TrialRecording
 from tuner.study.result_cache import CachedResult, ResultCache
 from tuner.study.scoring import TrialScoring
 from tuner.study.stop import StopFlag, TrialInterrupted
+from tuner.study.storage import is_transient_storage_error
 
 Phase = Literal["suggest", "render", "cache", "patch", "restart", "health", "reload", "confirm", "evaluate", "score",
                 "solve", "complete", "record"]
@@ -132,6 +133,7 @@ class TrialRunner(CacheLookup, TrialRecording, TrialScoring):
     _best_value: float | None = field(default=None, init=False, repr=False)
     _best_known: bool = field(default=False, init=False, repr=False)
     _full_best: Any = field(default=None, init=False, repr=False)
+    _details: dict[int, tuple[str, bool]] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if not self.declared and hasattr(self.space, "distributions"):
@@ -155,7 +157,20 @@ class TrialRunner(CacheLookup, TrialRecording, TrialScoring):
     # ``measure`` holds the backend, so only it is on the critical path.
 
     def begin(self, trial: optuna.Trial) -> TrialJob:
-        """Suggest, render and look up the cache; never touches the backend."""
+        """Suggest, render and look up the cache; never touches the backend. A connection
+        to the study's database lost while the params are recorded (before anything else
+        is started for the trial) is retried: suggesting the same names again gives the
+        same values."""
+        wait = 0.2
+        for _ in range(4):
+            job = self._begin_once(trial)
+            if job.error is None or job.run_id is not None or not is_transient_storage_error(job.error):
+                return job
+            time.sleep(wait)
+            wait *= 2
+        return job
+
+    def _begin_once(self, trial: optuna.Trial) -> TrialJob:
         job = TrialJob(trial, TrialOutcome(number=trial.number, state="FAIL"))
         out = job.out
         try:

@@ -1,0 +1,61 @@
+"""Transient database errors (a lost connection) are retried where the pipelined loop
+talks to the study's database beside a running trial; other errors are not."""
+
+from __future__ import annotations
+
+import optuna
+import pytest
+import sqlalchemy as sa
+
+from tuner.study.storage import is_transient_storage_error, retry_transient
+
+
+def lost_connection() -> Exception:
+    return sa.exc.OperationalError("INSERT ...", {}, Exception("server closed the connection unexpectedly"))
+
+
+def wrapped_by_optuna() -> Exception:
+    try:
+        try:
+            raise lost_connection()
+        except sa.exc.SQLAlchemyError as e:
+            raise optuna.exceptions.StorageInternalError("An exception is raised during the commit.") from e
+    except optuna.exceptions.StorageInternalError as exc:
+        return exc
+
+
+def test_a_lost_connection_is_transient_also_under_optunas_wrapper() -> None:
+    assert is_transient_storage_error(lost_connection())
+    assert is_transient_storage_error(wrapped_by_optuna())
+    assert not is_transient_storage_error(sa.exc.IntegrityError("INSERT", {}, Exception("duplicate key")))
+    assert not is_transient_storage_error(ValueError("bad value"))
+
+
+def test_retry_transient_retries_only_what_a_retry_can_cure() -> None:
+    calls = []
+
+    def flaky() -> str:
+        calls.append(1)
+        if len(calls) < 3:
+            raise wrapped_by_optuna()
+        return "done"
+
+    assert retry_transient(flaky, first_wait_s=0.001) == "done" and len(calls) == 3
+
+    def broken() -> None:
+        calls.append(1)
+        raise ValueError("not transient")
+
+    calls.clear()
+    with pytest.raises(ValueError):
+        retry_transient(broken, first_wait_s=0.001)
+    assert len(calls) == 1
+
+    def always_down() -> None:
+        calls.append(1)
+        raise lost_connection()
+
+    calls.clear()
+    with pytest.raises(sa.exc.OperationalError):
+        retry_transient(always_down, attempts=3, first_wait_s=0.001)
+    assert len(calls) == 3
