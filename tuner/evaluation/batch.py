@@ -77,13 +77,12 @@ class BatchTiming:
     """Where a batch's time went on the tuner's side: ``handling_s`` is the time the event
     loop spent on the answers inside the search window (decoding, mapping, scoring, the
     per-query callback): tuner time, not search time, even where it overlaps requests in
-    flight. ``prepare_s`` builds the requests before the first one."""
+    flight."""
 
-    __slots__ = ("handling_s", "prepare_s")
+    __slots__ = ("handling_s",)
 
     def __init__(self) -> None:
         self.handling_s = 0.0
-        self.prepare_s = 0.0
 
 
 async def run_batch_async(
@@ -112,7 +111,6 @@ async def run_batch_async(
     """
     clock = time.perf_counter
     timing = timing if timing is not None else BatchTiming()
-    started = clock()
     order = list(queries)
     if order_seed is not None:
         random.Random(order_seed).shuffle(order)
@@ -124,7 +122,6 @@ async def run_batch_async(
     builder = ResultBuilder(queries, qrels, gains=spec.gains, metrics=metrics)
     if abort is not None and (reason := abort()):
         raise _aborted(reason, 0, len(order))  # nothing is sent to a backend known to be gone
-    timing.prepare_s = clock() - started
 
     async with SearchClient(spec, transport=transport, abort=abort) as client:
         async def one(q: Query, req: PreparedRequest) -> tuple[Query, QueryResponse | FailedQuery]:

@@ -1,5 +1,7 @@
-"""One trial: suggest -> render -> cache lookup -> patch -> restart -> health ->
-evaluate -> record.
+"""One trial in three stages: ``begin`` (suggest -> render -> cache lookup), ``measure``
+(patch -> reload or restart -> evaluate; the only stage that needs the backend) and
+``end`` (score -> solve -> record). ``run`` runs them in a row; the pipelined loop
+(tuner.study.pipeline) overlaps one trial's measure with its neighbours' begin and end.
 
 `TrialRunner.run(trial)` never lets an expected failure escape: a backend that never
 becomes healthy, a crash, too many failed queries or an interrupt all end as a FAIL

@@ -283,21 +283,9 @@ def adopt_backend(runner: TrialRunner, config_files: Any, wait_healthy: Any, *, 
     if runner.applier is None:
         return
     texts = {Path(p): Path(p).read_text(encoding="utf-8") for p in config_files}
-    health = wait_healthy()
-    if runner.applier.adopt(texts, health):
-        return
-    field = runner.applier.reload.fingerprint
-    node: Any = health
-    for part in field.split("."):
-        node = node.get(part) if isinstance(node, dict) else None
-    if node is None:  # no such field: no reload can ever be confirmed
-        keys = ", ".join(sorted(health)) if isinstance(health, dict) and health else "none"
-        note(f"warning: the backend's health answer has no {field!r} (target.reload.fingerprint; its keys: {keys}): "
-             "no reload can be confirmed, so every trial will fall back to a restart; fix the field name, or drop "
-             "target.reload")
-    else:
-        note(f"the backend serves another config than {Path(config_files[0]).name} on disk (its fingerprint "
-             f"{str(node)[:12]}); the first trial restarts it, later ones reload")
+    why_not = runner.applier.adopt(texts, wait_healthy())
+    if why_not is not None:
+        note(why_not)
 
 
 def links_for(exp: Experiment, study: optuna.Study, tracker: Tracker | None) -> Links:

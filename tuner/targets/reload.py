@@ -14,7 +14,7 @@ without ``target.reload``).
     ConfigApplier(target, wait_healthy, reload, health, config_files, served)
         .apply(texts, phase) -> Applied     # right after the texts were written
         .mark_served(texts) / .forget()     # the caller restarted the backend itself
-        .adopt(texts, health) -> bool       # a started backend serves texts when its health says so
+        .adopt(texts, health) -> str | None # a started backend serves texts when its health says so
         .served -> dict[Path, str] | None; .close()
     Applied(mode: "reload" | "restart", reason: str | None, health: dict)
 
@@ -223,18 +223,25 @@ class ConfigApplier:
         """The backend now serves ``texts`` (the caller restarted it on them)."""
         self._served = {Path(p): t for p, t in texts.items()}
 
-    def adopt(self, texts: Mapping[Path, str], health: Any) -> bool:
+    def adopt(self, texts: Mapping[Path, str], health: Any) -> str | None:
         """After the backend was started: it serves ``texts`` (the files on disk) when its
-        health answer reports their fingerprint; else what it serves stays unknown and the
-        first apply restarts. Returns whether it does."""
-        if self.reload is None or not isinstance(health, Mapping) or self.reload.fingerprint is None:
-            return False
-        seen = _dotted(health, self.reload.fingerprint)
-        wrote = hashlib.sha256(self.config_files[self.reload.fingerprint_file].read_bytes()).hexdigest()
-        if seen is _MISSING or seen is None or normalize_fingerprint(seen) != wrote:
-            return False
+        health answer reports their fingerprint. Returns None then; else one line saying
+        why not (what it serves stays unknown and the first apply restarts)."""
+        if self.reload is None or self.reload.fingerprint is None:
+            return "target.reload is not set"
+        name = self.reload.fingerprint
+        seen = _dotted(health, name) if isinstance(health, Mapping) else _MISSING
+        if seen is _MISSING or seen is None:  # no such field: no reload can ever be confirmed
+            keys = ", ".join(sorted(health)) if isinstance(health, Mapping) and health else "none"
+            return (f"warning: the backend's health answer has no {name!r} (target.reload.fingerprint; its keys: "
+                    f"{keys}): no reload can be confirmed, so every trial will fall back to a restart; fix the "
+                    "field name, or drop target.reload")
+        file = self.config_files[self.reload.fingerprint_file]
+        if normalize_fingerprint(seen) != hashlib.sha256(file.read_bytes()).hexdigest():
+            return (f"the backend serves another config than {file.name} on disk (its fingerprint "
+                    f"{str(seen)[:12]}); the first trial restarts it, later ones reload")
         self.mark_served(texts)
-        return True
+        return None
 
     def forget(self) -> None:
         """What the backend serves is unknown: the next apply restarts."""
