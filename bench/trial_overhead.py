@@ -115,7 +115,7 @@ def overhead(exp_path: Path, n_trials: int) -> dict[str, Any]:
     applied: dict[str, int] = {}
     for outcome in summary.result.ran:
         p = dict(outcome.phase_seconds)
-        # evaluate = building the requests + the window (first request -> last answer) + the SearchClock's own time
+        # evaluate = building the requests + the window (first request -> last answer) + the client's set-up and close
         p["evaluate - window"] = max(p.get("evaluate", 0.0) - p.get("search", 0.0) - p.get("handle", 0.0), 0.0)
         backend_total += sum(p.get(k, 0.0) for k in BACKEND)
         for name, seconds in p.items():
@@ -192,6 +192,8 @@ def kind_of(name: str) -> str:
         return "tuner, on the backend's path"
     if name == "evaluate":
         return "holds the search window"
+    if name == "backlog":
+        return "tuner, waits for its bookkeeping queue"
     return "tuner, overlapped"
 
 

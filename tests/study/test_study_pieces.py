@@ -148,3 +148,52 @@ def test_find_project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(demo, "DEMO_EXPERIMENT", Path("no") / "such.yaml")
     with pytest.raises(ConfigError, match="run `tuner demo` inside the fusion-tuner checkout"):
         demo.find_project(nested)
+
+
+def test_the_bookkeeping_queue_is_bounded_and_a_full_queue_waits() -> None:
+    import threading
+
+    keeper = Bookkeeper(threaded=True, max_behind=2)
+    release = threading.Event()
+    done: list[int] = []
+
+    def slow(i: int) -> None:
+        release.wait(60)
+        done.append(i)
+
+    assert keeper.wait_for_room() == 0.0  # nothing queued: no wait
+    keeper.submit("one", slow, 1)
+    keeper.submit("two", slow, 2)
+    waiter_result: list[float] = []
+    waiter = threading.Thread(target=lambda: waiter_result.append(keeper.wait_for_room()))
+    waiter.start()
+    waiter.join(0.5)
+    assert waiter.is_alive() and not waiter_result  # two unfinished of two allowed: it waits
+    release.set()
+    waiter.join(60)
+    assert not waiter.is_alive() and waiter_result[0] > 0
+    keeper.close()
+    assert done == [1, 2]  # in order, nothing dropped
+
+
+def test_slow_bookkeeping_makes_the_study_wait_not_pile_up(tmp_path: Path) -> None:
+    import time as _time
+
+    keeper = Bookkeeper(threaded=True, max_behind=1)
+    runner, _, evaluator, _ = make_runner(tmp_path, bookkeeper=keeper)
+    written: list[int] = []
+    original = evaluator.write_reports
+
+    def slow_reports(result, out_dir, **kwargs):
+        _time.sleep(0.3)
+        written.append(kwargs["context"]["trial"])
+        return original(result, out_dir, **kwargs)
+
+    evaluator.write_reports = slow_reports
+    study = optuna.create_study(direction="maximize")
+    outcomes = [run_one(study, runner, {"x": 0.1 * i, "k": 40})[0] for i in range(3)]
+    runner.flush()
+    assert set(written) == {0, 1, 2}  # every trial's reports were written (a superseded best twice)
+    # the second and third trials found the one queued job unfinished and waited for it
+    assert [("backlog" in o.phase_seconds) for o in outcomes] == [False, True, True]
+    assert all(o.phase_seconds["backlog"] > 0 for o in outcomes[1:])

@@ -41,7 +41,7 @@ def test_slim_keeps_the_profile_the_cross_and_marks_the_solution(seed: int, boun
     assert row["Primary_Metric_Score"].iloc[0] == pytest.approx(sol.objective, rel=1e-9)
     assert row["violation"].iloc[0] == pytest.approx(sol.violation, rel=1e-9, abs=1e-12)
     # each threshold's best row is the row the solver picks when that threshold is the only candidate
-    for t in (0.0, 0.25, 0.5, 0.9, t_chosen):
+    for t in sorted(full[CONFIDENCE_PARAM].unique()):  # every one of the 91
         alone = solve(retrieval, [GateRange(CONFIDENCE_PARAM, t, t), GATES[1]], constraints=[MaxFP(bound)])
         rows = slim[np.isclose(slim[CONFIDENCE_PARAM], t)]
         kept = rows[np.isclose(rows[MIN_SCORE_PARAM], alone.values[MIN_SCORE_PARAM])]

@@ -24,8 +24,6 @@ import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
-import httpx
-
 from tuner.data.dataset import Query, QuerySet
 from tuner.errors import FailureBudgetExceeded, ResponseMappingError
 from tuner.evaluation.client import Abort, BatchAborted, Exchange, SearchClient, one_line
@@ -58,7 +56,6 @@ def run_batch(
     order_seed: int | None = None,
     on_result: OnResult | None = None,
     metrics: Sequence[str] | None = None,
-    transport: httpx.AsyncBaseTransport | None = None,
     abort: Abort | None = None,
     timing: BatchTiming | None = None,
     defer: bool = False,
@@ -67,22 +64,24 @@ def run_batch(
     event loop: it then runs on a helper thread)."""
     return _run_sync(
         run_batch_async(
-            spec, queries, qrels, order_seed=order_seed, on_result=on_result, metrics=metrics, transport=transport,
-            abort=abort, timing=timing, defer=defer,
+            spec, queries, qrels, order_seed=order_seed, on_result=on_result, metrics=metrics, abort=abort,
+            timing=timing, defer=defer,
         )
     )
 
 
 class BatchTiming:
-    """Where a batch's time went on the tuner's side: ``handling_s`` is the time the event
-    loop spent on the answers inside the search window (decoding, mapping, scoring, the
+    """Where a batch's time went: ``window_s`` is the search window, from the first
+    request sent to the last answer read (the search calls proper); ``handling_s`` is the
+    time the event loop spent on the answers inside it (decoding, mapping, scoring, the
     per-query callback): tuner time, not search time, even where it overlaps requests in
     flight."""
 
-    __slots__ = ("handling_s",)
+    __slots__ = ("handling_s", "window_s")
 
     def __init__(self) -> None:
         self.handling_s = 0.0
+        self.window_s = 0.0
 
 
 async def run_batch_async(
@@ -93,7 +92,6 @@ async def run_batch_async(
     order_seed: int | None = None,
     on_result: OnResult | None = None,
     metrics: Sequence[str] | None = None,
-    transport: httpx.AsyncBaseTransport | None = None,
     abort: Abort | None = None,
     timing: BatchTiming | None = None,
     defer: bool = False,
@@ -123,7 +121,7 @@ async def run_batch_async(
     if abort is not None and (reason := abort()):
         raise _aborted(reason, 0, len(order))  # nothing is sent to a backend known to be gone
 
-    async with SearchClient(spec, transport=transport, abort=abort) as client:
+    async with SearchClient(spec, abort=abort) as client:
         async def one(q: Query, req: PreparedRequest) -> tuple[Query, QueryResponse | FailedQuery]:
             exchange = await client.send(req)
             # Parsing holds the event loop; yield first so the request that just got
@@ -171,6 +169,7 @@ async def run_batch_async(
             for task in pending:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
+            timing.window_s = client.window_s
 
     return builder if defer else builder.finish()
 

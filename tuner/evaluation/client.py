@@ -1,32 +1,41 @@
 """The HTTP seam of batch evaluation: send prepared requests, bounded and retried.
 
-``SearchClient`` wraps one ``httpx.AsyncClient``. Concurrency is bounded by a
-semaphore (and the connection pool); each query carries its own ``X-Request-ID``
-(kept across retries so the backend's logs group the attempts). Transport errors,
-timeouts, 429 and 5xx are retried with exponential backoff and jitter for a bounded
-number of attempts; what still fails comes back as an ``Exchange`` with ``error``
-set, never as an exception, so the batch can record it and apply its budget.
+``SearchClient`` wraps one ``aiohttp.ClientSession`` (its C HTTP parser costs the
+tuner's event loop about a third of httpx's CPU per request, which on a 2-core machine
+is CPU taken from the backend being measured; ``bench/trial_overhead.py``).
+Concurrency is bounded by a semaphore (and the connection pool); each query carries
+its own ``X-Request-ID`` (kept across retries so the backend's logs group the
+attempts). Transport errors, timeouts, 429 and 5xx are retried with exponential
+backoff and jitter for a bounded number of attempts; what still fails comes back as an
+``Exchange`` with ``error`` set, never as an exception, so the batch can record it and
+apply its budget. Transport failures are named as users know them from httpx
+(``ConnectError``, ``ReadTimeout``, ``RemoteProtocolError``, ...).
 
-A hostile backend cannot hold or flood the tuner: httpx's ``timeout_s`` bounds each
-read only, so every attempt also runs under a whole-request deadline
+A hostile backend cannot hold or flood the tuner: ``timeout_s`` bounds each
+connect and each read only, so every attempt also runs under a whole-request deadline
 (``EvalSpec.request_deadline_s``: connect + send + every read of the body), and the
 body is streamed through a byte counter that stops at ``max_response_bytes`` (the
 query fails; an oversized answer is not retried, it would come back the same). One
 query therefore takes at most ``EvalSpec.query_bound_s`` once sent. An ``abort``
 check, asked before every retry, stops the client at once with ``BatchAborted``.
+
+The client also keeps the batch's search window (``window_s``): from the first request
+sent to the last answer read, the search calls proper.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import random
 import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import httpx
+import aiohttp
+import orjson
 
 from tuner.errors import EvaluationError
 from tuner.evaluation.mapping import PreparedRequest
@@ -36,10 +45,27 @@ from tuner.evaluation.spec import EvalSpec
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504}) | frozenset(range(505, 600))
 #: of an error response only this much is read: enough for the reason quoted
 ERROR_BODY_BYTES = 1024
+#: the body is read in pieces of at most this many bytes (the byte cap is checked per piece)
+READ_CHUNK = 1 << 16
 
 #: An abort check: None while the batch may go on, else one line saying why it stops
 #: (a dead backend, a stop request). Called on the event loop, so it must be quick.
 Abort = Callable[[], str | None]
+
+#: Failures worth another attempt: the connection or the exchange broke, or a
+#: connect / read timeout passed. aiohttp's own names, in the words httpx gives them
+#: (and the tuner's reasons have always used), most specific first.
+_TRANSPORT_NAMES: tuple[tuple[type[BaseException], str], ...] = (
+    (aiohttp.ConnectionTimeoutError, "ConnectTimeout"),
+    (aiohttp.ServerTimeoutError, "ReadTimeout"),
+    (aiohttp.ClientConnectorError, "ConnectError"),
+    (aiohttp.ServerDisconnectedError, "RemoteProtocolError"),
+    (aiohttp.ClientPayloadError, "RemoteProtocolError"),
+    (aiohttp.ClientOSError, "NetworkError"),
+    (aiohttp.ClientConnectionError, "NetworkError"),
+    (TimeoutError, "ReadTimeout"),
+)
+_RETRIED = tuple(cls for cls, _ in _TRANSPORT_NAMES)
 
 
 class BatchAborted(EvaluationError):
@@ -56,6 +82,10 @@ class _TooLarge(Exception):
         self.status = status
         self.read = read
         self.declared = declared
+
+
+class _Deadline(Exception):
+    """The whole-request deadline passed (as opposed to one read's timeout)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,27 +115,31 @@ class Exchange:
 
 @functools.cache
 def shared_ssl_context() -> ssl.SSLContext:
-    """One TLS context for every client of the process. httpx builds a fresh one per
-    client or transport by default (loading the CA bundle: ~30 ms), which a study
-    would pay on every batch; the context is immutable once built, so sharing it is
-    safe. Pass it as ``verify=`` to ``httpx.AsyncClient`` / ``AsyncHTTPTransport``."""
+    """One TLS context for every client of the process (the system's CA bundle, as httpx
+    and aiohttp verify by default). Building one loads the CA bundle (~30 ms), which a
+    study would pay on every batch; the context is immutable once built, so sharing it
+    is safe. Pass it as ``verify=`` to httpx clients, ``ssl=`` to aiohttp connectors."""
+    import httpx
+
     return httpx.create_ssl_context()
 
 
 class SearchClient:
     """Async client for one batch; use as ``async with SearchClient(spec) as c``."""
 
-    def __init__(self, spec: EvalSpec, *, transport: httpx.AsyncBaseTransport | None = None,
-                 abort: Abort | None = None) -> None:
+    def __init__(self, spec: EvalSpec, *, abort: Abort | None = None) -> None:
         self._spec = spec
         self._abort = abort
         self._deadline_s = spec.request_deadline_s
         self._semaphore = asyncio.Semaphore(spec.concurrency)
-        limits = httpx.Limits(max_connections=spec.concurrency, max_keepalive_connections=spec.concurrency)
-        self._client = httpx.AsyncClient(
-            timeout=httpx.Timeout(spec.timeout_s), limits=limits, transport=transport, follow_redirects=True,
-            verify=shared_ssl_context(),
-        )
+        connector = aiohttp.TCPConnector(limit=spec.concurrency, limit_per_host=0, ssl=shared_ssl_context())
+        # timeout_s bounds a connect and each read (httpx's meaning); the whole-request
+        # deadline is ours, per attempt (_attempt)
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=spec.timeout_s, sock_read=spec.timeout_s)
+        # trust_env: HTTP(S)_PROXY / NO_PROXY are honoured, as httpx does by default
+        self._session = aiohttp.ClientSession(connector=connector, timeout=timeout, trust_env=True)
+        self._first_sent: float | None = None
+        self._last_read: float | None = None
 
     async def __aenter__(self) -> SearchClient:
         return self
@@ -114,7 +148,14 @@ class SearchClient:
         await self.aclose()
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        await self._session.close()
+
+    @property
+    def window_s(self) -> float:
+        """Seconds from the first request sent to the last answer read (0 before both)."""
+        if self._first_sent is None or self._last_read is None:
+            return 0.0
+        return self._last_read - self._first_sent
 
     async def send(self, request: PreparedRequest) -> Exchange:
         """Send with retries; never raises for HTTP or transport failures (BatchAborted
@@ -127,24 +168,33 @@ class SearchClient:
         # transport errors, deadlines and RETRY_STATUSES, exponential backoff with jitter)
         # without ~40 us of retry-state objects per request, which is per query of every batch.
         max_attempts = self._spec.retries + 1
+        data, headers = _encode(request)
         attempts = 0
         while True:
             if attempts:
                 self.check_abort()  # a dead backend is not worth the next attempt
             attempts += 1
             started = time.perf_counter()
+            if self._first_sent is None:
+                self._first_sent = started
+            failure: Exception | None = None
             try:
-                answer = await self._attempt(request)
-            except (httpx.TransportError, TimeoutError) as exc:
-                latency_ms = (time.perf_counter() - started) * 1000.0
+                answer = await self._attempt(request, data, headers)
+            except (_Deadline, _TooLarge, aiohttp.ClientError, TimeoutError) as exc:
+                failure = exc
+            self._last_read = time.perf_counter()
+            latency_ms = (self._last_read - started) * 1000.0
+            if isinstance(failure, _TooLarge):
+                return self._failed(request, attempts, latency_ms, failure.status, self._too_large_reason(failure))
+            if isinstance(failure, (_Deadline, *_RETRIED)):
                 if attempts < max_attempts:
                     await asyncio.sleep(self._backoff(attempts))
                     continue
-                return self._failed(request, attempts, latency_ms, None, self._transport_reason(exc, attempts))
-            except _TooLarge as exc:
-                latency_ms = (time.perf_counter() - started) * 1000.0
-                return self._failed(request, attempts, latency_ms, exc.status, self._too_large_reason(exc))
-            latency_ms = (time.perf_counter() - started) * 1000.0
+                return self._failed(request, attempts, latency_ms, None, self._transport_reason(failure, attempts))
+            if failure is not None:  # too many redirects, a bad URL: the next attempt fares no better
+                detail = one_line(str(failure) or type(failure).__name__)
+                return self._failed(request, attempts, latency_ms, None,
+                                    f"{type(failure).__name__} (not retried): {detail}")
             status = answer.status
             if status in RETRY_STATUSES:
                 if attempts < max_attempts:
@@ -165,17 +215,22 @@ class SearchClient:
                 content_type=answer.content_type,
             )
 
-    async def _attempt(self, request: PreparedRequest) -> _Answer:
-        """One exchange under the whole-request deadline (TimeoutError when it passes),
+    async def _attempt(self, request: PreparedRequest, data: bytes | None, headers: dict[str, str]) -> _Answer:
+        """One exchange under the whole-request deadline (_Deadline when it passes),
         the body read through the byte cap (_TooLarge past it; an error body is cut)."""
-        async with asyncio.timeout(self._deadline_s):
-            async with self._client.stream(
-                request.method, request.url, headers=request.headers, json=request.json, params=request.params
-            ) as response:
-                ok = response.status_code < 400
-                limit = self._spec.max_response_bytes if ok else ERROR_BODY_BYTES
-                body = await _read_capped(response, limit, strict=ok)
-                return _Answer(response.status_code, body, response.headers.get("content-type"))
+        try:
+            async with asyncio.timeout(self._deadline_s) as deadline:
+                async with self._session.request(request.method, request.url, data=data, headers=headers,
+                                                 params=request.params) as response:
+                    status = response.status
+                    ok = status < 400
+                    limit = self._spec.max_response_bytes if ok else ERROR_BODY_BYTES
+                    body = await _read_capped(response, limit, strict=ok)
+                    return _Answer(status, body, response.headers.get("Content-Type"))
+        except TimeoutError:
+            if deadline.expired():
+                raise _Deadline from None
+            raise  # a connect or read timeout (aiohttp.ServerTimeoutError)
 
     def check_abort(self) -> None:
         """Raise BatchAborted when the abort check gives a reason."""
@@ -186,12 +241,19 @@ class SearchClient:
             raise BatchAborted(f"batch aborted: {one_line(reason)}", one_line(reason))
 
     def _transport_reason(self, exc: Exception, attempts: int) -> str:
-        if isinstance(exc, httpx.TransportError):
-            detail = str(exc) or type(exc).__name__
-            return f"{type(exc).__name__} after {attempts} attempt(s): {detail}"
-        return (f"DeadlineTimeout after {attempts} attempt(s): the whole-request deadline of "
-                f"{self._deadline_s:g} s (evaluation.deadline_s: connect + send + every read) passed before "
-                "the answer was complete; the backend answers too slowly or drips its body: fix it or raise deadline_s")
+        if isinstance(exc, _Deadline):
+            return (f"DeadlineTimeout after {attempts} attempt(s): the whole-request deadline of "
+                    f"{self._deadline_s:g} s (evaluation.deadline_s: connect + send + every read) passed before "
+                    "the answer was complete; the backend answers too slowly or drips its body: fix it or raise "
+                    "deadline_s")
+        name = next(n for cls, n in _TRANSPORT_NAMES if isinstance(exc, cls))
+        if name == "ReadTimeout":
+            detail = f"no data from the backend for {self._spec.timeout_s:g} s (evaluation.timeout_s)"
+        elif name == "ConnectTimeout":
+            detail = f"no connection within {self._spec.timeout_s:g} s (evaluation.timeout_s)"
+        else:
+            detail = one_line(str(exc) or type(exc).__name__)
+        return f"{name} after {attempts} attempt(s): {detail}"
 
     def _too_large_reason(self, exc: _TooLarge) -> str:
         cap = self._spec.max_response_bytes
@@ -213,20 +275,36 @@ class SearchClient:
         return Exchange(request.query_id, request.request_id, attempts, latency_ms, status, error=reason)
 
 
-async def _read_capped(response: httpx.Response, cap: int, *, strict: bool) -> bytes:
+def _encode(request: PreparedRequest) -> tuple[bytes | None, dict[str, str]]:
+    """The request body as JSON bytes (once per query, not per attempt) and its headers."""
+    headers = dict(request.headers)
+    if request.json is None:
+        return None, headers
+    try:
+        data = orjson.dumps(request.json)
+    except TypeError:  # what orjson refuses (an int past 64 bits, a non-str key): the stdlib's encoding
+        data = json.dumps(request.json, ensure_ascii=False, separators=(",", ":")).encode()
+    if not any(k.lower() == "content-type" for k in headers):
+        headers["Content-Type"] = "application/json"
+    return data, headers
+
+
+async def _read_capped(response: aiohttp.ClientResponse, cap: int, *, strict: bool) -> bytes:
     """The (decoded) body, at most ``cap`` bytes: past it, _TooLarge when ``strict``,
-    else the first ``cap`` bytes. A Content-Length over the cap fails before any read."""
-    declared = response.headers.get("content-length", "")
-    declared_n = int(declared) if declared.isdigit() else None
-    if strict and declared_n is not None and declared_n > cap:
-        raise _TooLarge(response.status_code, 0, declared_n)
+    else the first ``cap`` bytes. A Content-Length over the cap fails before any read.
+    A body cut short closes the connection (it is not reused)."""
+    declared = response.content_length
+    if strict and declared is not None and declared > cap:
+        response.close()
+        raise _TooLarge(response.status, 0, declared)
     chunks: list[bytes] = []
     size = 0
-    async for chunk in response.aiter_bytes():
+    async for chunk in response.content.iter_chunked(READ_CHUNK):
         size += len(chunk)
         if size > cap:
+            response.close()
             if strict:
-                raise _TooLarge(response.status_code, size, declared_n)
+                raise _TooLarge(response.status, size, declared)
             chunks.append(chunk[: len(chunk) - (size - cap)])
             break
         chunks.append(chunk)

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import json
 import mimetypes
+import time
 import uuid
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -16,18 +17,30 @@ import optuna
 
 from tuner.files import hard_link
 
+#: trials whose bookkeeping may be queued, unfinished, before the study waits for it
+MAX_BEHIND = 4
+
 
 class Bookkeeper:
     """Runs queued bookkeeping in order on one worker thread (or inline when
     ``threaded`` is false). Errors never fail a trial that already completed; they
-    are collected (``errors``) and passed to ``on_error``."""
+    are collected (``errors``) and passed to ``on_error``.
 
-    def __init__(self, *, threaded: bool = True, on_error: Callable[[str], None] = lambda message: None) -> None:
+    The queue is bounded: ``wait_for_room`` blocks while ``max_behind`` jobs are queued
+    and unfinished. Trials that come faster than their reports can be written (a
+    reloading backend on a busy machine) then wait for the bookkeeping instead of
+    piling up behind it: memory stays at a few trials' batches, not a night's, and the
+    final flush stays short."""
+
+    def __init__(self, *, threaded: bool = True, on_error: Callable[[str], None] = lambda message: None,
+                 max_behind: int = MAX_BEHIND) -> None:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tuner-bookkeeper") if threaded else None
         # short jobs a trial waits for before ``tell`` (its MLflow run id): never queued
         # behind earlier trials' reports
         self._eager = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tuner-bookkeeper-eager") if threaded else None
         self._pending: list[Future[Any]] = []
+        self._queued: list[Future[Any]] = []  # the main lane's, unfinished as last seen
+        self.max_behind = max(1, max_behind)
         self.on_error = on_error
         self.errors: list[str] = []
 
@@ -49,7 +62,20 @@ class Bookkeeper:
         pool = self._eager if eager and self._eager is not None else self._pool
         future = pool.submit(guarded)
         self._pending = [f for f in self._pending if not f.done()] + [future]
+        if pool is self._pool:
+            self._queued = [f for f in self._queued if not f.done()] + [future]
         return future
+
+    def wait_for_room(self) -> float:
+        """Block until fewer than ``max_behind`` queued jobs are unfinished; the seconds
+        waited (0.0 when there was room, and always when not threaded)."""
+        started, waited = time.perf_counter(), False
+        while True:
+            self._queued = [f for f in self._queued if not f.done()]
+            if len(self._queued) < self.max_behind:
+                return time.perf_counter() - started if waited else 0.0
+            wait(self._queued[:1], return_when=FIRST_COMPLETED)
+            waited = True
 
     def flush(self) -> None:
         """Wait until everything queued so far is done."""

@@ -1,5 +1,5 @@
 """The live evaluator of a trial: the experiment's query set run against the search
-API (tuner.evaluation.run_batch) with the search calls timed (``SearchClock``), and the
+API (tuner.evaluation.run_batch) with the search calls timed (``BatchTiming.window_s``), and the
 per-trial reports (tuner.report.write_reports); ``spec_fingerprint`` is the part of the
 evaluation settings that keys the result cache.
 
@@ -12,12 +12,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-import httpx
 
 from tuner.errors import EvaluationError
 from tuner.study.preflight import PreflightReport
@@ -60,18 +57,17 @@ class LiveEvaluator:
         from tuner.evaluation.batch import BatchAborted, BatchTiming
         from tuner.study.preflight import empty_share_problem
 
-        clock = SearchClock(self.spec.concurrency)
         timing = BatchTiming()
         try:
             pending = run_batch(self.spec, self.queries, self.qrels, order_seed=order_seed, on_result=on_result,
-                                transport=clock, abort=self.abort, timing=timing, defer=True)
+                                abort=self.abort, timing=timing, defer=True)
         except BatchAborted as exc:
             stop = self.stop
             if stop is not None and stop.is_set() and exc.reason.startswith(stop.reason):
                 raise TrialInterrupted(exc.reason) from exc  # a stop, not the config's failure
             raise
         finally:
-            self.last_search_seconds = clock.seconds
+            self.last_search_seconds = timing.window_s
             self.last_handling_seconds = timing.handling_s
 
         # A mostly empty batch is a broken request or mapping, not a config that scores 0:
@@ -130,53 +126,6 @@ class LiveEvaluator:
         if self.preflight is None:
             return {}
         return {"preflight": self.preflight.for_reports()}
-
-
-class SearchClock(httpx.AsyncBaseTransport):
-    """httpx's own transport (same connection limits as the evaluation client), timing
-    the window from the first request sent to the last response body read: the search
-    calls proper, measured without a per-query callback."""
-
-    def __init__(self, concurrency: int) -> None:
-        limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-        from tuner.evaluation.client import shared_ssl_context
-
-        # one CA bundle load per process, not per batch (~30 ms a trial)
-        self._inner = httpx.AsyncHTTPTransport(limits=limits, verify=shared_ssl_context())
-        self._first: float | None = None
-        self._last: float | None = None
-
-    @property
-    def seconds(self) -> float:
-        return 0.0 if self._first is None or self._last is None else self._last - self._first
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        if self._first is None:
-            self._first = time.perf_counter()
-        response = await self._inner.handle_async_request(request)
-        # the body is read by the evaluation client (deadline, byte cap) through this stream
-        return httpx.Response(response.status_code, headers=response.headers,
-                              stream=_ClockedStream(response.stream, self), extensions=response.extensions,
-                              request=request)
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
-
-class _ClockedStream(httpx.AsyncByteStream):
-    """A response body passed through as it is read; its end (read or cut) is the clock's last answer."""
-
-    def __init__(self, inner: Any, clock: SearchClock) -> None:
-        self._inner = inner
-        self._clock = clock
-
-    async def __aiter__(self) -> Any:
-        async for chunk in self._inner:
-            yield chunk
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-        self._clock._last = time.perf_counter()
 
 
 def _fields(obj: Any) -> dict[str, Any]:

@@ -108,7 +108,11 @@ class TrialRecording:
         self, trial: optuna.Trial, out: TrialOutcome, texts: dict[Path, str], result: Any,
         run_id: Future[Any] | None, sweep: Any = None,
     ) -> None:
-        """Everything ``tell`` must find on the trial, then queue the bookkeeping."""
+        """Everything ``tell`` must find on the trial, then queue the bookkeeping (after
+        waiting for room in its queue: the "backlog" phase, when there was a wait)."""
+        waited = self.bookkeeper.wait_for_room()
+        if waited > 0.001:
+            out.phase_seconds["backlog"] = waited
         started = time.perf_counter()
         # the attrs are plain sets (repeatable): a connection lost meanwhile is retried
         retry_transient(lambda: self._record_attrs(trial, out, texts, result, run_id, sweep))

@@ -48,7 +48,9 @@ def slim_sweep(
     if len(gates) == 1:
         keep = frame.index.to_numpy()
     else:
-        best = [_best(part, objective) for _, part in frame.groupby(gates[0], sort=True)]
+        violation = (frame["violation"].to_numpy(dtype=float) if "violation" in frame
+                     else np.zeros(len(frame)))
+        best = _best_rows(frame[gates[0]].to_numpy(), frame[objective].to_numpy(dtype=float), violation)
         keep = np.union1d(np.asarray(best, dtype=np.int64), np.flatnonzero(at[gates[0]] | is_chosen))
     out = frame.loc[keep].copy()
     out[CHOSEN] = is_chosen[keep]
@@ -58,17 +60,26 @@ def slim_sweep(
     return out.reset_index(drop=True)
 
 
-def _best(part: pd.DataFrame, objective: str) -> int:
-    """The row the solver would pick in ``part``: the rule of tuner.study.threshold._pick
-    (kept in step with it; tests/threshold/test_sweep_table.py checks the chosen row)."""
-    violation = part["violation"] if "violation" in part else pd.Series(0.0, index=part.index)
-    feasible = violation <= 0
-    pool = part[feasible] if feasible.any() else part[violation == violation.min()]
-    top = pool[objective].max()
-    tied = pool[np.isclose(pool[objective], top, rtol=0, atol=1e-12)]
-    tied_violation = violation.loc[tied.index]
-    tied = tied[tied_violation == tied_violation.min()]
-    return int(tied.index[len(tied) // 2])
+def _best_rows(first: np.ndarray, objective: np.ndarray, violation: np.ndarray) -> list[int]:
+    """Per value of the first gate (in sorted order), the row the solver would pick among
+    its rows: the rule of tuner.study.threshold._pick (kept in step with it;
+    tests/threshold/test_sweep_table.py checks the chosen row). Feasible rows first, else
+    those of the least violation; the best objective (to 1e-12); of those the lowest
+    violation; the middle one of what is left, in row order. NumPy per group: the
+    pandas version cost ~0.2 s a trial on the demo's 4,641-row grid."""
+    order = np.argsort(first, kind="stable")  # row order kept within a value
+    _, starts = np.unique(first[order], return_index=True)
+    picked = []
+    for rows in np.split(order, starts[1:]):
+        v = violation[rows]
+        feasible = v <= 0
+        pool = rows[feasible] if feasible.any() else rows[v == np.nanmin(v)]
+        scores = objective[pool]
+        tied = pool[np.isclose(scores, np.nanmax(scores), rtol=0, atol=1e-12)]
+        tied_violation = violation[tied]
+        tied = tied[tied_violation == np.nanmin(tied_violation)]
+        picked.append(int(tied[len(tied) // 2]))
+    return picked
 
 
 def _significant(values: pd.Series, digits: int) -> pd.Series:

@@ -57,7 +57,7 @@ from tuner.study.stop import StopFlag, TrialInterrupted
 from tuner.study.storage import is_transient_storage_error
 
 Phase = Literal["suggest", "render", "cache", "patch", "restart", "health", "reload", "confirm", "evaluate", "score",
-                "solve", "complete", "record"]
+                "solve", "complete", "record", "backlog"]
 
 
 @dataclass
