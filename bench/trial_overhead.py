@@ -31,6 +31,13 @@ the backend's, which are the tuner's on the backend's path, which overlap), and:
    (httpx.AsyncClient, the same concurrency, the same request bodies, no parsing) on
    the same backend process, interleaved ``--repeats`` times. Goal >= 90 %.
 
+4. **CPU per trial by where it went** (sampled from /proc): the main thread (the
+   measure: event loop, patch, reload), the helper thread (ending and beginning
+   trials: sampler, render, scoring, record), the bookkeeping threads (MLflow, notes,
+   sweep files), the report helper process and the backend. On a machine with few
+   cores this is the limit: all of it over the core count is the shortest a trial can
+   be, whatever overlaps.
+
 Value check: both modes run the same seeded study on the same data, so they must
 propose the same parameters and score the same; the bench prints whether they did.
 Figures vary with load (the load average is printed before and after); the ratios are
@@ -45,6 +52,7 @@ import os
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -103,9 +111,95 @@ def set_up(root: Path, n_trials: int) -> dict[str, Path]:
     return {mode: write_experiment(root, n_trials, mode) for mode in MODES}
 
 
+class CpuSampler:
+    """CPU seconds by where they were spent, sampled every ``every_s`` from /proc (Linux):
+    the tuner's threads (grouped by name) and its child processes (the backend, the
+    report helper). ``per_window(start, end)``: what each spent between two perf_counter
+    times (a process gone before ``end`` counts what it had at its last sample)."""
+
+    def __init__(self, every_s: float = 0.1) -> None:
+        self.every_s = every_s
+        self.samples: list[tuple[float, dict[str, float]]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="bench-cpu-sampler", daemon=True)
+        self._tick = os.sysconf("SC_CLK_TCK")
+        self._names: dict[int, str] = {}
+        self._cmds: dict[str, bytes] = {}  # a child's command line, read when first seen
+
+    def __enter__(self) -> CpuSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.samples.append((time.perf_counter(), self._sample()))
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every_s):
+            self.samples.append((time.perf_counter(), self._sample()))
+
+    def _cpu(self, stat_path: str) -> tuple[int, float] | None:
+        try:
+            fields = Path(stat_path).read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return None
+        return int(fields[1]), (int(fields[11]) + int(fields[12])) / self._tick  # ppid, utime + stime
+
+    def _sample(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for t in threading.enumerate():
+            if t.native_id is not None:
+                self._names[t.native_id] = t.name
+        for tid in os.listdir("/proc/self/task"):
+            got = self._cpu(f"/proc/self/task/{tid}/stat")
+            if got is not None:
+                out[f"thread {int(tid)}"] = got[1]
+        me = os.getpid()
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            got = self._cpu(f"/proc/{pid}/stat")
+            if got is not None and got[0] == me:
+                out[f"child {pid}"] = got[1]
+                if pid not in self._cmds:
+                    try:
+                        self._cmds[pid] = Path(f"/proc/{pid}/cmdline").read_bytes()
+                    except OSError:
+                        pass
+        return out
+
+    def _group(self, key: str) -> str:
+        kind, ident = key.split()
+        if kind == "child":
+            cmd = self._cmds.get(ident, b"")
+            return "report helper process" if b"report_worker" in cmd else "backend process(es)"
+        name = self._names.get(int(ident), "")
+        for prefix, group in (("MainThread", "main thread: measure (event loop, patch, reload)"),
+                              ("tuner-pipeline", "helper thread: end N-1, begin N+1"),
+                              ("tuner-bookkeeper-eager", "bookkeeping: MLflow run start"),
+                              ("tuner-bookkeeper", "bookkeeping: reports, notes, MLflow"),
+                              ("bench-cpu-sampler", "(this bench's sampler)")):
+            if name.startswith(prefix):
+                return group
+        return "other tuner threads"
+
+    def per_window(self, start: float, end: float) -> dict[str, float]:
+        first = next((cpu for t, cpu in self.samples if t >= start), {})
+        last: dict[str, float] = {}
+        for t, cpu in self.samples:
+            if t > end + self.every_s:
+                break
+            last.update(cpu)
+        groups: dict[str, float] = {}
+        for key, value in last.items():
+            group = self._group(key)
+            groups[group] = groups.get(group, 0.0) + max(value - first.get(key, 0.0), 0.0)
+        return groups
+
+
 def overhead(exp_path: Path, n_trials: int) -> dict[str, Any]:
     exp = load_experiment(exp_path)
-    summary = run_experiment(exp, n_trials=n_trials, use_cache=False)
+    with CpuSampler() as sampler:
+        summary = run_experiment(exp, n_trials=n_trials, use_cache=False)
     if summary.error:
         raise SystemExit(f"study failed: {summary.error}")
     study = optuna.load_study(study_name=exp.study, storage=exp.storage)
@@ -125,7 +219,10 @@ def overhead(exp_path: Path, n_trials: int) -> dict[str, Any]:
     loop = summary.result.elapsed_s
     n = len(summary.result.ran)
     search = statistics.median(phases["search"])
+    # the loop ended with the final flush; run_experiment's wrap-up after it is left out
+    cpu = sampler.per_window(summary.result.ended_at - loop, summary.result.ended_at)
     return {
+        "cpu_per_trial": {k: v / n for k, v in cpu.items()},
         "trials": n,
         "flush_s": summary.result.flush_s,
         "loop_s": loop,
@@ -205,6 +302,18 @@ def print_overhead(runs: dict[str, dict[str, Any]]) -> None:
     for name in names:
         row = "".join(f" {runs[m]['phases'].get(name, 0.0):9.4f}" for m in MODES)
         print(f"  {name:20s}{row}  {kind_of(name)}")
+    groups = sorted({g for o in runs.values() for g in o["cpu_per_trial"]} - {"(this bench's sampler)"},
+                    key=lambda g: (g.startswith("backend"), -max(o["cpu_per_trial"].get(g, 0.0) for o in runs.values())))
+    cores = os.cpu_count() or 1
+    print(f"\n== CPU seconds per trial over the loop, by where they went (/proc sampled every 0.1 s; {cores} cores)")
+    print(f"  {'':48s} {'restart':>9s} {'reload':>9s}")
+    for g in groups:
+        print(f"  {g:48s}" + "".join(f" {runs[m]['cpu_per_trial'].get(g, 0.0):9.3f}" for m in MODES))
+    tuner_cpu = {m: sum(v for g, v in runs[m]["cpu_per_trial"].items()
+                        if not g.startswith(("backend", "("))) for m in MODES}
+    total = {m: tuner_cpu[m] + runs[m]["cpu_per_trial"].get("backend process(es)", 0.0) for m in MODES}
+    print(f"  {'the tuner in all (threads + report helper)':48s}" + "".join(f" {tuner_cpu[m]:9.3f}" for m in MODES))
+    print(f"  {'all CPU / cores: no trial is shorter than this':48s}" + "".join(f" {total[m] / cores:9.3f}" for m in MODES))
     print("\n== the whole loop (first trial's begin to the final flush), side by side")
     rows = [
         ("loop wall time, s", "loop_s", "{:9.2f}"),

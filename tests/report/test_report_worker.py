@@ -38,6 +38,21 @@ def test_the_helper_draws_the_same_png_and_ends_with_close() -> None:
     assert worker._proc is None
 
 
+def test_start_runs_the_helper_before_the_first_request() -> None:
+    worker = ReportWorker()
+    try:
+        worker.start()
+        proc = worker._proc
+        assert proc is not None and proc.poll() is None
+        worker.start()  # idempotent: the same helper
+        assert worker._proc is proc
+        assert worker.render(sweep(), title="t", threshold=0.5) == pr_curve_png(sweep(), title="t", threshold=0.5)
+        assert worker._proc is proc
+    finally:
+        worker.close()
+    assert proc.wait(timeout=30) == 0
+
+
 def test_a_dead_helper_falls_back_to_drawing_in_process() -> None:
     worker = ReportWorker()
     try:
@@ -95,3 +110,38 @@ def test_reports_written_by_the_helper_are_the_files_written_in_process_with_sec
 
 def _untimed(markdown: bytes) -> list[bytes]:
     return [line for line in markdown.splitlines() if not line.startswith(b"Generated ")]
+
+
+@pytest.mark.parametrize("detail", ["full", "slim"])
+def test_reports_from_the_copy_sent_to_the_helper_are_the_same_bytes(tmp_path, monkeypatch, detail: str) -> None:
+    """for_reports cuts each response's hits to REPORT_HIT_DEPTH: every report file must
+    come out byte for byte as from the whole batch (50 hits per response here)."""
+    import datetime
+
+    from threshold.test_threshold import synthetic_batch
+
+    from tuner.evaluation.result import evaluate_responses
+    from tuner.report import build
+    from tuner.report.build import REPORT_HIT_DEPTH, for_reports
+    from tuner.report.context import ReportContext
+    from tuner.report.writer import write_reports
+
+    qs, qrels, responses, failed = synthetic_batch(5, n_docs=120, depth=50)
+    result = evaluate_responses(qs, qrels, responses, failed)
+    copy = for_reports(result)
+    assert max(len(h) for h in result.hits.values()) == 50
+    assert max(len(h) for h in copy.hits.values()) == REPORT_HIT_DEPTH < 50
+    ctx = ReportContext(title="t")
+
+    class FixedClock(datetime.datetime):  # the reports' "generated at" second must not tick between the two
+        @classmethod
+        def now(cls, tz=None):
+            return datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=tz)
+
+    monkeypatch.setattr(build, "datetime", FixedClock)
+    whole = write_reports(result, tmp_path / "whole", context=ctx, config_snapshot="a: 1\n", detail=detail)
+    cut = write_reports(copy, tmp_path / "cut", context=ctx, config_snapshot="a: 1\n", detail=detail)
+    for name in ("json", "markdown", "per_query_csv", "pr_curve_png"):
+        a, b = getattr(whole, name), getattr(cut, name)
+        assert a is not None and a.read_bytes() == b.read_bytes(), name
+    assert len(result.hits) == len(copy.hits) and result.metrics == copy.metrics

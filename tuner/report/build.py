@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 
 SNAPSHOT_DEPTH = 20
 SEQUENCE_DEPTHS: tuple[int, ...] = (10, 20)
+#: the deepest rank of a response's hits any report reads (the unjudged list is its own field)
+REPORT_HIT_DEPTH = max(SNAPSHOT_DEPTH, *SEQUENCE_DEPTHS)
 PRIMARY = "Primary_Metric_Score"
 GROUP_BY: tuple[str, ...] = ("query_type", "source")
 #: context keys that hold the trial's parameters (search-space names -> values)
@@ -110,6 +112,16 @@ def per_query_table(result: BatchResult, detail: Detail = "full") -> pd.DataFram
             label_sequence(_grades(result, qid), depth) for qid in frame.index
         ]
     return frame
+
+
+def for_reports(result: BatchResult) -> BatchResult:
+    """A copy of ``result`` with only what reports read: each response's hits down to
+    REPORT_HIT_DEPTH, no hit table. The reports it gives are the same bytes (tested); a
+    study sends it to its report helper process, a third of the pickle of a batch of
+    50-hit responses."""
+    from dataclasses import replace
+
+    return replace(result, hits={qid: hits[:REPORT_HIT_DEPTH] for qid, hits in result.hits.items()}, hit_table=None)
 
 
 def check_detail(detail: str) -> None:

@@ -58,6 +58,13 @@ class ReportWorker:
 
         return self._call("pr_curve_png", pr_curve_png, (sweep,), {"title": title, "threshold": threshold})
 
+    def start(self) -> None:
+        """Start the helper now rather than on first use: it imports the report modules
+        and matplotlib (~1-2 s of CPU) while the caller waits for its backend to come up,
+        not beside the first trial's search calls."""
+        with self._lock:
+            self._ensure()
+
     def close(self) -> None:
         """End the helper; later calls run in process."""
         with self._lock:
@@ -127,6 +134,11 @@ def _receive(stream: IO[bytes] | None) -> Any:
 
 def _serve(inp: IO[bytes], out: IO[bytes]) -> None:
     """The helper's loop: one request, one answer ((True, value) or (False, exception))."""
+    # the drawing modules pr_curve_png imports on first use, imported before the first request
+    import matplotlib.backends.backend_agg  # noqa: F401
+    import matplotlib.figure  # noqa: F401
+    from PIL import Image  # noqa: F401
+
     from tuner.report.plots import pr_curve_png
     from tuner.report.writer import write_reports
     from tuner.secrets import remember

@@ -88,6 +88,7 @@ class RunResult:
     stale_failed: list[int] = field(default_factory=list)
     elapsed_s: float = 0.0
     flush_s: float = 0.0  # waiting for the last trials' bookkeeping at the end
+    ended_at: float = 0.0  # time.perf_counter() when the loop ended (for benchmarks lining up their samples)
 
 
 class Clock(Protocol):
@@ -142,6 +143,7 @@ class StudyLoop:
             self.runner.flush()  # the last trial's reports and MLflow run
             result.flush_s = self.clock() - flush_started
             result.elapsed_s = self.clock() - started
+            result.ended_at = time.perf_counter()
         return result
 
     def _loop(self, result: RunResult, started: float, *, n_trials: int | None, timeout: float | None) -> None:

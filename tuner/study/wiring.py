@@ -219,6 +219,7 @@ def build_runner(
         from tuner.report.report_worker import ReportWorker
 
         evaluator.report_worker = ReportWorker()
+        evaluator.report_worker.start()  # its start-up overlaps the backend's
     from tuner.evaluation.batch import StopAfterGrace, any_abort
 
     # A dead backend ends the batch at once; a stop lets the batch under way finish for
