@@ -46,6 +46,9 @@ class SearchBody(BaseModel):
     date_hint_days: int | None = Field(None, ge=0, le=100_000)
     now: dt.date | None = None
     query_id: str | None = None
+    #: true: the response carries ``explain``, every date tier's per-source candidate
+    #: lists with raw scores (what a client needs to replay another fusion setting)
+    explain: bool = False
 
     @field_validator("date_from", "date_to", "now", mode="before")
     @classmethod
@@ -116,14 +119,17 @@ def create_app(state: ServiceState, on_load_failure: Callable[[], None]) -> Star
             return JSONResponse({"detail": "index is loading; retry when /health is 200", "request_id": request_id},
                                 status_code=503, headers={**headers, "Retry-After": "1"})
         outcome = await run_in_threadpool(served.searcher.search, _to_request(body))
-        return JSONResponse({
+        answer = {
             "results": [h.to_json() for h in outcome.hits],
             "confidence": outcome.confidence,
             "handoff": outcome.handoff,
             "handoff_reason": outcome.handoff_reason,
             "fallback_level": outcome.fallback_level,
             "request_id": request_id,
-        }, headers=headers)
+        }
+        if outcome.explain is not None:
+            answer["explain"] = outcome.explain
+        return JSONResponse(answer, headers=headers)
 
     return Starlette(
         routes=[

@@ -18,13 +18,14 @@ while min_score is 0, another top-m.
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
 from . import fusion
 from .config import Bm25Source, Config, DenseSource, RunSource, SourceConfig
-from .corpus import day_number
+from .corpus import NO_DATE, day_number
 from .fallback import EMPTY, plan_tiers
 from .fusion import Candidates, Fused
 from .index import SearchIndex
@@ -43,6 +44,7 @@ class SearchRequest:
     date_hint_days: int | None = None
     now: dt.date | None = None
     query_id: str | None = None
+    explain: bool = False
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,7 @@ class SearchOutcome:
     handoff: bool
     fallback_level: str
     handoff_reason: str | None = None  # None unless handed off
+    explain: dict[str, Any] | None = None  # the request asked for it (tuner-side fusion replay)
 
 
 class Searcher:
@@ -87,15 +90,58 @@ class Searcher:
         ranked = {name: self._rank(name, src, tokens, cosines, req.query_id) for name, src in self._sources.items()}
         tiers = plan_tiers(now=now, windows_days=cfg.fallback.windows_days, date_from=req.date_from,
                            date_to=req.date_to, date_hint_days=req.date_hint_days)
+        tier_cands = []
+        outcome = None
         for tier in tiers:
             mask = tier.mask(docs.days)
             cands = {n: _within(r, mask, self._sources[n].depth) for n, r in ranked.items()}
+            tier_cands.append((tier.level, cands))
+            if outcome is not None:
+                continue  # only an explained request looks past the tier that answered
             fused = self._fuse(cands)
             if len(fused.docs):
                 scores = fused.scores * recency_factor(docs.days[fused.docs], day_number(now),
                                                        cfg.recency.half_life_days, cfg.recency.weight)
-                return self._outcome(tier.level, fused.docs, scores, cands, cosines, req.top_k)
-        return SearchOutcome([], 0.0, True, EMPTY, self._no_candidates(req))
+                outcome = self._outcome(tier.level, fused.docs, scores, cands, cosines, req.top_k)
+                if not req.explain:
+                    return outcome
+        if outcome is None:
+            outcome = SearchOutcome([], 0.0, True, EMPTY, self._no_candidates(req))
+        if req.explain:
+            outcome = replace(outcome, explain=self._explain(tier_cands, cosines, day_number(now)))
+        return outcome
+
+    def _explain(self, tier_cands: list[tuple[str, dict[str, Candidates]]], cosines: np.ndarray,
+                 today: int) -> dict[str, Any]:
+        """Everything the ranking, the confidence and the fallback level are computed from,
+        for every date tier (not only the one that answered): each enabled source's
+        candidates in rank order (corpus indices, raw scores, cut to its depth), in the
+        order the fusion sums them, and per candidate its id, day and dense cosine. A
+        client replays any fusion weights, RRF k, normalisation, recency, citation and
+        confidence setting from it exactly (ties break by corpus index)."""
+        cfg, meta = self._cfg, self._index.docs
+        seen: set[int] = set()
+        tiers = []
+        for level, cands in tier_cands:
+            lists = {}
+            for name, c in cands.items():
+                idx = c.docs.tolist()
+                seen.update(idx)
+                lists[name] = {"docs": idx, "scores": c.scores.astype(np.float64).tolist()}
+            tiers.append({"level": level, "sources": lists})
+        days = meta.days
+        return {
+            "sources": list(self._sources),
+            "fusion": {"method": cfg.fusion.method, "rrf_k": cfg.fusion.rrf_k, "normalization": cfg.fusion.normalization,
+                       "weights": dict(self._weights)},
+            "recency": {"half_life_days": cfg.recency.half_life_days, "weight": cfg.recency.weight, "today": today},
+            "confidence": {"threshold": cfg.confidence.threshold, "top_m": cfg.confidence.top_m},
+            "citation": {"min_score": cfg.citation.min_score},
+            "tiers": tiers,
+            "docs": {str(d): {"doc_id": meta.doc_ids[d], "title": meta.titles[d], "date": meta.dates[d],
+                              "day": None if days[d] == NO_DATE else int(days[d]), "similarity": float(cosines[d])}
+                     for d in sorted(seen)},
+        }
 
     def _no_candidates(self, req: SearchRequest) -> str:
         runs = [n for n, s in self._sources.items() if isinstance(s, RunSource)]
