@@ -145,3 +145,31 @@ def test_reports_from_the_copy_sent_to_the_helper_are_the_same_bytes(tmp_path, m
         a, b = getattr(whole, name), getattr(cut, name)
         assert a is not None and a.read_bytes() == b.read_bytes(), name
     assert len(result.hits) == len(copy.hits) and result.metrics == copy.metrics
+
+
+def _fresh_png(frame: pd.DataFrame, title: str, threshold: float | None) -> bytes:
+    import io
+
+    from PIL import Image
+
+    from tuner.report import plots
+
+    fig = plots.pr_curve_figure(frame, title=title, threshold=threshold)  # a figure of its own
+    fig.canvas.draw()
+    image = Image.fromarray(np.asarray(fig.canvas.buffer_rgba())[..., :3]).quantize(
+        colors=plots.PALETTE_COLOURS, method=Image.Quantize.FASTOCTREE)
+    buf = io.BytesIO()
+    image.save(buf, format="PNG", dpi=(plots.DPI, plots.DPI))
+    return buf.getvalue()
+
+
+def test_the_reused_figure_draws_each_plot_as_a_fresh_figure_would() -> None:
+    """pr_curve_png keeps one figure between calls: whatever came before (more curves,
+    another range, a marked threshold, a legend), the next plot's bytes are a fresh figure's."""
+    base = sweep()
+    wide = base.set_index(np.round(np.linspace(0.0, 0.9, len(base)), 2))
+    fewer = base.drop(columns=["Handoff_F1", "Primary_Metric_Score"])
+    cases = [(base, "a", 0.5), (wide, "b", None), (fewer, "c", 0.35), (base, "d", 2.0), (wide, "e", 0.9),
+             (base, "a", 0.5)]
+    for frame, title, threshold in cases:
+        assert pr_curve_png(frame, title=title, threshold=threshold) == _fresh_png(frame, title, threshold), title
