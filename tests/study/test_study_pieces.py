@@ -197,3 +197,29 @@ def test_slow_bookkeeping_makes_the_study_wait_not_pile_up(tmp_path: Path) -> No
     # the second and third trials found the one queued job unfinished and waited for it
     assert [("backlog" in o.phase_seconds) for o in outcomes] == [False, True, True]
     assert all(o.phase_seconds["backlog"] > 0 for o in outcomes[1:])
+
+
+def test_a_stuck_bookkeeping_job_is_waited_for_once_then_the_study_goes_on() -> None:
+    import threading
+
+    notes: list[str] = []
+    keeper = Bookkeeper(threaded=True, max_behind=1, max_wait_s=0.3, on_error=notes.append)
+    release = threading.Event()
+    keeper.submit("stuck", release.wait, 120)
+    assert keeper.wait_for_room() >= 0.3  # waited its bound, then gave up
+    assert len(notes) == 1 and "has not finished in 0.3 s" in notes[0]
+    keeper.submit("next", lambda: None)
+    assert keeper.wait_for_room() == 0.0  # the stuck job again: not waited for, not warned twice
+    assert len(notes) == 1
+    release.set()
+    keeper.flush()
+    later = threading.Event()
+    keeper.submit("after", later.wait, 120)  # a new job at the head: waited for as usual
+    waiter = threading.Thread(target=keeper.wait_for_room)
+    waiter.start()
+    waiter.join(0.1)
+    assert waiter.is_alive()
+    later.set()
+    waiter.join(60)
+    assert not waiter.is_alive()
+    keeper.close()

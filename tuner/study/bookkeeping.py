@@ -19,6 +19,9 @@ from tuner.files import hard_link
 
 #: trials whose bookkeeping may be queued, unfinished, before the study waits for it
 MAX_BEHIND = 4
+#: the longest a trial waits for room; a job stuck longer (an MLflow server that stopped
+#: answering: its client retries a request for minutes) is not waited for again
+MAX_WAIT_S = 30.0
 
 
 class Bookkeeper:
@@ -30,10 +33,13 @@ class Bookkeeper:
     and unfinished. Trials that come faster than their reports can be written (a
     reloading backend on a busy machine) then wait for the bookkeeping instead of
     piling up behind it: memory stays at a few trials' batches, not a night's, and the
-    final flush stays short."""
+    final flush stays short. A job that keeps the queue full for ``max_wait_s`` (a
+    tracking store that stopped answering) is not waited for: the study goes on, the
+    queue grows behind it as it did before the bound, and ``on_error`` says so once per
+    stuck job. Waiting resumes once that job is done."""
 
     def __init__(self, *, threaded: bool = True, on_error: Callable[[str], None] = lambda message: None,
-                 max_behind: int = MAX_BEHIND) -> None:
+                 max_behind: int = MAX_BEHIND, max_wait_s: float = MAX_WAIT_S) -> None:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tuner-bookkeeper") if threaded else None
         # short jobs a trial waits for before ``tell`` (its MLflow run id): never queued
         # behind earlier trials' reports
@@ -41,6 +47,8 @@ class Bookkeeper:
         self._pending: list[Future[Any]] = []
         self._queued: list[Future[Any]] = []  # the main lane's, unfinished as last seen
         self.max_behind = max(1, max_behind)
+        self.max_wait_s = max_wait_s
+        self._stuck: Future[Any] | None = None  # the job the study gave up waiting for
         self.on_error = on_error
         self.errors: list[str] = []
 
@@ -67,14 +75,22 @@ class Bookkeeper:
         return future
 
     def wait_for_room(self) -> float:
-        """Block until fewer than ``max_behind`` queued jobs are unfinished; the seconds
-        waited (0.0 when there was room, and always when not threaded)."""
+        """Block until fewer than ``max_behind`` queued jobs are unfinished, at most
+        ``max_wait_s`` (see the class doc); the seconds waited (0.0 when there was room or
+        the oldest job is one given up on, and always when not threaded)."""
         started, waited = time.perf_counter(), False
         while True:
             self._queued = [f for f in self._queued if not f.done()]
-            if len(self._queued) < self.max_behind:
+            if len(self._queued) < self.max_behind or self._queued[0] is self._stuck:
                 return time.perf_counter() - started if waited else 0.0
-            wait(self._queued[:1], return_when=FIRST_COMPLETED)
+            left = self.max_wait_s - (time.perf_counter() - started)
+            if left <= 0:
+                self._stuck = self._queued[0]
+                self.on_error(f"bookkeeping is {len(self._queued)} trials behind and its oldest job has not finished "
+                              f"in {self.max_wait_s:g} s (an MLflow store that stopped answering?); the study goes on "
+                              "without waiting for it")
+                return time.perf_counter() - started
+            wait(self._queued[:1], timeout=left, return_when=FIRST_COMPLETED)
             waited = True
 
     def flush(self) -> None:
