@@ -127,10 +127,13 @@ class CpuSampler:
         self._cmds: dict[str, bytes] = {}  # a child's command line, read when first seen
 
     def __enter__(self) -> CpuSampler:
-        self._thread.start()
+        if Path("/proc/self/task").is_dir():  # Linux; elsewhere the CPU table stays empty
+            self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
+        if not self._thread.is_alive():
+            return
         self._stop.set()
         self._thread.join()
         self.samples.append((time.perf_counter(), self._sample()))

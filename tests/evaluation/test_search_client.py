@@ -132,3 +132,41 @@ def test_the_batch_window_is_the_search_calls_inside_the_batch_wall_time(server)
     assert len(result.per_query) == 8 and len(server.seen) == 8
     assert 0 < timing.window_s <= wall
     assert 0 < timing.handling_s < timing.window_s + wall
+
+
+def _raw_server(header_bytes: int):
+    """Answers every connection with a 200 carrying an X-Debug header of that length."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(8)
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = sock.accept()
+            except OSError:
+                return
+            with conn:
+                conn.recv(65536)
+                body = json.dumps(ANSWER).encode()
+                conn.sendall(b"HTTP/1.1 200 OK\r\nX-Debug: " + b"a" * header_bytes
+                             + b"\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+
+    threading.Thread(target=serve, daemon=True).start()
+    return sock
+
+
+def test_long_header_lines_are_read_and_an_absurd_one_is_a_protocol_error() -> None:
+    from tuner.evaluation.client import MAX_HEADER_LINE
+
+    for size, ok in ((20_000, True), (MAX_HEADER_LINE + 10, False)):  # aiohttp's own limit is 8190
+        sock = _raw_server(size)
+        try:
+            exchange, _ = _send(f"http://127.0.0.1:{sock.getsockname()[1]}/search", retries=0)
+        finally:
+            sock.close()
+        assert exchange.ok is ok, (size, exchange.error)
+        if ok:
+            assert json.loads(exchange.content) == ANSWER
+        else:
+            assert exchange.error.startswith("RemoteProtocolError (not retried): Got more than"), exchange.error

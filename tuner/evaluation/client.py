@@ -47,6 +47,9 @@ RETRY_STATUSES = frozenset({429, 500, 502, 503, 504}) | frozenset(range(505, 600
 ERROR_BODY_BYTES = 1024
 #: the body is read in pieces of at most this many bytes (the byte cap is checked per piece)
 READ_CHUNK = 1 << 16
+#: the longest status or header line accepted (aiohttp's default, 8190, refuses answers
+#: httpx took: a long trace or cookie header); the deadline still bounds the whole read
+MAX_HEADER_LINE = 1 << 16
 
 #: An abort check: None while the batch may go on, else one line saying why it stops
 #: (a dead backend, a stop request). Called on the event loop, so it must be quick.
@@ -137,7 +140,8 @@ class SearchClient:
         # deadline is ours, per attempt (_attempt)
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=spec.timeout_s, sock_read=spec.timeout_s)
         # trust_env: HTTP(S)_PROXY / NO_PROXY are honoured, as httpx does by default
-        self._session = aiohttp.ClientSession(connector=connector, timeout=timeout, trust_env=True)
+        self._session = aiohttp.ClientSession(connector=connector, timeout=timeout, trust_env=True,
+                                              max_line_size=MAX_HEADER_LINE, max_field_size=MAX_HEADER_LINE)
         self._first_sent: float | None = None
         self._last_read: float | None = None
 
@@ -192,9 +196,13 @@ class SearchClient:
                     continue
                 return self._failed(request, attempts, latency_ms, None, self._transport_reason(failure, attempts))
             if failure is not None:  # too many redirects, a bad URL: the next attempt fares no better
-                detail = one_line(str(failure) or type(failure).__name__)
+                name, detail = type(failure).__name__, str(failure)
+                unparsed = isinstance(failure, aiohttp.ClientResponseError)
+                if unparsed and not isinstance(failure, aiohttp.TooManyRedirects):
+                    # an answer that does not parse as HTTP (aiohttp labels it 400 itself: not the server's status)
+                    name, detail = "RemoteProtocolError", failure.message
                 return self._failed(request, attempts, latency_ms, None,
-                                    f"{type(failure).__name__} (not retried): {detail}")
+                                    f"{name} (not retried): {one_line(detail or name)}")
             status = answer.status
             if status in RETRY_STATUSES:
                 if attempts < max_attempts:
