@@ -118,10 +118,12 @@ class Exchange:
 
 @functools.cache
 def shared_ssl_context() -> ssl.SSLContext:
-    """One TLS context for every client of the process (the system's CA bundle, as httpx
-    and aiohttp verify by default). Building one loads the CA bundle (~30 ms), which a
-    study would pay on every batch; the context is immutable once built, so sharing it
-    is safe. Pass it as ``verify=`` to httpx clients, ``ssl=`` to aiohttp connectors."""
+    """One TLS context for every client of the process: httpx's default (certifi's CA
+    bundle, or ``SSL_CERT_FILE`` / ``SSL_CERT_DIR`` when set), so the aiohttp batch client
+    verifies against the same CAs the httpx one did. Building one loads the bundle
+    (~30 ms), which a study would pay on every batch; the context is immutable once built,
+    so sharing it is safe. Pass it as ``verify=`` to httpx clients, ``ssl=`` to aiohttp
+    connectors."""
     import httpx
 
     return httpx.create_ssl_context()

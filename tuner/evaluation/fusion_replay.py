@@ -27,6 +27,11 @@ replayed and live responses, scores to the last bit):
 
 A backend whose fusion differs from this model is not replayed correctly; a study
 verifies its best replayed settings live for that reason.
+
+The arithmetic parallels backend/fusion_backend/fusion.py on purpose: the tuner never
+imports a backend (it is the model the tuner declares, for any backend), and importing
+the reference one would make the exactness test compare the code with itself. That
+test is what keeps the two in step.
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ a modest resolution and stored with a small palette: it is written for every tri
 
 from __future__ import annotations
 
+import functools
 import io
 import math
 import threading
@@ -55,14 +56,13 @@ def pr_curve_png(sweep: pd.DataFrame, *, title: str = "Handoff detection", thres
 
 
 _REUSED_LOCK = threading.Lock()
-_REUSED: list[Any] = []
 
 
+@functools.cache
 def _reused_figure() -> tuple[Any, Any, Any]:
-    if not _REUSED:
-        fig = _new_figure()
-        _REUSED.extend([fig, *fig.axes])
-    fig, left, right = _REUSED
+    """The process's kept figure and its two axes (built on first use)."""
+    fig = _new_figure()
+    left, right = fig.axes
     return fig, left, right
 
 

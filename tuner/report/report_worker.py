@@ -46,11 +46,14 @@ class ReportWorker:
         self._lock = threading.Lock()
         self.fallback: str | None = None  # why writing went back in process, once it did
 
-    def write_reports(self, *args: Any, **kwargs: Any) -> Any:
-        """``tuner.report.write_reports(*args, **kwargs)``, in the helper."""
+    def write_reports(self, result: Any, *args: Any, **kwargs: Any) -> Any:
+        """``tuner.report.write_reports(result, *args, **kwargs)``, in the helper. The batch
+        is sent cut to what reports read (tuner.report.build.for_reports: the same files,
+        a third of the pickle)."""
+        from tuner.report.build import for_reports
         from tuner.report.writer import write_reports
 
-        return self._call("write_reports", write_reports, args, kwargs)
+        return self._call("write_reports", write_reports, (for_reports(result), *args), kwargs)
 
     def render(self, sweep: Any, *, title: str, threshold: float | None) -> bytes:
         """``tuner.report.plots.pr_curve_png``, in the helper."""

@@ -105,13 +105,8 @@ class LiveEvaluator:
             spec=self.spec.model_dump(mode="json"),
             extra={**self._preflight_context(), **context},
         )
-        if self.report_worker is not None:  # pickled to the helper: only what reports read
-            from tuner.report.build import for_reports
-
-            write, sent = self.report_worker.write_reports, for_reports(result)
-        else:
-            write, sent = write_reports, result
-        written = {k: Path(v) for k, v in _fields(write(sent, out_dir, context=ctx, config_snapshot=config_snapshot,
+        write = self.report_worker.write_reports if self.report_worker is not None else write_reports
+        written = {k: Path(v) for k, v in _fields(write(result, out_dir, context=ctx, config_snapshot=config_snapshot,
                                                         detail=detail, markdown="slim")).items()
                    if v is not None}
         if written != self.report_paths(result, out_dir):
