@@ -28,7 +28,8 @@ Public API::
     free_port() -> int
 
 The sections' models live in their own modules: sampling (sampler, pruner), objective
-(objective, constraints, failure_budget), dataset, target, workers, tracking, shortlist;
+(objective, constraints, failure_budget), dataset, target, workers, tracking, shortlist,
+replay;
 evaluation is tuner.evaluation.spec.EvalSpec, holdout tuner.evaluation.holdout.
 """
 
@@ -42,6 +43,7 @@ from pydantic import Field, PositiveFloat, PositiveInt, field_validator, model_v
 
 from tuner.config.dataset import DatasetConfig
 from tuner.config.objective import Constraint, FailureBudget, Objective
+from tuner.config.replay import ReplayConfig
 from tuner.config.sampling import NoPrunerConfig, PrunerConfig, SamplerConfig, TPESamplerConfig
 from tuner.config.shortlist import Variant, parse_variants
 from tuner.config.strict import StrictModel
@@ -95,6 +97,8 @@ class ExperimentFile(StrictModel):
         "is measured, so the backend waits for nothing but its own work (tuner.study.pipeline). false: strictly "
         "one trial after the other."))
     # Off by default: a small query set split 70/30 tunes on too few queries to be useful.
+    replay: ReplayConfig | None = Field(default=None, description=(
+        "Fusion params solved per trial from one explained retrieval and verified live (tuner.config.replay)."))
     holdout: HoldoutConfig = Field(
         default_factory=lambda: HoldoutConfig(enabled=False),
         description="Seeded tune/holdout split; the study tunes on the tune part and validates on the holdout.",

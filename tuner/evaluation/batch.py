@@ -38,6 +38,8 @@ from tuner.evaluation.spec import EvalSpec
 OnResult = Callable[[str, dict[str, Any]], None]
 
 T = TypeVar("T")
+#: sees each decoded answer: (query_id, payload, the QueryResponse parsed from it)
+OnPayload = Callable[[str, Any, QueryResponse], None]
 
 #: seconds between two asks of a running batch's abort check
 ABORT_POLL_S = 0.1
@@ -59,13 +61,14 @@ def run_batch(
     abort: Abort | None = None,
     timing: BatchTiming | None = None,
     defer: bool = False,
+    on_payload: OnPayload | None = None,
 ) -> BatchResult | ResultBuilder:
     """Synchronous wrapper over ``run_batch_async`` (safe to call from inside a running
     event loop: it then runs on a helper thread)."""
     return _run_sync(
         run_batch_async(
             spec, queries, qrels, order_seed=order_seed, on_result=on_result, metrics=metrics, abort=abort,
-            timing=timing, defer=defer,
+            timing=timing, defer=defer, on_payload=on_payload,
         )
     )
 
@@ -95,6 +98,7 @@ async def run_batch_async(
     abort: Abort | None = None,
     timing: BatchTiming | None = None,
     defer: bool = False,
+    on_payload: OnPayload | None = None,
 ) -> BatchResult | ResultBuilder:
     """Evaluate every query of ``queries`` against ``spec.request.url``.
 
@@ -106,6 +110,8 @@ async def run_batch_async(
 
     Returns the BatchResult; with ``defer``, the ``ResultBuilder`` holding every outcome,
     whose ``finish()`` scores the batch and returns it (pure: any thread may call it later).
+    ``on_payload(query_id, payload, outcome)`` sees each decoded answer before it is
+    dropped (the explained retrieval of fusion replay keeps its explanation).
     """
     clock = time.perf_counter
     timing = timing if timing is not None else BatchTiming()
@@ -128,7 +134,7 @@ async def run_batch_async(
             # this one's concurrency slot goes out before the answer is parsed.
             await asyncio.sleep(0)
             began = clock()
-            outcome = _to_outcome(exchange, spec)
+            outcome = _to_outcome(exchange, spec, on_payload)
             timing.handling_s += clock() - began
             return q, outcome
 
@@ -174,7 +180,7 @@ async def run_batch_async(
     return builder if defer else builder.finish()
 
 
-def _to_outcome(exchange: Exchange, spec: EvalSpec) -> QueryResponse | FailedQuery:
+def _to_outcome(exchange: Exchange, spec: EvalSpec, on_payload: OnPayload | None = None) -> QueryResponse | FailedQuery:
     if not exchange.ok or exchange.content is None:
         return FailedQuery(exchange.query_id, exchange.request_id, exchange.error or "no response body",
                            exchange.attempts, exchange.latency_ms)
@@ -184,7 +190,10 @@ def _to_outcome(exchange: Exchange, spec: EvalSpec) -> QueryResponse | FailedQue
         parsed = parse_response(payload, spec.response, exchange.query_id, top_k=spec.top_k)
     except ResponseMappingError as exc:
         return FailedQuery(exchange.query_id, exchange.request_id, str(exc), exchange.attempts, exchange.latency_ms)
-    return QueryResponse(exchange.query_id, exchange.request_id, parsed, exchange.latency_ms or 0.0, exchange.attempts)
+    outcome = QueryResponse(exchange.query_id, exchange.request_id, parsed, exchange.latency_ms or 0.0, exchange.attempts)
+    if on_payload is not None:
+        on_payload(exchange.query_id, payload, outcome)
+    return outcome
 
 
 async def _watch(abort: Abort) -> str:

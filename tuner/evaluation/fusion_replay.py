@@ -113,8 +113,29 @@ class Explained:
                    {d: float(v["similarity"]) for d, v in docs.items()})
 
 
+@dataclass(frozen=True)
+class Replayed:
+    """A replayed answer as arrays: corpus indices and scores of the hits (best first,
+    cut to ``top_k``), the confidence, whether it is handed off, the fallback level."""
+
+    docs: np.ndarray
+    scores: np.ndarray
+    confidence: float
+    handoff: bool
+    level: str
+
+
 def replay(explained: Explained, setting: FusionSetting, top_k: int) -> ParsedResponse:
     """The response at ``setting`` (module doc), cut to ``top_k``."""
+    r = replay_arrays(explained, setting, top_k)
+    e = explained
+    hits = tuple(Hit(e.doc_ids[d], float(v), e.titles[d]) for d, v in zip(r.docs.tolist(), r.scores.tolist(),
+                                                                              strict=True))
+    return ParsedResponse(hits, r.confidence, r.handoff, r.level)
+
+
+def replay_arrays(explained: Explained, setting: FusionSetting, top_k: int) -> Replayed:
+    """``replay`` without building the response's objects (a search scores thousands)."""
     weights = {name: float(setting.weights.get(name, 1.0)) for name in explained.sources}
     total = sum(weights.values())
     for level, lists in explained.tiers:
@@ -124,7 +145,7 @@ def replay(explained: Explained, setting: FusionSetting, top_k: int) -> ParsedRe
         if len(docs):
             scores = scores * _recency(docs, explained, setting)
             return _answer(level, docs, scores, explained, setting, top_k)
-    return ParsedResponse((), 0.0, True, EMPTY_LEVEL)
+    return Replayed(np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64), 0.0, True, EMPTY_LEVEL)
 
 
 def _fuse(parts: Sequence[tuple[np.ndarray, np.ndarray, float]], s: FusionSetting,
@@ -175,13 +196,12 @@ def _recency(docs: np.ndarray, e: Explained, s: FusionSetting) -> np.ndarray:
 
 
 def _answer(level: str, docs: np.ndarray, scores: np.ndarray, e: Explained, s: FusionSetting,
-            top_k: int) -> ParsedResponse:
+            top_k: int) -> Replayed:
     order = np.lexsort((docs, -scores))  # score desc, then corpus order
     docs, scores = docs[order], scores[order]
     top = np.asarray([e.cosines[d] for d in docs[: s.top_m].tolist()], dtype=np.float64)
     confidence = max(0.0, float(top.mean())) if top.size else 0.0
     kept = scores >= s.min_score - _EPS
     docs, scores = docs[kept][:top_k], scores[kept][:top_k]
-    hits = tuple(Hit(e.doc_ids[d], float(v), e.titles[d]) for d, v in zip(docs.tolist(), scores.tolist(), strict=True))
-    handoff = confidence < s.confidence_threshold or not hits
-    return ParsedResponse(hits, confidence, handoff, level)
+    handoff = confidence < s.confidence_threshold or not len(docs)
+    return Replayed(docs, scores, confidence, handoff, level)

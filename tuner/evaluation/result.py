@@ -213,6 +213,10 @@ class ResultBuilder:
                     empty.append(q.query_id)
         return empty, answered
 
+    def failed_outcomes(self) -> list[FailedQuery]:
+        """The failures collected so far, in query order."""
+        return [o for q in self.queries if isinstance(o := self._by_id.get(q.query_id), FailedQuery)]
+
     def finish(self) -> BatchResult:
         queries, gains, metrics, by_id = self.queries, self.gains, self.metrics, self._by_id
         qs = list(queries)

@@ -26,6 +26,7 @@ ATTR_FAIL_REASON = "fail_reason"
 ATTR_EARLY_STOP = "early_stop"  # why the batch stopped before its last query (a COMPLETE, infeasible trial)
 ATTR_MLFLOW_RUN = "mlflow_run_id"
 ATTR_APPLIED = "applied"  # how the backend took the config: reload, restart, or "restart: <why not a reload>"
+ATTR_REPLAY = "replay"  # fusion replay: settings scored, replayed vs live of those verified
 ATTR_JUDGED = "judged@10"
 ATTR_FAILED_QUERIES = "failed_queries"
 

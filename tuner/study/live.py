@@ -80,6 +80,25 @@ class LiveEvaluator:
                                   "if empty results are expected")
         return pending.finish if defer else pending.finish()
 
+    def explain(self, *, request_fields: Mapping[str, Any], explain_path: str, order_seed: int) -> Any:
+        """The explained retrieval of fusion replay (tuner.evaluation.explain_batch.ExplainedBatch),
+        timed and stopped like ``evaluate``."""
+        from tuner.evaluation.batch import BatchAborted, BatchTiming
+        from tuner.evaluation.explain_batch import run_explained
+
+        timing = BatchTiming()
+        try:
+            return run_explained(self.spec, self.queries, self.qrels, request_fields=request_fields,
+                                 explain_path=explain_path, order_seed=order_seed, abort=self.abort, timing=timing)
+        except BatchAborted as exc:
+            stop = self.stop
+            if stop is not None and stop.is_set() and exc.reason.startswith(stop.reason):
+                raise TrialInterrupted(exc.reason) from exc
+            raise
+        finally:
+            self.last_search_seconds = timing.window_s
+            self.last_handling_seconds = timing.handling_s
+
     def report_paths(self, result: Any, out_dir: Path) -> dict[str, Path]:
         """The names tuner.report.write_reports gives its files (stem "report")."""
         paths = {

@@ -13,6 +13,8 @@ from tuner.data.inputs import InputsFingerprint
 SOLVED_PREFIX = "solved."  # metrics holding a solved gate's value and the sweep's counts
 SWEEP_REPORT = "threshold_sweep_csv"  # TrialOutcome.reports key of the sweep table
 SWEEP_FILE = "threshold_sweep.csv"
+FUSION_SWEEP_REPORT = "fusion_sweep_csv"  # TrialOutcome.reports key of the replayed fusion settings
+FUSION_SWEEP_FILE = "fusion_sweep.csv"
 
 
 @dataclass
@@ -42,6 +44,9 @@ class TrialOutcome:
     # critical-path phases; "search" = first request to last answer inside "evaluate";
     # "report" / "track" are filled by the bookkeeper later (overlapped)
     phase_seconds: dict[str, float] = field(default_factory=dict)
+    # fusion replay (tuner.study.replay_measure): how the settings were chosen, how many were
+    # scored, replayed vs live for each one verified; None: nothing replayed
+    replay: dict[str, Any] | None = None
 
     @property
     def feasible(self) -> bool:

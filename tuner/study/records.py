@@ -44,6 +44,7 @@ from tuner.study.attrs import (
     ATTR_METRICS,
     ATTR_MLFLOW_RUN,
     ATTR_PHASES,
+    ATTR_REPLAY,
     ATTR_REPORTS,
     ATTR_VARIANT,
     set_record,
@@ -51,7 +52,7 @@ from tuner.study.attrs import (
 from tuner.study.bookkeeping import Bookkeeper, OptunaArtifacts
 from tuner.study.interfaces import BatchEvaluator, Objective
 from tuner.study.notes import Links, publish_study, trial_note, write_note
-from tuner.study.outcome import SOLVED_PREFIX, SWEEP_FILE, TrialOutcome, jsonable
+from tuner.study.outcome import FUSION_SWEEP_FILE, SOLVED_PREFIX, SWEEP_FILE, TrialOutcome, jsonable
 from tuner.study.storage import retry_transient
 from tuner.study.sweep_table import slim_sweep
 
@@ -75,6 +76,7 @@ class _Pending:
     detail: str  # "slim" or "full"
     best: bool = False  # full as the best feasible trial so far: rewritten slim when a better one comes
     sweep: Any = None  # the threshold sweep table (pandas), when gates were solved
+    fusion_sweep: Any = None  # every replayed fusion setting scored (pandas), when fusion was replayed
     chosen: Mapping[str, float] | None = None  # the solved gate values (the sweep's chosen row)
     context: dict[str, Any] | None = None  # the report context it was written with
 
@@ -106,7 +108,7 @@ class TrialRecording:
 
     def _record(
         self, trial: optuna.Trial, out: TrialOutcome, texts: dict[Path, str], result: Any,
-        run_id: Future[Any] | None, sweep: Any = None,
+        run_id: Future[Any] | None, sweep: Any = None, fusion_sweep: Any = None,
     ) -> None:
         """Everything ``tell`` must find on the trial, then queue the bookkeeping (after
         waiting for room in its queue: the "backlog" phase, when there was a wait)."""
@@ -115,12 +117,12 @@ class TrialRecording:
             out.phase_seconds["backlog"] = waited
         started = time.perf_counter()
         # the attrs are plain sets (repeatable): a connection lost meanwhile is retried
-        retry_transient(lambda: self._record_attrs(trial, out, texts, result, run_id, sweep))
+        retry_transient(lambda: self._record_attrs(trial, out, texts, result, run_id, sweep, fusion_sweep))
         out.phase_seconds["record"] = time.perf_counter() - started
 
     def _record_attrs(
         self, trial: optuna.Trial, out: TrialOutcome, texts: dict[Path, str], result: Any,
-        run_id: Future[Any] | None, sweep: Any = None,
+        run_id: Future[Any] | None, sweep: Any = None, fusion_sweep: Any = None,
     ) -> None:
         # chosen once per trial: choosing moves the best-so-far (a retried record must not choose again)
         if trial.number not in self._details:
@@ -139,6 +141,7 @@ class TrialRecording:
         user[ATTR_FAIL_REASON] = out.fail_reason  # one line (tuner.study.trial._fail), whole: tests and people grep it
         user[ATTR_EARLY_STOP] = out.early_stop
         user[ATTR_APPLIED] = out.applied
+        user[ATTR_REPLAY] = out.replay
         if run_id is not None:
             # Created on the bookkeeper during restart and health wait: long done by now.
             user[ATTR_MLFLOW_RUN] = run_id.result()
@@ -159,7 +162,8 @@ class TrialRecording:
             artifacts = {self.artifacts.register(trial, f.name): str(f) for f in files}
         chosen = {n: out.assignment[n] for n in self.gates if n in out.assignment}
         pending = _Pending(trial, out, texts, result, run_id, artifacts, detail, best,
-                           sweep if out.state == "COMPLETE" else None, chosen)
+                           sweep if out.state == "COMPLETE" else None,
+                           fusion_sweep if out.state == "COMPLETE" else None, chosen)
         self.bookkeeper.submit(f"bookkeeping of trial #{trial.number}", self._finish, pending)
         del self._details[trial.number]
 
@@ -209,6 +213,9 @@ class TrialRecording:
         if p.sweep is not None:
             trial_dir.mkdir(parents=True, exist_ok=True)
             atomic_write_text(trial_dir / SWEEP_FILE, _sweep_text(p.sweep, p.chosen or {}, self.report_detail))
+        if p.fusion_sweep is not None:
+            trial_dir.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(trial_dir / FUSION_SWEEP_FILE, p.fusion_sweep.to_csv(index=False))
         if self.artifacts is not None:
             for artifact_id, path in p.artifacts.items():
                 if Path(path).is_file():

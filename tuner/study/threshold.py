@@ -353,6 +353,20 @@ def retrieval_values(gates: Sequence[GateRange]) -> dict[str, float]:
     return {g.param: g.low for g in gates}
 
 
+def solve_arrays(
+    arrays: HitArrays,
+    gates: Sequence[GateRange],
+    *,
+    objective: str = scorecard.PRIMARY_METRIC,
+    constraints: Sequence[ConstraintLike] = (),
+    retrieved_min_score: float = 0.0,
+    top_m: int | None = None,
+) -> ThresholdSolution:
+    """``solve`` on a retrieval already in arrays (tuner.study.gate_arrays.HitArrays). With
+    no gates, the one row is the retrieval as the backend gated it."""
+    return _solve(arrays, gates, objective, constraints, 0.01, retrieved_min_score, top_m)
+
+
 def solve_batch(
     batch: BatchResult,
     gates: Sequence[GateRange],

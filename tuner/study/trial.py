@@ -48,16 +48,26 @@ from tuner.study.bookkeeping import Bookkeeper, OptunaArtifacts
 from tuner.study.cache_lookup import CacheLookup
 from tuner.study.interfaces import BatchEvaluator, ConfigWriter, Constraint, InputsLike, Objective, OnResult, SpaceLike
 from tuner.study.notes import Links
-from tuner.study.outcome import SOLVED_PREFIX, SWEEP_FILE, SWEEP_REPORT, TrialOutcome, is_number, jsonable
+from tuner.study.outcome import (
+    FUSION_SWEEP_FILE,
+    FUSION_SWEEP_REPORT,
+    SOLVED_PREFIX,
+    SWEEP_FILE,
+    SWEEP_REPORT,
+    TrialOutcome,
+    is_number,
+    jsonable,
+)
 from tuner.study.pruning import OOSBudgetExceeded
 from tuner.study.records import TrialRecording
+from tuner.study.replay_measure import ReplayMeasure
 from tuner.study.result_cache import CachedResult, ResultCache
 from tuner.study.scoring import TrialScoring
 from tuner.study.stop import StopFlag, TrialInterrupted
 from tuner.study.storage import is_transient_storage_error
 
 Phase = Literal["suggest", "render", "cache", "patch", "restart", "health", "reload", "confirm", "evaluate", "score",
-                "solve", "complete", "record", "backlog"]
+                "solve", "complete", "record", "backlog", "explain", "replay", "verify"]
 
 
 @dataclass
@@ -76,10 +86,12 @@ class TrialJob:
     sweep: Any = None
     error: Exception | None = None  # of any stage; settled by ``end``
     suggested: dict[str, Any] = field(default_factory=dict)  # the Optuna params as suggested (a requeue's)
+    replaying: bool = False  # fusion params solved from one explained retrieval (tuner.study.replay_measure)
+    fusion_sweep: Any = None  # every replayed setting scored (pandas), best first
 
 
 @dataclass
-class TrialRunner(CacheLookup, TrialRecording, TrialScoring):
+class TrialRunner(CacheLookup, TrialRecording, TrialScoring, ReplayMeasure):
     """Runs one trial end to end; one instance serves a whole study run."""
 
     study_name: str
@@ -132,6 +144,9 @@ class TrialRunner(CacheLookup, TrialRecording, TrialScoring):
     applier: Any = None
     # Finish a batch's scoring in ``end`` (off the backend's path) rather than in ``measure``.
     defer_scoring: bool = False
+    # Fusion params solved per trial from one explained retrieval and verified live
+    # (tuner.study.fusion_search.ReplayPlan; tuner.study.replay_measure); None: all sampled.
+    replay: Any = None
     _best_value: float | None = field(default=None, init=False, repr=False)
     _best_known: bool = field(default=False, init=False, repr=False)
     _full_best: Any = field(default=None, init=False, repr=False)
@@ -177,12 +192,16 @@ class TrialRunner(CacheLookup, TrialRecording, TrialScoring):
         out = job.out
         try:
             with self._phase(out, "suggest"):
-                if self.gates:
+                if self.replay is not None:
+                    out.assignment = dict(self.space.suggest(trial, skip_post_retrieval=True,  # type: ignore[call-arg]
+                                                             skip=self.replay.names))
+                elif self.gates:
                     out.assignment = dict(self.space.suggest(trial, skip_post_retrieval=True))  # type: ignore[call-arg]
                 else:
                     out.assignment = dict(self.space.suggest(trial))
                 job.suggested = dict(trial.params)
                 job.solving = {n: g for n, g in self.gates.items() if n not in out.assignment}
+                job.replaying = self._replays(out.assignment)
                 set_record(trial, ATTR_ASSIGNMENT, jsonable(out.assignment))
             if self.tracker is not None:
                 job.run_id = self.bookkeeper.submit("MLflow run", self.tracker.start_trial, trial.number, out.assignment,
@@ -190,7 +209,12 @@ class TrialRunner(CacheLookup, TrialRecording, TrialScoring):
             with self._phase(out, "render"):
                 # The retrieval runs with every solved gate at the low end of its range, so
                 # the backend gates nothing away that another candidate value would keep.
-                job.texts = self.writer.render({**out.assignment, **{n: g.low for n, g in job.solving.items()}})
+                if job.replaying:
+                    job.texts = self._retrieval_texts(out.assignment, job.solving)
+                else:
+                    job.texts = self.writer.render({**out.assignment, **{n: g.low for n, g in job.solving.items()}})
+            if job.replaying:
+                return job  # scored from settings chosen inside the trial: not a cacheable config
             with self._phase(out, "cache"):
                 job.key = self._cache_key(job.texts, job.solving)
                 out.inputs, out.backend_fingerprint = job.key.inputs, job.key.backend
@@ -206,6 +230,12 @@ class TrialRunner(CacheLookup, TrialRecording, TrialScoring):
         if job.error is not None or job.cached is not None:
             return
         trial, out = job.trial, job.out
+        if job.replaying:
+            try:
+                self._measure_replay(job)
+            except Exception as exc:  # noqa: BLE001 - settled in end()
+                job.error = exc
+            return
         try:
             self._check_stop()
             with self._phase(out, "patch"):
@@ -240,7 +270,7 @@ class TrialRunner(CacheLookup, TrialRecording, TrialScoring):
                 job.error = exc
         if job.error is not None:
             self._settle(job)
-        self._record(trial, out, job.texts, job.result, job.run_id, job.sweep)
+        self._record(trial, out, job.texts, job.result, job.run_id, job.sweep, job.fusion_sweep)
         return out
 
     def abort(self, job: TrialJob, reason: str, *, ran: bool = True) -> TrialOutcome:
@@ -285,13 +315,13 @@ class TrialRunner(CacheLookup, TrialRecording, TrialScoring):
                 with self._phase(out, "score"):
                     job.result = job.result()
             out.metrics = {k: float(v) for k, v in job.result.metrics.items() if is_number(v)}
-            job.stored_key = self._measured_key(job.key, out)
+            job.stored_key = None if job.key is None else self._measured_key(job.key, out)
             if job.solving:
                 with self._phase(out, "solve"):
                     # The reports describe the batch at the solved gates (the trial's score),
                     # not the retrieval at the low end; the sweep keeps every grid point.
                     job.sweep, job.result = self._solve(out, job.result, job.solving)
-        if job.solving:
+        if job.solving or job.replaying:
             job.texts = self.writer.render(out.assignment)  # the snapshot shows the solved values
             set_record(trial, ATTR_ASSIGNMENT, jsonable(out.assignment))
         with self._phase(out, "complete"):
@@ -301,6 +331,8 @@ class TrialRunner(CacheLookup, TrialRecording, TrialScoring):
                 out.reports = {k: str(v) for k, v in paths.items()}
                 if job.sweep is not None:
                     out.reports[SWEEP_REPORT] = str(self._dir(trial.number) / SWEEP_FILE)
+                if job.fusion_sweep is not None:
+                    out.reports[FUSION_SWEEP_REPORT] = str(self._dir(trial.number) / FUSION_SWEEP_FILE)
                 if self.cache is not None and job.stored_key is not None:
                     stored = CachedResult(out.metrics, out.reports, trial.number, self.study_name)
                     self.cache.put(job.stored_key, stored)

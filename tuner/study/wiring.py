@@ -72,6 +72,7 @@ class Prepared:
     split: Split | None = None
     gates: dict[str, GateRange] = field(default_factory=dict)  # post-retrieval param -> its range, solved per trial
     dataset_note: str | None = None  # what dataset.unjudged_queries did (tuner.data.dataset.judged_subset)
+    replay: Any = None  # tuner.study.fusion_search.ReplayPlan: fusion params replayed per trial (replay:)
 
 
 def prepare(experiment: Experiment, *, recover_journal: bool = True) -> Prepared:
@@ -96,6 +97,15 @@ def prepare(experiment: Experiment, *, recover_journal: bool = True) -> Prepared
             f"{experiment.source}: objective.direction: minimize, but post_retrieval gates "
             f"({', '.join(gates)}) are solved for the highest objective; maximise, or drop post_retrieval"
         )
+    replay = None
+    if experiment.replay is not None:
+        from tuner.study.fusion_search import ReplayPlan
+
+        replay = ReplayPlan(space, experiment.replay, where=f"{experiment.source}: replay")
+        if experiment.objective.direction != "maximize" and gates:
+            from tuner.errors import ConfigError
+
+            raise ConfigError(f"{experiment.source}: replay with solved gates needs objective.direction: maximize")
     patcher = ConfigPatcher(experiment.target.config_files, journal_path=experiment.journal_path)
     warnings = list(experiment.warnings) + space.validate_against(patcher.documents(), patcher.names)
     all_queries, qrels, labels_fp, dataset_note = load_dataset(experiment)
@@ -103,7 +113,7 @@ def prepare(experiment: Experiment, *, recover_journal: bool = True) -> Prepared
         warnings.append(dataset_note)
     queries, split = tune_split(all_queries, experiment.holdout)
     return Prepared(experiment, space, patcher, queries, qrels, labels_fp, warnings, recovered,
-                    all_queries=all_queries, split=split, gates=gates, dataset_note=dataset_note)
+                    all_queries=all_queries, split=split, gates=gates, dataset_note=dataset_note, replay=replay)
 
 
 def load_dataset(experiment: Experiment) -> tuple[QuerySet, dict[str, dict[str, int]], str, str | None]:
@@ -260,6 +270,7 @@ def build_runner(
         report_detail=exp.tracking.report_detail,
         links=links_for(exp, study, tracker),
         applier=applier,
+        replay=prepared.replay,
         defer_scoring=exp.pipeline,  # pipelined: a batch's scoring finishes while the next trial is measured
         **extra,
     )

@@ -11,7 +11,7 @@ group. Each kind's Optuna encoding is its own (tuner.config.space.scalars, .simp
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -94,18 +94,21 @@ class SearchSpace:
 
     # ---- sampling
 
-    def suggest(self, trial: optuna.trial.BaseTrial, *, skip_post_retrieval: bool = False) -> Assignment:
+    def suggest(self, trial: optuna.trial.BaseTrial, *, skip_post_retrieval: bool = False,
+                skip: Collection[str] = ()) -> Assignment:
         """Ask ``trial`` for every active parameter; fixed values are included.
 
         With ``skip_post_retrieval`` the post-retrieval params are left out (the trial
         runner solves them from the retrieval, tuner.study.threshold) unless the trial was
         queued with a value for them: the baseline and a shortlist variant that names
-        a threshold are measured at that value, not at a solved one.
+        a threshold are measured at that value, not at a solved one. ``skip`` leaves out
+        more params the same way (the fusion params replayed per trial, tuner.config.replay).
         """
-        queued = queued_params(trial) if skip_post_retrieval else {}
+        queued = queued_params(trial) if (skip_post_retrieval or skip) else {}
         out: Assignment = {}
         for p in self.params:
-            if skip_post_retrieval and p.spec.post_retrieval and p.name not in queued:
+            solved = (skip_post_retrieval and p.spec.post_retrieval) or p.name in skip
+            if solved and not _queued(p, queued):
                 continue
             if self.active(p.name, out):
                 out[p.name] = p.spec.suggest(trial, p.name)
@@ -185,6 +188,12 @@ class SearchSpace:
 
     def _error(self, p: ParamSpec, message: str, key: str | None = None) -> ConfigError:
         return ConfigError(f"{self._where(p)}: {key or p.name}: {message}")
+
+
+def _queued(p: ParamSpec, queued: Mapping[str, Any]) -> bool:
+    """Whether the trial was queued with a value for ``p`` (all of its Optuna params)."""
+    names = list(p.spec.distributions(p.name)) or [p.name]
+    return all(n in queued for n in names)
 
 
 def _as_docs(configs: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:

@@ -1,0 +1,151 @@
+"""Fusion replay in real studies against the reference backend (a process on the demo data):
+each trial retrieves once, explained, scores a fusion grid from it with the gates solved,
+and serves the best settings live; the trial reports the best live value. A replay
+model that differs from the backend is caught, loudly, and no config is left patched."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pandas as pd
+import pytest
+from support.reference_experiment import FULL_SPACE, copy_backend_config, write_reference_experiment
+
+from tuner.config.experiment import load_experiment
+from tuner.ops.demo import generate_data
+from tuner.ops.run import run_experiment
+from tuner.study.attrs import assignment_of, reports_of
+
+pytestmark = [pytest.mark.slow, pytest.mark.integration]
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+PYTHON = sys.executable
+N_IN_SCOPE = 80
+FUSION = {"fusion.method": "method", "fusion.rrf_k": "rrf_k", "fusion.weights": "weights",
+          "fusion.normalization": "normalization"}
+#: 5 weight splits x 4 RRF k + 5 x 2 linear
+GRID_SIZE = 5 * 4 + 5 * 2
+
+
+@pytest.fixture(scope="module")
+def demo_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    full = tmp_path_factory.mktemp("replay-demo") / "data"
+    generate_data(full, python=PYTHON)
+    rows = [json.loads(line) for line in (full / "queries.jsonl").read_text().splitlines() if line.strip()]
+    kept = [r for r in rows if r["scope"] == "in"][:N_IN_SCOPE] + [r for r in rows if r["scope"] == "oos"]
+    (full / "queries.jsonl").write_text("".join(json.dumps(r) + "\n" for r in kept))
+    return full
+
+
+def make_project(root: Path, data: Path, *, study: str, n_trials: int, verify_top: int = 2, **replay: Any) -> Path:
+    (root / "data").mkdir(parents=True)
+    for name in ("queries.jsonl", "qrels.txt", "corpus.jsonl"):
+        (root / "data" / name).write_bytes((data / name).read_bytes())
+    copy_backend_config(root)
+    return write_reference_experiment(
+        root, study=study, n_trials=n_trials, project_root=".", state_dir=".tuner",
+        sampler={"type": "tpe", "seed": 3, "multivariate": True, "n_startup_trials": 4},
+        timeout_s=600, constraints=["OOS_FP_Rate <= 0.10"], failure_budget={"max_consecutive": 2, "max_total": 3},
+        evaluation={"top_k": 50, "concurrency": 4}, search_space=FULL_SPACE,
+        replay={"params": FUSION, "points": 4, "weight_step": 0.25, "verify_top": verify_top, **replay},
+    )
+
+
+@pytest.fixture(scope="module")
+def replay_run(demo_data: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    root = tmp_path_factory.mktemp("replay-project")
+    exp = load_experiment(make_project(root, demo_data, study="replay", n_trials=3)).bind_port()
+    original = (root / "backend" / "config.yaml").read_bytes()
+    summary = run_experiment(exp)
+    study = optuna.load_study(study_name="replay", storage=exp.storage)
+    return {"root": root, "exp": exp, "study": study, "summary": summary, "original": original}
+
+
+def test_the_baseline_is_measured_as_found_and_later_trials_replay_the_fusion(replay_run: dict[str, Any]) -> None:
+    trials = replay_run["study"].trials
+    assert [t.state for t in trials] == [optuna.trial.TrialState.COMPLETE] * 3
+    assert "replay" not in trials[0].user_attrs  # queued with every param: nothing left to replay
+    for t in trials[1:]:
+        replay = t.user_attrs["replay"]
+        assert replay["chosen_by"] == f"grid of {GRID_SIZE}" and replay["scored"] == GRID_SIZE
+        assert replay["served_check"].endswith("answers replayed exactly at the served setting")
+
+
+def test_every_verified_setting_measured_live_what_replay_predicted(replay_run: dict[str, Any]) -> None:
+    for t in replay_run["study"].trials[1:]:
+        verified = t.user_attrs["replay"]["verified"]
+        assert len(verified) == 2
+        assert verified[0]["assignment"] != verified[1]["assignment"]
+        for v in verified:
+            assert math.isclose(v["replayed"], v["live"], rel_tol=0, abs_tol=1e-9)
+            assert math.isclose(v["replayed_violation"], v["live_violation"], rel_tol=0, abs_tol=1e-9)
+
+
+def test_a_replay_trial_reports_its_best_live_setting_and_records_the_whole_sweep(
+        replay_run: dict[str, Any]) -> None:
+    for t in replay_run["study"].trials[1:]:
+        verified = t.user_attrs["replay"]["verified"]
+        feasible = [v for v in verified if v["live_violation"] <= 0] or verified
+        best = max(feasible, key=lambda v: v["live"])
+        assert math.isclose(t.value, best["live"], rel_tol=0, abs_tol=1e-12)
+        assignment = assignment_of(t)
+        for name, value in best["assignment"].items():
+            assert assignment[name] == value  # what `tuner apply` would write
+        sweep = pd.read_csv(reports_of(t)["fusion_sweep_csv"])
+        assert len(sweep) == GRID_SIZE and sweep["rank"].tolist() == list(range(1, GRID_SIZE + 1))
+        assert math.isclose(sweep["objective"].iloc[0], verified[0]["replayed"], rel_tol=0, abs_tol=1e-12)
+        snapshot = (Path(reports_of(t)["json"]).parent / "config.yaml").read_text()
+        assert f"method: {assignment['fusion.method']}" in snapshot  # the snapshot is the served best
+
+
+def test_the_config_is_restored_after_a_replay_study(replay_run: dict[str, Any]) -> None:
+    assert (replay_run["root"] / "backend" / "config.yaml").read_bytes() == replay_run["original"]
+
+
+def test_a_replay_model_that_differs_from_the_backend_fails_the_trial_loudly(
+        demo_data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A model that agrees with the backend at the served setting (equal weights) but not
+    elsewhere, as a backend with its own fusion would: the live verification catches it."""
+    from tuner.evaluation import fusion_replay
+
+    real = fusion_replay.replay_arrays
+
+    def skewed(explained: Any, setting: Any, top_k: int) -> Any:
+        weights = dict(setting.weights)
+        if len(set(weights.values())) > 1:  # any setting but the served one: bm25 weighs more than declared
+            weights["bm25"] = weights.get("bm25", 1.0) * 1.5 + 0.1
+        return real(explained, type(setting)(**{**setting.__dict__, "weights": weights}), top_k)
+
+    monkeypatch.setattr(fusion_replay, "replay_arrays", skewed)
+    exp_path = make_project(tmp_path, demo_data, study="skewed", n_trials=3, verify_top=3)
+    original = (tmp_path / "backend" / "config.yaml").read_bytes()
+    exp = load_experiment(exp_path).bind_port()
+    run_experiment(exp)
+    trials = optuna.load_study(study_name="skewed", storage=exp.storage).trials
+    failed = [t for t in trials if t.state == optuna.trial.TrialState.FAIL]
+    assert failed, "a replay model that differs from the backend must fail its trials"
+    reason = failed[0].user_attrs["fail_reason"]
+    assert "fusion replay is not exact for this backend" in reason and "measured" in reason and "live" in reason
+    assert all("replay" not in t.user_attrs or t.state != optuna.trial.TrialState.COMPLETE for t in trials[1:])
+    assert (tmp_path / "backend" / "config.yaml").read_bytes() == original
+
+
+def test_an_explanation_that_does_not_reproduce_the_answer_fails_before_any_replayed_number(
+        demo_data: Path, tmp_path: Path) -> None:
+    """The explained request asks for 5 hits while the replay cuts at top_k 50: the live
+    answers are not what the explanation replays to, and the served check says so."""
+    exp_path = make_project(tmp_path, demo_data, study="short", n_trials=2, request={"explain": True, "top_k": 5})
+    exp = load_experiment(exp_path).bind_port()
+    assert exp.replay is not None and exp.replay.request == {"explain": True, "top_k": 5}
+    run_experiment(exp)
+    trials = optuna.load_study(study_name="short", storage=exp.storage).trials
+    assert trials[0].state == optuna.trial.TrialState.COMPLETE  # the baseline replays nothing
+    reason = trials[1].user_attrs["fail_reason"]
+    assert trials[1].state == optuna.trial.TrialState.FAIL
+    assert "does not reproduce the backend's own answers at the setting it served" in reason
+    assert "ranking differs at rank 6" in reason

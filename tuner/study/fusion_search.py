@@ -1,0 +1,239 @@
+"""The fusion search inside a trial (pure): which settings of the replayed params to
+score from one explained retrieval, scoring them, and ranking them for live verification.
+
+``ReplayPlan`` binds the experiment's ``replay:`` section (tuner.config.replay) to the
+search space: the replayed params in the space's condition order, each with its role in
+the fusion model. Its grid takes each categorical's choices, each numeric range at
+``points`` values (geometric on a log range, on the declared step otherwise) and each
+weights simplex on a lattice of ``weight_step``; conditions (``when:``) are honoured, so
+``fusion.rrf_k`` varies only where ``fusion.method`` is ``rrf``. ``search`` scores the
+whole grid when it has at most ``max_settings`` settings, else ``max_settings`` settings
+proposed by a seeded TPE over the same params (their declared distributions).
+
+A setting is scored by a callable (the trial's: replay every query, evaluate the
+responses like a live batch, solve the gates) returning a ``Scored``; ``ranked`` orders
+them feasible first, best objective, least violation, then grid order.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+import optuna
+import pandas as pd
+
+from tuner.config.replay import ROLE_CHOICES, ROLE_KINDS, ReplayConfig
+from tuner.errors import ConfigError
+from tuner.evaluation.fusion_replay import FusionSetting
+
+#: the FusionSetting field of each role (the same names, but said once)
+_FIELD = {"method": "method", "rrf_k": "rrf_k", "weights": "weights", "normalization": "normalization",
+          "recency_weight": "recency_weight", "recency_half_life_days": "recency_half_life_days", "top_m": "top_m"}
+
+
+@dataclass(frozen=True)
+class Scored:
+    """One replayed setting: its assignment (replayed params only), the objective and
+    the largest constraint violation at the solved gates, and what else to tabulate."""
+
+    assignment: dict[str, Any]
+    objective: float
+    violation: float
+    columns: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def feasible(self) -> bool:
+        return self.violation <= 0
+
+
+class ReplayPlan:
+    """The replayed params of a search space and how to search them (module doc)."""
+
+    def __init__(self, space: Any, config: ReplayConfig, *, where: str = "replay") -> None:
+        self.config = config
+        self.roles: dict[str, str] = dict(config.params)
+        for name, role in self.roles.items():
+            if name not in space:
+                raise ConfigError(f"{where}.params: {name} is not a param of the search space; name one of "
+                                  f"{[p.name for p in space.params][:8]}")
+            p = space[name]
+            if p.spec.post_retrieval:
+                raise ConfigError(f"{where}.params: {name} is a post-retrieval gate (solved already); drop it from "
+                                  "replay.params")
+            kind = p.spec.type
+            if kind not in ROLE_KINDS[role]:
+                raise ConfigError(f"{where}.params: {name} is a {kind} param, but role {role} needs "
+                                  f"{' or '.join(ROLE_KINDS[role])}; fix its type or its role")
+            allowed = ROLE_CHOICES.get(role)
+            if allowed is not None and not set(p.spec.choices) <= allowed:
+                raise ConfigError(f"{where}.params: {name} offers {sorted(map(str, p.spec.choices))}, but replay "
+                                  f"models {role} as one of {sorted(allowed)}; drop the others from its choices")
+        for p in space.params:
+            if p.name not in self.roles and any(c in self.roles for c in p.spec.when):
+                raise ConfigError(f"{where}: {p.name} is sampled but depends on replayed "
+                                  f"{[c for c in p.spec.when if c in self.roles]}; replay it too, or drop the when:")
+        self.params = [p for p in space.params if p.name in self.roles]
+        self._space = space
+
+    @property
+    def names(self) -> frozenset[str]:
+        return frozenset(self.roles)
+
+    def to_solve(self, given: Mapping[str, Any]) -> list[str]:
+        """The replayed params a trial with ``given`` (suggested or queued) leaves to solve:
+        those not given, less any whose conditions ``given`` settles against it."""
+        out = []
+        for p in self.params:
+            if p.name in given:
+                continue
+            if all(c in given for c in p.spec.when) and not self._space_active(p.name, given):
+                continue
+            out.append(p.name)
+        return out
+
+    def retrieval_values(self) -> dict[str, Any]:
+        """What the explained retrieval is served with: every source of a weights simplex
+        at an equal share, so each source returns its candidates (a weight 0 adds none)."""
+        out: dict[str, Any] = {}
+        for p in self.params:
+            if self.roles[p.name] == "weights":  # the only role whose value decides the candidates
+                comps = p.spec.components
+                out[p.name] = p.spec.decode(_sticks_for_equal(len(comps)))
+        return out
+
+    def setting(self, assignment: Mapping[str, Any], served: FusionSetting) -> FusionSetting:
+        """``served`` with the replayed params of ``assignment`` put in their roles."""
+        changes = {_FIELD[self.roles[n]]: v for n, v in assignment.items() if n in self.roles}
+        if "weights" in changes:
+            changes["weights"] = {**served.weights, **dict(changes["weights"])}
+        return replace(served, **changes)
+
+    # ---------------------------------------------------------------- the grid
+
+    def values(self, p: Any) -> list[Any]:
+        """The grid values of one replayed param (module doc)."""
+        spec, n = p.spec, self.config.points
+        if spec.type == "categorical":
+            return list(spec.choices)
+        if spec.type == "simplex":
+            m = max(1, round(1.0 / self.config.weight_step))
+            out = []
+            for parts in _compositions(m, len(spec.components)):
+                shares = [spec.total * k / m for k in parts]
+                head = [round(s, spec.decimals) for s in shares[:-1]]
+                out.append(dict(zip(spec.components, [*head, round(spec.total - sum(head), spec.decimals)],
+                                    strict=True)))
+            return out
+        low, high = float(spec.low), float(spec.high)
+        if spec.log:
+            grid = np.geomspace(low, high, n)
+        elif spec.step:
+            count = int(math.floor((high - low) / spec.step + 1e-9)) + 1
+            idx = np.arange(count) if count <= n else np.unique(np.round(np.linspace(0, count - 1, n)))
+            grid = low + spec.step * idx
+        else:
+            grid = np.linspace(low, high, n)
+        if spec.type == "int":
+            return sorted({int(round(v)) for v in grid})
+        return sorted({round(float(v), 10) for v in grid})
+
+    def grid(self, given: Mapping[str, Any], limit: int | None = None) -> list[dict[str, Any]] | None:
+        """Every grid setting (conditions honoured against ``given`` too); None when there
+        are more than ``limit`` (default ``max_settings``)."""
+        limit = self.config.max_settings if limit is None else limit
+        settings: list[dict[str, Any]] = [{}]
+        for p in self.params:
+            if p.name in given:  # queued with a value (a shortlist variant): measured at it
+                continue
+            grown: list[dict[str, Any]] = []
+            for s in settings:
+                if self._space_active(p.name, {**given, **s}):
+                    grown.extend({**s, p.name: v} for v in self.values(p))
+                else:
+                    grown.append(s)
+                if len(grown) > limit:
+                    return None
+            settings = grown
+        return settings
+
+    def _space_active(self, name: str, assignment: Mapping[str, Any]) -> bool:
+        return bool(self._space.active(name, assignment))
+
+    # ---------------------------------------------------------------- search
+
+    def search(self, score: Callable[[dict[str, Any]], Scored], *, given: Mapping[str, Any], seed: int,
+               maximize: bool = True) -> tuple[list[Scored], str]:
+        """Score the grid, or ``max_settings`` settings a seeded TPE proposes; returns every
+        scored setting (in the order scored) and how they were chosen, in words."""
+        grid = self.grid(given)
+        if grid is not None:
+            return [score(a) for a in grid], f"grid of {len(grid)}"
+        sampler = optuna.samplers.TPESampler(
+            seed=seed, multivariate=True, n_startup_trials=min(20, max(1, self.config.max_settings // 5)))
+        study = optuna.create_study(direction="maximize" if maximize else "minimize", sampler=sampler)
+        seen: dict[str, Scored] = {}
+        out: list[Scored] = []
+        for _ in range(self.config.max_settings):
+            trial = study.ask()
+            assignment: dict[str, Any] = {}
+            for p in self.params:
+                if p.name not in given and self._space_active(p.name, {**given, **assignment}):
+                    assignment[p.name] = p.spec.suggest(trial, p.name)
+            key = json.dumps(assignment, sort_keys=True, default=str)
+            if key not in seen:
+                seen[key] = score(assignment)
+                out.append(seen[key])
+            s = seen[key]
+            trial.set_constraint("violation", float(s.violation) if math.isfinite(s.violation) else 1e9)
+            study.tell(trial, s.objective if math.isfinite(s.objective) else (-1e9 if maximize else 1e9))
+        return out, f"TPE, {self.config.max_settings} proposals (seed {seed}), {len(out)} distinct"
+
+
+def ranked(scored: Sequence[Scored], *, maximize: bool = True) -> list[Scored]:
+    """Feasible first, then the best objective, the least violation, the order scored."""
+    sign = -1.0 if maximize else 1.0
+
+    def key(item: tuple[int, Scored]) -> tuple[bool, float, float, int]:
+        i, s = item
+        objective = s.objective if math.isfinite(s.objective) else math.inf * -sign
+        return (not s.feasible, max(s.violation, 0.0), sign * objective, i)
+
+    return [s for _, s in sorted(enumerate(scored), key=key)]
+
+
+def sweep_frame(scored: Sequence[Scored], order: Sequence[Scored]) -> pd.DataFrame:
+    """One row per scored setting, the params flattened (``fusion.weights.bm25``), then
+    the objective, the violation, feasibility, the columns and the rank (1 = best)."""
+    rank = {id(s): i + 1 for i, s in enumerate(order)}
+    rows = []
+    for s in scored:
+        row: dict[str, Any] = {}
+        for name, value in s.assignment.items():
+            if isinstance(value, Mapping):
+                row.update({f"{name}.{k}": v for k, v in value.items()})
+            else:
+                row[name] = value
+        row.update(objective=s.objective, violation=s.violation, feasible=s.feasible, **s.columns, rank=rank[id(s)])
+        rows.append(row)
+    return pd.DataFrame(rows).sort_values("rank", kind="stable").reset_index(drop=True)
+
+
+def _compositions(m: int, parts: int) -> list[tuple[int, ...]]:
+    """Every way of writing ``m`` as an ordered sum of ``parts`` non-negative ints."""
+    out = []
+    for cuts in itertools.combinations(range(m + parts - 1), parts - 1):
+        bounds = (-1, *cuts, m + parts - 1)
+        out.append(tuple(bounds[i + 1] - bounds[i] - 1 for i in range(parts)))
+    return out
+
+
+def _sticks_for_equal(n: int) -> list[float]:
+    from tuner.config.space.simplex import shares_to_sticks
+
+    return shares_to_sticks([1.0] * n)

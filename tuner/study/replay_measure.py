@@ -1,0 +1,212 @@
+"""The measure stage of a trial whose fusion params are replayed (tuner.config.replay):
+one explained retrieval, every candidate setting scored from it, the best verified live.
+
+1. The config is served with the trial's sampled params, every source weighted
+   (tuner.study.fusion_search.ReplayPlan.retrieval_values) and the gates at the low end
+   of their ranges, and the query set is run once, explained.
+2. Every query is replayed at the setting the backend reports it served and compared with
+   its live answer (tuner.evaluation.explain_batch.served_mismatch): a backend whose
+   fusion is not the replay model fails the trial here, before any replayed number counts.
+3. The candidate settings are scored from that one retrieval (replayed responses,
+   evaluated like a live batch, the gates solved jointly with the same constraints).
+4. The ``verify_top`` best are served and measured live, one after the other. A live
+   objective or constraint value further than ``replay.tolerance`` from the replayed one
+   fails the trial, saying which setting and by how much. The trial reports the best
+   *live* measurement: no replayed number is ever the score of a trial.
+
+The trial's ``replay`` record (a user attribute) holds how the settings were chosen,
+how many were scored, and replayed vs live for each verified one; the trial's
+``fusion_sweep.csv`` holds every scored setting, best first.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from operator import itemgetter
+from typing import Any
+
+from tuner.errors import EvaluationError
+from tuner.study.fusion_search import ReplayPlan, Scored, ranked, sweep_frame
+from tuner.study.interfaces import BatchEvaluator, ConfigWriter, Objective
+
+
+class ReplayMeasure:
+    """The replay path of `TrialRunner.measure` (module doc)."""
+
+    replay: ReplayPlan | None
+    evaluator: BatchEvaluator
+    writer: ConfigWriter
+    objective: Objective
+    constraints: Any
+    gates: Mapping[str, Any]
+
+    def _replays(self, assignment: Mapping[str, Any]) -> bool:
+        """Whether a trial with ``assignment`` (what was suggested or queued) leaves any
+        replayed param to solve."""
+        return self.replay is not None and bool(self.replay.to_solve(assignment))
+
+    def _retrieval_texts(self, assignment: Mapping[str, Any], solving: Mapping[str, Any]) -> dict[Any, str]:
+        plan = self.replay
+        assert plan is not None
+        values = {n: v for n, v in plan.retrieval_values().items() if n not in assignment}
+        return self.writer.render({**assignment, **values, **{n: g.low for n, g in solving.items()}})
+
+    def _measure_replay(self, job: Any) -> None:
+        plan = self.replay
+        assert plan is not None
+        trial, out = job.trial, job.out
+        ev: Any = self.evaluator
+        spec = ev.spec
+        with self._phase(out, "patch"):  # type: ignore[attr-defined]
+            self.touched_backend = True
+            self.writer.write(job.texts)
+        self._check_stop()  # type: ignore[attr-defined]
+        self._serve(out, job.texts)  # type: ignore[attr-defined]
+        self._check_stop()  # type: ignore[attr-defined]
+        seed = self.order_seed(trial.number)  # type: ignore[attr-defined]
+        with self._phase(out, "explain"):  # type: ignore[attr-defined]
+            try:
+                batch = ev.explain(request_fields=plan.config.request, explain_path=plan.config.explain,
+                                   order_seed=seed)
+            finally:
+                self._add_search_time(out)
+        problem = served_problem(batch, spec.top_k, plan)
+        if problem is not None:
+            raise EvaluationError(problem)
+        served = batch.served_setting
+        solving = job.solving
+
+        def score(assignment: dict[str, Any]) -> Scored:
+            arrays = replayed_arrays(batch, plan.setting(assignment, served), ev.queries, ev.qrels, spec.top_k,
+                                     spec.gains)
+            return self._scored(assignment, arrays, solving)
+
+        maximize = self.objective.maximize
+        with self._phase(out, "replay"):  # type: ignore[attr-defined]
+            scored, how = plan.search(score, given=out.assignment, seed=seed, maximize=maximize)
+            order = ranked(scored, maximize=maximize)
+        job.fusion_sweep = sweep_frame(scored, order)
+        verified: list[dict[str, Any]] = []
+        best: tuple[Scored, Any, Any] | None = None
+        for candidate in order[: plan.config.verify_top]:
+            self._check_stop()  # type: ignore[attr-defined]
+            assignment = {**out.assignment, **candidate.assignment}
+            texts = self.writer.render({**assignment, **{n: g.low for n, g in solving.items()}})
+            with self._phase(out, "patch"):  # type: ignore[attr-defined]
+                self.writer.write(texts)
+            self._serve(out, texts)  # type: ignore[attr-defined]
+            self._check_stop()  # type: ignore[attr-defined]
+            with self._phase(out, "verify"):  # type: ignore[attr-defined]
+                try:
+                    result = ev.evaluate(order_seed=seed, on_result=None)
+                finally:
+                    self._add_search_time(out)
+            live = self._scored(candidate.assignment, result, solving)
+            verified.append({"assignment": candidate.assignment, "replayed": candidate.objective,
+                             "live": live.objective, "replayed_violation": candidate.violation,
+                             "live_violation": live.violation})
+            gap = max(_gap(candidate.objective, live.objective), _gap(candidate.violation, live.violation))
+            if gap > plan.config.tolerance:
+                raise EvaluationError(
+                    f"fusion replay is not exact for this backend: {_short(candidate.assignment)} replayed "
+                    f"{candidate.objective:.6f} (violation {candidate.violation:+.4f}) but measured "
+                    f"{live.objective:.6f} ({live.violation:+.4f}) live; its fusion differs from the replay model "
+                    "(docs/tuning.md, fusion replay): take the params it does not model out of replay.params")
+            if best is None or ranked([best[0], live], maximize=maximize)[0] is live:
+                best = (live, result, texts)
+        assert best is not None
+        live_best, job.result, job.texts = best
+        out.assignment.update(live_best.assignment)
+        out.replay = {"chosen_by": how, "scored": len(scored), "verified": verified,
+                      "served_check": f"{len(batch.responses)} answers replayed exactly at the served setting"}
+
+    def _scored(self, assignment: dict[str, Any], retrieval: Any, solving: Mapping[str, Any]) -> Scored:
+        """The objective and largest violation of ``retrieval`` (a live BatchResult, or the
+        HitArrays of a replayed one) at its solved gates: the one solver for both, so a
+        replayed and a live measurement of the same answers are the same numbers."""
+        from tuner.study.gate_arrays import HitArrays
+        from tuner.study.threshold import MIN_SCORE, solve_arrays
+
+        gates = list(solving.values())
+        arrays = retrieval if isinstance(retrieval, HitArrays) else HitArrays.from_batch(retrieval)
+        low = next((g.low for g in gates if g.role == MIN_SCORE), 0.0)
+        sol = solve_arrays(arrays, gates, objective=self.objective.metric, constraints=self.constraints,
+                           retrieved_min_score=low)
+        columns = {c.metric: sol.metrics[c.metric] for c in self.constraints
+                   if getattr(c, "metric", None) in sol.metrics}
+        columns.update({f"solved.{name}": sol.by_role[g.role] for name, g in solving.items()})
+        return Scored(assignment, float(sol.objective), float(sol.violation), columns)
+
+    def _add_search_time(self, out: Any) -> None:
+        ev: Any = self.evaluator
+        handling = float(getattr(ev, "last_handling_seconds", 0.0) or 0.0)
+        window = float(getattr(ev, "last_search_seconds", 0.0) or 0.0)
+        out.phase_seconds["search"] = out.phase_seconds.get("search", 0.0) + max(window - handling, 0.0)
+        out.phase_seconds["handle"] = out.phase_seconds.get("handle", 0.0) + handling
+
+
+def replayed_arrays(batch: Any, setting: Any, queries: Any, qrels: Mapping[str, Mapping[str, int]], top_k: int,
+                    gains: str) -> Any:
+    """The HitArrays (tuner.study.gate_arrays) of every query of ``queries`` answered as
+    ``setting`` would answer it, replayed from ``batch`` (an ExplainedBatch); its failed
+    queries stay failed. The arrays the live batch at ``setting`` gives, without building
+    a response per query."""
+    import numpy as np
+
+    from tuner.evaluation.fusion_replay import replay_arrays
+    from tuner.evaluation.hits import HitTable
+    from tuner.study.gate_arrays import HitArrays
+
+    ids, hit_lists = [], []
+    n = len(queries)
+    is_oos, failed = np.zeros(n, dtype=bool), np.zeros(n, dtype=bool)
+    handoff, conf = np.zeros(n, dtype=bool), np.full(n, -math.inf)
+    for i, q in enumerate(queries):
+        ids.append(q.query_id)
+        is_oos[i] = q.scope == "oos"
+        e = batch.explained.get(q.query_id)
+        if e is None:
+            failed[i] = True
+            hit_lists.append(())
+            continue
+        r = replay_arrays(e, setting, top_k)
+        doc_ids = e.doc_ids
+        hit_lists.append(list(zip([doc_ids[d] for d in r.docs.tolist()], r.scores.tolist(), strict=True)))
+        handoff[i], conf[i] = r.handoff, r.confidence
+    table = HitTable.build(ids, hit_lists, qrels, ~is_oos, doc_of=itemgetter(0), score_of=itemgetter(1))
+    return HitArrays(tuple(ids), is_oos, failed, handoff, conf, table, gains)
+
+
+def served_problem(batch: Any, top_k: int, plan: ReplayPlan) -> str | None:
+    """Why the explained retrieval cannot be replayed, in one line (None: it can)."""
+    from tuner.evaluation.explain_batch import served_mismatch
+
+    if not batch.responses:
+        return "fusion replay: no query was answered in the explained retrieval; check the backend (tuner check)"
+    sources = set(next(iter(batch.explained.values())).sources)
+    for p in plan.params:
+        if plan.roles[p.name] == "weights" and set(p.spec.components) != sources:
+            return (f"fusion replay: {p.name} weighs {sorted(p.spec.components)}, but the backend explains the "
+                    f"sources {sorted(sources)}; make the simplex's components the backend's sources")
+    mismatch = served_mismatch(batch, top_k)
+    if mismatch is not None:
+        return (f"fusion replay does not reproduce the backend's own answers at the setting it served ({mismatch}); "
+                "its fusion differs from the replay model (docs/tuning.md, fusion replay): drop replay: or the "
+                "params it does not model")
+    return None
+
+
+def _gap(a: float, b: float) -> float:
+    if a == b or (math.isnan(a) and math.isnan(b)):
+        return 0.0
+    return abs(a - b) if math.isfinite(a) and math.isfinite(b) else math.inf
+
+
+def _short(assignment: Mapping[str, Any]) -> str:
+    parts = []
+    for k, v in assignment.items():
+        if isinstance(v, Mapping):
+            v = "/".join(f"{x:g}" if isinstance(x, float) else str(x) for x in v.values())
+        parts.append(f"{k}={v}")
+    return ", ".join(parts)
