@@ -111,17 +111,17 @@ def test_a_replay_model_that_differs_from_the_backend_fails_the_trial_loudly(
         demo_data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A model that agrees with the backend at the served setting (equal weights) but not
     elsewhere, as a backend with its own fusion would: the live verification catches it."""
-    from tuner.evaluation import fusion_replay
+    from tuner.evaluation.replay_batch import ReplayBatch
 
-    real = fusion_replay.replay_arrays
+    real = ReplayBatch.table
 
-    def skewed(explained: Any, setting: Any, top_k: int) -> Any:
+    def skewed(self: ReplayBatch, setting: Any) -> Any:
         weights = dict(setting.weights)
         if len(set(weights.values())) > 1:  # any setting but the served one: bm25 weighs more than declared
             weights["bm25"] = weights.get("bm25", 1.0) * 1.5 + 0.1
-        return real(explained, type(setting)(**{**setting.__dict__, "weights": weights}), top_k)
+        return real(self, type(setting)(**{**setting.__dict__, "weights": weights}))
 
-    monkeypatch.setattr(fusion_replay, "replay_arrays", skewed)
+    monkeypatch.setattr(ReplayBatch, "table", skewed)
     exp_path = make_project(tmp_path, demo_data, study="skewed", n_trials=3, verify_top=3)
     original = (tmp_path / "backend" / "config.yaml").read_bytes()
     exp = load_experiment(exp_path).bind_port()

@@ -12,6 +12,7 @@ import json
 from typing import Any
 
 import httpx
+import numpy as np
 import pytest
 from support.backend import start_backend, write_backend_config
 
@@ -143,3 +144,46 @@ def test_explain_is_only_sent_when_asked_and_covers_every_date_tier(demo, tmp_pa
             assert len(lst["docs"]) == len(lst["scores"]) <= 100  # cut to the source's depth
             assert all(str(d) in e["docs"] for d in lst["docs"])
     assert {h["doc_id"] for h in plain["results"]} <= {d["doc_id"] for d in e["docs"].values()}
+
+
+def test_the_batch_replay_equals_replaying_each_query_to_the_last_bit(demo, tmp_path) -> None:
+    """tuner.evaluation.replay_batch (all queries in flat arrays) against ``replay`` one query
+    at a time, over many settings: the same hits, scores bit for bit, grades, confidence
+    and handoff; a query without an explanation stays failed."""
+    from tuner.evaluation.hits import UNLABELLED
+    from tuner.evaluation.replay_batch import ReplayBatch
+
+    config = write_backend_config(tmp_path / "config.yaml", corpus=demo["corpus"], index_cache=demo["cache"],
+                                  overrides={"fallback": {"windows_days": [20, 60]}})
+    queries = demo["queries"]
+    with start_backend(config) as backend, httpx.Client(timeout=60) as client:
+        explained = {q["query_id"]: Explained.parse(_ask(client, f"{backend.url}/search", q, True)["explain"])
+                     for q in queries}
+    ids = [q["query_id"] for q in queries] + ["never-answered"]
+    graded = [i % 7 != 0 for i in range(len(ids))]  # some queries ungraded (OOS), as a batch has
+    flat = ReplayBatch(explained, ids, graded, demo["qrels"], TOP_K)
+    settings = [*SETTINGS]
+    for w in (0.0, 0.25, 0.5, 1.0):
+        for k in (1, 4, 60, 200):
+            settings.append(FusionSetting(method="rrf", weights={"bm25": w, "dense": 1 - w}, rrf_k=k, top_m=k % 9 + 1,
+                                          recency_weight=w, recency_half_life_days=k + 3, min_score=w / 3))
+        for norm in ("minmax", "z"):
+            settings.append(FusionSetting(method="linear", weights={"bm25": w, "dense": 1 - w}, normalization=norm,
+                                          confidence_threshold=0.3, top_m=8 + int(4 * w)))
+    checked = handed_off = 0
+    for setting in settings:
+        r = flat.table(setting)
+        t = r.table
+        assert r.failed.tolist() == [False] * len(queries) + [True]
+        assert t.counts[-1] == 0 and r.confidence[-1] == float("-inf") and not r.handoff[-1]
+        for j, qid in enumerate(ids[:-1]):
+            want = replay(explained[qid], setting, TOP_K)
+            a, n = int(t.starts[j]), int(t.counts[j])
+            assert t.docs[a:a + n] == [h.doc_id for h in want.hits], (setting, qid)
+            assert np.array_equal(t.scores[a:a + n], np.array([h.score for h in want.hits])), (setting, qid)
+            labels = demo["qrels"].get(qid, {}) if graded[j] else {}
+            assert t.grades[a:a + n].tolist() == [labels.get(h.doc_id, UNLABELLED) for h in want.hits]
+            assert r.confidence[j] == want.confidence and bool(r.handoff[j]) == want.handoff, (setting, qid)
+            checked += 1
+            handed_off += want.handoff
+    assert checked == len(settings) * len(queries) and handed_off > 0

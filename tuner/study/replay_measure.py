@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from operator import itemgetter
 from typing import Any
 
 from tuner.errors import EvaluationError
@@ -77,10 +76,10 @@ class ReplayMeasure:
         served = batch.served_setting
         solving = job.solving
 
+        replayed = replay_scorer(batch, ev.queries, ev.qrels, spec.top_k, spec.gains)
+
         def score(assignment: dict[str, Any]) -> Scored:
-            arrays = replayed_arrays(batch, plan.setting(assignment, served), ev.queries, ev.qrels, spec.top_k,
-                                     spec.gains)
-            return self._scored(assignment, arrays, solving)
+            return self._scored(assignment, replayed(plan.setting(assignment, served)), solving)
 
         maximize = self.objective.maximize
         with self._phase(out, "replay"):  # type: ignore[attr-defined]
@@ -132,7 +131,7 @@ class ReplayMeasure:
         arrays = retrieval if isinstance(retrieval, HitArrays) else HitArrays.from_batch(retrieval)
         low = next((g.low for g in gates if g.role == MIN_SCORE), 0.0)
         sol = solve_arrays(arrays, gates, objective=self.objective.metric, constraints=self.constraints,
-                           retrieved_min_score=low)
+                           retrieved_min_score=low, full=False)
         columns = {c.metric: sol.metrics[c.metric] for c in self.constraints
                    if getattr(c, "metric", None) in sol.metrics}
         columns.update({f"solved.{name}": sol.by_role[g.role] for name, g in solving.items()})
@@ -146,36 +145,26 @@ class ReplayMeasure:
         out.phase_seconds["handle"] = out.phase_seconds.get("handle", 0.0) + handling
 
 
-def replayed_arrays(batch: Any, setting: Any, queries: Any, qrels: Mapping[str, Mapping[str, int]], top_k: int,
-                    gains: str) -> Any:
-    """The HitArrays (tuner.study.gate_arrays) of every query of ``queries`` answered as
-    ``setting`` would answer it, replayed from ``batch`` (an ExplainedBatch); its failed
-    queries stay failed. The arrays the live batch at ``setting`` gives, without building
-    a response per query."""
+def replay_scorer(batch: Any, queries: Any, qrels: Mapping[str, Mapping[str, int]], top_k: int,
+                  gains: str) -> Any:
+    """A function of a FusionSetting giving the HitArrays (tuner.study.gate_arrays) of every
+    query of ``queries`` answered as that setting would answer it, replayed from ``batch``
+    (an ExplainedBatch; its failed queries stay failed): the arrays the live batch at that
+    setting gives, without a response object per query (tuner.evaluation.replay_batch)."""
     import numpy as np
 
-    from tuner.evaluation.fusion_replay import replay_arrays
-    from tuner.evaluation.hits import HitTable
+    from tuner.evaluation.replay_batch import ReplayBatch
     from tuner.study.gate_arrays import HitArrays
 
-    ids, hit_lists = [], []
-    n = len(queries)
-    is_oos, failed = np.zeros(n, dtype=bool), np.zeros(n, dtype=bool)
-    handoff, conf = np.zeros(n, dtype=bool), np.full(n, -math.inf)
-    for i, q in enumerate(queries):
-        ids.append(q.query_id)
-        is_oos[i] = q.scope == "oos"
-        e = batch.explained.get(q.query_id)
-        if e is None:
-            failed[i] = True
-            hit_lists.append(())
-            continue
-        r = replay_arrays(e, setting, top_k)
-        doc_ids = e.doc_ids
-        hit_lists.append(list(zip([doc_ids[d] for d in r.docs.tolist()], r.scores.tolist(), strict=True)))
-        handoff[i], conf[i] = r.handoff, r.confidence
-    table = HitTable.build(ids, hit_lists, qrels, ~is_oos, doc_of=itemgetter(0), score_of=itemgetter(1))
-    return HitArrays(tuple(ids), is_oos, failed, handoff, conf, table, gains)
+    ids = tuple(q.query_id for q in queries)
+    is_oos = np.array([q.scope == "oos" for q in queries], dtype=bool)
+    flat = ReplayBatch(batch.explained, ids, ~is_oos, qrels, top_k)
+
+    def arrays(setting: Any) -> HitArrays:
+        r = flat.table(setting)
+        return HitArrays(ids, is_oos, r.failed, r.handoff, r.confidence, r.table, gains)
+
+    return arrays
 
 
 def served_problem(batch: Any, top_k: int, plan: ReplayPlan) -> str | None:

@@ -180,7 +180,7 @@ def solve(
 
 def _solve(
     arrays: HitArrays, gates: Sequence[GateRange], objective: str, constraints: Sequence[ConstraintLike],
-    resolution: float, retrieved_min_score: float, top_m: int | None,
+    resolution: float, retrieved_min_score: float, top_m: int | None, full: bool = True,
 ) -> ThresholdSolution:
     by_role = _by_role(gates)
     conf, cut = by_role.get(CONFIDENCE), by_role.get(MIN_SCORE)
@@ -201,13 +201,13 @@ def _solve(
     chosen = {g.role: (t if g.role == CONFIDENCE else m) for g in gates}
     metric_cols = [c for c in columns if c not in names and c != "violation"]
     # The whole scorecard at the chosen pair, so a trial's NDCG@20 etc. match its objective
-    # (the batch's own are those of the ungated retrieval).
-    card = scorecard_values(arrays, t, m, backend_handoff=backend_handoff)
+    # (the batch's own are those of the ungated retrieval); not ``full``: the sweep's columns only.
+    card = scorecard_values(arrays, t, m, backend_handoff=backend_handoff) if full else {}
     return ThresholdSolution(
         values={g.param: chosen[g.role] for g in gates}, objective=value[objective],
         metrics=card | {c: value[c] for c in metric_cols},
-        violation=value["violation"], feasible=bool(value["violation"] <= 0), table=pd.DataFrame(columns),
-        by_role=chosen,
+        violation=value["violation"], feasible=bool(value["violation"] <= 0),
+        table=pd.DataFrame(columns) if full else pd.DataFrame(), by_role=chosen,
     )
 
 
@@ -361,10 +361,13 @@ def solve_arrays(
     constraints: Sequence[ConstraintLike] = (),
     retrieved_min_score: float = 0.0,
     top_m: int | None = None,
+    full: bool = True,
 ) -> ThresholdSolution:
     """``solve`` on a retrieval already in arrays (tuner.study.gate_arrays.HitArrays). With
-    no gates, the one row is the retrieval as the backend gated it."""
-    return _solve(arrays, gates, objective, constraints, 0.01, retrieved_min_score, top_m)
+    no gates, the one row is the retrieval as the backend gated it. Not ``full``: the
+    metrics are the sweep's columns only (objective, OOS rates, counts) and the table is
+    empty (a search over thousands of retrievals needs no more)."""
+    return _solve(arrays, gates, objective, constraints, 0.01, retrieved_min_score, top_m, full)
 
 
 def solve_batch(
