@@ -96,6 +96,8 @@ def test_a_replay_trial_reports_its_best_live_setting_and_records_the_whole_swee
         assignment = assignment_of(t)
         for name, value in best["assignment"].items():
             assert assignment[name] == value  # what `tuner apply` would write
+        plot = Path(reports_of(t)["fusion_sweep_png"]).read_bytes()
+        assert plot.startswith(b"\x89PNG") and len(plot) > 5000  # what was scored, drawn
         sweep = pd.read_csv(reports_of(t)["fusion_sweep_csv"])
         assert len(sweep) == GRID_SIZE and sweep["rank"].tolist() == list(range(1, GRID_SIZE + 1))
         assert math.isclose(sweep["objective"].iloc[0], verified[0]["replayed"], rel_tol=0, abs_tol=1e-12)

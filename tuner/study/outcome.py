@@ -15,6 +15,8 @@ SWEEP_REPORT = "threshold_sweep_csv"  # TrialOutcome.reports key of the sweep ta
 SWEEP_FILE = "threshold_sweep.csv"
 FUSION_SWEEP_REPORT = "fusion_sweep_csv"  # TrialOutcome.reports key of the replayed fusion settings
 FUSION_SWEEP_FILE = "fusion_sweep.csv"
+FUSION_PLOT_REPORT = "fusion_sweep_png"  # ... and of its plot
+FUSION_PLOT_FILE = "fusion_sweep.png"
 
 
 @dataclass

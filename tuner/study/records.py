@@ -28,7 +28,7 @@ from typing import Any
 import optuna
 from optuna.distributions import BaseDistribution
 
-from tuner.files import atomic_write_text, overwrite_in_place
+from tuner.files import atomic_write_bytes, atomic_write_text, overwrite_in_place
 from tuner.report.tracking import TAG_CACHE_HIT, Tracker, TrialRecord
 from tuner.study.applied_params import record_applied_params
 from tuner.study.attrs import (
@@ -52,7 +52,7 @@ from tuner.study.attrs import (
 from tuner.study.bookkeeping import Bookkeeper, OptunaArtifacts
 from tuner.study.interfaces import BatchEvaluator, Objective
 from tuner.study.notes import Links, publish_study, trial_note, write_note
-from tuner.study.outcome import FUSION_SWEEP_FILE, SOLVED_PREFIX, SWEEP_FILE, TrialOutcome, jsonable
+from tuner.study.outcome import FUSION_PLOT_FILE, FUSION_SWEEP_FILE, SOLVED_PREFIX, SWEEP_FILE, TrialOutcome, jsonable
 from tuner.study.storage import retry_transient
 from tuner.study.sweep_table import slim_sweep
 
@@ -216,6 +216,11 @@ class TrialRecording:
         if p.fusion_sweep is not None:
             trial_dir.mkdir(parents=True, exist_ok=True)
             atomic_write_text(trial_dir / FUSION_SWEEP_FILE, p.fusion_sweep.to_csv(index=False))
+            from tuner.report.fusion_plot import fusion_sweep_png
+
+            atomic_write_bytes(trial_dir / FUSION_PLOT_FILE,
+                               fusion_sweep_png(p.fusion_sweep, objective=self.objective.metric,
+                                                title=f"Trial {p.number}: fusion settings replayed"))
         if self.artifacts is not None:
             for artifact_id, path in p.artifacts.items():
                 if Path(path).is_file():

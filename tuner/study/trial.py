@@ -49,6 +49,8 @@ from tuner.study.cache_lookup import CacheLookup
 from tuner.study.interfaces import BatchEvaluator, ConfigWriter, Constraint, InputsLike, Objective, OnResult, SpaceLike
 from tuner.study.notes import Links
 from tuner.study.outcome import (
+    FUSION_PLOT_FILE,
+    FUSION_PLOT_REPORT,
     FUSION_SWEEP_FILE,
     FUSION_SWEEP_REPORT,
     SOLVED_PREFIX,
@@ -333,6 +335,7 @@ class TrialRunner(CacheLookup, TrialRecording, TrialScoring, ReplayMeasure):
                     out.reports[SWEEP_REPORT] = str(self._dir(trial.number) / SWEEP_FILE)
                 if job.fusion_sweep is not None:
                     out.reports[FUSION_SWEEP_REPORT] = str(self._dir(trial.number) / FUSION_SWEEP_FILE)
+                    out.reports[FUSION_PLOT_REPORT] = str(self._dir(trial.number) / FUSION_PLOT_FILE)
                 if self.cache is not None and job.stored_key is not None:
                     stored = CachedResult(out.metrics, out.reports, trial.number, self.study_name)
                     self.cache.put(job.stored_key, stored)
