@@ -42,7 +42,8 @@ def demo_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return full
 
 
-def make_project(root: Path, data: Path, *, study: str, n_trials: int, verify_top: int = 2, **replay: Any) -> Path:
+def make_project(root: Path, data: Path, *, study: str, n_trials: int, verify_top: int = 2, tracking: bool = False,
+                 **replay: Any) -> Path:
     (root / "data").mkdir(parents=True)
     for name in ("queries.jsonl", "qrels.txt", "corpus.jsonl"):
         (root / "data" / name).write_bytes((data / name).read_bytes())
@@ -53,13 +54,14 @@ def make_project(root: Path, data: Path, *, study: str, n_trials: int, verify_to
         timeout_s=600, constraints=["OOS_FP_Rate <= 0.10"], failure_budget={"max_consecutive": 2, "max_total": 3},
         evaluation={"top_k": 50, "concurrency": 4}, search_space=FULL_SPACE,
         replay={"params": FUSION, "points": 4, "weight_step": 0.25, "verify_top": verify_top, **replay},
+        tracking={"enabled": tracking},
     )
 
 
 @pytest.fixture(scope="module")
 def replay_run(demo_data: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     root = tmp_path_factory.mktemp("replay-project")
-    exp = load_experiment(make_project(root, demo_data, study="replay", n_trials=3)).bind_port()
+    exp = load_experiment(make_project(root, demo_data, study="replay", n_trials=3, tracking=True)).bind_port()
     original = (root / "backend" / "config.yaml").read_bytes()
     summary = run_experiment(exp)
     study = optuna.load_study(study_name="replay", storage=exp.storage)
@@ -103,6 +105,24 @@ def test_a_replay_trial_reports_its_best_live_setting_and_records_the_whole_swee
         assert math.isclose(sweep["objective"].iloc[0], verified[0]["replayed"], rel_tol=0, abs_tol=1e-12)
         snapshot = (Path(reports_of(t)["json"]).parent / "config.yaml").read_text()
         assert f"method: {assignment['fusion.method']}" in snapshot  # the snapshot is the served best
+
+
+def test_mlflow_runs_of_replay_trials_hold_the_sweep_and_the_replay_figures(replay_run: dict[str, Any]) -> None:
+    from mlflow import MlflowClient
+
+    from tuner.report.tracking import TAG_TRIAL
+
+    client = MlflowClient(replay_run["exp"].tracking.mlflow_uri)
+    experiment = client.get_experiment_by_name("replay")
+    runs = {int(r.data.tags[TAG_TRIAL]): r for r in client.search_runs([experiment.experiment_id])
+            if TAG_TRIAL in r.data.tags}
+    for t in replay_run["study"].trials[1:]:
+        run = runs[t.number]
+        assert run.data.metrics["replay.settings_scored"] == GRID_SIZE
+        assert run.data.metrics["replay.max_live_gap"] <= 1e-9
+        reports = {a.path for a in client.list_artifacts(run.info.run_id, "reports")}
+        assert {"reports/fusion_sweep.csv", "reports/fusion_sweep.png"} <= reports
+    assert "replay.settings_scored" not in runs[0].data.metrics  # the baseline replayed nothing
 
 
 def test_the_config_is_restored_after_a_replay_study(replay_run: dict[str, Any]) -> None:

@@ -281,6 +281,10 @@ class TrialRecording:
         for name, violation in out.constraints.items():
             metric = getattr(by_name.get(name), "metric", None) or name.split()[0]
             metrics[f"violation.{metric}"] = violation
+        if out.replay:  # fusion replay: how much was scored, and how far live was from replayed
+            metrics["replay.settings_scored"] = float(out.replay["scored"])
+            metrics["replay.max_live_gap"] = max((abs(v["live"] - v["replayed"]) for v in out.replay["verified"]),
+                                                 default=0.0)
         tags = {TAG_CACHE_HIT: str(out.cache_hit).lower(), "tuner.feasible": str(out.feasible).lower()}
         if out.cache_note:
             tags[TAG_CACHE_NOTE] = out.cache_note
