@@ -78,6 +78,14 @@ def test_the_baseline_is_measured_as_found_and_later_trials_replay_the_fusion(re
         assert replay["served_check"].endswith("answers replayed exactly at the served setting")
 
 
+def test_the_preflight_checked_the_explanations_before_the_first_trial(replay_run: dict[str, Any]) -> None:
+    findings = replay_run["study"].user_attrs["tuner.preflight"]["findings"]
+    replay = [f for f in findings if f["code"] == "replay"]
+    assert len(replay) == 1 and replay[0]["level"] == "info"
+    assert "explained answers replay exactly" in replay[0]["message"]
+    assert f"a grid of {GRID_SIZE} settings" in replay[0]["message"]
+
+
 def test_every_verified_setting_measured_live_what_replay_predicted(replay_run: dict[str, Any]) -> None:
     for t in replay_run["study"].trials[1:]:
         verified = t.user_attrs["replay"]["verified"]
@@ -160,11 +168,18 @@ def test_a_replay_model_that_differs_from_the_backend_fails_the_trial_loudly(
 def test_an_explanation_that_does_not_reproduce_the_answer_fails_before_any_replayed_number(
         demo_data: Path, tmp_path: Path) -> None:
     """The explained request asks for 5 hits while the replay cuts at top_k 50: the live
-    answers are not what the explanation replays to, and the served check says so."""
+    answers are not what the explanation replays to. The preflight stops the run before
+    the first trial; run anyway, each replay trial fails on it."""
     exp_path = make_project(tmp_path, demo_data, study="short", n_trials=2, request={"explain": True, "top_k": 5})
     exp = load_experiment(exp_path).bind_port()
     assert exp.replay is not None and exp.replay.request == {"explain": True, "top_k": 5}
-    run_experiment(exp)
+    from tuner.study.preflight import PreflightError
+
+    with pytest.raises(PreflightError, match="fusion replay does not reproduce the backend's own answers"):
+        run_experiment(exp)  # the preflight finds it before the first trial
+    ran = optuna.load_study(study_name="short", storage=exp.storage).trials
+    assert all(t.state == optuna.trial.TrialState.WAITING for t in ran)  # the baseline queued, nothing run
+    run_experiment(exp, skip_checks=True)  # and each trial checks it again
     trials = optuna.load_study(study_name="short", storage=exp.storage).trials
     assert trials[0].state == optuna.trial.TrialState.COMPLETE  # the baseline replays nothing
     reason = trials[1].user_attrs["fail_reason"]

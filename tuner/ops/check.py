@@ -76,13 +76,40 @@ def live_preflight(
         report.findings.insert(0, Finding(
             "sample", "info", f"checked a seeded sample of {len(queries)} of {len(prepared.queries)} queries "
             f"(seed {used_seed}); `tuner check --full` checks every query"))
-    return report.extend(check_batch(
+    report.extend(check_batch(
         result, exp.evaluation,
         gate_values=gate_values(prepared),
         # only a solved confidence gate undoes the handoffs of the config as found
         gates_solved=any(g.role == "confidence" for g in prepared.gates.values()),
         raw_response=lambda qid: fetch_raw(exp.evaluation, queries[qid]),
     ))
+    if prepared.replay is not None:
+        report.extend([replay_finding(prepared, queries, seed)])
+    return report
+
+
+def replay_finding(prepared: Prepared, queries: Any, seed: int) -> Finding:
+    """Fusion replay checked before the first trial: the queries run once, explained, on
+    the config as found, and every answer replayed at the setting the backend served
+    (tuner.study.replay_measure.served_problem). A stop when it cannot be replayed."""
+    from tuner.errors import TunerError
+    from tuner.evaluation.explain_batch import run_explained
+    from tuner.study.replay_measure import served_problem
+
+    exp, plan = prepared.experiment, prepared.replay
+    try:
+        batch = run_explained(exp.evaluation, queries, prepared.qrels, request_fields=plan.config.request,
+                              explain_path=plan.config.explain, order_seed=seed)
+    except TunerError as exc:
+        return Finding("replay", "stop", f"fusion replay: {str(exc).splitlines()[0]}")
+    problem = served_problem(batch, exp.evaluation.top_k, plan)
+    if problem is not None:
+        return Finding("replay", "stop", problem)
+    grid = plan.grid({})
+    how = f"a grid of {len(grid)} settings" if grid is not None else f"{plan.config.max_settings} settings (TPE)"
+    return Finding("replay", "info", f"fusion replay: {len(batch.responses)} explained answers replay exactly at the "
+                                     f"setting served; each trial scores {how}, then serves the best "
+                                     f"{plan.config.verify_top} live")
 
 
 def gate_values(prepared: Prepared) -> dict[str, Any]:
