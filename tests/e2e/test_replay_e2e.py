@@ -106,6 +106,7 @@ def test_a_replay_trial_reports_its_best_live_setting_and_records_the_whole_swee
         assignment = assignment_of(t)
         for name, value in best["assignment"].items():
             assert assignment[name] == value  # what `tuner apply` would write
+        assert t.params["fusion.method"] == assignment["fusion.method"]  # a param for the dashboards too
         plot = Path(reports_of(t)["fusion_sweep_png"]).read_bytes()
         assert plot.startswith(b"\x89PNG") and len(plot) > 5000  # what was scored, drawn
         sweep = pd.read_csv(reports_of(t)["fusion_sweep_csv"])

@@ -143,3 +143,21 @@ def test_a_value_optuna_refuses_is_skipped_not_raised(tmp_path: Path, storage: s
     frozen = study.trials[1]
     assert frozen.state == TrialState.COMPLETE
     assert frozen.params == {"fallback.windows_days.1": 90, "x": 0.25}
+
+
+def test_a_replayed_categorical_is_recorded_under_its_declared_choices(space: SearchSpace) -> None:
+    """Fusion replay solves fusion.method inside the trial (not sampled): the dashboards
+    still get it as a param, with the space's categorical distribution; a value outside
+    the choices, or one the trial sampled itself, is left alone."""
+    from optuna.distributions import CategoricalDistribution
+
+    declared = space.distributions()
+    out = applied_params({"fusion.method": "linear", "fusion.rrf_k": 7}, {}, declared)
+    assert out["fusion.method"] == ("linear", CategoricalDistribution(["rrf", "linear"]))
+    assert applied_params({"fusion.method": "borda"}, {}, declared) == {}
+    assert applied_params({"fusion.method": "linear"}, {"fusion.method": "rrf"}, declared) == {}
+    study = optuna.create_study()
+    trial = study.ask()
+    assert record_applied_params(trial, {"fusion.method": "linear"}, declared) == []
+    study.tell(trial, 0.0)
+    assert study.trials[0].params["fusion.method"] == "linear"

@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from optuna.distributions import BaseDistribution, FloatDistribution, IntDistribution
+from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 
 from tuner.config.space.distributions import widened
 
@@ -54,12 +54,18 @@ def applied_params(
     declared: Mapping[str, BaseDistribution],
 ) -> dict[str, tuple[Any, BaseDistribution]]:
     """Name -> (value, distribution) for each numeric applied value not in ``sampled``
-    (the trial's own params). ``declared``: the space's Optuna distributions by name."""
+    (the trial's own params), and each categorical one the space declares (a fusion param
+    replayed per trial). ``declared``: the space's Optuna distributions by name."""
     out: dict[str, tuple[Any, BaseDistribution]] = {}
     for name, value in flatten(assignment).items():
-        if name in sampled or isinstance(value, bool) or not isinstance(value, (int, float)):
+        if name in sampled:
             continue
         dist = declared.get(name)
+        if isinstance(dist, CategoricalDistribution) and value in dist.choices:
+            out[name] = (value, dist)  # a replayed categorical (fusion.method): under its declared choices
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
         if isinstance(dist, (FloatDistribution, IntDistribution)):
             out[name] = (value, widened(dist, value))
         elif isinstance(value, int):
