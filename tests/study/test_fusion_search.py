@@ -107,3 +107,20 @@ def test_a_replay_section_that_cannot_be_replayed_is_refused_with_the_fix(space,
 def test_one_param_per_role() -> None:
     with pytest.raises(ValueError, match="both have role rrf_k"):
         ReplayConfig(params={"fusion.rrf_k": "rrf_k", "other.k": "rrf_k"})
+
+
+def test_declared_grid_values_replace_the_generated_ones_and_are_checked(space) -> None:
+    p = plan(space, grid={"fusion.rrf_k": [1, 5, 60, 5], "fusion.weights": [{"bm25": 3, "dense": 1}, [1, 1]],
+                          "fusion.method": ["rrf"]})
+    grid = p.grid({})
+    assert grid is not None and len(grid) == 3 * 2  # k 1, 5, 60 (repeat dropped) x 2 weightings, rrf only
+    assert {s["fusion.rrf_k"] for s in grid} == {1, 5, 60}
+    assert {tuple(s["fusion.weights"].values()) for s in grid} == {(0.75, 0.25), (0.5, 0.5)}  # normalised
+    for bad, expected in [({"fusion.rrf_k": [0]}, r"grid.fusion.rrf_k: 0 is not a number in \[1, 200\]"),
+                          ({"fusion.rrf_k": [2.5]}, "2.5 is not a whole number"),
+                          ({"fusion.method": ["borda"]}, "'borda' is not one of the choices"),
+                          ({"fusion.weights": [{"bm25": 1}]}, "weights must name exactly the components"),
+                          ({"recency.weight": [0.1]}, "recency.weight is not a replayed param"),
+                          ({"fusion.rrf_k": []}, "an empty grid")]:
+        with pytest.raises(ConfigError, match=expected):
+            plan(space, grid=bad)

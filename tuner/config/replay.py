@@ -22,6 +22,7 @@ each trial, and the best ``verify_top`` settings are served and measured live.
       max_settings: 400             # the whole grid when it has at most this many settings,
       points: 12                    #   else this many settings from a seeded optimiser
       weight_step: 0.05             # grid step of a weights simplex
+      grid: {fusion.rrf_k: [1, 2, 5, 10, 20, 60]}   # or the values, declared
       verify_top: 2                 # best replayed settings measured live per trial
 """
 
@@ -63,6 +64,8 @@ class ReplayConfig(StrictModel):
     points: int = Field(default=12, ge=2, le=1000,
                         description="Grid points of a numeric param's range (a log range: geometric).")
     weight_step: float = Field(default=0.05, gt=0, le=0.5, description="Grid step of a weights simplex.")
+    grid: dict[str, list[Any]] = Field(default_factory=dict, description=(
+        "Explicit grid values of a replayed param (name -> list), instead of points / weight_step."))
     verify_top: int = Field(default=2, ge=1, le=20,
                             description="The best replayed settings served and measured live in every trial.")
     tolerance: float = Field(default=1e-9, ge=0, le=1e-3, description=(

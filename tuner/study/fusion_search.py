@@ -5,7 +5,7 @@ score from one explained retrieval, scoring them, and ranking them for live veri
 search space: the replayed params in the space's condition order, each with its role in
 the fusion model. Its grid takes each categorical's choices, each numeric range at
 ``points`` values (geometric on a log range, on the declared step otherwise) and each
-weights simplex on a lattice of ``weight_step``; conditions (``when:``) are honoured, so
+weights simplex on a lattice of ``weight_step``, unless ``grid`` declares a param's values; conditions (``when:``) are honoured, so
 ``fusion.rrf_k`` varies only where ``fusion.method`` is ``rrf``. ``search`` scores the
 whole grid when it has at most ``max_settings`` settings, else ``max_settings`` settings
 proposed by a seeded TPE over the same params (their declared distributions).
@@ -80,6 +80,9 @@ class ReplayPlan:
                                   f"{[c for c in p.spec.when if c in self.roles]}; replay it too, or drop the when:")
         self.params = [p for p in space.params if p.name in self.roles]
         self._space = space
+        self._declared = {name: _checked_grid(space[name], values, f"{where}.grid.{name}")
+                          for name, values in config.grid.items()
+                          if _known(name, self.roles, f"{where}.grid")}
 
     @property
     def names(self) -> frozenset[str]:
@@ -104,7 +107,7 @@ class ReplayPlan:
         for p in self.params:
             if self.roles[p.name] == "weights":  # the only role whose value decides the candidates
                 comps = p.spec.components
-                out[p.name] = p.spec.decode(_sticks_for_equal(len(comps)))
+                out[p.name] = p.spec.decode(_sticks([1.0] * len(comps)))
         return out
 
     def setting(self, assignment: Mapping[str, Any], served: FusionSetting) -> FusionSetting:
@@ -118,6 +121,8 @@ class ReplayPlan:
 
     def values(self, p: Any) -> list[Any]:
         """The grid values of one replayed param (module doc)."""
+        if p.name in self._declared:
+            return list(self._declared[p.name])
         spec, n = p.spec, self.config.points
         if spec.type == "categorical":
             return list(spec.choices)
@@ -224,6 +229,51 @@ def sweep_frame(scored: Sequence[Scored], order: Sequence[Scored]) -> pd.DataFra
     return pd.DataFrame(rows).sort_values("rank", kind="stable").reset_index(drop=True)
 
 
+def _known(name: str, roles: Mapping[str, str], where: str) -> bool:
+    if name not in roles:
+        raise ConfigError(f"{where}: {name} is not a replayed param; list it under replay.params or drop its grid")
+    return True
+
+
+def _checked_grid(p: Any, values: Sequence[Any], where: str) -> list[Any]:
+    """The declared grid values of param ``p``, each checked against its kind and range."""
+    spec = p.spec
+    if not values:
+        raise ConfigError(f"{where}: an empty grid; give at least one value or drop it")
+    out: list[Any] = []
+    for v in values:
+        if spec.type == "categorical":
+            if v not in spec.choices:
+                raise ConfigError(f"{where}: {v!r} is not one of the choices {list(spec.choices)}")
+            out.append(v)
+        elif spec.type == "simplex":
+            try:
+                shares = spec.decode(_sticks(spec._weights(v)))
+            except ValueError as exc:
+                raise ConfigError(f"{where}: {v!r}: {exc}") from None
+            out.append(shares)
+        else:
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not spec.low <= v <= spec.high:
+                raise ConfigError(f"{where}: {v!r} is not a number in [{spec.low}, {spec.high}]")
+            if spec.type == "int" and not float(v).is_integer():
+                raise ConfigError(f"{where}: {v!r} is not a whole number")
+            out.append(int(v) if spec.type == "int" else float(v))
+    return _unique(out)
+
+
+def _unique(values: list[Any]) -> list[Any]:
+    seen: dict[str, Any] = {}
+    for v in values:
+        seen.setdefault(json.dumps(v, sort_keys=True), v)
+    return list(seen.values())
+
+
+def _sticks(shares: Sequence[float]) -> list[float]:
+    from tuner.config.space.simplex import shares_to_sticks
+
+    return shares_to_sticks(shares)
+
+
 def _compositions(m: int, parts: int) -> list[tuple[int, ...]]:
     """Every way of writing ``m`` as an ordered sum of ``parts`` non-negative ints."""
     out = []
@@ -233,7 +283,3 @@ def _compositions(m: int, parts: int) -> list[tuple[int, ...]]:
     return out
 
 
-def _sticks_for_equal(n: int) -> list[float]:
-    from tuner.config.space.simplex import shares_to_sticks
-
-    return shares_to_sticks([1.0] * n)
