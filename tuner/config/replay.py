@@ -68,6 +68,8 @@ class ReplayConfig(StrictModel):
         "Explicit grid values of a replayed param (name -> list), instead of points / weight_step."))
     verify_top: int = Field(default=2, ge=1, le=20,
                             description="The best replayed settings served and measured live in every trial.")
+    workers: int | None = Field(default=None, ge=0, le=64, description=(
+        "Helper processes scoring settings beside the tuner's own (default: one fewer than the cores; 0: none)."))
     tolerance: float = Field(default=1e-9, ge=0, le=1e-3, description=(
         "Largest difference allowed between a replayed and a live objective or constraint value."))
 

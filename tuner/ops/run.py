@@ -201,6 +201,8 @@ def _run_locked(
         finally:
             runner.bookkeeper.close()
             runner.evaluator.close()
+            if runner.replay_pool is not None:
+                runner.replay_pool.close()
             if runner.applier is not None:
                 runner.applier.close()
             target.close()

@@ -200,6 +200,8 @@ def _run_replica(
             try:
                 runner.bookkeeper.close()
                 runner.evaluator.close()
+                if runner.replay_pool is not None:
+                    runner.replay_pool.close()
                 target.close()
                 tracker.end_study(status=status, summary=summary_metrics(study, maximize=maximize))
             finally:

@@ -173,12 +173,15 @@ class ReplayPlan:
     # ---------------------------------------------------------------- search
 
     def search(self, score: Callable[[dict[str, Any]], Scored], *, given: Mapping[str, Any], seed: int,
-               maximize: bool = True) -> tuple[list[Scored], str]:
-        """Score the grid, or ``max_settings`` settings a seeded TPE proposes; returns every
-        scored setting (in the order scored) and how they were chosen, in words."""
+               maximize: bool = True,
+               score_many: Callable[[list[dict[str, Any]]], list[Scored]] | None = None) -> tuple[list[Scored], str]:
+        """Score the grid (all at once through ``score_many`` when given), or ``max_settings``
+        settings a seeded TPE proposes one by one; returns every scored setting (in the
+        order scored) and how they were chosen, in words."""
         grid = self.grid(given)
         if grid is not None:
-            return [score(a) for a in grid], f"grid of {len(grid)}"
+            scored = score_many(grid) if score_many is not None else [score(a) for a in grid]
+            return scored, f"grid of {len(grid)}"
         sampler = optuna.samplers.TPESampler(
             seed=seed, multivariate=True, n_startup_trials=min(20, max(1, self.config.max_settings // 5)))
         study = optuna.create_study(direction="maximize" if maximize else "minimize", sampler=sampler)

@@ -27,7 +27,9 @@ from typing import Any
 
 from tuner.errors import EvaluationError
 from tuner.study.fusion_search import ReplayPlan, Scored, ranked, sweep_frame
+from tuner.study.gate_arrays import HitArrays
 from tuner.study.interfaces import BatchEvaluator, ConfigWriter, Objective
+from tuner.study.replay_pool import ReplayContext
 
 
 class ReplayMeasure:
@@ -39,6 +41,7 @@ class ReplayMeasure:
     objective: Objective
     constraints: Any
     gates: Mapping[str, Any]
+    replay_pool: Any  # tuner.study.replay_pool.ReplayPool, or None: scored in this process
 
     def _replays(self, assignment: Mapping[str, Any]) -> bool:
         """Whether a trial with ``assignment`` (what was suggested or queued) leaves any
@@ -76,14 +79,21 @@ class ReplayMeasure:
         served = batch.served_setting
         solving = job.solving
 
-        replayed = replay_scorer(batch, ev.queries, ev.qrels, spec.top_k, spec.gains)
+        context = ReplayContext(batch.explained, tuple(q.query_id for q in ev.queries),
+                                tuple(q.scope == "oos" for q in ev.queries),
+                                {q.query_id: ev.qrels[q.query_id] for q in ev.queries if q.query_id in ev.qrels},
+                                spec.top_k, spec.gains, dict(solving), self.objective.metric, list(self.constraints))
+        pool = self.replay_pool
 
-        def score(assignment: dict[str, Any]) -> Scored:
-            return self._scored(assignment, replayed(plan.setting(assignment, served)), solving)
+        def score_many(assignments: list[dict[str, Any]]) -> list[Scored]:
+            settings = [plan.setting(a, served) for a in assignments]
+            scores = pool.score(context, settings) if pool is not None else context.score(settings)
+            return [Scored(a, *s) for a, s in zip(assignments, scores, strict=True)]
 
         maximize = self.objective.maximize
         with self._phase(out, "replay"):  # type: ignore[attr-defined]
-            scored, how = plan.search(score, given=out.assignment, seed=seed, maximize=maximize)
+            scored, how = plan.search(lambda a: score_many([a])[0], given=out.assignment, seed=seed,
+                                      maximize=maximize, score_many=score_many)
             order = ranked(scored, maximize=maximize)
         job.fusion_sweep = sweep_frame(scored, order)
         verified: list[dict[str, Any]] = []
@@ -101,7 +111,7 @@ class ReplayMeasure:
                     result = ev.evaluate(order_seed=seed, on_result=None)
                 finally:
                     self._add_search_time(out)
-            live = self._scored(candidate.assignment, result, solving)
+            live = Scored(candidate.assignment, *context.solved(HitArrays.from_batch(result)))
             verified.append({"assignment": candidate.assignment, "replayed": candidate.objective,
                              "live": live.objective, "replayed_violation": candidate.violation,
                              "live_violation": live.violation})
@@ -120,51 +130,12 @@ class ReplayMeasure:
         out.replay = {"chosen_by": how, "scored": len(scored), "verified": verified,
                       "served_check": f"{len(batch.responses)} answers replayed exactly at the served setting"}
 
-    def _scored(self, assignment: dict[str, Any], retrieval: Any, solving: Mapping[str, Any]) -> Scored:
-        """The objective and largest violation of ``retrieval`` (a live BatchResult, or the
-        HitArrays of a replayed one) at its solved gates: the one solver for both, so a
-        replayed and a live measurement of the same answers are the same numbers."""
-        from tuner.study.gate_arrays import HitArrays
-        from tuner.study.threshold import MIN_SCORE, solve_arrays
-
-        gates = list(solving.values())
-        arrays = retrieval if isinstance(retrieval, HitArrays) else HitArrays.from_batch(retrieval)
-        low = next((g.low for g in gates if g.role == MIN_SCORE), 0.0)
-        sol = solve_arrays(arrays, gates, objective=self.objective.metric, constraints=self.constraints,
-                           retrieved_min_score=low, full=False)
-        columns = {c.metric: sol.metrics[c.metric] for c in self.constraints
-                   if getattr(c, "metric", None) in sol.metrics}
-        columns.update({f"solved.{name}": sol.by_role[g.role] for name, g in solving.items()})
-        return Scored(assignment, float(sol.objective), float(sol.violation), columns)
-
     def _add_search_time(self, out: Any) -> None:
         ev: Any = self.evaluator
         handling = float(getattr(ev, "last_handling_seconds", 0.0) or 0.0)
         window = float(getattr(ev, "last_search_seconds", 0.0) or 0.0)
         out.phase_seconds["search"] = out.phase_seconds.get("search", 0.0) + max(window - handling, 0.0)
         out.phase_seconds["handle"] = out.phase_seconds.get("handle", 0.0) + handling
-
-
-def replay_scorer(batch: Any, queries: Any, qrels: Mapping[str, Mapping[str, int]], top_k: int,
-                  gains: str) -> Any:
-    """A function of a FusionSetting giving the HitArrays (tuner.study.gate_arrays) of every
-    query of ``queries`` answered as that setting would answer it, replayed from ``batch``
-    (an ExplainedBatch; its failed queries stay failed): the arrays the live batch at that
-    setting gives, without a response object per query (tuner.evaluation.replay_batch)."""
-    import numpy as np
-
-    from tuner.evaluation.replay_batch import ReplayBatch
-    from tuner.study.gate_arrays import HitArrays
-
-    ids = tuple(q.query_id for q in queries)
-    is_oos = np.array([q.scope == "oos" for q in queries], dtype=bool)
-    flat = ReplayBatch(batch.explained, ids, ~is_oos, qrels, top_k)
-
-    def arrays(setting: Any) -> HitArrays:
-        r = flat.table(setting)
-        return HitArrays(ids, is_oos, r.failed, r.handoff, r.confidence, r.table, gains)
-
-    return arrays
 
 
 def served_problem(batch: Any, top_k: int, plan: ReplayPlan) -> str | None:

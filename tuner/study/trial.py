@@ -149,6 +149,8 @@ class TrialRunner(CacheLookup, TrialRecording, TrialScoring, ReplayMeasure):
     # Fusion params solved per trial from one explained retrieval and verified live
     # (tuner.study.fusion_search.ReplayPlan; tuner.study.replay_measure); None: all sampled.
     replay: Any = None
+    # Helper processes scoring replayed settings beside this one (tuner.study.replay_pool); None: in process.
+    replay_pool: Any = None
     _best_value: float | None = field(default=None, init=False, repr=False)
     _best_known: bool = field(default=False, init=False, repr=False)
     _full_best: Any = field(default=None, init=False, repr=False)

@@ -247,6 +247,13 @@ def build_runner(
 
         # what the backend serves is unknown until the caller adopts the started backend
         applier = ConfigApplier(target, wait_healthy, exp.target.reload, exp.target.health, exp.target.config_files)
+    replay_pool = None
+    if prepared.replay is not None:
+        from tuner.study.replay_pool import ReplayPool, default_workers
+
+        workers = exp.replay.workers if exp.replay.workers is not None else default_workers()
+        replay_pool = ReplayPool(workers)
+        replay_pool.start()  # the helpers import while the backend starts
     return TrialRunner(
         study_name=exp.study,
         space=prepared.space,
@@ -271,6 +278,7 @@ def build_runner(
         links=links_for(exp, study, tracker),
         applier=applier,
         replay=prepared.replay,
+        replay_pool=replay_pool,
         defer_scoring=exp.pipeline,  # pipelined: a batch's scoring finishes while the next trial is measured
         **extra,
     )

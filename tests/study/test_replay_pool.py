@@ -1,0 +1,92 @@
+"""Replayed fusion settings scored in helper processes (tuner.study.replay_pool): the same
+numbers, in grid order, as scoring them in process; a new context reaches the helpers;
+a helper that dies leaves its share to this process; closing leaves no process behind."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from tuner.config.objective import Constraint
+from tuner.evaluation.fusion_replay import Explained, FusionSetting
+from tuner.study.replay_pool import ReplayContext, ReplayPool, _split
+from tuner.study.threshold import GateRange
+
+N_QUERIES, N_DOCS = 40, 120
+
+
+def explanation(rng: random.Random) -> dict:
+    docs = {}
+    tiers = []
+    for level in ("primary", "no_filter"):
+        sources = {}
+        for name in ("bm25", "dense"):
+            picked = rng.sample(range(N_DOCS), rng.randint(0 if level == "primary" else 5, 25))
+            scores = sorted((round(rng.random() * 10, 2) for _ in picked), reverse=True)
+            sources[name] = {"docs": picked, "scores": scores}
+            for d in picked:
+                docs[str(d)] = {"doc_id": f"D{d}", "title": None, "date": None,
+                                "day": rng.choice([None, 19000 + rng.randint(0, 400)]), "similarity": rng.random()}
+        tiers.append({"level": level, "sources": sources})
+    return {"sources": ["bm25", "dense"], "tiers": tiers, "docs": docs,
+            "fusion": {"method": "rrf", "weights": {"bm25": 1, "dense": 1}, "rrf_k": 60, "normalization": "minmax"},
+            "recency": {"weight": 0.0, "half_life_days": 30, "today": 19400},
+            "confidence": {"threshold": 0.0, "top_m": 3}, "citation": {"min_score": 0.0}}
+
+
+def context(seed: int) -> ReplayContext:
+    rng = random.Random(seed)
+    ids = tuple(f"q{i}" for i in range(N_QUERIES))
+    explained = {q: Explained.parse(explanation(rng), q) for q in ids[:-1]}  # the last one failed
+    qrels = {q: {f"D{d}": rng.randint(0, 3) for d in rng.sample(range(N_DOCS), 15)} for q in ids}
+    gates = {"confidence.threshold": GateRange("confidence.threshold", 0.0, 0.9, 0.05),
+             "citation.min_score": GateRange("citation.min_score", 0.0, 0.5, 0.05)}
+    return ReplayContext(explained, ids, tuple(i % 5 == 0 for i in range(N_QUERIES)), qrels, 20, "linear", gates,
+                         "Primary_Metric_Score", [Constraint.parse("OOS_FP_Rate <= 0.3")])
+
+
+SETTINGS = [FusionSetting(method=m, weights={"bm25": w, "dense": 1 - w}, rrf_k=k, normalization=n,
+                          recency_weight=w / 2, top_m=1 + int(k) % 5)
+            for w in (0.0, 0.3, 0.7, 1.0) for k in (1.0, 20.0) for m, n in (("rrf", "minmax"), ("linear", "z"))]
+
+
+@pytest.fixture
+def pool():  # type: ignore[no-untyped-def]
+    p = ReplayPool(2)
+    yield p
+    p.close()
+
+
+def test_helpers_score_the_same_numbers_in_grid_order(pool: ReplayPool) -> None:
+    ctx = context(1)
+    local = ctx.score(SETTINGS)
+    assert pool.score(ctx, SETTINGS) == local and pool.fallback is None
+    assert len({s[0] for s in local}) > 4  # the settings do score differently
+    other = context(2)  # a new trial's context reaches the helpers
+    assert pool.score(other, SETTINGS) == other.score(SETTINGS) != local
+
+
+def test_a_helper_that_dies_leaves_its_share_to_this_process(pool: ReplayPool) -> None:
+    ctx = context(3)
+    pool.start()
+    pool._procs[0].kill()
+    pool._procs[0].wait()
+    assert pool.score(ctx, SETTINGS) == ctx.score(SETTINGS)
+    assert pool.fallback is not None and "died" in pool.fallback
+    assert pool._procs == []  # the other helper was ended too; the rest is in process
+
+
+def test_closing_ends_every_helper() -> None:
+    pool = ReplayPool(2)
+    pool.start()
+    procs = list(pool._procs)
+    assert len(procs) == 2 and all(p.poll() is None for p in procs)
+    pool.close()
+    assert all(p.poll() is not None for p in procs)
+    assert pool.score(context(4), SETTINGS[:9]) == context(4).score(SETTINGS[:9])  # in process after closing
+
+
+def test_split_keeps_order_and_sizes() -> None:
+    assert _split(list(range(7)), 3) == [[0, 1, 2], [3, 4], [5, 6]]
+    assert sum(_split(list(range(5)), 8), []) == list(range(5))

@@ -1,0 +1,204 @@
+"""Scoring replayed fusion settings, in this process and in helper processes.
+
+A fusion search scores hundreds of settings from one explained retrieval, a few
+milliseconds of CPU each (replay the batch, solve the gates), while the backend sits
+idle. ``ReplayContext`` holds everything a setting's score depends on (the
+explanations, the labels, the gates, the objective and the constraints) and scores
+settings with it (``score``); it pickles, so ``ReplayPool`` sends it once per trial to
+``workers`` helper processes and splits a grid between them and this process. The
+results come back in grid order, the same numbers either way (each is computed by the
+same code on the same values).
+
+The helpers are plain child processes (``python -m tuner.study.replay_pool``) speaking
+length-prefixed pickles over stdin/stdout, as the report helper does
+(tuner.report.report_worker); they exit when their stdin closes. A helper that cannot
+be started or dies leaves its share to this process, and ``fallback`` says why.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import struct
+import subprocess
+import sys
+import threading
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tuner.report.report_worker import _receive, _send
+
+#: (objective, largest violation, tabulated columns) of one scored setting
+Score = tuple[float, float, dict[str, float]]
+
+
+@dataclass
+class ReplayContext:
+    """What scoring a fusion setting needs (picklable; the flattened batch is built on
+    first use, in whichever process scores)."""
+
+    explained: Mapping[str, Any]  # query id -> tuner.evaluation.fusion_replay.Explained
+    query_ids: tuple[str, ...]
+    is_oos: tuple[bool, ...]
+    qrels: Mapping[str, Mapping[str, int]]
+    top_k: int
+    gains: str
+    gates: Mapping[str, Any]  # param name -> tuner.study.threshold.GateRange, solved per setting
+    objective: str
+    constraints: Sequence[Any]
+    #: names this context to the helpers (an ``id()`` may be reused by the next trial's)
+    token: str = field(default_factory=lambda: uuid.uuid4().hex)
+    _flat: Any = field(default=None, repr=False, compare=False)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_flat": None}  # rebuilt where it is used
+
+    def score(self, settings: Sequence[Any]) -> list[Score]:
+        """The score of each FusionSetting of ``settings``, in order."""
+        import numpy as np
+
+        from tuner.evaluation.replay_batch import ReplayBatch
+        from tuner.study.gate_arrays import HitArrays
+
+        is_oos = np.asarray(self.is_oos, dtype=bool)
+        if self._flat is None:
+            self._flat = ReplayBatch(self.explained, self.query_ids, ~is_oos, self.qrels, self.top_k)
+        out = []
+        for setting in settings:
+            r = self._flat.table(setting)
+            out.append(self.solved(HitArrays(self.query_ids, is_oos, r.failed, r.handoff, r.confidence, r.table,
+                                             self.gains)))
+        return out
+
+    def solved(self, arrays: Any) -> Score:
+        """The objective and largest violation of a retrieval (tuner.study.gate_arrays.HitArrays)
+        at its solved gates, and the columns a sweep table shows: the one solver for replayed
+        and live retrievals, so both give the same numbers for the same answers."""
+        from tuner.study.threshold import MIN_SCORE, solve_arrays
+
+        gates = list(self.gates.values())
+        low = next((g.low for g in gates if g.role == MIN_SCORE), 0.0)
+        sol = solve_arrays(arrays, gates, objective=self.objective, constraints=self.constraints,
+                           retrieved_min_score=low, full=False)
+        columns = {c.metric: float(sol.metrics[c.metric]) for c in self.constraints
+                   if getattr(c, "metric", None) in sol.metrics}
+        columns.update({f"solved.{name}": sol.by_role[g.role] for name, g in self.gates.items()})
+        return float(sol.objective), float(sol.violation), columns
+
+
+class ReplayPool:
+    """``workers`` helper processes scoring fusion settings beside this one (module doc)."""
+
+    def __init__(self, workers: int) -> None:
+        self.workers = max(0, workers)
+        self._procs: list[subprocess.Popen[bytes]] = []
+        self._lock = threading.Lock()
+        self._loaded: str | None = None  # token of the context the helpers hold
+        self.fallback: str | None = None
+
+    def start(self) -> None:
+        """Start the helpers now (they import numpy and the scorer while the backend starts)."""
+        with self._lock:
+            self._ensure()
+
+    def close(self) -> None:
+        with self._lock:
+            self._stop("closed")
+
+    def score(self, context: ReplayContext, settings: Sequence[Any]) -> list[Score]:
+        """``context.score(settings)``, split between this process and the helpers."""
+        with self._lock:
+            procs = self._ensure() if len(settings) >= 8 else []
+            if not procs:
+                return context.score(settings)
+            parts = _split(list(settings), len(procs) + 1)
+            try:
+                if self._loaded != context.token:
+                    for proc in procs:
+                        _send(proc.stdin, ("load", context))
+                    self._loaded = context.token
+                for proc, part in zip(procs, parts[1:], strict=True):
+                    _send(proc.stdin, ("score", part))
+                mine = context.score(parts[0])
+                theirs = []
+                for proc, part in zip(procs, parts[1:], strict=True):
+                    ok, payload = _receive(proc.stdout)
+                    if not ok:
+                        raise payload
+                    theirs.append(payload)
+            except (OSError, EOFError, pickle.PickleError, struct.error) as exc:
+                self._stop(f"a replay helper died ({type(exc).__name__}); scoring in process")
+                return context.score(settings)
+            return [*mine, *(s for chunk in theirs for s in chunk)]
+
+    def _ensure(self) -> list[subprocess.Popen[bytes]]:
+        if not self._procs and self.fallback is None and self.workers:
+            try:
+                self._procs = [subprocess.Popen([sys.executable, "-m", "tuner.study.replay_pool"],
+                                                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                                stderr=subprocess.DEVNULL) for _ in range(self.workers)]
+            except OSError as exc:
+                self._stop(f"no replay helper ({exc.strerror or exc}); scoring in process")
+        return self._procs
+
+    def _stop(self, why: str) -> None:
+        procs, self._procs = self._procs, []
+        self.fallback, self._loaded = why, None
+        for proc in procs:
+            try:
+                if proc.stdin is not None:
+                    proc.stdin.close()
+                proc.wait(timeout=30)
+            except (OSError, subprocess.TimeoutExpired):
+                proc.kill()
+                proc.wait()
+            finally:
+                if proc.stdout is not None:
+                    proc.stdout.close()
+
+
+def default_workers() -> int:
+    """Helpers beside this process: one fewer than the cores this process may use (at most 7)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return max(0, min(cores - 1, 7))
+
+
+def _split(items: list[Any], n: int) -> list[list[Any]]:
+    size, extra = divmod(len(items), n)
+    out, at = [], 0
+    for i in range(n):
+        step = size + (1 if i < extra else 0)
+        out.append(items[at:at + step])
+        at += step
+    return out
+
+
+def _serve(inp: Any, out: Any) -> None:
+    """A helper's loop: ("load", context) keeps it; ("score", settings) answers (True, scores)."""
+    from tuner.evaluation.replay_batch import ReplayBatch  # noqa: F401 - imported before the first request
+    from tuner.study.threshold import solve_arrays  # noqa: F401
+
+    context: ReplayContext | None = None
+    while True:
+        try:
+            kind, payload = _receive(inp)
+        except EOFError:
+            return
+        if kind == "load":
+            context = payload
+            continue
+        try:
+            assert context is not None, "score before load"
+            answer: tuple[bool, Any] = (True, context.score(payload))
+        except Exception as exc:  # noqa: BLE001 - sent back to the caller, which raises it
+            answer = (False, RuntimeError(f"{type(exc).__name__}: {exc}".splitlines()[0]))
+        _send(out, answer)
+
+
+if __name__ == "__main__":
+    _serve(sys.stdin.buffer, sys.stdout.buffer)
