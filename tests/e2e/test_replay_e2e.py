@@ -14,7 +14,7 @@ from typing import Any
 import optuna
 import pandas as pd
 import pytest
-from support.reference_experiment import FULL_SPACE, copy_backend_config, write_reference_experiment
+from support.reference_experiment import FULL_SPACE, FUSION_SPACE, copy_backend_config, write_reference_experiment
 
 from tuner.config.experiment import load_experiment
 from tuner.ops.demo import generate_data
@@ -43,7 +43,7 @@ def demo_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def make_project(root: Path, data: Path, *, study: str, n_trials: int, verify_top: int = 2, tracking: bool = False,
-                 **replay: Any) -> Path:
+                 space: Path = FULL_SPACE, **replay: Any) -> Path:
     (root / "data").mkdir(parents=True)
     for name in ("queries.jsonl", "qrels.txt", "corpus.jsonl"):
         (root / "data" / name).write_bytes((data / name).read_bytes())
@@ -52,7 +52,7 @@ def make_project(root: Path, data: Path, *, study: str, n_trials: int, verify_to
         root, study=study, n_trials=n_trials, project_root=".", state_dir=".tuner",
         sampler={"type": "tpe", "seed": 3, "multivariate": True, "n_startup_trials": 4},
         timeout_s=600, constraints=["OOS_FP_Rate <= 0.10"], failure_budget={"max_consecutive": 2, "max_total": 3},
-        evaluation={"top_k": 50, "concurrency": 4}, search_space=FULL_SPACE,
+        evaluation={"top_k": 50, "concurrency": 4}, search_space=space,
         replay={"params": FUSION, "points": 4, "weight_step": 0.25, "verify_top": verify_top, **replay},
         tracking={"enabled": tracking},
     )
@@ -187,3 +187,25 @@ def test_an_explanation_that_does_not_reproduce_the_answer_fails_before_any_repl
     assert trials[1].state == optuna.trial.TrialState.FAIL
     assert "does not reproduce the backend's own answers at the setting it served" in reason
     assert "ranking differs at rank 6" in reason
+
+
+def test_when_every_param_is_replayed_one_replay_trial_ends_the_study(demo_data: Path, tmp_path: Path) -> None:
+    """The fusion-only space replayed whole: nothing is left to sample, so a second replay
+    trial would score the same grid on the same retrieval; the run says so and stops."""
+    from tuner.study.loop import StudyObserver
+
+    class Notes(StudyObserver):
+        def __init__(self) -> None:
+            self.lines: list[str] = []
+
+        def note(self, line: str) -> None:
+            self.lines.append(line)
+
+    exp = load_experiment(make_project(tmp_path, demo_data, study="whole", n_trials=6, space=FUSION_SPACE)).bind_port()
+    notes = Notes()
+    run_experiment(exp, observer=notes)
+    trials = optuna.load_study(study_name="whole", storage=exp.storage).trials
+    assert len(trials) == 2 and "replay" not in trials[0].user_attrs and "replay" in trials[1].user_attrs
+    assert any("one replay trial covers the whole space, so this run stops after 2 trial(s)" in n for n in notes.lines)
+    run_experiment(exp, observer=notes)  # run again: nothing new to learn
+    assert len(optuna.load_study(study_name="whole", storage=exp.storage).trials) == 2

@@ -28,7 +28,7 @@ from tuner.study.feasibility import best_feasible_trial, summary_metrics
 from tuner.study.locks import StudyLease, patch_rights
 from tuner.study.loop import FailureBudget, RunResult, StudyLoop, StudyObserver
 from tuner.study.paths import StudyPaths
-from tuner.study.queue import enqueue_initial, fail_stale_trials, remaining_trials
+from tuner.study.queue import enqueue_initial, fail_stale_trials, remaining_trials, replay_trials_left
 from tuner.study.stop import StopFlag
 from tuner.study.storage import ATTR_ARTIFACT_DIR, ATTR_CONSTRAINTS, ATTR_OBJECTIVE, ATTR_PREFLIGHT, open_study
 from tuner.study.wiring import (
@@ -129,6 +129,13 @@ def _run_locked(
     enqueue_initial(study, initial_variants(prepared))
     if n_trials is None:
         n_trials = remaining_trials(study, experiment.n_trials)
+    if prepared.replay is not None:
+        left = replay_trials_left(study, prepared.space, prepared.replay.names)
+        if left is not None and (n_trials is None or n_trials > left):
+            observer.note(f"every param is replayed per trial or solved per retrieval: one replay trial covers the "
+                          f"whole space, so this run stops after {left} trial(s) (queued ones included); "
+                          "more would repeat it")
+            n_trials = left
     if timeout is None:
         timeout = experiment.timeout_s
     target = make_target(experiment.target, experiment.state_dir)

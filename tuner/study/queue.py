@@ -89,3 +89,17 @@ def remaining_trials(study: optuna.Study, total: int | None) -> int | None:
     if total is None:
         return None
     return max(0, total - count_finished(study))
+
+
+def replay_trials_left(study: optuna.Study, space: Any, replayed: frozenset[str]) -> int | None:
+    """How many more trials can tell anything new when every tuned param of ``space`` is
+    replayed per trial or solved per retrieval (tuner.config.replay): the queued ones and
+    one replay trial (none once a replay trial completed), since a later replay trial
+    would retrieve the same config and score the same grid again. None when the sampler
+    still has params to search."""
+    if any(p.spec.tuned and not p.spec.post_retrieval and p.name not in replayed for p in space.params):
+        return None
+    trials = study.get_trials(deepcopy=False)
+    waiting = sum(t.state == TrialState.WAITING for t in trials)
+    replayed_once = any(t.state == TrialState.COMPLETE and "replay" in t.user_attrs for t in trials)
+    return waiting + (0 if replayed_once else 1)
