@@ -40,6 +40,7 @@ from tuner.study.wiring import (
     make_tracker,
     prepare,
     record_config_seen,
+    start_helpers,
 )
 from tuner.targets.factory import make_target
 from tuner.targets.health import wait_target_healthy
@@ -144,8 +145,14 @@ def _run_locked(
     def wait() -> dict[str, Any]:  # the health answer: the data fingerprint a trial ran on
         return wait_target_healthy(health, target)
 
+    helpers = start_helpers(prepared) if n_trials != 0 else None  # they import during the preflight
     if n_trials != 0:
-        preflight_on_target(prepared, preflight, target, wait, note=observer.note)
+        try:
+            preflight_on_target(prepared, preflight, target, wait, note=observer.note)
+        except BaseException:
+            assert helpers is not None
+            helpers.close()
+            raise
     from tuner.secrets import redact_mapping
 
     study.set_user_attr(ATTR_PREFLIGHT, redact_mapping(preflight.to_dict()))  # findings may quote a raw response
@@ -171,7 +178,7 @@ def _run_locked(
         prepared, study, target=target, wait_healthy=wait, stop=stop, use_cache=use_cache, tracker=tracker,
         artifacts=OptunaArtifacts(paths.artifact_dir),
         bookkeeper=Bookkeeper(threaded=True, on_error=lambda msg: observer.note(f"warning: {msg}")),
-        on_phase=observer.phase, preflight=preflight,
+        on_phase=observer.phase, preflight=preflight, helpers=helpers,
     )
     loop = StudyLoop(
         study,

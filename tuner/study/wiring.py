@@ -193,6 +193,39 @@ def reporters_for(
                                     constraints=constraints, threshold_max=top)
 
 
+@dataclass
+class Helpers:
+    """The helper processes of a run: the report writer (pipelined studies) and the replay
+    scorers (``replay:``), either None. Started early (``start_helpers``), their imports
+    overlap the preflight and the backend's start instead of the first trial."""
+
+    report_worker: Any = None
+    replay_pool: Any = None
+
+    def close(self) -> None:
+        for helper in (self.report_worker, self.replay_pool):
+            if helper is not None:
+                helper.close()
+
+
+def start_helpers(prepared: Prepared) -> Helpers:
+    """Start the run's helper processes (see `Helpers`)."""
+    exp = prepared.experiment
+    helpers = Helpers()
+    if exp.pipeline:  # reports are written beside the next trial's search calls: in a helper process
+        from tuner.report.report_worker import ReportWorker
+
+        helpers.report_worker = ReportWorker()
+        helpers.report_worker.start()
+    if prepared.replay is not None:
+        from tuner.study.replay_pool import ReplayPool, default_workers
+
+        workers = exp.replay.workers if exp.replay.workers is not None else default_workers()
+        helpers.replay_pool = ReplayPool(workers)
+        helpers.replay_pool.start()
+    return helpers
+
+
 #: seconds a batch under way may go on after SIGTERM / Ctrl-C before it is aborted
 STOP_GRACE_S = 10.0
 
@@ -210,6 +243,7 @@ def build_runner(
     bookkeeper: Bookkeeper | None = None,
     on_phase: Any = None,
     preflight: PreflightReport | None = None,
+    helpers: Helpers | None = None,
 ) -> TrialRunner:
     """The trial runner of an experiment (shared by `tuner run` and `tuner worker`):
     the live evaluator on the tune queries, objective and constraints, result cache,
@@ -225,11 +259,8 @@ def build_runner(
         extra["on_phase"] = on_phase
     evaluator = LiveEvaluator(exp, prepared.queries, prepared.qrels, prepared.labels_fingerprint)
     evaluator.preflight = preflight  # every trial's report says whether the set-up was checked
-    if exp.pipeline:  # reports are written beside the next trial's search calls: in a helper process
-        from tuner.report.report_worker import ReportWorker
-
-        evaluator.report_worker = ReportWorker()
-        evaluator.report_worker.start()  # its start-up overlaps the backend's
+    helpers = helpers if helpers is not None else start_helpers(prepared)
+    evaluator.report_worker = helpers.report_worker
     from tuner.evaluation.batch import StopAfterGrace, any_abort
 
     # A dead backend ends the batch at once; a stop lets the batch under way finish for
@@ -247,13 +278,6 @@ def build_runner(
 
         # what the backend serves is unknown until the caller adopts the started backend
         applier = ConfigApplier(target, wait_healthy, exp.target.reload, exp.target.health, exp.target.config_files)
-    replay_pool = None
-    if prepared.replay is not None:
-        from tuner.study.replay_pool import ReplayPool, default_workers
-
-        workers = exp.replay.workers if exp.replay.workers is not None else default_workers()
-        replay_pool = ReplayPool(workers)
-        replay_pool.start()  # the helpers import while the backend starts
     return TrialRunner(
         study_name=exp.study,
         space=prepared.space,
@@ -278,7 +302,7 @@ def build_runner(
         links=links_for(exp, study, tracker),
         applier=applier,
         replay=prepared.replay,
-        replay_pool=replay_pool,
+        replay_pool=helpers.replay_pool,
         defer_scoring=exp.pipeline,  # pipelined: a batch's scoring finishes while the next trial is measured
         **extra,
     )
