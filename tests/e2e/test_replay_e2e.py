@@ -61,7 +61,8 @@ def make_project(root: Path, data: Path, *, study: str, n_trials: int, verify_to
 @pytest.fixture(scope="module")
 def replay_run(demo_data: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     root = tmp_path_factory.mktemp("replay-project")
-    exp = load_experiment(make_project(root, demo_data, study="replay", n_trials=3, tracking=True)).bind_port()
+    exp = load_experiment(make_project(root, demo_data, study="replay", n_trials=3, tracking=True,
+                                       workers=1)).bind_port()  # one helper process scores beside the tuner
     original = (root / "backend" / "config.yaml").read_bytes()
     summary = run_experiment(exp)
     study = optuna.load_study(study_name="replay", storage=exp.storage)
@@ -134,8 +135,14 @@ def test_mlflow_runs_of_replay_trials_hold_the_sweep_and_the_replay_figures(repl
     assert "replay.settings_scored" not in runs[0].data.metrics  # the baseline replayed nothing
 
 
-def test_the_config_is_restored_after_a_replay_study(replay_run: dict[str, Any]) -> None:
+def test_the_config_is_restored_and_no_helper_is_left_after_a_replay_study(replay_run: dict[str, Any]) -> None:
+    import subprocess
+
     assert (replay_run["root"] / "backend" / "config.yaml").read_bytes() == replay_run["original"]
+    ps = subprocess.run(["ps", "-eo", "ppid,args"], capture_output=True, text=True, check=True).stdout
+    mine = [line for line in ps.splitlines() if "tuner.study.replay_pool" in line
+            and line.split()[0] == str(__import__("os").getpid())]
+    assert mine == []
 
 
 def test_a_replay_model_that_differs_from_the_backend_fails_the_trial_loudly(

@@ -68,8 +68,16 @@ class ReplayConfig(StrictModel):
         "Explicit grid values of a replayed param (name -> list), instead of points / weight_step."))
     verify_top: int = Field(default=2, ge=1, le=20,
                             description="The best replayed settings served and measured live in every trial.")
-    workers: int | None = Field(default=None, ge=0, le=64, description=(
-        "Helper processes scoring settings beside the tuner's own (default: one fewer than the cores; 0: none)."))
+    workers: int | str = Field(default=0, description=(
+        "Helper processes scoring settings beside the tuner's own: a number, or auto (one fewer than the cores); "
+        "0: in process only."))
+
+    @field_validator("workers")
+    @classmethod
+    def _workers(cls, v: int | str) -> int | str:
+        if v == "auto" or (isinstance(v, int) and 0 <= v <= 64):
+            return v
+        raise ValueError(f"workers: {v!r}; give a number from 0 to 64, or auto")
     tolerance: float = Field(default=1e-9, ge=0, le=1e-3, description=(
         "Largest difference allowed between a replayed and a live objective or constraint value."))
 

@@ -220,7 +220,7 @@ def start_helpers(prepared: Prepared) -> Helpers:
     if prepared.replay is not None:
         from tuner.study.replay_pool import ReplayPool, default_workers
 
-        workers = exp.replay.workers if exp.replay.workers is not None else default_workers()
+        workers = default_workers() if exp.replay.workers == "auto" else int(exp.replay.workers)
         helpers.replay_pool = ReplayPool(workers)
         helpers.replay_pool.start()
     return helpers
