@@ -18,6 +18,7 @@ LAYERS = {
     "tuner.files": 0,
     "tuner.dburl": 0,
     "tuner.secrets": 0,
+    "tuner.threads": 0,
     "tuner.metrics": 1,
     "tuner.data": 2,
     "tuner.evaluation": 3,

@@ -1,7 +1,9 @@
 """Fusion replay in real studies against the reference backend (a process on the demo data):
-each trial retrieves once, explained, scores a fusion grid from it with the gates solved,
-and serves the best settings live; the trial reports the best live value. A replay
-model that differs from the backend is caught, loudly, and no config is left patched."""
+each trial retrieves once, explained, scores a fusion grid from it with the gates solved
+(bounded first, so only the settings that can be among the best are scored exactly; the
+same best as scoring them all), and serves the best settings live; the trial reports the
+best live value. A replay model that differs from the backend is caught, loudly, and no
+config is left patched."""
 
 from __future__ import annotations
 
@@ -75,7 +77,8 @@ def test_the_baseline_is_measured_as_found_and_later_trials_replay_the_fusion(re
     assert "replay" not in trials[0].user_attrs  # queued with every param: nothing left to replay
     for t in trials[1:]:
         replay = t.user_attrs["replay"]
-        assert replay["chosen_by"] == f"grid of {GRID_SIZE}" and replay["scored"] == GRID_SIZE
+        assert replay["chosen_by"].startswith(f"grid of {GRID_SIZE}, bounded; {replay['scored']} scored exactly")
+        assert replay["settings"] == GRID_SIZE and 2 <= replay["scored"] < GRID_SIZE
         assert replay["served_check"].endswith("answers replayed exactly at the served setting")
 
 
@@ -113,6 +116,9 @@ def test_a_replay_trial_reports_its_best_live_setting_and_records_the_whole_swee
         sweep = pd.read_csv(reports_of(t)["fusion_sweep_csv"])
         assert len(sweep) == GRID_SIZE and sweep["rank"].tolist() == list(range(1, GRID_SIZE + 1))
         assert math.isclose(sweep["objective"].iloc[0], verified[0]["replayed"], rel_tol=0, abs_tol=1e-12)
+        exact = sweep["exact"].astype(bool)
+        assert exact.sum() == t.user_attrs["replay"]["scored"] and exact.iloc[:2].all()
+        assert (sweep.loc[~exact, "objective_bound"] < verified[1]["replayed"]).all()  # below the runner-up
         snapshot = (Path(reports_of(t)["json"]).parent / "config.yaml").read_text()
         assert f"method: {assignment['fusion.method']}" in snapshot  # the snapshot is the served best
 
@@ -128,7 +134,8 @@ def test_mlflow_runs_of_replay_trials_hold_the_sweep_and_the_replay_figures(repl
             if TAG_TRIAL in r.data.tags}
     for t in replay_run["study"].trials[1:]:
         run = runs[t.number]
-        assert run.data.metrics["replay.settings_scored"] == GRID_SIZE
+        assert run.data.metrics["replay.settings"] == GRID_SIZE
+        assert run.data.metrics["replay.settings_scored"] == t.user_attrs["replay"]["scored"]
         assert run.data.metrics["replay.max_live_gap"] <= 1e-9
         reports = {a.path for a in client.list_artifacts(run.info.run_id, "reports")}
         assert {"reports/fusion_sweep.csv", "reports/fusion_sweep.png"} <= reports
@@ -143,6 +150,23 @@ def test_the_config_is_restored_and_no_helper_is_left_after_a_replay_study(repla
     mine = [line for line in ps.splitlines() if "tuner.study.replay_pool" in line
             and line.split()[0] == str(__import__("os").getpid())]
     assert mine == []
+
+
+def test_scoring_every_setting_exactly_finds_what_the_bounded_grid_found(
+        replay_run: dict[str, Any], demo_data: Path, tmp_path: Path) -> None:
+    """The same study with ``bound: false``: every trial scores the whole grid exactly, and
+    verifies, reports and samples exactly what the bounded study did."""
+    exp = load_experiment(make_project(tmp_path, demo_data, study="replay", n_trials=3, bound=False)).bind_port()
+    run_experiment(exp)
+    full = optuna.load_study(study_name="replay", storage=exp.storage).trials
+    bounded = replay_run["study"].trials
+    assert [t.state for t in full] == [optuna.trial.TrialState.COMPLETE] * 3
+    for a, b in zip(full[1:], bounded[1:], strict=True):
+        ra, rb = a.user_attrs["replay"], b.user_attrs["replay"]
+        assert ra["chosen_by"] == f"grid of {GRID_SIZE}" and ra["scored"] == GRID_SIZE
+        assert [v["assignment"] for v in ra["verified"]] == [v["assignment"] for v in rb["verified"]]
+        assert [v["live"] for v in ra["verified"]] == [v["live"] for v in rb["verified"]]
+        assert a.value == b.value and a.params == b.params
 
 
 def test_a_replay_model_that_differs_from_the_backend_fails_the_trial_loudly(

@@ -50,3 +50,17 @@ def test_without_a_two_source_simplex_the_settings_are_drawn_best_first() -> Non
     png = fusion_sweep_png(table)
     assert Image.open(io.BytesIO(png)).format == "PNG"
     assert png != fusion_sweep_png(sweep(0))
+
+
+def test_a_bounded_sweep_draws_its_bounded_rows_at_their_bound() -> None:
+    table = sweep(0)
+    bounded = table.index >= 5
+    table["exact"] = ~bounded
+    table["objective_bound"] = np.where(bounded, table["objective"] + 0.01, np.nan)
+    table.loc[bounded, "objective"] = np.nan
+    table.loc[table.index[-1], "objective_bound"] = -np.inf  # no feasible gates: not drawn
+    png = fusion_sweep_png(table)
+    assert Image.open(io.BytesIO(png)).format == "PNG"
+    moved = table.copy()
+    moved.loc[bounded, "objective_bound"] += 0.2  # the bounds are what is drawn
+    assert png != fusion_sweep_png(moved)

@@ -124,3 +124,118 @@ def test_declared_grid_values_replace_the_generated_ones_and_are_checked(space) 
                           ({"fusion.rrf_k": []}, "an empty grid")]:
         with pytest.raises(ConfigError, match=expected):
             plan(space, grid=bad)
+
+
+# ---------------------------------------------------------------- the bounded grid
+
+
+def _fake(grid, *, seed: int, slack: float = 0.0, infeasible_every: int = 7):  # type: ignore[no-untyped-def]
+    """Exact scores for the grid (some tied, some infeasible) and bounds at or above them."""
+    import numpy as np
+
+    from tuner.study.threshold import GateBound
+
+    rng = np.random.default_rng(seed)
+    values = np.round(rng.random(len(grid)), 2)  # two decimals: many exact ties
+    key = {repr(sorted(a.items())): i for i, a in enumerate(grid)}
+    calls: list[int] = []
+
+    def index(a) -> int:  # type: ignore[no-untyped-def]
+        return key[repr(sorted(a.items()))]
+
+    def score_many(assignments):  # type: ignore[no-untyped-def]
+        out = []
+        for a in assignments:
+            i = index(a)
+            calls.append(i)
+            bad = i % infeasible_every == 0
+            out.append(Scored(a, float(values[i]), 0.3 if bad else -0.01, {"n": float(i)}))
+        return out
+
+    def bound_many(assignments):  # type: ignore[no-untyped-def]
+        out = []
+        for a in assignments:
+            i = index(a)
+            feasible = i % infeasible_every != 0
+            upper = float(values[i]) + slack * float(rng.random()) if feasible else -math.inf
+            out.append(GateBound(feasible, upper))
+        return out
+
+    return score_many, bound_many, calls
+
+
+@pytest.mark.parametrize("keep", [1, 2, 3])
+@pytest.mark.parametrize("slack", [0.0, 0.05])
+def test_a_bounded_grid_finds_the_best_settings_that_scoring_every_one_finds(space, keep: int, slack: float) -> None:
+    p = plan(space, weight_step=0.1, points=5)
+    grid = p.grid({})
+    assert grid is not None
+    for seed in range(5):
+        score_many, bound_many, calls = _fake(grid, seed=seed, slack=slack)
+        full, how_full = p.search(None, given={}, seed=0, score_many=score_many)
+        assert how_full == f"grid of {len(grid)}"
+        calls.clear()
+        bounded, how = p.search(None, given={}, seed=0, score_many=score_many, bound_many=bound_many, keep=keep)
+        assert how.startswith(f"grid of {len(grid)}, bounded; {len(calls)} scored exactly")
+        assert len(bounded) == len(grid) and len(calls) < len(grid) // 2  # most settings never scored exactly
+        want = ranked(full)[:keep]
+        got = ranked(bounded)[:keep]
+        assert [(s.assignment, s.objective) for s in got] == [(s.assignment, s.objective) for s in want]
+        assert all(s.exact for s in got)
+        for s in bounded:
+            if not s.exact:
+                assert math.isnan(s.objective) and s.bound is not None and s.bound < want[-1].objective
+                assert s.feasible == (s.bound > -math.inf)
+
+
+def test_a_bound_below_an_exact_score_is_caught_and_every_setting_scored(space) -> None:
+    from tuner.study.threshold import GateBound
+
+    p = plan(space, weight_step=0.25, points=3)
+    grid = p.grid({})
+    assert grid is not None
+    score_many, bound_many, calls = _fake(grid, seed=1)
+
+    def lying(assignments):  # type: ignore[no-untyped-def]
+        return [GateBound(b.feasible, b.upper - 0.5) if b.feasible else b for b in bound_many(assignments)]
+
+    scored, how = p.search(None, given={}, seed=0, score_many=score_many, bound_many=lying, keep=2)
+    assert "against a bound" in how and how.endswith("; every setting scored)")
+    assert len(scored) == len(grid) and all(s.exact for s in scored)
+
+    def blind(assignments):  # type: ignore[no-untyped-def]  # says nothing is feasible
+        return [GateBound(False, -math.inf) for _ in assignments]
+
+    scored, how = p.search(None, given={}, seed=0, score_many=score_many, bound_many=blind, keep=2)
+    assert "fewer than 2 settings meet the constraints" in how and all(s.exact for s in scored)
+
+    def one(assignments):  # type: ignore[no-untyped-def]  # one feasible setting: the runner-up is infeasible
+        return [GateBound(i == 3, 1.0 if i == 3 else -math.inf) for i, _ in enumerate(assignments)]
+
+    scored, how = p.search(None, given={}, seed=0, score_many=score_many, bound_many=one, keep=2)
+    assert "fewer than 2 settings meet the constraints" in how and all(s.exact for s in scored)
+
+    scored, how = p.search(None, given={}, seed=0, score_many=score_many,
+                           bound_many=lambda xs: [None] * len(xs), keep=2)
+    assert "no bound holds" in how and all(s.exact for s in scored)
+
+
+def test_the_sweep_table_says_which_settings_were_bounded(space) -> None:
+    p = plan(space, weight_step=0.25, points=3)
+    grid = p.grid({})
+    assert grid is not None
+    score_many, bound_many, calls = _fake(grid, seed=2, slack=0.01)
+    scored, _ = p.search(None, given={}, seed=0, score_many=score_many, bound_many=bound_many, keep=2)
+    table = sweep_frame(scored, ranked(scored))
+    assert table["exact"].sum() == len(calls) and len(table) == len(grid)
+    assert table["exact"].iloc[:2].all() and not table["exact"].iloc[-1]
+    assert table.loc[~table["exact"], "objective"].isna().all()
+    assert table.loc[table["exact"], "objective_bound"].isna().all()
+
+
+def test_a_setting_without_an_objective_ranks_after_those_with_one() -> None:
+    a = Scored({"w": 1}, math.nan, -0.1)
+    b = Scored({"w": 2}, 0.2, -0.1)
+    c = Scored({"w": 3}, 0.1, -0.1)
+    assert ranked([a, b, c]) == [b, c, a]
+    assert ranked([a, b, c], maximize=False) == [c, b, a]

@@ -60,6 +60,9 @@ _register_all()
 
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point: run the app, map TunerError to a one-line error."""
+    from tuner.threads import limit_blas_threads
+
+    limit_blas_threads()
     try:
         app(args=argv)
     except TunerError as exc:

@@ -68,9 +68,13 @@ class ReplayConfig(StrictModel):
         "Explicit grid values of a replayed param (name -> list), instead of points / weight_step."))
     verify_top: int = Field(default=2, ge=1, le=20,
                             description="The best replayed settings served and measured live in every trial.")
-    workers: int | str = Field(default=0, description=(
-        "Helper processes scoring settings beside the tuner's own: a number, or auto (one fewer than the cores); "
-        "0: in process only."))
+    workers: int | str = Field(default="auto", description=(
+        "Helper processes scoring settings beside the tuner's own: a number, or auto (one fewer than the cores, "
+        "at most 7); 0: in process only."))
+    bound: bool = Field(default=True, description=(
+        "Bound every grid setting first and score exactly only those whose bound reaches the verify_top best "
+        "(the same best settings, a fraction of the cost); false: score every setting exactly, so the sweep "
+        "shows each one's objective."))
 
     @field_validator("workers")
     @classmethod

@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -44,7 +45,7 @@ class Replayed:
     failed: np.ndarray
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class _Flat:
     """One active pattern's candidates and entries over the whole batch."""
 
@@ -62,6 +63,10 @@ class _Flat:
     rank: np.ndarray  # (E,) float64 rank in its source's list (1-based)
     minmax: np.ndarray  # (E,) min-max normalised score within its list
     zcdf: np.ndarray  # (E,) z-score normalised (normal CDF) within its list
+
+    @cached_property
+    def layout(self) -> _Layout:
+        return _Layout.of(self.seg, len(self.answered))
 
 
 class ReplayBatch:
@@ -103,7 +108,7 @@ class ReplayBatch:
             scores = scores * ((1.0 + setting.recency_weight * decay) / (1.0 + setting.recency_weight))
         else:
             scores = scores * np.ones(n_cand, dtype=np.float64)
-        order = _ranked_order(scores, f.seg)
+        order = _ranked_order(scores, f.seg, f.layout)
         seg, scores = f.seg[order], scores[order]
         counts_all = np.bincount(seg, minlength=n_q)
         starts_all = np.cumsum(counts_all) - counts_all
@@ -194,11 +199,66 @@ class ReplayBatch:
         )
 
 
-def _ranked_order(scores: np.ndarray, seg: np.ndarray) -> np.ndarray:
+@dataclass(frozen=True)
+class _Layout:
+    """Candidates laid out by query: each one's position in its query's block, and the
+    blocks' starts and sizes (what the per-query sort of ``_ranked_order`` needs)."""
+
+    pos: np.ndarray  # (C,) int64
+    starts: np.ndarray  # (Q,) int64
+    counts: np.ndarray  # (Q,) int64
+    bits: int  # low bits that hold a position
+
+    @classmethod
+    def of(cls, seg: np.ndarray, n_q: int) -> _Layout:
+        counts = np.bincount(seg, minlength=n_q).astype(np.int64)
+        starts = np.cumsum(counts) - counts
+        width = int(counts.max(initial=1))
+        return cls(np.arange(len(seg), dtype=np.int64) - starts[seg], starts, counts, max(1, (width - 1).bit_length()))
+
+
+_ONES = np.uint64(0xFFFF_FFFF_FFFF_FFFF)
+
+
+def _ranked_order(scores: np.ndarray, seg: np.ndarray, layout: _Layout | None = None) -> np.ndarray:
     """``np.lexsort((doc, -scores, seg))`` for candidates laid out by query, then corpus
-    order: a stable sort by score, then a stable sort by query (a radix sort on 16-bit
-    query numbers), 2x faster on a batch's ~20k candidates."""
+    order: each query's candidates by score descending, ties in corpus order.
+
+    Fast path (scores >= 0, as every replayed score is): the bits of a non-negative
+    float64 sort as the number does, so each candidate's key is its inverted bits with the
+    lowest ``bits`` replaced by its position, one row per query, and each row is sorted
+    with numpy's (SIMD) quicksort. Cutting those low bits merges scores closer than about
+    2^-44 of each other (RRF sums that differ in the last bit are common), so every run of
+    keys that agree above the cut is re-sorted by (exact score descending, position):
+    the order is the lexsort's exactly. Otherwise a stable sort by score, then a stable
+    sort by query."""
+    if layout is not None and layout.bits <= 16 and len(scores) and bool((scores >= 0).all()):
+        return _ranked_rows(scores + 0.0, layout)  # + 0.0: no -0.0 (its bits would sort first)
     if len(seg) and seg[-1] >= 2**15:
         return np.lexsort((-scores, seg))  # the layout is (query, corpus) order already
     by_score = np.argsort(-scores, kind="stable")
     return by_score[np.argsort(seg[by_score].astype(np.int16), kind="stable")]
+
+
+def _ranked_rows(scores: np.ndarray, layout: _Layout) -> np.ndarray:
+    n_q, bits = len(layout.counts), np.uint64(layout.bits)
+    low = np.uint64((1 << layout.bits) - 1)
+    width = 1 << layout.bits
+    seg = np.repeat(np.arange(n_q), layout.counts)
+    keys = np.full((n_q, width), _ONES)
+    keys[seg, layout.pos] = ((_ONES - scores.view(np.uint64)) & ~low) | layout.pos.astype(np.uint64)
+    keys.sort(axis=1)
+    valid = np.arange(width)[None, :] < layout.counts[:, None]
+    ranked = keys[valid]  # row by row: the queries' blocks in order
+    order = (ranked & low).astype(np.int64) + layout.starts[seg]
+    high = ranked >> bits
+    same = (high[1:] == high[:-1]) & (seg[1:] == seg[:-1])  # runs the cut cannot order
+    if same.any():
+        member = np.zeros(len(order), dtype=bool)
+        member[1:] |= same
+        member[:-1] |= same
+        at = np.flatnonzero(member)
+        run = np.cumsum(~np.concatenate([[False], same])[at])  # a new run where the previous key differs
+        sub = order[at]
+        order[at] = sub[np.lexsort((sub, -scores[sub], run))]
+    return order

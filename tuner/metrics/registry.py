@@ -35,6 +35,8 @@ class MetricFamily:
     uses_ideal: bool = False  # True: reads the ideal ranking (needs every judged grade)
     binary: bool = False  # True: relevant = grade >= the relevance level (trec_eval -l)
     trec_eval: str = "none"  # the trec_eval measure it equals, so nobody maps names by guess
+    #: True: dropping hits from the end of a ranking never raises it (fixed denominators, gains >= 0)
+    truncation_safe: bool = True
 
 
 @dataclass(frozen=True)
@@ -58,9 +60,9 @@ _FAMILIES: dict[str, MetricFamily] = {}
 
 def _register(name: str, fn: MetricFn, description: str, *, needs_cutoff: bool = True,
               uses_gains: bool = False, grade_scaled: bool = False, uses_ideal: bool = False,
-              binary: bool = False, trec_eval: str = "none") -> None:
+              binary: bool = False, trec_eval: str = "none", truncation_safe: bool = True) -> None:
     _FAMILIES[name] = MetricFamily(name, fn, description, needs_cutoff, uses_gains, grade_scaled, uses_ideal,
-                                   binary, trec_eval)
+                                   binary, trec_eval, truncation_safe)
 
 
 # L below is the relevance level (trec_eval -l, `tuner score -l`), default 1.
@@ -100,7 +102,7 @@ _register("AP", f.average_precision, "binary average precision (grade >= L), / a
 _register("MAP", f.graded_map, "GRADED average precision, weights g/3, / min(k, relevant); not trec_eval map",
           trec_eval="none (trec_eval map / map_cut_k = our AP / AP@k)")
 _register("Judged", f.judged, "coverage: judged docs among the first min(k, length); NaN when empty",
-          trec_eval="1 - unj_k (when >= k docs ranked)")
+          trec_eval="1 - unj_k (when >= k docs ranked)", truncation_safe=False)
 
 _NAME = re.compile(r"^(?P<family>[A-Za-z_]+)(?:@(?P<k>\d+))?$")
 

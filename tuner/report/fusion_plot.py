@@ -4,7 +4,9 @@ With a two-source weights simplex among the replayed params, the objective is dr
 against the first source's weight share: one line per RRF k (darker: larger k) and one
 per linear normalisation (dashed), infeasible settings as grey crosses, the trial's
 best replayed setting as a star. Without one, the objective of every setting, best
-first. Object API with the Agg canvas (never pyplot), as tuner.report.plots.
+first. A bounded sweep (``exact`` False on some rows: tuner.study.fusion_search) draws
+those rows at their upper bound and dots the settings scored exactly; the title counts
+both. Object API with the Agg canvas (never pyplot), as tuner.report.plots.
 """
 
 from __future__ import annotations
@@ -31,6 +33,10 @@ def fusion_sweep_png(table: pd.DataFrame, *, objective: str = "objective", title
     weight = _share_column(table)
     feasible = table["feasible"].astype(bool).to_numpy()
     y = table["objective"].to_numpy(dtype=float)
+    exact = table["exact"].astype(bool).to_numpy() if "exact" in table else np.ones(len(table), dtype=bool)
+    if not exact.all():  # bounded rows at their bound (none without a feasible gate setting)
+        bound = table["objective_bound"].to_numpy(dtype=float)
+        y = np.where(exact, y, np.where(np.isfinite(bound), bound, np.nan))
     if weight is None:
         order = np.argsort(table["rank"].to_numpy())
         x = np.arange(1, len(table) + 1)
@@ -52,11 +58,14 @@ def fusion_sweep_png(table: pd.DataFrame, *, objective: str = "objective", title
             else:
                 ax.plot(x[rows], y[rows], ls="--", lw=1.4, label=f"{kind} {key}".strip())
         ax.scatter(x[~feasible], y[~feasible], marker="x", color="grey", s=14, zorder=3, label="infeasible")
+        if not exact.all():
+            ax.scatter(x[exact], y[exact], marker="o", s=12, color="black", zorder=3, label="scored exactly")
         best = int(np.argmin(table["rank"].to_numpy()))
         ax.scatter([x[best]], [y[best]], marker="*", s=160, color="crimson", zorder=4, label="best replayed")
         ax.set_xlabel(f"{weight} (share)")
     ax.set_ylabel(objective)
-    ax.set_title(f"{title} ({len(table)})")
+    counted = f"{len(table)}" if exact.all() else f"{len(table)}: {int(exact.sum())} exact, the rest at their bound"
+    ax.set_title(f"{title} ({counted})")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=6, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
     fig.tight_layout()

@@ -165,8 +165,11 @@ def _serve(inp: IO[bytes], out: IO[bytes]) -> None:
 
 
 if __name__ == "__main__":
+    from tuner.threads import limit_blas_threads
+
     try:
         os.nice(NICE)
     except OSError:
         pass
+    limit_blas_threads()
     _serve(sys.stdin.buffer, sys.stdout.buffer)

@@ -40,16 +40,24 @@ _FIELD = {"method": "method", "rrf_k": "rrf_k", "weights": "weights", "normaliza
 @dataclass(frozen=True)
 class Scored:
     """One replayed setting: its assignment (replayed params only), the objective and
-    the largest constraint violation at the solved gates, and what else to tabulate."""
+    the largest constraint violation at the solved gates, and what else to tabulate.
+    With ``bound`` set, the setting was not scored exactly (``ReplayPlan.search``):
+    ``objective`` and ``violation`` are NaN, the best objective its gates reach under the
+    constraints is at most ``bound``, and ``-inf`` says no gate setting meets them."""
 
     assignment: dict[str, Any]
     objective: float
     violation: float
     columns: dict[str, float] = field(default_factory=dict)
+    bound: float | None = None
 
     @property
     def feasible(self) -> bool:
-        return self.violation <= 0
+        return self.violation <= 0 if self.bound is None else self.bound > -math.inf
+
+    @property
+    def exact(self) -> bool:
+        return self.bound is None
 
 
 class ReplayPlan:
@@ -174,14 +182,31 @@ class ReplayPlan:
 
     def search(self, score: Callable[[dict[str, Any]], Scored], *, given: Mapping[str, Any], seed: int,
                maximize: bool = True,
-               score_many: Callable[[list[dict[str, Any]]], list[Scored]] | None = None) -> tuple[list[Scored], str]:
+               score_many: Callable[[list[dict[str, Any]]], list[Scored]] | None = None,
+               bound_many: Callable[[list[dict[str, Any]]], list[Any]] | None = None,
+               keep: int = 1) -> tuple[list[Scored], str]:
         """Score the grid (all at once through ``score_many`` when given), or ``max_settings``
-        settings a seeded TPE proposes one by one; returns every scored setting (in the
-        order scored) and how they were chosen, in words."""
+        settings a seeded TPE proposes one by one; returns every setting (in the order
+        scored) and how they were chosen, in words.
+
+        With ``bound_many`` (a tuner.study.threshold.GateBound per grid setting, or None) and a
+        maximised objective, the grid is bounded first and scored exactly best bound first,
+        until the next bound falls below the ``keep``-th best exact score: the ``keep`` best
+        are those scoring every setting would give (ties included, grid order breaking them),
+        and the others come back with their bound (``Scored.bound``). An exact score above
+        its bound, or a feasibility the bound did not see, scores the whole grid instead."""
         grid = self.grid(given)
         if grid is not None:
-            scored = score_many(grid) if score_many is not None else [score(a) for a in grid]
-            return scored, f"grid of {len(grid)}"
+            many = score_many if score_many is not None else (lambda xs: [score(a) for a in xs])
+            note = ""
+            if bound_many is not None and maximize and len(grid) > keep:
+                found = _bounded(grid, many, bound_many(grid), keep)
+                if not isinstance(found, str):
+                    exact = sum(s.exact for s in found)
+                    return found, (f"grid of {len(grid)}, bounded; {exact} scored exactly, the other "
+                                   f"{len(grid) - exact} bounded below the best {keep}")
+                note = f" ({found}; every setting scored)"
+            return many(grid), f"grid of {len(grid)}{note}"
         sampler = optuna.samplers.TPESampler(
             seed=seed, multivariate=True, n_startup_trials=min(20, max(1, self.config.max_settings // 5)))
         study = optuna.create_study(direction="maximize" if maximize else "minimize", sampler=sampler)
@@ -203,14 +228,54 @@ class ReplayPlan:
         return out, f"TPE, {self.config.max_settings} proposals (seed {seed}), {len(out)} distinct"
 
 
+#: settings scored exactly at a time once the ``keep`` best are known (``_bounded``)
+_CHUNK = 8
+
+
+def _bounded(grid: list[dict[str, Any]], many: Callable[[list[dict[str, Any]]], list[Scored]], bounds: list[Any],
+             keep: int) -> list[Scored] | str:
+    """``ReplayPlan.search``'s bounded grid: the settings scored exactly (in grid order), then
+    the bounded ones; or why the bound cannot be used (then every setting is scored)."""
+    if any(b is None for b in bounds):
+        return "no bound holds for this objective, constraints or retrieval"
+    feasible = [i for i, b in enumerate(bounds) if b.feasible]
+    if len(feasible) < keep:
+        return f"fewer than {keep} settings meet the constraints"
+    order = sorted(feasible, key=lambda i: (-bounds[i].upper, i))
+    exact: dict[int, Scored] = {}
+    at = 0
+    while at < len(order):
+        if len(exact) < keep:
+            chunk = order[at:at + keep - len(exact)]
+        else:
+            nth = sorted((s.objective for s in exact.values()), reverse=True)[keep - 1]
+            chunk = [i for i in order[at:at + _CHUNK] if bounds[i].upper >= nth]
+            if not chunk:
+                break
+        for i, s in zip(chunk, many([grid[i] for i in chunk]), strict=True):
+            if not s.feasible or not s.objective <= bounds[i].upper:
+                return (f"setting {i + 1} scored {s.objective:.6f} (violation {s.violation:+.4f}) against a bound "
+                        f"of {bounds[i].upper:.6f}, feasible")
+            exact[i] = s
+        at += len(chunk)
+    rest = [i for i in [*order, *range(len(grid))] if i not in exact]  # best bound first, then the infeasible
+    # the exact ones in grid order, so that ``ranked`` breaks their ties as over the whole grid
+    return [*(exact[i] for i in sorted(exact)), *(Scored(grid[i], math.nan, math.nan, bound=bounds[i].upper)
+                                                  for i in dict.fromkeys(rest))]
+
+
 def ranked(scored: Sequence[Scored], *, maximize: bool = True) -> list[Scored]:
-    """Feasible first, then the best objective, the least violation, the order scored."""
+    """Feasible first, then the best objective, the least violation, the order scored; a
+    setting without an objective after those with one, bounded ones (``Scored.bound``) after
+    every exact one, by bound."""
     sign = -1.0 if maximize else 1.0
 
-    def key(item: tuple[int, Scored]) -> tuple[bool, float, float, int]:
+    def key(item: tuple[int, Scored]) -> tuple[bool, float, bool, float, int]:
         i, s = item
-        objective = s.objective if math.isfinite(s.objective) else math.inf * -sign
-        return (not s.feasible, max(s.violation, 0.0), sign * objective, i)
+        if s.bound is not None:
+            return (not s.feasible, 0.0 if s.feasible else math.inf, True, sign * s.bound, i)
+        objective = s.objective if math.isfinite(s.objective) else math.inf * sign  # the worst
+        return (not s.feasible, max(s.violation, 0.0), False, sign * objective, i)
 
     return [s for _, s in sorted(enumerate(scored), key=key)]
 
@@ -227,7 +292,8 @@ def sweep_frame(scored: Sequence[Scored], order: Sequence[Scored]) -> pd.DataFra
                 row.update({f"{name}.{k}": v for k, v in value.items()})
             else:
                 row[name] = value
-        row.update(objective=s.objective, violation=s.violation, feasible=s.feasible, **s.columns, rank=rank[id(s)])
+        row.update(objective=s.objective, violation=s.violation, feasible=s.feasible, exact=s.exact,
+                   objective_bound=s.bound if s.bound is not None else math.nan, **s.columns, rank=rank[id(s)])
         rows.append(row)
     return pd.DataFrame(rows).sort_values("rank", kind="stable").reset_index(drop=True)
 

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from tuner import metrics as scorecard
-from tuner.errors import EvaluationError
+from tuner.errors import EvaluationError, InputError
 from tuner.evaluation import oos
 from tuner.evaluation.hits import UNLABELLED, HitTable
 from tuner.evaluation.summary import column_means
@@ -191,20 +191,10 @@ def sweep_columns(
 ) -> dict[str, np.ndarray]:
     """``sweep``'s columns from arrays, the grid as (T, M, Q) broadcasts: rows threshold-major,
     as ``np.meshgrid(thresholds, min_scores, indexing="ij")`` ravels."""
-    if not len(arrays):
-        raise EvaluationError("threshold sweep over an empty batch; evaluate at least one query")
-    is_oos, failed = arrays.is_oos, arrays.failed
-    n_t, n_m = len(thresholds), len(min_scores)
-    kept = arrays.kept_counts(min_scores)                                    # (M, Q)
-    scores = scores_by_cut(arrays, min_scores, kept, objective)              # (M, Q), 0 for OOS
-    shown = kept > 0                                                         # (M, Q)
-    conf_ok = arrays.conf[None, :] >= thresholds[:, None]                   # (T, Q)
-    if backend_handoff:
-        conf_ok &= ~arrays.handoff[None, :]
-    # answered[t, m, q] = conf_ok[t, q] & shown[m, q], except a failed query: answered iff OOS
-    live = conf_ok & ~failed[None, :]
-    ins = ~is_oos
-    live_in, shown_in = live[:, ins], shown[:, ins]
+    g = _Grid(arrays, thresholds, min_scores, backend_handoff)
+    scores = scores_by_cut(arrays, min_scores, g.kept, objective)           # (M, Q), 0 for OOS
+    ins, n_m = g.ins, len(min_scores)
+    live_in, shown_in = g.live[:, ins], g.shown[:, ins]
     if ins.any():
         # The in-scope mean of each row is a sum taken query by query, in query order, as the
         # sweep has always summed it (numpy's pairwise sum along a row would move last bits):
@@ -215,21 +205,82 @@ def sweep_columns(
         np.copyto(value, np.where(shown_in, scores[:, ins], 0.0).T[:, None, :], where=live_in[first].T[:, :, None])
         objective_col = (np.add.reduce(value, axis=0) / int(ins.sum()))[which].ravel()
     else:
-        objective_col = np.zeros(n_t * n_m)
-    # answered counts as 0/1 products summed (exact integers)
-    ans_in = live_in.astype(float) @ shown_in.T.astype(float)
-    ans_oos = live[:, is_oos].astype(float) @ shown[:, is_oos].T.astype(float) + (failed & is_oos).sum()
-    ans_in, ans_oos = ans_in.astype(np.int64).ravel(), ans_oos.astype(np.int64).ravel()
-    gate_cols = {n: v for n, v in zip(names, (np.repeat(thresholds, n_m), np.tile(min_scores, n_t)), strict=True)
-                 if n is not None}
-    columns: dict[str, np.ndarray] = {**gate_cols, objective: objective_col}
-    columns.update(_oos_rates(is_oos, ans_oos, ans_in))
-    columns["n_answered"] = ans_in + ans_oos
-    has_hits = arrays.hits.counts > 0
-    columns["n_emptied"] = np.tile(((kept == 0) & has_hits[None, :]).sum(axis=1), n_t)
-    if top_m is not None:
-        columns["n_below_top_m"] = np.tile((shown & (kept < top_m)).sum(axis=1), n_t)
-    return columns
+        objective_col = np.zeros(len(thresholds) * n_m)
+    return g.columns(objective, objective_col, names, top_m)
+
+
+def bound_columns(
+    arrays: HitArrays, thresholds: np.ndarray, min_scores: np.ndarray, objective: str, backend_handoff: bool,
+    names: tuple[str | None, str | None], top_m: int | None,
+) -> dict[str, np.ndarray] | None:
+    """``sweep_columns`` with an upper bound in place of the objective (every other column
+    exact), at a fraction of the cost; None where no bound holds.
+
+    A min_score cut keeps a prefix of a list whose scores never rise (a replayed one always),
+    and no metric the objective averages gains from losing hits at the end of a ranking
+    (``truncation_safe``): so each answered query scores at most what its whole list
+    scores, and the row's objective is at most the mean of those over the queries it
+    answers, one matrix product for the whole grid (+1e-9 for the order of the sums)."""
+    if not truncation_safe(objective) or not bool(arrays._descending().all()):
+        return None
+    g = _Grid(arrays, thresholds, min_scores, backend_handoff)
+    whole = scores_by_cut(arrays, min_scores[:1], g.kept[:1], objective)[0]  # (Q,): the uncut lists
+    ins = g.ins
+    if ins.any():
+        upper = (g.live[:, ins] * whole[ins]) @ g.shown[:, ins].T.astype(float) / int(ins.sum())
+        objective_col = upper.ravel() + 1e-9
+    else:
+        objective_col = np.zeros(len(thresholds) * len(min_scores))
+    return g.columns(objective, objective_col, names, top_m)
+
+
+def truncation_safe(objective: str) -> bool:
+    """Whether dropping hits from the end of a ranking can never raise ``objective`` (the
+    primary score, or a metric whose family says so: every one but coverage)."""
+    if objective == scorecard.PRIMARY_METRIC:
+        return all(scorecard.resolve(name).family.truncation_safe for name in scorecard.PRIMARY_SCORECARD)
+    try:
+        return scorecard.resolve(objective).family.truncation_safe
+    except InputError:  # not a scorecard metric: no bound
+        return False
+
+
+class _Grid:
+    """What every (threshold, min_score) row answers, and the columns that depend only on that."""
+
+    def __init__(self, arrays: HitArrays, thresholds: np.ndarray, min_scores: np.ndarray,
+                 backend_handoff: bool) -> None:
+        if not len(arrays):
+            raise EvaluationError("threshold sweep over an empty batch; evaluate at least one query")
+        self.arrays, self.thresholds, self.min_scores = arrays, thresholds, min_scores
+        self.kept = arrays.kept_counts(min_scores)                              # (M, Q)
+        self.shown = self.kept > 0                                              # (M, Q)
+        conf_ok = arrays.conf[None, :] >= thresholds[:, None]                   # (T, Q)
+        if backend_handoff:
+            conf_ok &= ~arrays.handoff[None, :]
+        # answered[t, m, q] = conf_ok[t, q] & shown[m, q], except a failed query: answered iff OOS
+        self.live = conf_ok & ~arrays.failed[None, :]
+        self.ins = ~arrays.is_oos
+
+    def columns(self, objective: str, objective_col: np.ndarray, names: tuple[str | None, str | None],
+                top_m: int | None) -> dict[str, np.ndarray]:
+        arrays, live, shown, kept = self.arrays, self.live, self.shown, self.kept
+        is_oos, failed, ins = arrays.is_oos, arrays.failed, self.ins
+        n_t, n_m = len(self.thresholds), len(self.min_scores)
+        # answered counts as 0/1 products summed (exact integers)
+        ans_in = live[:, ins].astype(float) @ shown[:, ins].T.astype(float)
+        ans_oos = live[:, is_oos].astype(float) @ shown[:, is_oos].T.astype(float) + (failed & is_oos).sum()
+        ans_in, ans_oos = ans_in.astype(np.int64).ravel(), ans_oos.astype(np.int64).ravel()
+        gate_cols = {n: v for n, v in zip(names, (np.repeat(self.thresholds, n_m), np.tile(self.min_scores, n_t)),
+                                          strict=True) if n is not None}
+        columns: dict[str, np.ndarray] = {**gate_cols, objective: objective_col}
+        columns.update(_oos_rates(is_oos, ans_oos, ans_in))
+        columns["n_answered"] = ans_in + ans_oos
+        has_hits = arrays.hits.counts > 0
+        columns["n_emptied"] = np.tile(((kept == 0) & has_hits[None, :]).sum(axis=1), n_t)
+        if top_m is not None:
+            columns["n_below_top_m"] = np.tile((shown & (kept < top_m)).sum(axis=1), n_t)
+        return columns
 
 
 def _oos_rates(is_oos: np.ndarray, ans_oos: np.ndarray, ans_in: np.ndarray) -> dict[str, np.ndarray]:

@@ -282,6 +282,7 @@ class TrialRecording:
             metric = getattr(by_name.get(name), "metric", None) or name.split()[0]
             metrics[f"violation.{metric}"] = violation
         if out.replay:  # fusion replay: how much was scored, and how far live was from replayed
+            metrics["replay.settings"] = float(out.replay.get("settings", out.replay["scored"]))
             metrics["replay.settings_scored"] = float(out.replay["scored"])
             metrics["replay.max_live_gap"] = max((abs(v["live"] - v["replayed"]) for v in out.replay["verified"]),
                                                  default=0.0)

@@ -8,7 +8,11 @@ one explained retrieval, every candidate setting scored from it, the best verifi
    its live answer (tuner.evaluation.explain_batch.served_mismatch): a backend whose
    fusion is not the replay model fails the trial here, before any replayed number counts.
 3. The candidate settings are scored from that one retrieval (replayed responses,
-   evaluated like a live batch, the gates solved jointly with the same constraints).
+   evaluated like a live batch, the gates solved jointly with the same constraints). A
+   grid is bounded first (a cheap upper bound of each setting's solved objective, exact
+   feasibility) and only the settings whose bound reaches the ``verify_top`` best are
+   scored exactly (tuner.study.fusion_search.ReplayPlan.search): the same best settings
+   as scoring them all.
 4. The ``verify_top`` best are served and measured live, one after the other. A live
    objective or constraint value further than ``replay.tolerance`` from the replayed one
    fails the trial, saying which setting and by how much. The trial reports the best
@@ -90,10 +94,16 @@ class ReplayMeasure:
             scores = pool.score(context, settings) if pool is not None else context.score(settings)
             return [Scored(a, *s) for a, s in zip(assignments, scores, strict=True)]
 
+        def bound_many(assignments: list[dict[str, Any]]) -> list[Any]:
+            settings = [plan.setting(a, served) for a in assignments]
+            return pool.bound(context, settings) if pool is not None else context.bound(settings)
+
         maximize = self.objective.maximize
+        bounding = bound_many if solving and plan.config.bound else None
         with self._phase(out, "replay"):  # type: ignore[attr-defined]
             scored, how = plan.search(lambda a: score_many([a])[0], given=out.assignment, seed=seed,
-                                      maximize=maximize, score_many=score_many)
+                                      maximize=maximize, score_many=score_many, bound_many=bounding,
+                                      keep=plan.config.verify_top)
             order = ranked(scored, maximize=maximize)
         job.fusion_sweep = sweep_frame(scored, order)
         verified: list[dict[str, Any]] = []
@@ -127,7 +137,8 @@ class ReplayMeasure:
         assert best is not None
         live_best, job.result, job.texts = best
         out.assignment.update(live_best.assignment)
-        out.replay = {"chosen_by": how, "scored": len(scored), "verified": verified,
+        out.replay = {"chosen_by": how, "settings": len(scored), "scored": sum(s.exact for s in scored),
+                      "verified": verified,
                       "served_check": f"{len(batch.responses)} answers replayed exactly at the served setting"}
 
     def _add_search_time(self, out: Any) -> None:

@@ -57,6 +57,19 @@ class ReplayContext:
 
     def score(self, settings: Sequence[Any]) -> list[Score]:
         """The score of each FusionSetting of ``settings``, in order."""
+        return [self.solved(self._arrays(setting)) for setting in settings]
+
+    def bound(self, settings: Sequence[Any]) -> list[Any]:
+        """For each FusionSetting of ``settings``, in order, a tuner.study.threshold.GateBound
+        of its score (None: no bound holds), a fraction of ``score``'s cost."""
+        from tuner.study.threshold import MIN_SCORE, bound_arrays
+
+        gates = list(self.gates.values())
+        low = next((g.low for g in gates if g.role == MIN_SCORE), 0.0)
+        return [bound_arrays(self._arrays(setting), gates, objective=self.objective, constraints=self.constraints,
+                             retrieved_min_score=low) for setting in settings]
+
+    def _arrays(self, setting: Any) -> Any:
         import numpy as np
 
         from tuner.evaluation.replay_batch import ReplayBatch
@@ -65,12 +78,8 @@ class ReplayContext:
         is_oos = np.asarray(self.is_oos, dtype=bool)
         if self._flat is None:
             self._flat = ReplayBatch(self.explained, self.query_ids, ~is_oos, self.qrels, self.top_k)
-        out = []
-        for setting in settings:
-            r = self._flat.table(setting)
-            out.append(self.solved(HitArrays(self.query_ids, is_oos, r.failed, r.handoff, r.confidence, r.table,
-                                             self.gains)))
-        return out
+        r = self._flat.table(setting)
+        return HitArrays(self.query_ids, is_oos, r.failed, r.handoff, r.confidence, r.table, self.gains)
 
     def solved(self, arrays: Any) -> Score:
         """The objective and largest violation of a retrieval (tuner.study.gate_arrays.HitArrays)
@@ -109,10 +118,18 @@ class ReplayPool:
 
     def score(self, context: ReplayContext, settings: Sequence[Any]) -> list[Score]:
         """``context.score(settings)``, split between this process and the helpers."""
+        return self._run(context, "score", settings)
+
+    def bound(self, context: ReplayContext, settings: Sequence[Any]) -> list[Any]:
+        """``context.bound(settings)``, split between this process and the helpers."""
+        return self._run(context, "bound", settings)
+
+    def _run(self, context: ReplayContext, method: str, settings: Sequence[Any]) -> list[Any]:
+        work = getattr(context, method)
         with self._lock:
             procs = self._ensure() if len(settings) >= 8 else []
             if not procs:
-                return context.score(settings)
+                return work(settings)
             parts = _split(list(settings), len(procs) + 1)
             try:
                 if self._loaded != context.token:
@@ -120,8 +137,8 @@ class ReplayPool:
                         _send(proc.stdin, ("load", context))
                     self._loaded = context.token
                 for proc, part in zip(procs, parts[1:], strict=True):
-                    _send(proc.stdin, ("score", part))
-                mine = context.score(parts[0])
+                    _send(proc.stdin, (method, part))
+                mine = work(parts[0])
                 theirs = []
                 for proc, part in zip(procs, parts[1:], strict=True):
                     ok, payload = _receive(proc.stdout)
@@ -130,7 +147,7 @@ class ReplayPool:
                     theirs.append(payload)
             except (OSError, EOFError, pickle.PickleError, struct.error) as exc:
                 self._stop(f"a replay helper died ({type(exc).__name__}); scoring in process")
-                return context.score(settings)
+                return work(settings)
             return [*mine, *(s for chunk in theirs for s in chunk)]
 
     def _ensure(self) -> list[subprocess.Popen[bytes]]:
@@ -179,7 +196,8 @@ def _split(items: list[Any], n: int) -> list[list[Any]]:
 
 
 def _serve(inp: Any, out: Any) -> None:
-    """A helper's loop: ("load", context) keeps it; ("score", settings) answers (True, scores)."""
+    """A helper's loop: ("load", context) keeps it; ("score" or "bound", settings) answers
+    (True, what that method of the context returns)."""
     from tuner.evaluation.replay_batch import ReplayBatch  # noqa: F401 - imported before the first request
     from tuner.study.threshold import solve_arrays  # noqa: F401
 
@@ -193,12 +211,16 @@ def _serve(inp: Any, out: Any) -> None:
             context = payload
             continue
         try:
-            assert context is not None, "score before load"
-            answer: tuple[bool, Any] = (True, context.score(payload))
+            assert context is not None, f"{kind} before load"
+            assert kind in ("score", "bound"), f"unknown request {kind!r}"
+            answer: tuple[bool, Any] = (True, getattr(context, kind)(payload))
         except Exception as exc:  # noqa: BLE001 - sent back to the caller, which raises it
             answer = (False, RuntimeError(f"{type(exc).__name__}: {exc}".splitlines()[0]))
         _send(out, answer)
 
 
 if __name__ == "__main__":
+    from tuner.threads import limit_blas_threads
+
+    limit_blas_threads()
     _serve(sys.stdin.buffer, sys.stdout.buffer)

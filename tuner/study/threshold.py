@@ -55,7 +55,7 @@ from tuner import metrics as scorecard
 from tuner.config.objective import Constraint as MetricBound
 from tuner.config.space.gates import GATE_ROLES, REFERENCE_GATES
 from tuner.errors import ConfigError
-from tuner.study.gate_arrays import HitArrays, scorecard_values, sweep_columns
+from tuner.study.gate_arrays import HitArrays, bound_columns, scorecard_values, sweep_columns
 
 if TYPE_CHECKING:
     from tuner.evaluation.result import BatchResult
@@ -368,6 +368,50 @@ def solve_arrays(
     metrics are the sweep's columns only (objective, OOS rates, counts) and the table is
     empty (a search over thousands of retrievals needs no more)."""
     return _solve(arrays, gates, objective, constraints, 0.01, retrieved_min_score, top_m, full)
+
+
+@dataclass(frozen=True)
+class GateBound:
+    """What ``solve_arrays`` would find, bounded at a fraction of its cost: whether some
+    grid point meets the constraints (exact), and an upper bound on the best objective
+    among those points (``-inf`` when none does)."""
+
+    feasible: bool
+    upper: float
+
+
+def bound_arrays(
+    arrays: HitArrays,
+    gates: Sequence[GateRange],
+    *,
+    objective: str = scorecard.PRIMARY_METRIC,
+    constraints: Sequence[ConstraintLike] = (),
+    retrieved_min_score: float = 0.0,
+    top_m: int | None = None,
+) -> GateBound | None:
+    """A ``GateBound`` of ``solve_arrays`` with the same arguments, from
+    ``tuner.study.gate_arrays.bound_columns`` (every column but the objective exact, so the
+    feasibility is); None when no bound holds: the objective gains from a shorter ranking,
+    a list's scores rise somewhere, or a constraint reads the objective or is not a plain
+    ``metric op bound``."""
+    bounds = [_metric_bound(c) for c in constraints]
+    if any(b is None or b.metric == objective for b in bounds):
+        return None
+    by_role = _by_role(gates)
+    conf, cut = by_role.get(CONFIDENCE), by_role.get(MIN_SCORE)
+    ts = conf.values(0.01) if conf else np.array([-math.inf])
+    ms = cut.values(0.01) if cut else np.array([-math.inf])
+    if cut is not None:
+        _check_cut(arrays, retrieved_min_score, cut, float(ms.min()))
+    names = (conf.param if conf else None, cut.param if cut else None)
+    columns = bound_columns(arrays, ts, ms, objective, conf is None, names, top_m)
+    if columns is None:
+        return None
+    feasible = _violations(columns, constraints) <= 0
+    upper = np.asarray(columns[objective], dtype=float)[feasible]
+    if np.isnan(upper).any():
+        return None
+    return GateBound(bool(feasible.any()), float(np.max(upper)) if upper.size else -math.inf)
 
 
 def solve_batch(
