@@ -43,3 +43,20 @@ def test_negative_scores_take_the_general_path() -> None:
     scores = scores - 0.5
     layout = _Layout.of(seg, int(seg.max()) + 1)
     np.testing.assert_array_equal(_ranked_order(scores, seg, layout), np.lexsort((np.arange(seg.size), -scores, seg)))
+
+
+def test_a_candidate_missing_from_the_explained_docs_is_named() -> None:
+    from tuner.errors import ResponseMappingError
+    from tuner.evaluation.fusion_replay import Explained, FusionSetting
+    from tuner.evaluation.replay_batch import ReplayBatch
+
+    lists = {"bm25": (np.array([4, 9]), np.array([2.0, 1.0])), "dense": (np.array([9]), np.array([0.8]))}
+    docs = {4: "d4", 9: "d9"}
+    whole = Explained(("bm25", "dense"), 20000, (("primary", lists),), docs, dict.fromkeys(docs),
+                      dict.fromkeys(docs), {4: 0.5, 9: 0.8})
+    batch = ReplayBatch({"q1": whole}, ["q1"], [True], {"q1": {"d9": 3}}, top_k=10)
+    table = batch.table(FusionSetting(method="rrf", weights={"bm25": 0.5, "dense": 0.5}, rrf_k=10))
+    assert list(table.table.docs[:2]) == ["d9", "d4"] and table.table.grades[:2].tolist() == [3, -1]
+    short = Explained(("bm25", "dense"), 20000, (("primary", lists),), {4: "d4"}, {4: None}, {4: None}, {4: 0.5})
+    with pytest.raises(ResponseMappingError, match="query q1: the explanation lists candidate 9 but not in its docs"):
+        ReplayBatch({"q1": short}, ["q1"], [True], {}, top_k=10).table(FusionSetting(weights={"bm25": 1, "dense": 1}))

@@ -66,8 +66,9 @@ class ReplayConfig(StrictModel):
     weight_step: float = Field(default=0.05, gt=0, le=0.5, description="Grid step of a weights simplex.")
     grid: dict[str, list[Any]] = Field(default_factory=dict, description=(
         "Explicit grid values of a replayed param (name -> list), instead of points / weight_step."))
-    verify_top: int = Field(default=2, ge=1, le=20,
-                            description="The best replayed settings served and measured live in every trial.")
+    verify_top: int = Field(default=1, ge=1, le=20, description=(
+        "The best replayed settings served and measured live in every trial (the trial reports the best live "
+        "one); more than 1 checks the model at more settings, one live batch each."))
     workers: int | str = Field(default="auto", description=(
         "Helper processes scoring settings beside the tuner's own: a number, or auto (one fewer than the cores, "
         "at most 7); 0: in process only."))

@@ -30,7 +30,14 @@ from typing import Any
 
 import numpy as np
 
-from tuner.evaluation.fusion_replay import _EPS, Explained, FusionSetting, _minmax, _z_cdf
+from tuner.errors import ResponseMappingError
+from tuner.evaluation.fusion_replay import (
+    _EPS,
+    Explained,
+    FusionSetting,
+    _minmax,
+    _z_cdf,
+)
 from tuner.evaluation.hits import UNLABELLED, HitTable
 
 
@@ -83,6 +90,8 @@ class ReplayBatch:
         self.qrels = qrels
         self.top_k = top_k
         self._flat: dict[tuple[bool, ...], _Flat] = {}
+        self._docs: dict[int, _Docs] = {}
+        self._lists: dict[tuple[int, int, str], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self.label_counts = HitTable.build(self.query_ids, [()] * len(self.query_ids), qrels, self.graded).label_counts
 
     def table(self, setting: FusionSetting) -> Replayed:
@@ -154,39 +163,42 @@ class ReplayBatch:
         offset = 0
         names = [name for name, on in zip(self.sources, active, strict=True) if on]
         index = {name: i for i, name in enumerate(self.sources)}
-        for j, (qid, e) in enumerate(zip(self.query_ids, self.explained, strict=True)):
+        for j, e in enumerate(self.explained):
             if e is None:
                 continue
-            for _level, lists in e.tiers:
+            for t, (_level, lists) in enumerate(e.tiers):
                 parts = [(name, lists[name]) for name in names if name in lists]
                 if not parts or all(len(d) == 0 for _, (d, _s) in parts):
                     continue
                 docs = np.concatenate([d for _, (d, _s) in parts])
                 unique, inverse = np.unique(docs, return_inverse=True)
                 answered[j] = True
-                labels = (self.qrels.get(qid) or {}) if self.graded[j] else {}
+                table = self._doc_table(j)
+                row = np.minimum(np.searchsorted(table.doc, unique), max(len(table.doc) - 1, 0))
+                if len(table.doc) == 0 or (table.doc[row] != unique).any():
+                    missing = unique[table.doc[row] != unique][0] if len(table.doc) else unique[0]
+                    raise ResponseMappingError(
+                        f"query {self.query_ids[j]}: the explanation lists candidate {int(missing)} but not in its "
+                        "docs; fusion replay needs every candidate's id, day and similarity there")
                 n = len(unique)
-                days = [e.days[d] for d in unique.tolist()]
                 cols["seg"].append(np.full(n, j, dtype=np.int64))
                 cols["doc"].append(unique)
-                cols["cos"].append(np.array([e.cosines[d] for d in unique.tolist()], dtype=np.float64))
-                cols["dated"].append(np.array([d is not None for d in days], dtype=bool))
-                cols["day"].append(np.array([e.today if d is None else d for d in days], dtype=np.int64))
                 cols["today"].append(np.full(n, e.today, dtype=np.int64))
-                ids = [e.doc_ids[d] for d in unique.tolist()]
-                cols["doc_id"].append(np.array(ids, dtype=object))
-                cols["grade"].append(np.array([labels.get(i, UNLABELLED) for i in ids], dtype=np.int64))
+                for key in ("cos", "day", "dated", "doc_id", "grade"):
+                    cols[key].append(getattr(table, key)[row])
                 at = 0
-                for name, (d, sc) in parts:
+                for name, (d, _sc) in parts:
                     m = len(d)
+                    rank, minmax, zcdf = self._normalised(j, t, name)
                     ent["cand"].append(offset + inverse[at:at + m])
                     ent["src"].append(np.full(m, index[name], dtype=np.int64))
-                    ent["rank"].append(np.arange(1, m + 1, dtype=np.float64))
-                    ent["minmax"].append(_minmax(sc))
-                    ent["zcdf"].append(_z_cdf(sc))
+                    ent["rank"].append(rank)
+                    ent["minmax"].append(minmax)
+                    ent["zcdf"].append(zcdf)
                     at += m
                 offset += n
                 break
+
         def cat(parts: list[Any], dtype: Any) -> np.ndarray:
             return np.concatenate(parts) if parts else np.empty(0, dtype=dtype)
 
@@ -197,6 +209,47 @@ class ReplayBatch:
             cat(ent["cand"], np.int64), cat(ent["src"], np.int64), cat(ent["rank"], np.float64),
             cat(ent["minmax"], np.float64), cat(ent["zcdf"], np.float64),
         )
+
+    def _doc_table(self, j: int) -> _Docs:
+        """Query ``j``'s explained documents as arrays sorted by corpus index (built once:
+        every active pattern reads the same)."""
+        if (table := self._docs.get(j)) is None:
+            e = self.explained[j]
+            assert e is not None
+            doc = np.array(sorted(e.doc_ids), dtype=np.int64)
+            order = doc.tolist()
+            days = [e.days[d] for d in order]
+            labels = (self.qrels.get(self.query_ids[j]) or {}) if self.graded[j] else {}
+            ids = [e.doc_ids[d] for d in order]
+            table = self._docs[j] = _Docs(
+                doc, np.array([e.cosines[d] for d in order], dtype=np.float64),
+                np.array([e.today if d is None else d for d in days], dtype=np.int64),
+                np.array([d is not None for d in days], dtype=bool), np.array(ids, dtype=object),
+                np.array([labels.get(i, UNLABELLED) for i in ids], dtype=np.int64))
+        return table
+
+    def _normalised(self, j: int, tier: int, name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(ranks, min-max, z-CDF) of one explained list, computed once (every active
+        pattern that answers from this tier reads the same list the same way)."""
+        key = (j, tier, name)
+        if (out := self._lists.get(key)) is None:
+            e = self.explained[j]
+            assert e is not None
+            d, sc = e.tiers[tier][1][name]
+            out = self._lists[key] = (np.arange(1, len(d) + 1, dtype=np.float64), _minmax(sc), _z_cdf(sc))
+        return out
+
+
+@dataclass(frozen=True)
+class _Docs:
+    """One query's explained documents, sorted by corpus index."""
+
+    doc: np.ndarray  # corpus index
+    cos: np.ndarray  # dense cosine
+    day: np.ndarray  # day number (the query's today for undated)
+    dated: np.ndarray  # bool
+    doc_id: np.ndarray  # object: the document's id
+    grade: np.ndarray  # its label for the query, UNLABELLED without
 
 
 @dataclass(frozen=True)
