@@ -343,6 +343,14 @@ def main() -> int:
     parser.add_argument("--keep", type=Path, help="set up in this folder and keep it (default: a temp folder)")
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    from threadpoolctl import threadpool_info
+
+    from tuner.threads import limit_blas_threads
+
+    limited = limit_blas_threads()  # as `tuner run` does (tuner.cli.main): the studies run in this process
+    blas = [p["num_threads"] for p in threadpool_info() if p.get("user_api") == "blas"]
+    print(f"BLAS threads in the tuner's process: {blas} ("
+          + ("limited to 1 as the CLI does" if limited else "left as set: OPENBLAS/OMP/MKL_NUM_THREADS") + ")")
 
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="trial-overhead-") as tmp:
