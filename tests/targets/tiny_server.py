@@ -14,6 +14,9 @@ import sys
 
 config_text = open(sys.argv[1]).read()
 port = int(sys.argv[2])
+# No SIGHUP handler means dying of it, even when the tests were started under nohup (which
+# ignores SIGHUP, and an ignored signal stays ignored across fork and exec).
+signal.signal(signal.SIGHUP, signal.SIG_DFL)
 if os.environ.get("TINY_IGNORE_TERM") == "1":
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
 if os.environ.get("TINY_CHILD_PIDFILE"):
