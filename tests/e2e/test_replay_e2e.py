@@ -87,7 +87,8 @@ def test_the_preflight_checked_the_explanations_before_the_first_trial(replay_ru
     replay = [f for f in findings if f["code"] == "replay"]
     assert len(replay) == 1 and replay[0]["level"] == "info"
     assert "explained answers replay exactly" in replay[0]["message"]
-    assert f"a grid of {GRID_SIZE} settings" in replay[0]["message"]
+    assert f"each trial bounds a grid of {GRID_SIZE} settings, scores exactly those that can be among the best, " \
+           "then serves the best 2 live" in replay[0]["message"]
 
 
 def test_every_verified_setting_measured_live_what_replay_predicted(replay_run: dict[str, Any]) -> None:

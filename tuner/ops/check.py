@@ -106,9 +106,14 @@ def replay_finding(prepared: Prepared, queries: Any, seed: int) -> Finding:
     if problem is not None:
         return Finding("replay", "stop", problem)
     grid = plan.grid({})
-    how = f"a grid of {len(grid)} settings" if grid is not None else f"{plan.config.max_settings} settings (TPE)"
+    if grid is None:
+        how = f"scores {plan.config.max_settings} settings (TPE)"
+    elif plan.config.bound and prepared.gates and exp.objective.direction == "maximize":
+        how = f"bounds a grid of {len(grid)} settings, scores exactly those that can be among the best"
+    else:
+        how = f"scores a grid of {len(grid)} settings"
     return Finding("replay", "info", f"fusion replay: {len(batch.responses)} explained answers replay exactly at the "
-                                     f"setting served; each trial scores {how}, then serves the best "
+                                     f"setting served; each trial {how}, then serves the best "
                                      f"{plan.config.verify_top} live")
 
 
