@@ -169,8 +169,10 @@ def test_the_killed_trials_mlflow_run_is_closed_as_failed(killed_then_resumed: d
         (r.data.tags.get(TAG_ROLE), r.data.tags.get(TAG_TRIAL)) for r in runs if r.info.status == "RUNNING"]
     stale = run["running_at_kill"]
     by_trial = {int(r.data.tags[TAG_TRIAL]): r for r in runs if r.data.tags.get(TAG_ROLE) == "trial"}
-    assert stale <= set(by_trial)
-    for number in stale:
+    # The trial being measured had its run; a pipelined next trial, begun while it was
+    # measured, may have been killed before its run was started (then it has none).
+    assert min(stale) in by_trial
+    for number in stale & set(by_trial):
         assert by_trial[number].info.status == "FAILED"
         assert by_trial[number].data.tags[TAG_FAIL_REASON] == INTERRUPTED
     parents = [r for r in runs if r.data.tags.get(TAG_ROLE) == "study"]
