@@ -170,3 +170,51 @@ def test_long_header_lines_are_read_and_an_absurd_one_is_a_protocol_error() -> N
             assert json.loads(exchange.content) == ANSWER
         else:
             assert exchange.error.startswith("RemoteProtocolError (not retried): Got more than"), exchange.error
+
+
+def test_http_proxy_from_the_environment_carries_the_request(server, monkeypatch) -> None:
+    """HTTP_PROXY is honoured as httpx honours it: the answer comes through the proxy
+    (here the test server, which sees the absolute URL) for a host nothing resolves."""
+    monkeypatch.setenv("HTTP_PROXY", _url(server, ""))
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    exchange, _ = _send("http://backend.invalid/search")
+    assert exchange.ok, exchange.error
+    assert [path for path, _, _ in server.seen] == ["http://backend.invalid/search"]
+
+
+def test_no_proxy_sends_the_request_straight_to_the_backend(server, monkeypatch) -> None:
+    dead = socket.socket()
+    dead.bind(("127.0.0.1", 0))  # bound, never listening: a proxy that refuses every connection
+    try:
+        monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{dead.getsockname()[1]}")
+        monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+        exchange, _ = _send(_url(server, "/search"))
+    finally:
+        dead.close()
+    assert exchange.ok, exchange.error
+    assert [path for path, _, _ in server.seen] == ["/search"]
+
+
+def test_a_netrc_login_is_sent_unless_the_request_has_its_own_authorization(server, monkeypatch, tmp_path) -> None:
+    netrc = tmp_path / "netrc"
+    netrc.write_text("machine 127.0.0.1 login tuner password s3cret\n")
+    netrc.chmod(0o600)
+    monkeypatch.setenv("NETRC", str(netrc))
+    for var in ("HTTP_PROXY", "http_proxy"):
+        monkeypatch.delenv(var, raising=False)
+    exchange, _ = _send(_url(server, "/search"))
+    assert exchange.ok, exchange.error
+    assert server.seen[-1][2]["Authorization"] == "Basic dHVuZXI6czNjcmV0"  # tuner:s3cret
+
+    spec = EvalSpec(request=RequestMapping(url=_url(server, "/search")), retries=0)
+    own = PreparedRequest("q2", "rid-2", "POST", _url(server, "/search"),
+                          {"X-Request-ID": "rid-2", "Authorization": "Bearer tok"}, json={"query": "q"})
+
+    async def go():
+        async with SearchClient(spec) as client:
+            return await client.send(own)
+
+    exchange = asyncio.run(go())
+    assert exchange.ok, exchange.error
+    assert server.seen[-1][2]["Authorization"] == "Bearer tok"

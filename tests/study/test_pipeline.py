@@ -76,6 +76,33 @@ def test_every_trial_is_measured_on_its_own_config_and_the_next_one_begins_meanw
     assert backend.restarts == 6 - sum(o.cache_hit for o in result.ran)
 
 
+def test_the_helper_ends_and_begins_trials_only_once_the_measured_trials_config_is_written(tmp_path: Path) -> None:
+    """The patch is tuner time on the backend's path: the helper's Python (end N-1, begin
+    N+1) starts after trial N's config is written, so the write never waits on the GIL."""
+    runner, _backend, _evaluator, _ = make_runner(tmp_path)
+    study = study_at(tmp_path)
+    events: list[tuple[str, int]] = []
+    write, end = runner.writer.write, runner.end
+
+    def slow_write(texts):
+        threading.Event().wait(0.2)  # long enough for a helper started with the measure to be seen
+        write(texts)
+        events.append(("written", sum(e == "written" for e, _ in events)))
+
+    def noted_end(job):
+        events.append(("end", job.trial.number))
+        return end(job)
+
+    runner.writer.write, runner.end = slow_write, noted_end
+    result = StudyLoop(study, runner, pipeline=True).run(n_trials=5, timeout=None)
+
+    assert result.stopped_by == "n_trials" and len(result.ran) == 5
+    ends = [(i, n) for i, (e, n) in enumerate(events) if e == "end"]
+    assert [n for _, n in ends] == [0, 1, 2, 3, 4]
+    for i, number in ends[:-1]:  # trial n is ended while n+1 is measured, after n+1's config was written
+        assert ("written", number + 1) in events[:i], events
+
+
 def test_a_seeded_pipelined_study_is_reproducible(tmp_path: Path) -> None:
     values = []
     for run in ("a", "b"):

@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 
 from tuner.data.dataset import Query, QuerySet
 from tuner.errors import FailureBudgetExceeded, ResponseMappingError
+from tuner.evaluation.answers import AnswerDecoder
 from tuner.evaluation.client import Abort, BatchAborted, Exchange, SearchClient, one_line
 from tuner.evaluation.mapping import PreparedRequest, decode_json, parse_response, prepare_request
 from tuner.evaluation.outcomes import FailedQuery, QueryResponse
@@ -124,6 +125,7 @@ async def run_batch_async(
     failed: list[FailedQuery] = []
     # Scores each outcome as it arrives, so little is left after the last answer.
     builder = ResultBuilder(queries, qrels, gains=spec.gains, metrics=metrics)
+    decoder = AnswerDecoder(spec.response, spec.top_k)
     if abort is not None and (reason := abort()):
         raise _aborted(reason, 0, len(order))  # nothing is sent to a backend known to be gone
 
@@ -134,7 +136,7 @@ async def run_batch_async(
             # this one's concurrency slot goes out before the answer is parsed.
             await asyncio.sleep(0)
             began = clock()
-            outcome = _to_outcome(exchange, spec, on_payload)
+            outcome = _to_outcome(exchange, spec, decoder, on_payload)
             timing.handling_s += clock() - began
             return q, outcome
 
@@ -180,14 +182,18 @@ async def run_batch_async(
     return builder if defer else builder.finish()
 
 
-def _to_outcome(exchange: Exchange, spec: EvalSpec, on_payload: OnPayload | None = None) -> QueryResponse | FailedQuery:
+def _to_outcome(exchange: Exchange, spec: EvalSpec, decoder: AnswerDecoder,
+                on_payload: OnPayload | None = None) -> QueryResponse | FailedQuery:
     if not exchange.ok or exchange.content is None:
         return FailedQuery(exchange.query_id, exchange.request_id, exchange.error or "no response body",
                            exchange.attempts, exchange.latency_ms)
+    payload = None
     try:
-        payload = decode_json(exchange.content, exchange.query_id, exchange.content_type)
-        # hits past top_k are counted, not parsed; the decoded payload is dropped right here
-        parsed = parse_response(payload, spec.response, exchange.query_id, top_k=spec.top_k)
+        if on_payload is None:  # only the mapped fields are read (hits past top_k are counted, not kept)
+            parsed = decoder.parse(exchange.content, exchange.query_id, exchange.content_type)
+        else:  # the whole answer is wanted (an explained retrieval keeps its explanation)
+            payload = decode_json(exchange.content, exchange.query_id, exchange.content_type)
+            parsed = parse_response(payload, spec.response, exchange.query_id, top_k=spec.top_k)
     except ResponseMappingError as exc:
         return FailedQuery(exchange.query_id, exchange.request_id, str(exc), exchange.attempts, exchange.latency_ms)
     outcome = QueryResponse(exchange.query_id, exchange.request_id, parsed, exchange.latency_ms or 0.0, exchange.attempts)

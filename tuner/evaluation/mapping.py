@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import orjson
 
 from tuner.data.dataset import Query
@@ -27,18 +28,17 @@ _PLACEHOLDER = re.compile(r"^\{([A-Za-z_][A-Za-z0-9_]*)\}$")
 _MISSING = object()
 
 
-@dataclass(frozen=True, slots=True)
-class Hit:
-    """One result of a response, in the order the service returned it."""
+class Hit(msgspec.Struct, frozen=True, gc=False):
+    """One result of a response, in the order the service returned it.
+
+    A msgspec struct, so the typed answer decoder (tuner.evaluation.answers) builds the
+    hits of an answer whose fields are named doc_id / score / title straight from its
+    bytes (msgspec refuses a number that overflows a double, such as 1e999: that answer
+    then goes through parse_response, which names it)."""
 
     doc_id: str
     score: float | None = None
     title: str | None = None
-
-    def __reduce__(self) -> tuple[type[Hit], tuple[str, float | None, str | None]]:
-        # a batch holds ~10k hits; a slots dataclass pickles through fields() per
-        # object, 3x slower than this (a study sends its results to the report helper)
-        return Hit, (self.doc_id, self.score, self.title)
 
 
 @dataclass(frozen=True, slots=True)

@@ -155,10 +155,10 @@ def evaluate_responses(
 class ResultBuilder:
     """``evaluate_responses`` one outcome at a time.
 
-    ``add`` does the per-query work (the exchange row, the unjudged hits) as each
-    outcome arrives, so a live batch does it in the gaps while it waits for the next
-    answers; ``finish`` is left with the vectorised scoring only, which is what stands
-    between the last answer and the trial's result.
+    ``add`` only checks and keeps each outcome as it arrives: it runs on the event loop
+    that sends the requests, so everything it does is tuner time on the backend's path.
+    ``finish`` builds the exchange rows and the unjudged hits and scores the batch; a
+    pipelined study calls it on its helper thread, while the next trial is measured.
     """
 
     def __init__(
@@ -178,9 +178,6 @@ class ResultBuilder:
         self.sweep_thresholds = sweep_thresholds
         self.threshold_in_effect = threshold_in_effect
         self._by_id: dict[str, QueryResponse | FailedQuery] = {}
-        self._rows: dict[str, dict[str, Any]] = {}
-        self._unjudged: dict[str, list[UnjudgedHit]] = {}
-        self._labels: dict[str, dict[str, int]] = {}
 
     def add(self, outcome: QueryResponse | FailedQuery) -> None:
         qid = outcome.query_id
@@ -192,12 +189,6 @@ class ResultBuilder:
         if qid in self._by_id:
             raise EvaluationError(f"query {qid}: two outcomes collected; each query needs exactly one")
         self._by_id[qid] = outcome
-        query = self.queries[qid]
-        self._rows[qid] = _info_row(query, outcome)
-        if qid in self.qrels:
-            self._labels[qid] = dict(self.qrels[qid])
-        if query.scope != "oos" and isinstance(outcome, QueryResponse):
-            self._unjudged[qid] = _unjudged_of(qid, outcome.response.hits, self._labels.get(qid, {}))
 
     def empty_in_scope(self) -> tuple[list[str], int]:
         """The in-scope queries answered with no results (in query order), and how many
@@ -229,9 +220,12 @@ class ResultBuilder:
             )
         outcomes = [by_id[q] for q in ids]
         hits = {qid: (o.response.hits if isinstance(o, QueryResponse) else ()) for qid, o in zip(ids, outcomes)}
-        labels = {qid: self._labels[qid] for qid in ids if qid in self._labels}
-        info = _info_frame_from_rows([self._rows[q] for q in ids], ids)
-        unjudged = [u for q in ids for u in self._unjudged.get(q, ())]  # in-scope answers only
+        labels = {qid: dict(self.qrels[qid]) for qid in ids if qid in self.qrels}
+        info = _info_frame_from_rows([_info_row(q, o) for q, o in zip(qs, outcomes)], ids)
+        unjudged = [  # in-scope answers only
+            u for q, o in zip(qs, outcomes) if q.scope != "oos" and isinstance(o, QueryResponse)
+            for u in _unjudged_of(q.query_id, o.response.hits, labels.get(q.query_id, {}))
+        ]
         return score_result(
             queries, info, hits, labels, [o for o in outcomes if isinstance(o, FailedQuery)], unjudged,
             gains=gains, metrics=metrics, sweep_thresholds=self.sweep_thresholds,

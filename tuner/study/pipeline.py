@@ -10,6 +10,9 @@ rest in between::
     loop thread    | measure N-1 | measure N         | measure N+1 ...
     helper thread  |             | end N-1, begin N+1| end N, begin N+2 ...
 
+(the helper starts on a trial once its measure has written the config: see
+``TrialRunner.measure``'s ``written``).
+
 What that changes, and why it is sound:
 
 - The sampler proposes trial N+1 knowing every trial up to N-1; N is RUNNING then (as
@@ -35,7 +38,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any
@@ -92,14 +95,23 @@ class PipelinedLoop:
             behind: Slot | None = None
             while ahead is not None:
                 current = ahead
-                between = pool.submit(self._between, behind)
+                between: list[Future[tuple[str | None, Slot | None]]] = []
+
+                def start_between(behind: Slot | None = behind, between: list[Any] = between) -> None:
+                    if not between:
+                        between.append(pool.submit(self._between, behind))
+
                 self.on_start(current.job.out.number, current.trial)
                 current.measured = True  # from here its config may be written: an abort records it
                 try:
-                    self.runner.measure(current.job)
+                    # The helper starts once the config is written: the patch's file work
+                    # does not wait on the GIL behind the helper's Python, and a restart
+                    # and its health wait still hide the helper's work.
+                    self.runner.measure(current.job, written=start_between)
                 finally:
+                    start_between()  # a measure that wrote nothing (cached, failed early, stopped)
                     # joined even on a second Ctrl-C, so a tell or ask under way completes
-                    stop, ahead = between.result()
+                    stop, ahead = between[0].result()
                 stop = stop or self.halted()  # a stop that came after the helper looked
                 behind = current
                 if current.job.error is not None:

@@ -227,14 +227,18 @@ class TrialRunner(CacheLookup, TrialRecording, TrialScoring, ReplayMeasure):
             job.error = exc
         return job
 
-    def measure(self, job: TrialJob) -> None:
+    def measure(self, job: TrialJob, written: Callable[[], None] | None = None) -> None:
         """Patch, get the backend to serve the config (reload or restart), evaluate. The
         only stage that holds the backend. Errors are kept for ``end``; KeyboardInterrupt
-        propagates (the caller then calls ``abort``)."""
+        propagates (the caller then calls ``abort``). ``written()`` is called once the
+        config is written, before the backend is asked to serve it (a replay trial: at
+        its start); it is not called when nothing is written."""
         if job.error is not None or job.cached is not None:
             return
         trial, out = job.trial, job.out
         if job.replaying:
+            if written is not None:
+                written()
             try:
                 self._measure_replay(job)
             except Exception as exc:  # noqa: BLE001 - settled in end()
@@ -245,6 +249,8 @@ class TrialRunner(CacheLookup, TrialRecording, TrialScoring, ReplayMeasure):
             with self._phase(out, "patch"):
                 self.touched_backend = True
                 self.writer.write(job.texts)
+            if written is not None:
+                written()
             self._check_stop()
             self._serve(out, job.texts)
             self._check_stop()
