@@ -178,6 +178,22 @@ def test_best_trial_is_feasible_and_constraints_are_recorded_both_ways(study_run
     # Full report files for the baseline and the best feasible trial, slim ones for the others.
     details = {t.number: json.loads(Path(reports_of(t)["json"]).read_text())["detail"] for t in complete}
     assert details == {t.number: "full" if t.number in (0, best.number) else "slim" for t in complete}
+    # A PR-curve PNG for the trials drawn full: the baseline and each trial that was the best feasible one
+    # when it ran (a superseded best keeps its curve, referenced by its slim report); none for the others.
+    drawn, running = {0}, None
+    for t in sorted(complete, key=lambda t: t.number):
+        if metrics_of(t)["OOS_FP_Rate"] <= 0.10 and (running is None or t.value > running):
+            drawn.add(t.number)
+            running = t.value
+    assert len(drawn) >= 2 and len(drawn) < len(complete)
+    for t in complete:
+        png = reports_of(t).get("pr_curve_png")
+        listed = json.loads(Path(reports_of(t)["json"]).read_text())["files"]["pr_curve_png"]
+        if t.number in drawn:
+            assert png is not None and Path(png).read_bytes().startswith(b"\x89PNG") and listed == Path(png).name
+        else:
+            assert png is None and listed is None
+            assert not (Path(reports_of(t)["json"]).parent / "report_pr_curve.png").exists()
 
 
 def test_solved_trials_score_the_best_feasible_row_of_their_threshold_sweep(study_run: dict[str, Any]) -> None:

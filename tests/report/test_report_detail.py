@@ -53,7 +53,9 @@ def write(tmp_path, solved, detail):
 def test_a_slim_report_is_small_and_says_where_the_full_data_is(tmp_path, solved) -> None:
     gated, sol, _ = solved
     paths = write(tmp_path, solved, "slim")
-    sizes = {p.name: p.stat().st_size for p in (paths.json, paths.markdown, paths.per_query_csv, paths.pr_curve_png)}
+    # no PR-curve PNG: drawing it cost more CPU than the rest of a trial's report; its data is in the JSON
+    assert paths.pr_curve_png is None and not (tmp_path / "slim" / "report_pr_curve.png").exists()
+    sizes = {p.name: p.stat().st_size for p in (paths.json, paths.markdown, paths.per_query_csv)}
     assert sizes["report.md"] < 12_000, sizes
     listed = len(json.dumps(json.loads(paths.json.read_text())["unjudged"]))  # top-10 unjudged: ~28 KB on the demo
     # + config (3 KB) + slim solve grid (~17 KB): <= 150 KB a trial
@@ -62,7 +64,8 @@ def test_a_slim_report_is_small_and_says_where_the_full_data_is(tmp_path, solved
     text = paths.json.read_text()
     assert text.count("\n") > 100  # indented, one sweep row a line
     report = json.loads(text)
-    assert report["detail"] == "slim" and "best trials" in report["detail_note"]
+    assert report["detail"] == "slim" and "best trials" in report["detail_note"] and "PR-curve" in report["detail_note"]
+    assert report["files"]["pr_curve_png"] is None and len(report["oos"]["threshold_sweep"]) > 10
     assert report["queries"] is None and report["unjudged_depth"] == 10
     # the unjudged hits the label queue pools (rank <= 10), with their queries' texts; the count of all stays
     top10 = [u for u in gated.unjudged if u.rank <= 10]
@@ -77,6 +80,7 @@ def test_a_slim_report_is_small_and_says_where_the_full_data_is(tmp_path, solved
     assert load_report(paths.json)["detail"] == "slim"
 
     md = paths.markdown.read_text()
+    assert "pr_curve.png" not in md
     for heading in ("## Metric context", "## Solved gates", "## Scorecard", "## Out of scope and handoff",
                     "### Confidence threshold sweep", "## Coverage", "## Failed queries"):
         assert f"\n{heading}\n" in md, heading
@@ -130,3 +134,18 @@ def test_an_unknown_detail_is_an_error(tmp_path, solved) -> None:
     with pytest.raises(ValueError, match="use one of slim, full"):
         write_reports(solved[0], tmp_path, detail="medium")  # type: ignore[arg-type]
     assert not list(tmp_path.iterdir())
+
+
+def test_a_superseded_best_rewritten_slim_keeps_the_curve_it_was_drawn_with(tmp_path, solved) -> None:
+    """``pr_curve="keep"``: the slim rewrite references the PNG already there and does not
+    draw it again (it is registered as an artifact, with the bytes a redraw would give)."""
+    gated, _, context = solved
+    full = write_reports(gated, tmp_path / "t", context=context, config_snapshot=SNAPSHOT, detail="full")
+    drawn = full.pr_curve_png.read_bytes()
+    kept = write_reports(gated, tmp_path / "slim", context=context, config_snapshot=SNAPSHOT, detail="slim",
+                         pr_curve="keep")
+    assert kept.pr_curve_png == tmp_path / "slim" / "report_pr_curve.png" and not kept.pr_curve_png.exists()
+    report = json.loads(kept.json.read_text())
+    assert report["detail"] == "slim" and report["files"]["pr_curve_png"] == "report_pr_curve.png"
+    assert "](report_pr_curve.png)" in kept.markdown.read_text()
+    assert full.pr_curve_png.read_bytes() == drawn

@@ -141,7 +141,8 @@ def test_reports_from_the_copy_sent_to_the_helper_are_the_same_bytes(tmp_path, m
     monkeypatch.setattr(build, "datetime", FixedClock)
     whole = write_reports(result, tmp_path / "whole", context=ctx, config_snapshot="a: 1\n", detail=detail)
     cut = write_reports(copy, tmp_path / "cut", context=ctx, config_snapshot="a: 1\n", detail=detail)
-    for name in ("json", "markdown", "per_query_csv", "pr_curve_png"):
+    assert (whole.pr_curve_png is None) == (cut.pr_curve_png is None) == (detail == "slim")  # full reports only
+    for name in ("json", "markdown", "per_query_csv", *(["pr_curve_png"] if detail == "full" else [])):
         a, b = getattr(whole, name), getattr(cut, name)
         assert a is not None and a.read_bytes() == b.read_bytes(), name
     assert len(result.hits) == len(copy.hits) and result.metrics == copy.metrics

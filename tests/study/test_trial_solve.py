@@ -53,11 +53,12 @@ class BatchEvaluator:
         self.calls.append(float(self.backend.loaded[section][key]))
         return self.batch
 
-    def report_paths(self, result: Any, out_dir: Path) -> dict[str, Path]:
+    def report_paths(self, result: Any, out_dir: Path, *, detail: str = "full") -> dict[str, Path]:
         return {"json": out_dir / "report.json", "per_query_csv": out_dir / "report_per_query.csv"}
 
     def write_reports(
         self, result: Any, out_dir: Path, *, context: Any, config_snapshot: str, detail: str = "full",
+        pr_curve: str | None = None,
     ) -> dict[str, Path]:
         # the real report writer, as the live evaluator calls it
         self.written.append(result)

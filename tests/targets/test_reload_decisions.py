@@ -205,3 +205,35 @@ def test_worker_replicas_need_the_port_placeholder_in_the_reload_url() -> None:
     _check_port_placeholders(experiment("http://127.0.0.1:{port}/admin/reload"))
     with pytest.raises(ConfigError, match="target.reload.http.url .* has no \\{port\\}"):
         _check_port_placeholders(experiment("http://127.0.0.1:8080/admin/reload"))
+
+
+def test_the_applier_compares_restart_keys_on_texts_parsed_ahead(tmp_path: Path, monkeypatch) -> None:
+    """``prepare`` (a pipelined trial's begin) parses the texts; ``apply`` (on the
+    backend's path) then parses nothing, and decides as the uncached comparison does."""
+    from types import SimpleNamespace
+
+    import tuner.targets.reload as reload_mod
+    from tuner.config.target import HealthConfig
+    from tuner.targets.reload import ConfigApplier
+
+    config = tmp_path / "config.yaml"
+    config.write_text(BASE)
+    restarts: list[int] = []
+    target = SimpleNamespace(restart=lambda: restarts.append(1))
+    reload = ReloadConfig(signal="SIGHUP", fingerprint="config_fingerprint", restart_keys=["sources.*.k1"])
+    applier = ConfigApplier(target, lambda: {"status": "ok"}, reload, HealthConfig(url="http://127.0.0.1:1/health"),
+                            [config], served={config: BASE})
+    changed = BASE.replace("k1: 1.2", "k1: 1.5")
+    expected = reason(changed, ["sources.*.k1"])
+    applier.prepare({config: BASE})
+    applier.prepare({config: changed})
+
+    def no_parse(text: str) -> None:
+        raise AssertionError("parsed on the backend's path")
+
+    monkeypatch.setattr(reload_mod, "_load", no_parse)
+    applied = applier.apply({config: changed})
+    assert applied.mode == "restart" and restarts == [1]
+    assert applied.reason == expected == "sources.bm25.k1 changed (1.2 -> 1.5): a restart-only key"
+    with pytest.raises(AssertionError, match="backend's path"):  # a text not prepared is parsed then
+        applier.apply({config: changed.replace("b: 0.75", "b: 0.7")})

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
+
 from tuner.evaluation.mapping import ParsedResponse
 
 
@@ -39,9 +41,10 @@ class FailedQuery:
         }
 
 
-@dataclass(frozen=True, slots=True)
-class UnjudgedHit:
-    """A returned document without a label: a candidate for the graders."""
+class UnjudgedHit(msgspec.Struct, frozen=True, gc=False):
+    """A returned document without a label: a candidate for the graders. A msgspec
+    struct, as Hit: a batch holds thousands, and each trial pickles them to the report
+    helper (5x faster than a slots dataclass)."""
 
     query_id: str
     rank: int

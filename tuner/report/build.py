@@ -43,9 +43,10 @@ DETAILS: tuple[str, ...] = ("slim", "full")
 #: what a slim report leaves out, and where the full data is kept
 #: a slim report lists the unjudged hits down to this rank (what the label queue pools by default)
 SLIM_UNJUDGED_DEPTH = 10
-SLIM_NOTE = ("slim report: no per-query top-20 snapshots, and unjudged hits only down to rank "
-             f"{SLIM_UNJUDGED_DEPTH} (counts of all are kept; per-query rows are in the per-query CSV); the baseline, "
-             "the best trials and `tuner apply` keep the full reports")
+SLIM_NOTE = ("slim report: no per-query top-20 snapshots, unjudged hits only down to rank "
+             f"{SLIM_UNJUDGED_DEPTH} (counts of all are kept; per-query rows are in the per-query CSV), and no PR-curve "
+             "PNG (oos.threshold_sweep keeps the rows around the threshold in effect); the baseline, the best trials and `tuner apply` keep the full "
+             "reports")
 #: per-query CSV columns of a slim report (then Judged@10, the scorecard's primary metrics and labels_top10)
 SLIM_CSV_COLUMNS: tuple[str, ...] = ("query_type", "source", "scope", "status", "handoff", "handoff_reason",
                                      "confidence", "fallback_level", "n_results")

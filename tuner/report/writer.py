@@ -3,8 +3,10 @@
 ``detail="full"`` (``tuner eval``, a study's baseline and best trials, ``tuner apply``)
 writes everything; ``detail="slim"`` (a study's other trials) leaves out the per-query
 top-20 snapshots and the unjudged-hit list and writes a short Markdown summary and a
-narrower per-query CSV (tuner.report.build.SLIM_CSV_COLUMNS). The JSON is indented in
-both, so it previews and diffs line by line.
+narrower per-query CSV (tuner.report.build.SLIM_CSV_COLUMNS), and no PR-curve PNG: the
+plot was 110 ms of CPU per trial, more than the rest of the report together, and its
+data is the JSON's ``threshold_sweep``. The JSON is indented in both, so it previews
+and diffs line by line.
 
 Every file is written atomically; the JSON report (the machine-readable index of the
 others) is written last, so its presence means the set is complete. Each text is
@@ -18,7 +20,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from tuner.errors import InputError
 from tuner.files import atomic_write_bytes, atomic_write_text
@@ -30,6 +32,17 @@ from tuner.secrets import scrub_known
 
 if TYPE_CHECKING:
     from tuner.evaluation.result import BatchResult
+
+
+#: the PR-curve PNG of a report: drawn, referenced as already there (a superseded best
+#: trial rewritten slim keeps the curve it was drawn with), or left out
+PrCurve = Literal["draw", "keep", "omit"]
+
+
+def pr_curve_action(detail: Detail, pr_curve: PrCurve | None = None) -> PrCurve:
+    """What ``write_reports`` does with the PR curve: ``pr_curve``, else drawn for a full
+    report and left out of a slim one."""
+    return pr_curve if pr_curve is not None else "draw" if detail == "full" else "omit"
 
 
 @dataclass(frozen=True)
@@ -53,12 +66,15 @@ def write_reports(
     stem: str = "report",
     detail: Detail = "full",
     markdown: Detail | None = None,
+    pr_curve: PrCurve | None = None,
 ) -> ReportPaths:
     """Write ``{stem}.json``, ``{stem}.md``, ``{stem}_per_query.csv`` and, when the
     responses carried a confidence, ``{stem}_pr_curve.png`` into ``out_dir``
-    (``detail``: see the module doc). ``markdown`` (default: ``detail``): a study's trials
-    keep the short Markdown even when their JSON holds every query's top-k snapshot."""
+    (``detail``: see the module doc; ``pr_curve``: see ``pr_curve_action``). ``markdown``
+    (default: ``detail``): a study's trials keep the short Markdown even when their JSON
+    holds every query's top-k snapshot."""
     check_detail(detail)
+    action = pr_curve_action(detail, pr_curve)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     report = build_report(result, context, config_snapshot=config_snapshot, detail=detail)
@@ -66,9 +82,9 @@ def write_reports(
         json=out / f"{stem}.json",
         markdown=out / f"{stem}.md",
         per_query_csv=out / f"{stem}_per_query.csv",
-        pr_curve_png=None if result.threshold_sweep is None else out / f"{stem}_pr_curve.png",
+        pr_curve_png=None if result.threshold_sweep is None or action == "omit" else out / f"{stem}_pr_curve.png",
     )
-    if paths.pr_curve_png is not None and result.threshold_sweep is not None:
+    if paths.pr_curve_png is not None and result.threshold_sweep is not None and action == "draw":
         atomic_write_bytes(paths.pr_curve_png, pr_curve_png(result.threshold_sweep, title=f"Handoff: {result.dataset_id}",
                                                             threshold=result.threshold_in_effect))
     csv_text = per_query_table(result, detail).to_csv(

@@ -57,15 +57,16 @@ class BatchEvaluator(Protocol):
         """Evaluate every query; ``on_result(query_id, per_query_row)`` after each answer.
         An exception raised by the callback (optuna.TrialPruned) stops the batch."""
 
-    def report_paths(self, result: EvalOutcome, out_dir: Path) -> Mapping[str, Path]:
-        """The files `write_reports` will write for ``result`` (kind -> path)."""
+    def report_paths(self, result: EvalOutcome, out_dir: Path, *, detail: str = "full") -> Mapping[str, Path]:
+        """The files `write_reports` will write for ``result`` at ``detail`` (kind -> path)."""
 
     def write_reports(
         self, result: EvalOutcome, out_dir: Path, *, context: Mapping[str, Any], config_snapshot: str,
-        detail: str = "full",
+        detail: str = "full", pr_curve: str | None = None,
     ) -> Mapping[str, Path]:
         """``detail``: "slim" (scorecard, per-query metrics, summary) or "full" (also every
-        query's top-k snapshot and the unjudged hits)."""
+        query's top-k snapshot, the unjudged hits and the PR-curve PNG); ``pr_curve``:
+        tuner.report.writer.pr_curve_action ("keep": a superseded best keeps its curve)."""
 
 
 @dataclass(frozen=True)

@@ -99,19 +99,22 @@ class LiveEvaluator:
             self.last_search_seconds = timing.window_s
             self.last_handling_seconds = timing.handling_s
 
-    def report_paths(self, result: Any, out_dir: Path) -> dict[str, Path]:
-        """The names tuner.report.write_reports gives its files (stem "report")."""
+    def report_paths(self, result: Any, out_dir: Path, *, detail: str = "full") -> dict[str, Path]:
+        """The names tuner.report.write_reports gives its files (stem "report") at ``detail``."""
+        from tuner.report.writer import pr_curve_action
+
         paths = {
             "json": out_dir / "report.json",
             "markdown": out_dir / "report.md",
             "per_query_csv": out_dir / "report_per_query.csv",
         }
-        if getattr(result, "threshold_sweep", None) is not None:
+        if getattr(result, "threshold_sweep", None) is not None and pr_curve_action(detail) != "omit":  # type: ignore[arg-type]
             paths["pr_curve_png"] = out_dir / "report_pr_curve.png"
         return paths
 
     def write_reports(
         self, result: Any, out_dir: Path, *, context: Mapping[str, Any], config_snapshot: str, detail: str = "full",
+        pr_curve: str | None = None,
     ) -> dict[str, Path]:
         from tuner.report import ReportContext, write_reports
 
@@ -126,9 +129,9 @@ class LiveEvaluator:
         )
         write = self.report_worker.write_reports if self.report_worker is not None else write_reports
         written = {k: Path(v) for k, v in _fields(write(result, out_dir, context=ctx, config_snapshot=config_snapshot,
-                                                        detail=detail, markdown="slim")).items()
+                                                        detail=detail, markdown="slim", pr_curve=pr_curve)).items()
                    if v is not None}
-        if written != self.report_paths(result, out_dir):
+        if pr_curve is None and written != self.report_paths(result, out_dir, detail=detail):
             raise EvaluationError(
                 f"report files {sorted(map(str, written.values()))} differ from the paths recorded on the trial;"
                 " update LiveEvaluator.report_paths to tuner.report's naming"

@@ -124,10 +124,8 @@ class TrialRecording:
         self, trial: optuna.Trial, out: TrialOutcome, texts: dict[Path, str], result: Any,
         run_id: Future[Any] | None, sweep: Any = None, fusion_sweep: Any = None,
     ) -> None:
-        # chosen once per trial: choosing moves the best-so-far (a retried record must not choose again)
-        if trial.number not in self._details:
-            self._details[trial.number] = self._choose_detail(trial, out) if result is not None else ("slim", False)
-        detail, best = self._details[trial.number]
+        unscored = self._details.get(trial.number, ("slim", False))  # a failed trial's files are slim
+        detail, best = self._detail_of(trial, out) if result is not None else unscored
         user: dict[str, Any] = {ATTR_CACHE_HIT: out.cache_hit}
         if out.state == "COMPLETE":
             user[ATTR_FEASIBLE] = out.feasible
@@ -165,7 +163,15 @@ class TrialRecording:
                            sweep if out.state == "COMPLETE" else None,
                            fusion_sweep if out.state == "COMPLETE" else None, chosen)
         self.bookkeeper.submit(f"bookkeeping of trial #{trial.number}", self._finish, pending)
-        del self._details[trial.number]
+        self._details.pop(trial.number, None)
+
+    def _detail_of(self, trial: optuna.Trial, out: TrialOutcome) -> tuple[str, bool]:
+        """The trial's report detail and whether it is a new best, chosen once per trial:
+        choosing moves the best-so-far (the report paths are named with it before the
+        record, and a retried record must not choose again)."""
+        if trial.number not in self._details:
+            self._details[trial.number] = self._choose_detail(trial, out)
+        return self._details[trial.number]
 
     def _choose_detail(self, trial: optuna.Trial, out: TrialOutcome) -> tuple[str, bool]:
         """("full", is a new best) for the baseline, a new best feasible trial, or when the
@@ -242,11 +248,12 @@ class TrialRecording:
 
     def _demote(self, p: _Pending) -> None:
         """Rewrite a superseded best's report files slim, in place (their hard links in the
-        artifact stores see the slim bytes; the full ones are freed)."""
+        artifact stores see the slim bytes; the full ones are freed). Its PR-curve PNG is
+        kept as drawn (registered as an artifact, and the same bytes a redraw would give)."""
         trial_dir = self._dir(p.number)
         with tempfile.TemporaryDirectory(dir=trial_dir.parent, prefix=".slim-") as tmp:
             self.evaluator.write_reports(p.result, Path(tmp), context=p.context or {},
-                                         config_snapshot=self._snapshot(p.texts), detail="slim")
+                                         config_snapshot=self._snapshot(p.texts), detail="slim", pr_curve="keep")
             for fresh in Path(tmp).iterdir():
                 if (trial_dir / fresh.name).is_file():
                     overwrite_in_place(trial_dir / fresh.name, fresh.read_bytes())

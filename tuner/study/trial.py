@@ -217,6 +217,8 @@ class TrialRunner(CacheLookup, TrialRecording, TrialScoring, ReplayMeasure):
                     job.texts = self._retrieval_texts(out.assignment, job.solving)
                 else:
                     job.texts = self.writer.render({**out.assignment, **{n: g.low for n, g in job.solving.items()}})
+                if self.applier is not None:
+                    self.applier.prepare(job.texts)  # the restart-key comparison's parse, off the backend's path
             if job.replaying:
                 return job  # scored from settings chosen inside the trial: not a cacheable config
             with self._phase(out, "cache"):
@@ -337,7 +339,8 @@ class TrialRunner(CacheLookup, TrialRecording, TrialScoring, ReplayMeasure):
         with self._phase(out, "complete"):
             self._complete(trial, out)
             if job.cached is None and job.result is not None:
-                paths = self.evaluator.report_paths(job.result, self._dir(trial.number))
+                detail, _ = self._detail_of(trial, out)
+                paths = self.evaluator.report_paths(job.result, self._dir(trial.number), detail=detail)
                 out.reports = {k: str(v) for k, v in paths.items()}
                 if job.sweep is not None:
                     out.reports[SWEEP_REPORT] = str(self._dir(trial.number) / SWEEP_FILE)

@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
@@ -64,11 +65,17 @@ _MISSING: Any = _Missing()
 # ---------------------------------------------------------------- pure decisions
 
 
+#: parsed config texts the applier keeps: the served one, the one being applied, the next
+PARSED_KEPT = 4
+
+
 def restart_reason(served: Mapping[Path, str] | None, new: Mapping[Path, str],
-                   restart_keys: Sequence[str]) -> str | None:
+                   restart_keys: Sequence[str], load: Callable[[str], Any] | None = None) -> str | None:
     """Why applying ``new`` needs a restart rather than a reload, in one line; None when
     a reload will do. ``served`` is what the backend serves (None: unknown). Each restart
-    key is a dotted path ('*' matches one segment) compared in every config file."""
+    key is a dotted path ('*' matches one segment) compared in every config file.
+    ``load`` parses a text (default: a YAML safe load; ConfigApplier passes its cache)."""
+    load = load or _load
     if served is None:
         return UNKNOWN
     known = {Path(p): t for p, t in served.items()}
@@ -80,7 +87,7 @@ def restart_reason(served: Mapping[Path, str] | None, new: Mapping[Path, str],
         if old == text or not restart_keys:
             continue
         try:
-            before, after = _load(old), _load(text)
+            before, after = load(old), load(text)
         except YAMLError as exc:
             return f"{Path(path).name} cannot be compared for restart keys ({_first_line(exc)})"
         for pattern in restart_keys:
@@ -214,6 +221,31 @@ class ConfigApplier:
                               f"({len(self.config_files)} config file(s)); fix it in the experiment file")
         self._served = None if served is None else {Path(p): t for p, t in served.items()}
         self._client: httpx.Client | None = None
+        # config text -> its parse, for the restart-key comparison: a pure-Python YAML load
+        # is ~5 ms a text (more beside other threads), and the served and the new text of
+        # every apply are parsed ahead by ``prepare``, off the backend's path
+        self._parsed: dict[str, Any] = {}
+        self._parsed_lock = threading.Lock()
+
+    def prepare(self, texts: Mapping[Path, str]) -> None:
+        """Parse ``texts`` ahead of their ``apply`` (a pipelined trial's begin does it while
+        another trial is measured); what cannot be parsed is left for ``apply`` to name."""
+        if self.reload is None or not self.reload.restart_keys:
+            return
+        for text in texts.values():
+            with contextlib.suppress(YAMLError):
+                self._load(text)
+
+    def _load(self, text: str) -> Any:
+        with self._parsed_lock:
+            if text in self._parsed:
+                return self._parsed[text]
+        doc = _load(text)
+        with self._parsed_lock:
+            self._parsed[text] = doc
+            while len(self._parsed) > PARSED_KEPT:  # dicts keep insertion order: the oldest go first
+                del self._parsed[next(iter(self._parsed))]
+        return doc
 
     @property
     def served(self) -> dict[Path, str] | None:
@@ -266,7 +298,7 @@ class ConfigApplier:
     def _apply(self, texts: Mapping[Path, str], phase: Phase) -> Applied:
         if self.reload is None:
             return self._restart(phase, None)
-        reason = restart_reason(self._served, texts, self.reload.restart_keys)
+        reason = restart_reason(self._served, texts, self.reload.restart_keys, self._load)
         if reason is None:
             # what the backend will read: the bytes on disk, hashed as the backend hashes them
             wrote = hashlib.sha256(self.config_files[self.reload.fingerprint_file].read_bytes()).hexdigest()
