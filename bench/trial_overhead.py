@@ -273,6 +273,7 @@ def throughput(exp_path: Path, repeats: int) -> dict[str, float]:
         wait_healthy(exp.target.health.url, deadline_s=60, target=target)
         evaluator.evaluate(order_seed=0, on_result=None)  # warm both paths (connections, caches)
         asyncio.run(plain_load(bodies, spec.request.url, spec.concurrency, spec.timeout_s))
+        decode_s = decode_alone(spec, bodies)
         batch, plain = [], []
         for i in range(repeats):
             started = time.perf_counter()
@@ -286,7 +287,26 @@ def throughput(exp_path: Path, repeats: int) -> dict[str, float]:
     n = len(bodies)
     return {"queries": n, "concurrency": spec.concurrency, "batch_s": statistics.median(batch),
             "plain_s": statistics.median(plain), "batch_qps": n / statistics.median(batch),
-            "plain_qps": n / statistics.median(plain), "ratio": statistics.median(plain) / statistics.median(batch)}
+            "plain_qps": n / statistics.median(plain), "ratio": statistics.median(plain) / statistics.median(batch),
+            "decode_s": decode_s}
+
+
+def decode_alone(spec: Any, bodies: list[dict[str, Any]]) -> float:
+    """Seconds to decode and map the batch's answers alone (the typed decoder a trial
+    uses, nothing else), median of 7: the least answer handling a trial can do, and the
+    strict overhead counts it. Fetched once from the running backend."""
+    from tuner.evaluation.answers import AnswerDecoder
+
+    with httpx.Client(timeout=spec.timeout_s) as client:
+        answers = [client.post(spec.request.url, json=b).content for b in bodies]
+    decoder = AnswerDecoder(spec.response, spec.top_k)
+    times = []
+    for _ in range(7):
+        started = time.perf_counter()
+        for a in answers:
+            decoder.parse(a, "q")
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
 
 
 def verdict(ok: bool) -> str:
@@ -382,6 +402,15 @@ def main() -> int:
           f"medians of {args.repeats} interleaved runs")
     print(f"  run_batch   {t['batch_s']:.3f} s  {t['batch_qps']:7.1f} q/s")
     print(f"  plain httpx {t['plain_s']:.3f} s  {t['plain_qps']:7.1f} q/s")
+    reload = runs["reload"]
+    fixed = reload["outside"] * reload["loop_s"]
+    print("\n== two parts of the strict overhead that overlapping cannot hide (reload mode, this run)")
+    print(f"  the batch's answers decoded and mapped alone: {t['decode_s'] * 1000:.1f} ms a trial = "
+          f"{t['decode_s'] / reload['per_trial_s']:.2%} of a trial (counted as the tuner's, even where it overlaps "
+          "requests in flight)")
+    print(f"  outside every trial's phases (the first begin, the last end, the final flush, gaps): {fixed:.2f} s = "
+          f"{reload['outside']:.2%} of this {reload['trials']}-trial loop; a fixed cost per run, "
+          f"{fixed / (reload['loop_s'] * 5):.2%} of a loop 5x as long")
     print(f"\n== goals (load average before / after: {load_before[0]:.2f} / {load_after[0]:.2f} on "
           f"{os.cpu_count()} cores; the figures vary with load)")
     for mode in MODES:

@@ -103,3 +103,26 @@ def test_non_json_body_names_the_query():
     with pytest.raises(ResponseMappingError, match=r"query q3: response is not JSON \(text/html\): '<html>"):
         decode_json(b"<html>oops</html>", "q3", "text/html")
     assert decode_json(json.dumps({"a": 1}).encode(), "q3") == {"a": 1}
+
+
+@pytest.mark.parametrize("method", ["POST", "GET"])
+def test_request_templates_send_what_prepare_request_builds_with_fresh_ids(method):
+    """A study's requests are built once (tuner.evaluation.mapping.RequestTemplates):
+    each batch sends the same method, URL, params, headers and body bytes as building
+    them anew, with a new request id per query and batch."""
+    from tuner.evaluation.client import _encode
+    from tuner.evaluation.mapping import RequestTemplates
+
+    spec = EvalSpec(request=RequestMapping(url="http://svc/search", method=method, pass_extra=True,
+                                           headers={"Authorization": "Bearer t"},
+                                           body={"q": "{query}", "k": "{top_k}", "type": "{query_type}"}))
+    queries = [Q, Query("q8", "big int", "long", "faq", "in", "dev", {"seed": 2**70})]  # past orjson's ints
+    templates = RequestTemplates(spec, queries)
+    first, second = templates.for_batch(queries), templates.for_batch(queries[::-1])
+    ids = [r.request_id for r in first + second]
+    assert len(set(ids)) == 4 and all(ids)
+    for sent in first + second:
+        fresh = prepare_request(spec, next(q for q in queries if q.query_id == sent.query_id), sent.request_id)
+        assert (sent.method, sent.url, sent.params, sent.json) == (fresh.method, fresh.url, fresh.params, fresh.json)
+        assert _encode(sent) == _encode(fresh)
+        assert sent.headers[spec.request.request_id_header] == sent.request_id

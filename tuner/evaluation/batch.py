@@ -28,7 +28,7 @@ from tuner.data.dataset import Query, QuerySet
 from tuner.errors import FailureBudgetExceeded, ResponseMappingError
 from tuner.evaluation.answers import AnswerDecoder
 from tuner.evaluation.client import Abort, BatchAborted, Exchange, SearchClient, one_line
-from tuner.evaluation.mapping import PreparedRequest, decode_json, parse_response, prepare_request
+from tuner.evaluation.mapping import PreparedRequest, RequestTemplates, decode_json, parse_response, prepare_request
 from tuner.evaluation.outcomes import FailedQuery, QueryResponse
 from tuner.evaluation.result import BatchResult, ResultBuilder, evaluate_responses, query_record
 from tuner.evaluation.spec import EvalSpec
@@ -63,13 +63,14 @@ def run_batch(
     timing: BatchTiming | None = None,
     defer: bool = False,
     on_payload: OnPayload | None = None,
+    templates: RequestTemplates | None = None,
 ) -> BatchResult | ResultBuilder:
     """Synchronous wrapper over ``run_batch_async`` (safe to call from inside a running
     event loop: it then runs on a helper thread)."""
     return _run_sync(
         run_batch_async(
             spec, queries, qrels, order_seed=order_seed, on_result=on_result, metrics=metrics, abort=abort,
-            timing=timing, defer=defer, on_payload=on_payload,
+            timing=timing, defer=defer, on_payload=on_payload, templates=templates,
         )
     )
 
@@ -100,6 +101,7 @@ async def run_batch_async(
     timing: BatchTiming | None = None,
     defer: bool = False,
     on_payload: OnPayload | None = None,
+    templates: RequestTemplates | None = None,
 ) -> BatchResult | ResultBuilder:
     """Evaluate every query of ``queries`` against ``spec.request.url``.
 
@@ -113,6 +115,7 @@ async def run_batch_async(
     whose ``finish()`` scores the batch and returns it (pure: any thread may call it later).
     ``on_payload(query_id, payload, outcome)`` sees each decoded answer before it is
     dropped (the explained retrieval of fusion replay keeps its explanation).
+    ``templates``: the queries' requests built once for ``spec`` (a study's every trial).
     """
     clock = time.perf_counter
     timing = timing if timing is not None else BatchTiming()
@@ -120,7 +123,10 @@ async def run_batch_async(
     if order_seed is not None:
         random.Random(order_seed).shuffle(order)
     # Build every request first: a template error is a config error, found before any traffic.
-    prepared = [prepare_request(spec, q, str(uuid.uuid4())) for q in order]
+    if templates is not None and templates.spec is spec:
+        prepared = templates.for_batch(order)
+    else:
+        prepared = [prepare_request(spec, q, str(uuid.uuid4())) for q in order]
     allowed = spec.allowed_failures(len(order))
     failed: list[FailedQuery] = []
     # Scores each outcome as it arrives, so little is left after the last answer.

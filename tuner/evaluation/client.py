@@ -28,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import json
 import random
 import ssl
 import time
@@ -37,12 +36,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
-import orjson
 from aiohttp.helpers import basicauth_from_netrc, get_env_proxy_for_url, netrc_from_env
 from yarl import URL
 
 from tuner.errors import EvaluationError
-from tuner.evaluation.mapping import PreparedRequest
+from tuner.evaluation.mapping import PreparedRequest, encode_json
 from tuner.evaluation.spec import EvalSpec
 
 #: Statuses worth another attempt: overload and server-side failures.
@@ -316,17 +314,16 @@ class SearchClient:
 
 
 def _encode(request: PreparedRequest) -> tuple[bytes | None, dict[str, str]]:
-    """The request body as JSON bytes (once per query, not per attempt) and its headers."""
+    """The request body as JSON bytes (once per query, not per attempt; a request from
+    RequestTemplates carries them already) and its headers."""
     headers = dict(request.headers)
     if request.json is None:
         return None, headers
-    try:
-        data = orjson.dumps(request.json)
-    except TypeError:  # what orjson refuses (an int past 64 bits, a non-str key): the stdlib's encoding
-        data = json.dumps(request.json, ensure_ascii=False, separators=(",", ":")).encode()
+    if request.body is not None:
+        return request.body, headers
     if not any(k.lower() == "content-type" for k in headers):
         headers["Content-Type"] = "application/json"
-    return data, headers
+    return encode_json(request.json), headers
 
 
 async def _read_capped(response: aiohttp.ClientResponse, cap: int, *, strict: bool) -> bytes:

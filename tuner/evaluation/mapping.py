@@ -13,8 +13,9 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import msgspec
@@ -68,6 +69,8 @@ class PreparedRequest:
     headers: Mapping[str, str]
     json: Any = None
     params: Mapping[str, Any] | None = None
+    #: ``json`` encoded, with a Content-Type among ``headers`` (RequestTemplates); None: encoded when sent
+    body: bytes | None = None
 
 
 def prepare_request(spec: EvalSpec, query: Query, request_id: str) -> PreparedRequest:
@@ -78,6 +81,43 @@ def prepare_request(spec: EvalSpec, query: Query, request_id: str) -> PreparedRe
     if req.method == "GET":
         return PreparedRequest(query.query_id, request_id, "GET", req.url, headers, params=build_params(body))
     return PreparedRequest(query.query_id, request_id, req.method, req.url, headers, json=body)
+
+
+def encode_json(value: Any) -> bytes:
+    """A request body as JSON bytes: orjson, or the standard library for what orjson
+    refuses (an int past 64 bits, a non-str key)."""
+    try:
+        return orjson.dumps(value)
+    except TypeError:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+class RequestTemplates:
+    """Every query's request built once: the body template filled and encoded. A study
+    sends the same requests every trial; ``for_batch`` gives them with fresh request
+    ids, the only part that changes (rebuilding them cost 3 ms of every trial's path).
+    ConfigError as ``prepare_request`` when a template does not fit a query."""
+
+    def __init__(self, spec: EvalSpec, queries: Iterable[Query]) -> None:
+        self.spec = spec
+        self._built: dict[str, PreparedRequest] = {}
+        for q in queries:
+            req = prepare_request(spec, q, "")
+            if req.json is not None:
+                headers = dict(req.headers)
+                if not any(k.lower() == "content-type" for k in headers):
+                    headers["Content-Type"] = "application/json"
+                req = replace(req, headers=headers, body=encode_json(req.json))
+            self._built[q.query_id] = req
+
+    def for_batch(self, order: Sequence[Query]) -> list[PreparedRequest]:
+        name = self.spec.request.request_id_header
+        out = []
+        for q in order:
+            req = self._built[q.query_id]
+            rid = str(uuid.uuid4())
+            out.append(replace(req, request_id=rid, headers={**req.headers, name: rid}))
+        return out
 
 
 def template_values(query: Query, top_k: int) -> dict[str, Any]:

@@ -40,6 +40,7 @@ class LiveEvaluator:
         self.labels_fingerprint = labels_fp
         self.spec_fingerprint = spec_fingerprint(self.spec)
         self.last_search_seconds = 0.0
+        self._templates: Any = None  # the queries' requests, built at the first evaluate
         #: of that window, the event loop's time on the answers (decode, map, score): tuner time
         self.last_handling_seconds = 0.0
         #: the preflight of the run (tuner.study.preflight), recorded in every report's context
@@ -55,12 +56,15 @@ class LiveEvaluator:
         checks it (a trial's ``end`` stage calls it, off the backend's critical path)."""
         from tuner.evaluation import run_batch
         from tuner.evaluation.batch import BatchAborted, BatchTiming
+        from tuner.evaluation.mapping import RequestTemplates
         from tuner.study.preflight import empty_share_problem
 
         timing = BatchTiming()
         try:
+            if self._templates is None:
+                self._templates = RequestTemplates(self.spec, self.queries)
             pending = run_batch(self.spec, self.queries, self.qrels, order_seed=order_seed, on_result=on_result,
-                                abort=self.abort, timing=timing, defer=True)
+                                abort=self.abort, timing=timing, defer=True, templates=self._templates)
         except BatchAborted as exc:
             stop = self.stop
             if stop is not None and stop.is_set() and exc.reason.startswith(stop.reason):
