@@ -59,3 +59,35 @@ def test_retry_transient_retries_only_what_a_retry_can_cure() -> None:
     with pytest.raises(sa.exc.OperationalError):
         retry_transient(always_down, attempts=3, first_wait_s=0.001)
     assert len(calls) == 3
+
+
+def test_a_workers_check_between_trials_rides_through_a_lost_connection(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker looks for stale trials and counts the study's trials before each new one
+    (on the pipeline's helper thread, beside a running trial): a database restart then
+    is retried, as ask and tell are, not raised out of the loop (seen in CI: a worker
+    died with a traceback when PostgreSQL restarted mid-study)."""
+    from tuner.study import loop as loop_mod
+    from tuner.study.loop import RunResult, StudyLoop
+
+    study = optuna.create_study(direction="maximize")
+    calls = {"stale": 0, "count": 0}
+
+    def stale_once(s: optuna.Study) -> list[int]:
+        calls["stale"] += 1
+        if calls["stale"] == 1:
+            raise wrapped_by_optuna()
+        return [4]
+
+    def count_once(s: optuna.Study) -> int:
+        calls["count"] += 1
+        if calls["count"] == 1:
+            raise wrapped_by_optuna()
+        return 7
+
+    monkeypatch.setattr(loop_mod, "fail_stale_heartbeats", stale_once)
+    monkeypatch.setattr(loop_mod, "count_counted", count_once)
+    monkeypatch.setattr(loop_mod.time, "sleep", lambda s: None)
+    loop = StudyLoop(study, runner=None, replica=0, study_total=7)
+    result = RunResult(study.study_name)
+    assert loop._why_stop(result, 0.0, n_trials=None, timeout=None, in_flight=1) == "n_trials"
+    assert calls == {"stale": 2, "count": 2} and result.stale_failed == [4]

@@ -172,9 +172,11 @@ class StudyLoop:
         if lost is not None:
             result.stopped_by = "lock_lost"
             raise StudyError(f"study {self.study.study_name!r} stopped: {lost}; check for another process on it")
+        # read between trials, on the pipeline's helper thread too: a database restart is
+        # ridden through as by ask and tell, not raised out of the loop
         if self.replica is not None:
-            result.stale_failed.extend(fail_stale_heartbeats(self.study))
-        if self.study_total is not None and count_counted(self.study) >= self.study_total:
+            result.stale_failed.extend(retry_transient(lambda: fail_stale_heartbeats(self.study)))
+        if self.study_total is not None and retry_transient(lambda: count_counted(self.study)) >= self.study_total:
             return "n_trials"
         return None
 

@@ -66,7 +66,7 @@ from tuner.study.replay_measure import ReplayMeasure
 from tuner.study.result_cache import CachedResult, ResultCache
 from tuner.study.scoring import TrialScoring
 from tuner.study.stop import StopFlag, TrialInterrupted
-from tuner.study.storage import is_transient_storage_error
+from tuner.study.storage import is_transient_storage_error, retry_transient
 
 Phase = Literal["suggest", "render", "cache", "patch", "restart", "health", "reload", "confirm", "evaluate", "score",
                 "solve", "complete", "record", "backlog", "explain", "replay", "verify"]
@@ -339,7 +339,8 @@ class TrialRunner(CacheLookup, TrialRecording, TrialScoring, ReplayMeasure):
         with self._phase(out, "complete"):
             self._complete(trial, out)
             if job.cached is None and job.result is not None:
-                detail, _ = self._detail_of(trial, out)
+                # may read the study's trials (the best so far): a lost connection is retried
+                detail, _ = retry_transient(lambda: self._detail_of(trial, out))
                 paths = self.evaluator.report_paths(job.result, self._dir(trial.number), detail=detail)
                 out.reports = {k: str(v) for k, v in paths.items()}
                 if job.sweep is not None:
