@@ -80,6 +80,14 @@ def test_unknown_metric_is_an_error_with_a_suggestion(datasets_dir):
     assert "unknown metric 'ndcg@10' (did you mean NDCG?)" in done.stderr
 
 
+def test_map_points_to_ap_not_the_graded_map(datasets_dir):
+    ref = datasets_dir / "trec_eval_reference"
+    done = tuner("score", "--qrels", str(ref / "qrels.test"), "--run", str(ref / "results.test"), "--metrics", "MAP")
+    assert done.returncode == 2 and done.stderr.strip().count("\n") == 0
+    assert "trec_eval's map is AP here" in done.stderr and "use AP" in done.stderr
+    assert "e.g. MAP@10" not in done.stderr
+
+
 def test_list_metrics_shows_every_family_with_its_trec_eval_measure():
     done = tuner("score", "--list-metrics")
     assert done.returncode == 0

@@ -205,6 +205,10 @@ def test_judged_at_k_is_share_of_shown_results_with_a_label():
     ("Strong_Precision", "needs a cutoff"),
     ("ndcg@10", "did you mean NDCG"),
     ("Bogus@10", "unknown metric"),
+    # trec_eval's map is AP here; the graded MAP@10 is another number, never the suggestion
+    ("MAP", r"trec_eval's map is AP here .*; use AP, or MAP@k for the graded variant"),
+    ("map", r"did you mean AP\? trec_eval's map is AP here"),
+    ("map@10", r"did you mean AP@10\? trec_eval's map is AP here, map_cut_k is AP@k"),
 ])
 def test_bad_metric_names_raise_input_error(bad, message):
     with pytest.raises(InputError, match=message):

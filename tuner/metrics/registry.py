@@ -116,6 +116,12 @@ def resolve(name: str) -> Metric:
     if family is None:
         raise InputError(f"unknown metric {name!r}{_suggest(name)}; list them with `tuner score --list-metrics`")
     k = int(match["k"]) if match["k"] is not None else None
+    if k is None and family.name == "MAP":
+        # "MAP" bare is nearly always trec_eval's map; MAP@k here is a graded variant
+        # that scores differently, so suggesting MAP@10 would hand over the wrong number.
+        raise InputError(f"metric {name!r}: trec_eval's map is AP here (binary average precision over the "
+                         f"whole ranking; AP@k is map_cut_k); use AP, or MAP@k for the graded variant "
+                         f"(weights g/3), which is not trec_eval's map")
     if k is None and family.needs_cutoff:
         raise InputError(f"metric {name!r} needs a cutoff; write it as {family.name}@k, e.g. {family.name}@10")
     if k is not None and k < 1:
@@ -130,6 +136,8 @@ def families() -> list[MetricFamily]:
 
 def _suggest(name: str) -> str:
     family = name.split("@", 1)[0]
+    if family.lower() == "map":  # trec_eval's lower-case map; MAP@k here is another (graded) number
+        return f" (did you mean AP{name.strip()[len(family):]}? trec_eval's map is AP here, map_cut_k is AP@k)"
     close = difflib.get_close_matches(family, list(_FAMILIES), n=1, cutoff=0.6)
     if not close:
         close = [f for f in _FAMILIES if f.lower() == family.lower()]
