@@ -149,3 +149,17 @@ def test_a_superseded_best_rewritten_slim_keeps_the_curve_it_was_drawn_with(tmp_
     assert report["detail"] == "slim" and report["files"]["pr_curve_png"] == "report_pr_curve.png"
     assert "](report_pr_curve.png)" in kept.markdown.read_text()
     assert full.pr_curve_png.read_bytes() == drawn
+
+
+def test_the_short_markdown_of_a_full_report_does_not_call_it_slim(tmp_path, solved) -> None:
+    """A study's baseline and best trials: full JSON, short Markdown (issue 26, item 5)."""
+    gated, _, context = solved
+    paths = write_reports(gated, tmp_path / "best", context=context, config_snapshot=SNAPSHOT, detail="full",
+                          markdown="slim")
+    assert json.loads(paths.json.read_text())["detail"] == "full"
+    md = paths.markdown.read_text()
+    assert "slim" not in md.lower() and "keep the full reports" not in md
+    assert ("full report, summarised here: every query's top-20 snapshot and all unjudged hits are in report.json, "
+            "every query's row in report_per_query.csv") in md.splitlines()[2]
+    assert "## Per query" not in md and "## Coverage" in md  # still the short form
+    assert "report_pr_curve.png" in md  # the full report's curve is drawn and shown

@@ -93,6 +93,11 @@ def write_reports(
     pr_name = paths.pr_curve_png.name if paths.pr_curve_png is not None else None
     md_report = report if (markdown or detail) == detail else build_report(
         result, context, config_snapshot=config_snapshot, detail=markdown or detail)
+    if md_report is not report and detail == "full":
+        # the short Markdown of a full report (a study's baseline and best trials): it
+        # must not call the report slim nor send people to "the full reports" elsewhere
+        md_report = {**md_report, "coverage": report["coverage"],
+                     "detail_note": summary_note(paths.json.name, paths.per_query_csv.name)}
     atomic_write_text(paths.markdown, scrub_known(render_markdown(md_report, pr_curve=pr_name)))
     report["files"] = {
         "markdown": paths.markdown.name,
@@ -101,6 +106,12 @@ def write_reports(
     }
     atomic_write_text(paths.json, scrub_known(dumps_json(report)) + "\n")
     return paths
+
+
+def summary_note(json_name: str, csv_name: str) -> str:
+    """The header note of a full report's short Markdown: where its full data is."""
+    return (f"full report, summarised here: every query's top-20 snapshot and all unjudged hits are in {json_name}, "
+            f"every query's row in {csv_name}")
 
 
 def dumps_json(value: Any, *, _level: int = 0) -> str:
