@@ -137,3 +137,25 @@ def test_eta_and_durations() -> None:
     assert eta_seconds(4, 10, 40.0, 50.0) == pytest.approx(10.0)  # the timeout comes first
     assert eta_seconds(0, 10, 0.0, None) is None
     assert fmt_duration(3725) == "1h02m" and fmt_duration(65) == "1m05s" and fmt_duration(None) == "?"
+
+
+def test_the_summary_leads_with_the_objectives_own_metric(frame) -> None:
+    """Tuned on NDCG@10 (not in the fixed scorecard list): the run summary's and the study
+    report's baseline-vs-best tables show it, first (issue 26, item 5)."""
+    from rich.console import Console
+
+    from tuner.cli.progress import summary_tables
+
+    frame = frame.copy()
+    frame["NDCG@10"] = [0.31, 0.5, 0.42, 0.2, math.nan]
+    best, base = analysis.best_feasible(frame), analysis.baseline_row(frame)
+    got = analysis.deltas(best, base, objective="NDCG@10")
+    assert got[0].metric == "NDCG@10" and got[0].change == pytest.approx(0.42 - 0.31)
+    assert [d.metric for d in analysis.deltas(best, base, objective="NDCG@20")].count("NDCG@20") == 1
+    console = Console(width=120, record=True)
+    for table in summary_tables(frame, objective="NDCG@10", maximize=True):
+        console.print(table)
+    rows = [line for line in console.export_text().splitlines() if "NDCG@10" in line]
+    assert rows and "0.3100" in rows[0] and "0.4200" in rows[0] and "+0.1100" in rows[0]
+    md = analysis.study_markdown(frame, study_name="s", objective="NDCG@10", maximize=True, importances={})
+    assert "| NDCG@10 | 0.3100 | 0.4200 | 0.1100 |" in md

@@ -180,9 +180,9 @@ def summary_tables(frame, *, objective: str, maximize: bool) -> list[Table]:  # 
         t = Table(title=title)
         for col in ("metric", "baseline", "best", "delta"):
             t.add_column(col, justify="left" if col == "metric" else "right")
-        for d in analysis.deltas(best, base):
+        for d in analysis.deltas(best, base, objective=objective):
             style = "green" if d.change > 0 else "red" if d.change < 0 else ""
-            if d.metric == "OOS_FP_Rate":
+            if d.metric == "OOS_FP_Rate" or (d.metric == objective and not maximize):
                 style = "green" if d.change < 0 else "red" if d.change > 0 else ""
             t.add_row(d.metric, f"{d.baseline:.4f}", f"{d.best:.4f}", Text(f"{d.change:+.4f}", style=style))
         tables.append(t)

@@ -142,8 +142,13 @@ class Delta:
         return self.best - self.baseline
 
 
-def deltas(best: pd.Series, baseline: pd.Series, metrics: Sequence[str] = SCORECARD) -> list[Delta]:
-    """Best minus baseline on each scorecard metric present in both rows."""
+def deltas(best: pd.Series, baseline: pd.Series, metrics: Sequence[str] = SCORECARD, *,
+           objective: str | None = None) -> list[Delta]:
+    """Best minus baseline on each scorecard metric present in both rows, led by the
+    ``objective``'s own metric when it is not one of them (NDCG@10, AP@100, ...): the
+    number the study tuned is the first one a person looks for."""
+    if objective is not None and objective not in metrics:
+        metrics = (objective, *metrics)
     out = []
     for m in metrics:
         b, v = baseline.get(m), best.get(m)
@@ -259,7 +264,7 @@ def study_markdown(
         lines += [f"**Best feasible trial: #{int(best['number'])}** ({objective} = {best['value']:.4f}).", ""]
         if base is not None:
             rows = pd.DataFrame(
-                [{"metric": d.metric, "baseline": d.baseline, "best": d.best, "delta": d.change} for d in deltas(best, base)]
+                [{"metric": d.metric, "baseline": d.baseline, "best": d.best, "delta": d.change} for d in deltas(best, base, objective=objective)]
             )
             lines += [f"Against the baseline (trial #{int(base['number'])}):", "", markdown_table(rows)]
     lines += ["## Feasible trials (best first)", "", markdown_table(summary_table(feasible_ranked(frame, maximize=maximize)))]
