@@ -145,7 +145,7 @@ class RichProgress(StudyObserver):
 
 def trial_line(outcome: TrialOutcome, objective: str) -> Text:
     """One permanent line per finished trial."""
-    took = sum(v for k, v in outcome.phase_seconds.items() if k != "search")
+    took = outcome.duration_s  # the one definition (tuner.study.outcome.trial_seconds), as stored
     parts: list[tuple[str, str] | str] = [(f"#{outcome.number:<3}", "bold")]
     if outcome.state == "COMPLETE":
         feasible = outcome.feasible

@@ -25,14 +25,18 @@ from tuner.metrics.scorecard import PRIMARY_METRIC, PRIMARY_SCORECARD
 from tuner.ops.verdicts import CONSTRAINT_PREFIX, JUDGED, parse_constraint, verdicts
 from tuner.study.attrs import (
     ATTR_CACHE_HIT,
+    ATTR_DURATION,
     ATTR_EARLY_STOP,
     ATTR_FAIL_REASON,
     ATTR_JUDGED,
+    ATTR_PHASES,
     ATTR_VARIANT,
     assignment_of,
     metrics_of,
     named_constraints,
+    trial_attr,
 )
+from tuner.study.outcome import trial_seconds
 
 PARAM_PREFIX = "param:"
 
@@ -70,7 +74,7 @@ def trials_frame(trials: Iterable[Any]) -> pd.DataFrame:
             "cache_hit": bool(attrs.get(ATTR_CACHE_HIT, False)),
             "fail_reason": attrs.get(ATTR_FAIL_REASON, ""),
             "early_stop": attrs.get(ATTR_EARLY_STOP, ""),
-            "duration_s": t.duration.total_seconds() if t.duration is not None else math.nan,
+            "duration_s": trial_duration(t),
         }
         row.update({CONSTRAINT_PREFIX + k: v for k, v in constraints.items()})
         assignment = assignment_of(t) or dict(t.params)
@@ -87,6 +91,18 @@ def trials_frame(trials: Iterable[Any]) -> pd.DataFrame:
         if col.startswith(PARAM_PREFIX):
             frame[col] = pd.Series([r.get(col) for r in rows], dtype=object, index=frame.index)
     return frame.sort_values("number").reset_index(drop=True)
+
+
+def trial_duration(t: Any) -> float:
+    """The trial's duration as the run printed it (tuner.study.outcome.trial_seconds): its
+    ``duration_s`` attribute, else (a study recorded before it) the sum of its phase
+    record; never Optuna's start-to-complete span, which in the pipelined loop covers
+    the neighbouring trials too. NaN for a trial with neither (running, or waiting)."""
+    attrs = getattr(t, "user_attrs", None) or {}
+    if isinstance(attrs.get(ATTR_DURATION), (int, float)):
+        return float(attrs[ATTR_DURATION])
+    phases = trial_attr(t, ATTR_PHASES)
+    return trial_seconds(phases) if isinstance(phases, Mapping) and phases else math.nan
 
 
 def flatten_assignment(assignment: Mapping[str, Any]) -> dict[str, Any]:

@@ -54,6 +54,8 @@ class TrialRecord:
     # into the run's description
     links: Mapping[str, str] = field(default_factory=dict)
     summary: str | None = None  # short Markdown, the top of the run's description
+    # the trial's duration (tuner.study.outcome.trial_seconds): the run ends this long after it started
+    duration_s: float | None = None
 
 
 class Tracker(ABC):

@@ -83,6 +83,7 @@ class _OpenRun:
 
     artifact_uri: str | None
     params: set[str]
+    start_time: int | None = None  # ms since the epoch, as MLflow keeps it
 
 
 class MlflowTracker(Tracker):
@@ -246,7 +247,7 @@ class MlflowTracker(Tracker):
         )
         logged = flat_params(params, by_name=False)
         self._log(run.info.run_id, params=logged)
-        self._open[run.info.run_id] = _OpenRun(run.info.artifact_uri, set(logged))
+        self._open[run.info.run_id] = _OpenRun(run.info.artifact_uri, set(logged), run.info.start_time)
         return run.info.run_id
 
     def finish_trial(self, run_id: str | None, record: TrialRecord) -> None:
@@ -272,13 +273,19 @@ class MlflowTracker(Tracker):
             self.client.log_text(run_id, secrets.scrub_known(text), name)
         self._log_reports(run_id, opened.artifact_uri, record.reports)
         self.client.update_run(run_id, name=trial_run_name(record.number, record.state, record.value, record.feasible))
-        self.client.set_terminated(run_id, status=_MLFLOW_STATUS[record.state])
+        # The run ends its duration after it started, not when its bookkeeping is done:
+        # MLflow's Duration column then shows the trial's duration (as printed and in
+        # trials.csv), not the time it waited for the trials around it.
+        end_time = None
+        if record.duration_s is not None and opened.start_time is not None:
+            end_time = opened.start_time + round(record.duration_s * 1000)
+        self.client.set_terminated(run_id, status=_MLFLOW_STATUS[record.state], end_time=end_time)
         self._latest_trial = max(self._latest_trial, record.number)
 
     def _opened_before(self, run_id: str) -> _OpenRun:
         """A run this tracker did not open (another process's): read it back."""
         run = self.client.get_run(run_id)
-        return _OpenRun(run.info.artifact_uri, set(run.data.params))
+        return _OpenRun(run.info.artifact_uri, set(run.data.params), run.info.start_time)
 
     def _log_reports(self, run_id: str, artifact_uri: str | None, reports: Mapping[str, Path]) -> None:
         """Report files under ``reports/`` of the run: a hard link to the trial's file

@@ -4,6 +4,7 @@ sweep are kept under, and the helpers that turn its values into plain JSON."""
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -43,8 +44,9 @@ class TrialOutcome:
     # how the backend came to serve the trial's config: "reload", "restart", or
     # "restart: <why not a reload>" (None: not measured)
     applied: str | None = None
-    # critical-path phases; "search" = first request to last answer inside "evaluate";
-    # "report" / "track" are filled by the bookkeeper later (overlapped)
+    # the timed steps of the trial; "search" and "handle" are parts of "evaluate" (and of
+    # a replay's "explain" / "verify"); "ask", "tell", "record" and "backlog" are the loop's
+    # and the bookkeeping queue's, not in its duration (``duration_s``)
     phase_seconds: dict[str, float] = field(default_factory=dict)
     # fusion replay (tuner.study.replay_measure): how the settings were chosen, how many were
     # scored, replayed vs live for each one verified; None: nothing replayed
@@ -53,6 +55,31 @@ class TrialOutcome:
     @property
     def feasible(self) -> bool:
         return self.state == "COMPLETE" and all(v <= 0 for v in self.constraints.values())
+
+    @property
+    def duration_s(self) -> float:
+        """The trial's duration: see ``trial_seconds``."""
+        return trial_seconds(self.phase_seconds)
+
+
+#: phases in the phase record that are not part of a trial's duration: "search" and
+#: "handle" are parts of "evaluate" / "explain" / "verify" (counted there); "ask" and
+#: "tell" are the loop's Optuna calls around the trial, "record" its write of them, and
+#: "backlog" the wait for room in the bookkeeping queue, i.e. time queued behind other
+#: trials' reports.
+NOT_IN_DURATION = frozenset({"search", "handle", "ask", "tell", "record", "backlog"})
+
+
+def trial_seconds(phase_seconds: Mapping[str, float]) -> float:
+    """A trial's duration, the one definition everywhere (the printed trial line,
+    trials.csv ``duration_s``, the ``duration_s`` user attribute, the MLflow run's
+    duration): the sum of its own timed steps -- begin (suggest, render, cache lookup),
+    measure (patch, reload / restart and health wait, the search calls; a replay trial's
+    explain, replay and verify) and end (score, solve, complete). Time it waits behind
+    other trials is not in it: in the pipelined loop its begin and end run while its
+    neighbours are measured, so a run's durations add up to more than its wall time by
+    that overlap (docs/tuning.md, "A trial's duration")."""
+    return float(sum(v for k, v in phase_seconds.items() if k not in NOT_IN_DURATION))
 
 
 def is_number(v: Any) -> bool:

@@ -36,6 +36,7 @@ from tuner.study.attrs import (
     ATTR_CACHE_HIT,
     ATTR_CACHE_NOTE,
     ATTR_DATA_FINGERPRINT,
+    ATTR_DURATION,
     ATTR_EARLY_STOP,
     ATTR_FAIL_REASON,
     ATTR_FAILED_QUERIES,
@@ -140,6 +141,7 @@ class TrialRecording:
         user[ATTR_EARLY_STOP] = out.early_stop
         user[ATTR_APPLIED] = out.applied
         user[ATTR_REPLAY] = out.replay
+        user[ATTR_DURATION] = round(out.duration_s, 3)  # its phases are all timed by now (record is not in it)
         if run_id is not None:
             # Created on the bookkeeper during restart and health wait: long done by now.
             user[ATTR_MLFLOW_RUN] = run_id.result()
@@ -309,6 +311,7 @@ class TrialRecording:
             tags=tags,
             value=out.value,
             feasible=out.feasible if out.state == "COMPLETE" else None,
+            duration_s=out.duration_s,
             summary=note,  # the run's description: the trial note (links to the Optuna trial page included)
         )
 
