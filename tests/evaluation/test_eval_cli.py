@@ -218,3 +218,81 @@ def test_eval_experiment_with_port_placeholder_needs_port(workspace):
     out = tuner("eval", "--experiment", exp, "--out", tmp_path / "rep", cwd=tmp_path)
     assert out.returncode == 2
     assert "pass --port N" in out.stderr and out.stderr.strip().count("\n") == 0
+
+
+# ------------------------------------------- issue 26 item 5 / issue 27 item 10: --experiment
+
+
+def test_eval_experiment_flags_override_its_dataset(workspace):
+    """--queries, --dataset-id and --labels-db win over the experiment's dataset section."""
+    tmp_path, queries, labels, svc = workspace
+    exp = _experiment(tmp_path, labels, svc.url)
+    sub = tmp_path / "sub.jsonl"
+    sub.write_text("".join(queries.read_text().splitlines(keepends=True)[2:]))  # q2..q9: 3 in scope, 5 OOS
+    other_db = tmp_path / "other" / "labels.db"
+    out = tuner("eval", "--experiment", exp, "--queries", sub, "--dataset-id", "demo", "--labels-db", other_db,
+                "--out", tmp_path / "rep", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    report = json.loads((tmp_path / "rep" / "report.json").read_text())
+    assert report["scorecard"]["N_Queries"] == N - 2
+    assert {r.body["query"] for r in svc.requests} == {f"text {i}" for i in range(2, N)}
+    ctx = report["context"]
+    assert ctx["queries_file"] == str(sub) and ctx["labels_db"] == str(other_db) and ctx["dataset_id"] == "demo"
+    assert other_db.is_file() and not (tmp_path / ".tuner" / "labels.db").exists()  # the experiment's labels went there
+
+
+def test_eval_experiment_with_another_query_set_does_not_grade_it_with_the_experiments_labels(workspace):
+    tmp_path, queries, labels, svc = workspace
+    exp = _experiment(tmp_path, labels, svc.url)
+    other = tmp_path / "next-year.jsonl"
+    other.write_text(queries.read_text())
+    out = tuner("eval", "--experiment", exp, "--queries", other, "--out", tmp_path / "rep", cwd=tmp_path)
+    assert out.returncode == 2 and out.stderr.strip().count("\n") == 0
+    assert "no labels for dataset 'next-year'" in out.stderr and "tuner labels import" in out.stderr
+    assert not svc.requests
+
+
+@pytest.fixture(scope="module")
+def reference_project(tmp_path_factory):
+    """The reference backend as the experiment's process target, on the demo data."""
+    import importlib.util
+
+    from support.integration import need
+
+    need(importlib.util.find_spec("fusion_backend") is not None, "reference backend package not installed (./dev setup)")
+    from fusion_backend.datagen import write_demo
+    from support.reference_experiment import copy_backend_config, write_reference_experiment
+
+    root = tmp_path_factory.mktemp("eval-starts-backend")
+    write_demo(root / "data")
+    config = copy_backend_config(root)
+    exp = write_reference_experiment(root, study="eval", n_trials=1, project_root=".",
+                                     evaluation={"top_k": 20, "concurrency": 4})
+    return root, exp, config
+
+
+def test_eval_experiment_starts_and_stops_its_backend_as_check_does(reference_project):
+    """No --port: the experiment's backend is started on the config as found, measured,
+    and stopped; the numbers are those of the same backend started by hand."""
+    import httpx
+    from support.backend import start_backend
+
+    root, exp, config = reference_project
+    original = config.read_bytes()
+    out = tuner("eval", "--experiment", exp, "--out", root / "rep", cwd=root)
+    assert out.returncode == 0, out.stderr + out.stdout
+    assert "starting the backend on the config as found (target.apply process); it is stopped after the batch" \
+        in out.stdout
+    report = json.loads((root / "rep" / "report.json").read_text())
+    url = report["context"]["url"]
+    assert "{port}" not in url and report["scorecard"]["Failed_Queries"] == 0
+    with pytest.raises(httpx.TransportError):  # stopped again
+        httpx.get(url.replace("/search", "/health"), timeout=2)
+    assert config.read_bytes() == original
+    with start_backend(config) as backend:
+        by_hand = tuner("eval", "--experiment", exp, "--port", backend.port, "--out", root / "rep2", cwd=root)
+    assert by_hand.returncode == 0, by_hand.stderr
+    assert "starting the backend" not in by_hand.stdout
+    again = json.loads((root / "rep2" / "report.json").read_text())["scorecard"]
+    for key in ("Primary_Metric_Score", "NDCG@20", "OOS_FP_Rate", "N_Queries"):
+        assert report["scorecard"][key] == pytest.approx(again[key], abs=1e-12), key

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
@@ -36,15 +37,18 @@ def register(app: typer.Typer) -> None:
 def eval_command(
     queries: Annotated[Path | None, typer.Option("--queries", help="Query set (JSONL).")] = None,
     experiment: Annotated[Path | None, typer.Option(
-        "--experiment", help="Take the query set, labels and request/response mapping from an experiment file "
-        "(flags still override).")] = None,
+        "--experiment", help="Take the query set, labels, request/response mapping and backend from an experiment "
+        "file (flags still override): its backend is started on the config as found and stopped after, as "
+        "`tuner check` does.")] = None,
     port: Annotated[int | None, typer.Option(
-        "--port", help="With --experiment: the backend's port, filling {port} in its URLs.")] = None,
+        "--port", help="With --experiment: measure a backend already running on this port (filling {port} in "
+        "its URLs) instead of starting one.")] = None,
     url: Annotated[str | None, typer.Option("--url", help="Search endpoint, e.g. http://127.0.0.1:8080/search.")] = None,
     spec_file: Annotated[Path | None, typer.Option(
         "--spec", help="YAML EvalSpec: request (url, method, headers, body template, pass_extra), response "
         "(results_path, doc_id, score, title, confidence, handoff, fallback_level), top_k, concurrency, ...")] = None,
-    labels_db: Annotated[Path, typer.Option("--labels-db", help="Label cache (SQLite).")] = DEFAULT_DB,
+    labels_db: Annotated[Path | None, typer.Option(
+        "--labels-db", help=f"Label cache (SQLite); default {DEFAULT_DB}, or the experiment's.")] = None,
     dataset_id: Annotated[str | None, typer.Option("--dataset-id", help="Dataset id of the labels (default: the query file's stem).")] = None,
     out: Annotated[Path | None, typer.Option("--out", help="Report directory (default .tuner/reports/<dataset>-<time>).")] = None,
     top_k: Annotated[int | None, typer.Option("--top-k", min=1, help="Results to ask for per query.")] = None,
@@ -93,14 +97,25 @@ def eval_command(
     flags = dict(url=url, top_k=top_k, concurrency=concurrency, timeout_s=timeout_s, retries=retries,
                  max_failed=max_failed, gains=gains, confidence=confidence, handoff=handoff, fallback=fallback)
     snapshot = _read_snapshot(config_snapshot)
+    backend: Any = nullcontext()  # the backend is running already, or started below (started: its experiment)
+    started: Any = None
     if experiment is not None:
-        spec, query_set, qrels, fingerprint, labels_db, queries, note, policy = _from_experiment(
-            experiment, port, spec_file, flags)
+        spec, query_set, qrels, fingerprint, labels_db, queries, note, policy, started = _from_experiment(
+            experiment, port, spec_file, flags, queries=queries, dataset_id=dataset_id, labels_db=labels_db)
+        if started is not None:  # its backend, started here on the config as found (tuner.ops.backend)
+            from tuner.ops.backend import served_as_found
+
+            if started.journal_path.exists():
+                console.print(f"[yellow]warning:[/] a restore journal exists ({started.journal_path}): a run is live "
+                              "or was killed, so the config files may hold a trial's values rather than the original; "
+                              "`tuner run` restores them", highlight=False)
+            backend = served_as_found(started, command="tuner eval")
     else:
         if queries is None:
             raise InputError("tuner eval needs --queries FILE (or --experiment FILE)")
         spec = _spec(spec_file, **flags)
         query_set = load_queryset(queries, dataset_id)
+        labels_db = labels_db or DEFAULT_DB
         store = LabelStore(_existing_db(labels_db))
         qrels = store.qrels(query_set.dataset_id)
         fingerprint = store.fingerprint(query_set.dataset_id)
@@ -111,11 +126,15 @@ def eval_command(
     preflight.extend(static_checks(spec, query_set, [gate_constraint(g) for g in gates],
                                    unjudged_note=note, unjudged_policy=policy))
     preflight.raise_for_stops("tuner eval")
-    console.print(f"evaluating {len(query_set)} queries of [bold]{query_set.dataset_id}[/] against {spec.request.url} "
-                  f"(concurrency {spec.concurrency}, top_k {spec.top_k})")
-    result = run_batch(spec, query_set, qrels, order_seed=order_seed)
-    preflight.n_checked = len(query_set)
-    preflight.extend(check_batch(result, spec, raw_response=lambda qid: fetch_raw(spec, query_set[qid])))
+    if started is not None:
+        console.print(f"starting the backend on the config as found (target.apply {started.target.apply}); it is "
+                      "stopped after the batch", highlight=False)
+    with backend:
+        console.print(f"evaluating {len(query_set)} queries of [bold]{query_set.dataset_id}[/] against "
+                      f"{spec.request.url} (concurrency {spec.concurrency}, top_k {spec.top_k})")
+        result = run_batch(spec, query_set, qrels, order_seed=order_seed)
+        preflight.n_checked = len(query_set)
+        preflight.extend(check_batch(result, spec, raw_response=lambda qid: fetch_raw(spec, query_set[qid])))
     out_dir = out or Path(".tuner/reports") / f"{query_set.dataset_id}-{datetime.now(UTC):%Y%m%dT%H%M%SZ}"
     misses = check_gates(result.metrics, gates)
     context = ReportContext(
@@ -147,20 +166,50 @@ def eval_command(
         console.print(f"[green]all {len(gates)} gate(s) passed[/]")
 
 
-def _from_experiment(path: Path, port: int | None, spec_file: Path | None, flags: dict[str, Any]) -> tuple[Any, ...]:
-    """Spec, queries, labels (imported from the experiment's label files when missing)."""
+def _from_experiment(path: Path, port: int | None, spec_file: Path | None, flags: dict[str, Any], *,
+                     queries: Path | None, dataset_id: str | None, labels_db: Path | None) -> tuple[Any, ...]:
+    """Spec, queries, labels (imported from the experiment's label files when missing),
+    and the experiment when its backend is to be started here (None: a backend already
+    running, given by --port or --url, or ``target.apply: none``)."""
     from tuner.config.experiment import load_experiment
+    from tuner.ops.backend import can_start
     from tuner.study.wiring import load_dataset
 
-    exp = load_experiment(path)
-    if port is not None or isinstance(exp.target.port, int):
-        exp = exp.bind_port(port)
+    exp = _with_dataset_flags(load_experiment(path), queries, dataset_id, labels_db)
+    start = port is None and flags["url"] is None and can_start(exp)
+    if start or port is not None or isinstance(exp.target.port, int):
+        exp = exp.bind_port(port)  # starting: target.port, "auto" picking a free port now
     if "{port}" in exp.evaluation.request.url and flags["url"] is None:
+        if start:
+            raise InputError(f"{path}: the search URL has a {{port}} placeholder but target.port is not set; set "
+                             "target.port (a number or auto), or pass --port N of a running backend")
         raise InputError(f"{path}: the search URL has a {{port}} placeholder; pass --port N (the running backend's port)")
     spec = _spec(spec_file, base=exp.evaluation, **flags)
     query_set, qrels, fingerprint, note = load_dataset(exp)
     return (spec, query_set, qrels, fingerprint, exp.dataset.labels_db, exp.dataset.queries, note,
-            exp.dataset.unjudged_queries)
+            exp.dataset.unjudged_queries, exp if start else None)
+
+
+def _with_dataset_flags(exp: Any, queries: Path | None, dataset_id: str | None, labels_db: Path | None) -> Any:
+    """The experiment with --queries, --dataset-id and --labels-db over its dataset section.
+    Another query set or dataset id leaves the experiment's label files out: they are the
+    labels of its own dataset, and imported under another id they would grade the wrong
+    queries (that set's labels are imported with `tuner labels import`)."""
+    from tuner.data.dataset import default_dataset_id
+
+    ds = exp.dataset
+    update: dict[str, Any] = {}
+    if labels_db is not None:
+        update["labels_db"] = labels_db
+    if queries is not None or dataset_id is not None:
+        new_queries = queries if queries is not None else ds.queries
+        new_id = dataset_id or default_dataset_id(new_queries)
+        update.update(queries=new_queries, dataset_id=new_id)
+        if new_id != (ds.dataset_id or default_dataset_id(ds.queries)):
+            update["labels"] = []
+    if not update:
+        return exp
+    return exp.model_copy(update={"dataset": ds.model_copy(update=update)})
 
 
 def _spec(spec_file: Path | None, base: Any = None, **flags: Any) -> Any:
