@@ -281,7 +281,8 @@ class TrialRunner(CacheLookup, TrialRecording, TrialScoring, ReplayMeasure):
             except Exception as exc:  # noqa: BLE001 - settled below
                 job.error = exc
         if job.error is not None:
-            self._settle(job)
+            with self._phase(out, "complete"):  # an OOS early stop's completion writes to the study too
+                self._settle(job)
         self._record(trial, out, job.texts, job.result, job.run_id, job.sweep, job.fusion_sweep)
         return out
 
