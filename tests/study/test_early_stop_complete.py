@@ -101,6 +101,8 @@ def test_an_oos_early_stop_is_a_complete_infeasible_trial_the_best_trial_skips(t
     early_stop = stopped.user_attrs[ATTR_EARLY_STOP]  # a short table column: the bound and when
     assert "OOS_FP_Rate >= 0.2" in early_stop and "after 4 queries" in early_stop
     assert ATTR_FAIL_REASON not in stopped.user_attrs
+    # its completion (constraints and attrs written to the study) is timed: part of its duration
+    assert "complete" in outcome.phase_seconds and stopped.user_attrs["duration_s"] == round(outcome.duration_s, 3)
     with pytest.raises(ValueError):
         study.best_trial  # noqa: B018 - constraint-aware: no feasible trial yet
 
