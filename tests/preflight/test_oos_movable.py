@@ -108,3 +108,42 @@ def test_nothing_to_check_without_an_oos_constraint_or_oos_queries():
     assert check_oos_movable(batch, latency, tuned_keys=TUNED, gates=GATES) == []
     no_oos = _queries(n_oos=0)
     assert check_oos_movable(_batch(no_oos, _in_scope), OOS_BOUND, tuned_keys=TUNED, gates=GATES) == []
+
+
+# ---------------------------------------------------------------- through `tuner check`
+
+
+def test_tuner_check_stops_on_an_oos_set_no_source_ranks(tmp_path):
+    """A `files` import whose runs rank none of the --oos queries: the importer says so,
+    and `tuner check` stops with exit 2 and one line naming the reason and the fix."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from fusion_backend.importers.__main__ import main as import_main
+
+    docs = [{"doc_id": f"d{i}", "title": f"wing {i}", "text": f"flutter of swept wings number {i}"} for i in range(8)]
+    queries = [{"query_id": f"q{i}", "query": f"wing flutter {i}"} for i in range(6)]
+    oos = "".join(f"9{i}\treset my password {i}\n" for i in range(6))  # TSV: any --queries format
+    run = "".join(f"q{i} Q0 d{(i + j) % 8} {j + 1} {10 - j}.0 r\n" for i in range(6) for j in range(4))
+    files = {"corpus.jsonl": "".join(json.dumps(d) + "\n" for d in docs),
+             "queries.jsonl": "".join(json.dumps(q) + "\n" for q in queries), "oos.tsv": oos,
+             "qrels.txt": "".join(f"q{i} 0 d{i} 2\n" for i in range(6)), "r.run": run}
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    out = tmp_path / "bundle"
+    assert import_main(["files", "--name", "mini", "--corpus", str(tmp_path / "corpus.jsonl"),
+                        "--queries", str(tmp_path / "queries.jsonl"), "--oos", str(tmp_path / "oos.tsv"),
+                        "--qrels", str(tmp_path / "qrels.txt"), "--run", f"r={tmp_path / 'r.run'}",
+                        "--out", str(out)]) == 0
+    tuner = Path(sys.executable).parent / "tuner"
+    proc = subprocess.run([str(tuner), "check", str(out / "experiment.yaml")], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    err = proc.stderr.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: "), proc.stderr
+    assert ("constraint 'OOS_FP_Rate <= 0.1' cannot vary: all 6 out-of-scope queries are handed off on the config "
+            "as found for a reason no tuned key controls (e.g. no candidates (no run source ranks query_id '9") in err[0]
+    assert "make the backend retrieve for them" in err[0]
+    assert "stop oos_cannot_vary:" in proc.stdout
