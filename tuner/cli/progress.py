@@ -23,9 +23,6 @@ from tuner.ops import analysis
 from tuner.study.loop import StudyObserver
 from tuner.study.outcome import TrialOutcome
 
-#: the scorecard's count of out-of-scope queries (0: every OOS rate is n/a)
-N_OOS = "N_OOS_Queries"
-
 _PHASE_LABEL = {
     "suggest": "sampling parameters",
     "render": "rendering config",
@@ -159,7 +156,7 @@ def trial_line(outcome: TrialOutcome, objective: str, *, constrained: bool = Tru
         parts.append(f" {short} {outcome.value:.4f}")
         oos = outcome.metrics.get("OOS_FP_Rate")
         if oos is not None:
-            parts.append(f"  OOS FP {oos_cell(oos, outcome.metrics.get(N_OOS), '.3f'):5}")
+            parts.append(f"  OOS FP {'n/a' if analysis.without_oos(outcome.metrics) else format(oos, '.3f'):5}")
         if not constrained:
             parts.append(("  n/a       ", "dim"))
         else:
@@ -174,11 +171,6 @@ def trial_line(outcome: TrialOutcome, objective: str, *, constrained: bool = Tru
         # "reload", or "restart: <why not a reload>" when the experiment declares a reload
         parts.append((f"  {outcome.applied}", "dim" if outcome.applied == "reload" else "yellow"))
     return Text.assemble(*parts)
-
-
-def oos_cell(rate: float, n_oos: object, fmt: str) -> str:
-    """An OOS rate as printed: ``n/a`` when the batch had no out-of-scope queries."""
-    return "n/a" if n_oos is not None and n_oos == 0 else format(rate, fmt)
 
 
 def summary_tables(frame, *, objective: str, maximize: bool) -> list[Table]:  # type: ignore[no-untyped-def]
@@ -198,7 +190,7 @@ def summary_tables(frame, *, objective: str, maximize: bool) -> list[Table]:  # 
             style = "green" if d.change > 0 else "red" if d.change < 0 else ""
             if d.metric == "OOS_FP_Rate":
                 style = "green" if d.change < 0 else "red" if d.change > 0 else ""
-                if 0 in (base.get(N_OOS), best.get(N_OOS)):  # no out-of-scope queries: nothing measured
+                if analysis.without_oos(base) or analysis.without_oos(best):  # nothing measured
                     t.add_row(d.metric, "n/a", "n/a", "n/a")
                     continue
             t.add_row(d.metric, f"{d.baseline:.4f}", f"{d.best:.4f}", Text(f"{d.change:+.4f}", style=style))
