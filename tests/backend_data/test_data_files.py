@@ -456,3 +456,26 @@ def test_without_a_corpus_runs_must_carry_passages(tmp_path: Path, capsys):
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and "no --corpus given and no run hit carries passage text" in err
     assert "pass the corpus file to --corpus" in err and "\n" not in err
+
+
+@pytest.mark.slow
+def test_the_replay_variant_runs_a_replayed_trial_reloading_the_backend(tmp_path: Path):
+    """experiment_replay.yaml beside experiment.yaml: its trial replays the fusion grid from one
+    explained retrieval of the run sources and reloads the backend instead of restarting it."""
+    import optuna
+
+    paths = write_inputs(tmp_path / "in")
+    out = tmp_path / "out"
+    assert main(argv(paths, out)) == 0
+    tuner = Path(sys.executable).parent / "tuner"
+    proc = subprocess.run([str(tuner), "run", str(out / "experiment_replay.yaml"), "--n-trials", "2"],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "fusion replay: 3 explained answers replay exactly" in proc.stdout
+    assert "trials reload the backend's config" in proc.stdout
+    study = optuna.load_study(study_name="mini-replay", storage=f"sqlite:///{out / '.tuner' / 'optuna.db'}")
+    done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    assert len(done) == 2 and done[0].user_attrs["variant"] == "baseline"
+    assert any(t.user_attrs.get("applied") == "reload" for t in done)
+    # no OOS queries and no constraint: the trial lines say n/a, not "0.000 feasible"
+    assert re.search(r"#1 +score \d\.\d{4}  OOS FP n/a +n/a ", proc.stdout), proc.stdout
