@@ -28,7 +28,8 @@ def _batch(queries, answer):
     for q in queries:
         docs, conf, handoff, reason = answer(q.query_id)
         hits = tuple(Hit(d, 0.9 - i / 10) for i, d in enumerate(docs))
-        responses.append(QueryResponse(q.query_id, f"r-{q.query_id}", ParsedResponse(hits, conf, handoff, None, reason)))
+        parsed = ParsedResponse(hits, conf, handoff, None, reason)
+        responses.append(QueryResponse(q.query_id, f"r-{q.query_id}", parsed))
     qrels = {q.query_id: {f"d-{q.query_id}": 3} for q in queries.in_scope()}
     return evaluate_responses(queries, qrels, responses)
 
@@ -144,6 +145,7 @@ def test_tuner_check_stops_on_an_oos_set_no_source_ranks(tmp_path):
     err = proc.stderr.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: "), proc.stderr
     assert ("constraint 'OOS_FP_Rate <= 0.1' cannot vary: all 6 out-of-scope queries are handed off on the config "
-            "as found for a reason no tuned key controls (e.g. no candidates (no run source ranks query_id '9") in err[0]
+            "as found for a reason no tuned key controls (e.g. no candidates (no run source ranks query_id '9"
+            ) in err[0]
     assert "make the backend retrieve for them" in err[0]
     assert "stop oos_cannot_vary:" in proc.stdout
