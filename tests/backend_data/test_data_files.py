@@ -251,7 +251,10 @@ def test_ready_bundle_names_layout_and_loads_in_both_packages(tmp_path: Path, ca
     paths = write_inputs(tmp_path / "in")
     out = tmp_path / "out"
     assert main(argv(paths, out)) == 0
-    assert f"next: tuner run {out / 'experiment.yaml'}" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert f"next: tuner run {out / 'experiment.yaml'}" in printed
+    assert f"  or, the fusion params replayed (one trial searches their grid): tuner run " \
+           f"{out / 'experiment_replay.yaml'}" in printed
     assert sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()) == [
         "config.yaml", "corpus.jsonl", "experiment.yaml", "experiment_replay.yaml", "manifest.json",
         "mini.qrels.txt", "mini.queries.jsonl", "runs/lex.run", "runs/sem.run", "space.yaml"]

@@ -23,7 +23,7 @@ from .dataset import Dataset, write_dataset
 from .errors import DataFormatError
 from .files import import_files
 from .grades import GradeMap, parse_grade_map
-from .ready import EXPERIMENT_FILE, ready_files
+from .ready import EXPERIMENT_FILE, REPLAY_FILE, ready_files
 from .trec import import_trec
 from .unjudged import POLICIES, describe
 
@@ -170,6 +170,7 @@ def summary(dataset: Dataset, out: Path) -> list[str]:
     if counts["judgments_unknown_doc"] and not dataset.manifest.get("corpus_stub"):
         lines.append(f"warning: {counts['judgments_unknown_doc']} judgments name documents that are not in the corpus")
     lines.append(f"next: tuner run {out / EXPERIMENT_FILE}")
+    lines.append(f"  or, the fusion params replayed (one trial searches their grid): tuner run {out / REPLAY_FILE}")
     return lines
 
 
