@@ -141,7 +141,7 @@ def test_cli_writes_a_bundle_the_tuner_reads(cran_dir, tmp_path: Path):
     # Output names carry the data set name, so the tuner's dataset id is "cranfield".
     assert sorted(p.name for p in out.iterdir()) == [
         "config.yaml", "corpus.jsonl", "cranfield.qrels.txt", "cranfield.queries.jsonl", "experiment.yaml",
-        "manifest.json", "space.yaml"]
+        "experiment_replay.yaml", "manifest.json", "space.yaml"]
     queries = load_queryset(out / "cranfield.queries.jsonl")
     assert queries.dataset_id == "cranfield"
     assert len(queries.in_scope()) == 225 and len(queries.oos()) == 5

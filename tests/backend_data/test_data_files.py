@@ -251,10 +251,13 @@ def test_ready_bundle_names_layout_and_loads_in_both_packages(tmp_path: Path, ca
     paths = write_inputs(tmp_path / "in")
     out = tmp_path / "out"
     assert main(argv(paths, out)) == 0
-    assert f"next: tuner run {out / 'experiment.yaml'}" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert f"next: tuner run {out / 'experiment.yaml'}" in printed
+    assert f"  or, the fusion params replayed (one trial searches their grid): tuner run " \
+           f"{out / 'experiment_replay.yaml'}" in printed
     assert sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()) == [
-        "config.yaml", "corpus.jsonl", "experiment.yaml", "manifest.json", "mini.qrels.txt", "mini.queries.jsonl",
-        "runs/lex.run", "runs/sem.run", "space.yaml"]
+        "config.yaml", "corpus.jsonl", "experiment.yaml", "experiment_replay.yaml", "manifest.json",
+        "mini.qrels.txt", "mini.queries.jsonl", "runs/lex.run", "runs/sem.run", "space.yaml"]
     cfg = load_config(out / "config.yaml")
     assert cfg.data.corpus == out / "corpus.jsonl" and cfg.data.runs == {"lex": out / "runs/lex.run",
                                                                           "sem": out / "runs/sem.run"}
@@ -271,6 +274,17 @@ def test_ready_bundle_names_layout_and_loads_in_both_packages(tmp_path: Path, ca
     space = load_space(exp.search_space, exp.target.config_files)
     text = (out / "space.yaml").read_text()
     assert "components: [lex, sem]" in text and text.count("post_retrieval: true") == 2 and space
+    # the fastest path is the default one: trials reload the backend instead of restarting it
+    assert exp.target.reload is not None and exp.target.reload.http is not None
+    assert exp.target.reload.http.url == "http://127.0.0.1:{port}/admin/reload"
+    assert exp.target.reload.fingerprint == "config_fingerprint" and "data" in exp.target.reload.restart_keys
+    assert exp.replay is None
+    # and the replay variant beside it: the same study set-up with the fusion params replayed
+    replay = load_experiment(out / "experiment_replay.yaml")
+    assert replay.study == "mini-replay" and replay.replay is not None and replay.target.reload is not None
+    assert replay.replay.params == {"fusion.method": "method", "fusion.rrf_k": "rrf_k", "fusion.weights": "weights",
+                                    "fusion.normalization": "normalization"}
+    assert replay.search_space == exp.search_space and replay.dataset == exp.dataset
 
 
 def test_the_bundle_moves_as_a_whole(tmp_path: Path):
@@ -355,3 +369,116 @@ def test_trec_topics_without_judgments_are_dropped_by_default(tmp_path: Path):
     assert dataset.manifest["unjudged"]["count"] == 8
     with pytest.raises(DataFormatError, match="8 in-scope queries have no judgment at all, e.g. '3'"):
         import_trec(tmp_path / "topics.tsv", tmp_path / "qrels", unjudged="error")
+
+
+# --- out-of-scope queries: every query format, and the ones no source ranks (issue 26) -------
+
+OOS_SMART = ".I 901\n.W\n what articles deal with time sharing\n systems?\n.N\n 1. Richard Alexander\n" \
+            ".I 902\n.W\nparallel sorting networks\n"
+
+
+@pytest.mark.parametrize(("name", "text"), [
+    ("oos.qry", OOS_SMART),
+    ("oos.tsv", "901\twhat articles deal with time sharing systems?\n902\tparallel sorting networks\n"),
+    ("oos.topics", "<top>\n<num> Number: 901\n<title> what articles deal with time sharing systems?\n</top>\n"
+                   "<top>\n<num> Number: 902\n<title> parallel sorting networks\n</top>\n"),
+    ("oos.jsonl", _jsonl([{"query_id": "901", "query": "what articles deal with time sharing systems?"},
+                          {"query_id": "902", "query": "parallel sorting networks"}])),
+])
+def test_oos_reads_every_query_format(tmp_path: Path, name: str, text: str):
+    paths = write_inputs(tmp_path / "in", **{name: text})
+    assert main(argv(paths, tmp_path / "out", "--oos", str(paths[name]))) == 0
+    records = [json.loads(line) for line in (tmp_path / "out" / "mini.queries.jsonl").open()]
+    oos = [(r["query_id"], r["query"], r["query_type"], r["scope"]) for r in records if r["scope"] == "oos"]
+    assert oos == [("901", "what articles deal with time sharing systems?", "off_topic", "oos"),
+                   ("902", "parallel sorting networks", "off_topic", "oos")]
+
+
+def test_smart_queries_as_the_in_scope_set(tmp_path: Path):
+    smart = ".I q1\n.W\nwing flutter\n.I q2\n.T\nboundary layer heat transfer\n.I q3\n.W\nshell buckling\n"
+    paths = write_inputs(tmp_path / "in", **{"queries.qry": smart})
+    assert main(argv(paths, tmp_path / "out", queries="queries.qry")) == 0
+    records = [json.loads(line) for line in (tmp_path / "out" / "mini.queries.jsonl").open()]
+    assert [(r["query_id"], r["query"], r["scope"]) for r in records] == [
+        ("q1", "wing flutter", "in"), ("q2", "boundary layer heat transfer", "in"), ("q3", "shell buckling", "in")]
+
+
+def test_oos_queries_no_run_ranks_are_counted_and_named(tmp_path: Path, capsys):
+    oos = _jsonl([{"query_id": f"o{i}", "query": f"reset my password {i}"} for i in range(1, 6)])
+    paths = write_inputs(tmp_path / "in", **{"oos.jsonl": oos})
+    assert main(argv(paths, tmp_path / "out", "--oos", str(paths["oos.jsonl"]))) == 0
+    out = capsys.readouterr().out
+    assert ("warning: 5 of 5 out-of-scope queries get no candidates from any source (no run ranks them: "
+            "o1, o2, o3, ...): the backend hands them off under every config") in out
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest["oos_without_candidates"] == ["o1", "o2", "o3", "o4", "o5"]
+    # a run that ranks two of them: the other three are named
+    ranked = RUN_A + "o1 Q0 d2 1 1.5 a\no4 Q0 d3 1 1.0 a\n"
+    paths = write_inputs(tmp_path / "in2", **{"oos.jsonl": oos, "a.run": ranked})
+    assert main(argv(paths, tmp_path / "out2", "--oos", str(paths["oos.jsonl"]))) == 0
+    assert "warning: 3 of 5 out-of-scope queries get no candidates from any source (no run ranks them: o2, o3, o5)" \
+        in capsys.readouterr().out
+    # bm25 and dense next to the runs retrieve for every query: nothing to say
+    assert main(argv(paths, tmp_path / "out3", "--oos", str(paths["oos.jsonl"]), "--with-lexical")) == 0
+    assert "no candidates" not in capsys.readouterr().out
+
+
+# --- a corpus from the runs' own passages (issue 26) ----------------------------------------
+
+RUN_WITH_PASSAGES = [
+    {"qid": "q1", "hits": [{"docid": "d1", "score": 2.0, "text": "flutter of swept  wings", "title": "Wing flutter"},
+                           {"docid": "d4", "score": 1.0, "contents": "shock wave and boundary layer"}]},
+    {"qid": "q2", "hits": [{"docid": "d2", "score": 3.0, "raw": json.dumps({"id": "d2", "contents": "heat transfer"})},
+                           {"docid": "d1", "score": 0.5, "text": "another copy is ignored"}]},
+    {"qid": "q3", "hits": [{"docid": "d3", "score": 1.0, "content": "buckling of thin shells"}]},
+]
+
+
+def test_the_corpus_can_come_from_the_runs_passages(tmp_path: Path, capsys):
+    paths = write_inputs(tmp_path / "in", **{"p.json": json.dumps(RUN_WITH_PASSAGES)})
+    out = tmp_path / "out"
+    args = ["files", "--name", "mini", "--queries", str(paths["queries.jsonl"]), "--qrels", str(paths["qrels.txt"]),
+            "--run", f"p={paths['p.json']}", "--out", str(out)]
+    assert main(args) == 0
+    assert "corpus: the 4 passages the runs carry (no --corpus)" in capsys.readouterr().out
+    docs = [json.loads(line) for line in (out / "corpus.jsonl").open()]
+    assert [(d["doc_id"], d["title"], d["text"]) for d in docs] == [
+        ("d1", "Wing flutter", "flutter of swept wings"), ("d4", "", "shock wave and boundary layer"),
+        ("d2", "", "heat transfer"), ("d3", "", "buckling of thin shells")]
+    # the passages give the backend its confidence space: the bundle serves and answers
+    with start_backend(out / "config.yaml") as backend:
+        body = backend.search({"query": "flutter", "query_id": "q1", "top_k": 10}).json()
+    assert [r["doc_id"] for r in body["results"]] == ["d1", "d4"] and body["confidence"] > 0
+
+
+def test_without_a_corpus_runs_must_carry_passages(tmp_path: Path, capsys):
+    paths = write_inputs(tmp_path / "in")
+    args = ["files", "--name", "mini", "--queries", str(paths["queries.jsonl"]), "--qrels", str(paths["qrels.txt"]),
+            "--run", f"lex={paths['a.run']}", "--out", str(tmp_path / "out")]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "no --corpus given and no run hit carries passage text" in err
+    assert "pass the corpus file to --corpus" in err and "\n" not in err
+
+
+@pytest.mark.slow
+def test_the_replay_variant_runs_a_replayed_trial_reloading_the_backend(tmp_path: Path):
+    """experiment_replay.yaml beside experiment.yaml: its trial replays the fusion grid from one
+    explained retrieval of the run sources and reloads the backend instead of restarting it."""
+    import optuna
+
+    paths = write_inputs(tmp_path / "in")
+    out = tmp_path / "out"
+    assert main(argv(paths, out)) == 0
+    tuner = Path(sys.executable).parent / "tuner"
+    proc = subprocess.run([str(tuner), "run", str(out / "experiment_replay.yaml"), "--n-trials", "2"],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "fusion replay: 3 explained answers replay exactly" in proc.stdout
+    assert "trials reload the backend's config" in proc.stdout
+    study = optuna.load_study(study_name="mini-replay", storage=f"sqlite:///{out / '.tuner' / 'optuna.db'}")
+    done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    assert len(done) == 2 and done[0].user_attrs["variant"] == "baseline"
+    assert any(t.user_attrs.get("applied") == "reload" for t in done)
+    # no OOS queries and no constraint: the trial lines say n/a, not "0.000 feasible"
+    assert re.search(r"#1 +score \d\.\d{4}  OOS FP n/a +n/a ", proc.stdout), proc.stdout

@@ -48,8 +48,8 @@ def test_files_import_names_counts_and_labels(cran_bundle, cran_inputs):
     assert f"cran: 1400 documents, {225 + N_OOS} queries ({N_OOS} out of scope), 1837 judgments -> {out}" in stdout
     assert "dropped" not in stdout  # every Cranfield query is judged
     assert sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()) == [
-        "config.yaml", "corpus.jsonl", "cran.qrels.txt", "cran.queries.jsonl", "experiment.yaml", "manifest.json",
-        "runs/bm25.run", "runs/lsa.run", "space.yaml"]
+        "config.yaml", "corpus.jsonl", "cran.qrels.txt", "cran.queries.jsonl", "experiment.yaml",
+        "experiment_replay.yaml", "manifest.json", "runs/bm25.run", "runs/lsa.run", "space.yaml"]
     # Grades 0..3 map to themselves (auto), so the labels are the input labels.
     assert (out / "cran.qrels.txt").read_text() == cran_inputs["qrels"].read_text()
     queries = [json.loads(line) for line in (out / "cran.queries.jsonl").open()]

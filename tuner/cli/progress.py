@@ -59,10 +59,11 @@ def fmt_duration(seconds: float | None) -> str:
 
 
 class RichProgress(StudyObserver):
-    def __init__(self, console: Console, *, objective: str = "Primary_Metric_Score",
+    def __init__(self, console: Console, *, objective: str = "Primary_Metric_Score", constrained: bool = True,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.console = console
         self.objective = objective
+        self.constrained = constrained  # the study has constraints: a trial is feasible or not
         self.clock = clock
         self.study_name = ""
         self.planned: int | None = None
@@ -116,7 +117,7 @@ class RichProgress(StudyObserver):
         self.best = best
         if self.current == outcome.number:  # a pipelined run may be measuring the next one already
             self.current = None
-        self.console.print(trial_line(outcome, self.objective), soft_wrap=True)
+        self.console.print(trial_line(outcome, self.objective, constrained=self.constrained), soft_wrap=True)
 
     def note(self, text: str) -> None:
         self.console.print(f"[dim]{text}[/]", soft_wrap=True)
@@ -143,8 +144,10 @@ class RichProgress(StudyObserver):
         return Group(head, best, cur)
 
 
-def trial_line(outcome: TrialOutcome, objective: str) -> Text:
-    """One permanent line per finished trial."""
+def trial_line(outcome: TrialOutcome, objective: str, *, constrained: bool = True) -> Text:
+    """One permanent line per finished trial. The OOS rate of a batch without OOS
+    queries, and the verdict of a study without constraints, print ``n/a``: a "0.000
+    feasible" there would be a number nothing measured."""
     took = outcome.duration_s  # the one definition (tuner.study.outcome.trial_seconds), as stored
     parts: list[tuple[str, str] | str] = [(f"#{outcome.number:<3}", "bold")]
     if outcome.state == "COMPLETE":
@@ -153,8 +156,11 @@ def trial_line(outcome: TrialOutcome, objective: str) -> Text:
         parts.append(f" {short} {outcome.value:.4f}")
         oos = outcome.metrics.get("OOS_FP_Rate")
         if oos is not None:
-            parts.append(f"  OOS FP {oos:.3f}")
-        parts.append(("  feasible  " if feasible else "  infeasible", "green" if feasible else "red"))
+            parts.append(f"  OOS FP {'n/a' if analysis.without_oos(outcome.metrics) else format(oos, '.3f'):5}")
+        if not constrained:
+            parts.append(("  n/a       ", "dim"))
+        else:
+            parts.append(("  feasible  " if feasible else "  infeasible", "green" if feasible else "red"))
         if outcome.cache_hit:
             parts.append(("  cached", "dim"))
     else:
@@ -184,6 +190,9 @@ def summary_tables(frame, *, objective: str, maximize: bool) -> list[Table]:  # 
             style = "green" if d.change > 0 else "red" if d.change < 0 else ""
             if d.metric == "OOS_FP_Rate" or (d.metric == objective and not maximize):
                 style = "green" if d.change < 0 else "red" if d.change > 0 else ""
+            if d.metric == "OOS_FP_Rate" and (analysis.without_oos(base) or analysis.without_oos(best)):
+                t.add_row(d.metric, "n/a", "n/a", "n/a")  # nothing measured
+                continue
             t.add_row(d.metric, f"{d.baseline:.4f}", f"{d.best:.4f}", Text(f"{d.change:+.4f}", style=style))
         tables.append(t)
     params = Table(title=f"trial #{int(best['number'])} parameters")

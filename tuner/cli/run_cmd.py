@@ -79,7 +79,8 @@ def run_and_report(exp: Any, console: Console, *, n_trials: int | None, timeout:
     for warning in exp.warnings:
         console.print(f"[yellow]warning:[/] {warning}", soft_wrap=True)
     stop = StopFlag()
-    with graceful_signals(stop, console) as received, RichProgress(console, objective=exp.objective.metric) as progress:
+    with graceful_signals(stop, console) as received, RichProgress(
+            console, objective=exp.objective.metric, constrained=bool(exp.constraints)) as progress:
         summary = run_experiment(exp, n_trials=n_trials, timeout=timeout, stop=stop, observer=progress,
                                  use_cache=use_cache, skip_checks=skip_checks)
     _print_summary(console, exp, summary)

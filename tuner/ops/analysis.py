@@ -43,6 +43,10 @@ PARAM_PREFIX = "param:"
 # The scorecard (tuner.metrics), its primary score and the OOS rate: the deltas the
 # run summary and the study report show.
 SCORECARD = (*PRIMARY_SCORECARD, PRIMARY_METRIC, "OOS_FP_Rate")
+#: the scorecard's count of out-of-scope queries: with none, every OOS rate is "n/a"
+N_OOS = "N_OOS_Queries"
+#: the metrics whose denominator is the out-of-scope queries (printed "n/a" without any)
+OOS_RATES = frozenset({"OOS_FP_Rate", "Handoff_Recall", "Handoff_F1"})
 
 _BASE_COLUMNS = ["number", "state", "value", "feasible", "violation", "variant", "cache_hit", "fail_reason",
                  "early_stop", "duration_s"]
@@ -173,6 +177,13 @@ def deltas(best: pd.Series, baseline: pd.Series, metrics: Sequence[str] = SCOREC
     return out
 
 
+def without_oos(row: Mapping[str, Any]) -> bool:
+    """The trial's batch had no out-of-scope queries: its OOS rates measured nothing
+    (they read 0.0 by the zero-division convention, tuner.evaluation.oos)."""
+    n = row.get(N_OOS)
+    return _is_number(n) and n == 0
+
+
 def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(float(value))
 
@@ -184,6 +195,9 @@ def summary_table(frame: pd.DataFrame, *, metrics: Sequence[str] = ("OOS_FP_Rate
         return frame
     cols = ["number", "value"] + [m for m in metrics if m in frame.columns]
     out = frame[cols].copy()
+    empty = [without_oos(row) for _, row in frame.iterrows()]
+    for m in (m for m in cols if m in OOS_RATES):
+        out[m] = [("n/a" if e else v) for e, v in zip(empty, out[m], strict=True)]
     per_row = [verdicts(row) for _, row in frame.iterrows()]
     for i, col in enumerate(c for c in frame.columns if c.startswith(CONSTRAINT_PREFIX)):
         out[col.removeprefix(CONSTRAINT_PREFIX)] = [v[i].text() for v in per_row]
@@ -279,8 +293,11 @@ def study_markdown(
     else:
         lines += [f"**Best feasible trial: #{int(best['number'])}** ({objective} = {best['value']:.4f}).", ""]
         if base is not None:
+            na = without_oos(best) or without_oos(base)
             rows = pd.DataFrame(
-                [{"metric": d.metric, "baseline": d.baseline, "best": d.best, "delta": d.change} for d in deltas(best, base, objective=objective)]
+                [{"metric": d.metric, "baseline": "n/a", "best": "n/a", "delta": "n/a"} if na and d.metric in OOS_RATES
+                 else {"metric": d.metric, "baseline": d.baseline, "best": d.best, "delta": d.change}
+                 for d in deltas(best, base, objective=objective)]
             )
             lines += [f"Against the baseline (trial #{int(base['number'])}):", "", markdown_table(rows)]
     lines += ["## Feasible trials (best first)", "", markdown_table(summary_table(feasible_ranked(frame, maximize=maximize)))]

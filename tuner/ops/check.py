@@ -12,7 +12,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from tuner.study.preflight import Finding, PreflightReport, check_batch, sample_queries, static_checks
+from tuner.study.preflight import (
+    Finding,
+    PreflightReport,
+    check_batch,
+    check_oos_movable,
+    sample_queries,
+    static_checks,
+)
 
 if TYPE_CHECKING:
     from tuner.study.wiring import Prepared
@@ -83,6 +90,9 @@ def live_preflight(
         gates_solved=any(g.role == "confidence" for g in prepared.gates.values()),
         raw_response=lambda qid: fetch_raw(exp.evaluation, queries[qid]),
     ))
+    # an OOS constraint no trial can move would call every trial feasible
+    report.extend(check_oos_movable(result, exp.constraints, tuned_keys=[p.path for p in prepared.space.params],
+                                    gates=list(prepared.gates.values())))
     if prepared.replay is not None:
         report.extend([replay_finding(prepared, queries, seed)])
     return report

@@ -350,6 +350,81 @@ def _handoff_cause(handed: Any, gate_values: Mapping[str, Any]) -> str:
     return ""
 
 
+def check_oos_movable(result: BatchResult, constraints: Sequence[Any], *, tuned_keys: Iterable[str],
+                      gates: Sequence[Any] = ()) -> list[Finding]:
+    """An OOS constraint whose metric no trial can move: "feasible" then says nothing.
+
+    On the batch of the config as found: OOS queries handed off for a reason that names
+    no tuned config key (``no candidates``: no source ranks them) are handed off under
+    every config. All of them so: a stop when every reason names no config key at all
+    (the backend says nothing configurable is responsible), a warning when a reason names
+    only untuned keys (a tuned key may still move what they read). Some of them: a
+    warning, the metric measures the others only. Otherwise, with ``gates`` (the solved
+    post-retrieval gates, tuner.study.threshold.GateRange), the batch is re-gated at both
+    ends of their ranges (tuner.evaluation.regate): the same metric at both ends is a
+    warning, as the retrieval keys of other trials may still move it."""
+    bound = [c for c in constraints if c.metric in OOS_DENOMINATOR_METRICS]
+    pq = result.per_query
+    oos = pq[(pq["scope"] == "oos") & (pq["status"] == "ok")]
+    if not bound or not len(oos):
+        return []
+    names = ", ".join(repr(c.name) for c in bound)
+    keys = list(tuned_keys)
+    handed = oos[~oos["answered"].astype(bool)]
+    reasons = [r for r in handed["handoff_reason"].tolist() if isinstance(r, str) and r]
+    stuck = [r for r in reasons if not _names_tuned_key(r, keys)]
+    if stuck:
+        example = f"e.g. {_clip(Counter(stuck).most_common(1)[0][0], 100)}"
+        if len(stuck) == len(oos):
+            certain = not any(_CONFIG_KEY.search(r) for r in stuck)
+            metric = bound[0].metric
+            return [Finding(
+                "oos_cannot_vary", "stop" if certain else "warn",
+                f"constraint {names} cannot vary: all {len(oos)} out-of-scope queries are handed off on the config "
+                f"as found for a reason no tuned key controls ({example}), so {metric} stays "
+                f"{float(result.metrics.get(metric, math.nan)):.3f} under every config and every trial counts as "
+                "feasible; make the backend retrieve for them (e.g. runs that rank the out-of-scope queries too), "
+                "or remove the constraint")]
+        out = [Finding(
+            "oos_partly_fixed", "warn",
+            f"{len(stuck)} of {len(oos)} out-of-scope queries are handed off on the config as found for a reason no "
+            f"tuned key controls ({example}): every trial hands them off, so {names} measures the other "
+            f"{len(oos) - len(stuck)} only; make the backend retrieve for them, or drop them from the query set")]
+    else:
+        out = []
+    return out + _gate_range_findings(result, bound, gates)
+
+
+def _names_tuned_key(reason: str, tuned_keys: Sequence[str]) -> bool:
+    """Does the reason name a config key the study tunes (or a key under one, or above one)?"""
+    named = _CONFIG_KEY.findall(reason)
+    return any(n == k or n.startswith(k + ".") or k.startswith(n + ".") for n in named for k in tuned_keys)
+
+
+def _gate_range_findings(result: BatchResult, bound: Sequence[Any], gates: Sequence[Any]) -> list[Finding]:
+    """The constraints' metrics with every gate at the low and at the high end of its range."""
+    from tuner.evaluation.regate import regate
+
+    by_role = {g.role: g for g in gates}
+    conf, cut = by_role.get("confidence"), by_role.get("min_score")
+    if conf is None and cut is None:
+        return []
+    ends = [regate(result, confidence_threshold=getattr(conf, end, None), min_score=getattr(cut, end, None)).metrics
+            for end in ("low", "high")]
+    ranges = ", ".join(f"{g.param} {g.low:g}..{g.high:g}" for g in (conf, cut) if g is not None)
+    out = []
+    for c in bound:
+        low, high = (float(m.get(c.metric, math.nan)) for m in ends)
+        if math.isnan(low) or low != high:
+            continue
+        out.append(Finding(
+            "oos_gate_flat", "warn",
+            f"constraint {c.name!r}: {c.metric} is {low:.3f} on the config as found with the gates at both ends of "
+            f"their ranges ({ranges}), so the gates cannot move it and only the other tuned keys might; look at the "
+            "out-of-scope queries' confidences and scores (`tuner eval`'s per-query CSV), or widen the gates' ranges"))
+    return out
+
+
 def _check_coverage(result: BatchResult) -> list[Finding]:
     j10 = result.metrics.get("Judged@10", math.nan)
     if math.isnan(j10) or j10 >= LOW_COVERAGE:

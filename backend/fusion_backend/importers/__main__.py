@@ -23,7 +23,7 @@ from .dataset import Dataset, write_dataset
 from .errors import DataFormatError
 from .files import import_files
 from .grades import GradeMap, parse_grade_map
-from .ready import EXPERIMENT_FILE, ready_files
+from .ready import EXPERIMENT_FILE, REPLAY_FILE, ready_files
 from .trec import import_trec
 from .unjudged import POLICIES, describe
 
@@ -88,10 +88,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("files", "a corpus file + a queries file + a qrels file (+ runs)", files.SHORT_MAX_WORDS)
     p.add_argument("--name", required=True, help="data set name: NAME.queries.jsonl, dataset id, study")
-    p.add_argument("--corpus", type=Path, required=True,
-                   help="JSONL {doc_id|_id|id, title, text|contents, date?} or TSV doc_id<TAB>[title<TAB>]text")
+    p.add_argument("--corpus", type=Path,
+                   help="JSONL {doc_id|_id|id, title, text|contents, date?} or TSV doc_id<TAB>[title<TAB>]text "
+                        "(default: the passages the JSON/JSONL runs carry)")
     p.add_argument("--queries", type=Path, required=True,
-                   help="JSONL {query_id|_id|qid, query|text}, TSV qid<TAB>text, or TREC <top> topics")
+                   help="JSONL {query_id|_id|qid, query|text}, TSV qid<TAB>text, TREC <top> topics, or SMART "
+                        "(.I id / .W text, as CACM's query.text)")
     p.add_argument("--qrels", type=Path, required=True,
                    help="TREC 'qid iter docno rel' or 'qid docno rel', BEIR TSV with header, or JSONL "
                         "{query_id, doc_id, relevance}")
@@ -125,7 +127,7 @@ def _beir(args: argparse.Namespace) -> tuple[Dataset, dict[str, str]]:
 def _files(args: argparse.Namespace) -> tuple[Dataset, dict[str, str]]:
     return import_files(_checked_name(args.name), args.corpus, args.queries, args.qrels, runs=args.run, oos=args.oos,
                         grade_map=_grade_map(args.grade_map), unjudged=args.unjudged, query_field=args.query_field,
-                        short_max_words=args.short_max_words)
+                        short_max_words=args.short_max_words, with_lexical=args.with_lexical)
 
 
 IMPORTERS: dict[str, Callable[[argparse.Namespace], tuple[Dataset, dict[str, str]]]] = {
@@ -158,9 +160,17 @@ def summary(dataset: Dataset, out: Path) -> list[str]:
         lines.append(line)
     if left_out := dataset.manifest.get("judgments_of_unknown_queries_left_out"):
         lines.append(f"left out {left_out} judgments of queries that are not in --queries")
+    if from_runs := dataset.manifest.get("corpus_from_runs"):
+        lines.append(f"corpus: the {from_runs} passages the runs carry (no --corpus)")
+    if unranked := dataset.manifest.get("oos_without_candidates"):
+        shown = ", ".join(unranked[:3]) + (", ..." if len(unranked) > 3 else "")
+        lines.append(f"warning: {len(unranked)} of {counts['queries_oos']} out-of-scope queries get no candidates "
+                     f"from any source (no run ranks them: {shown}): the backend hands them off under every "
+                     "config, so OOS_FP_Rate cannot vary for them; add them to the runs, or pass --with-lexical")
     if counts["judgments_unknown_doc"] and not dataset.manifest.get("corpus_stub"):
         lines.append(f"warning: {counts['judgments_unknown_doc']} judgments name documents that are not in the corpus")
     lines.append(f"next: tuner run {out / EXPERIMENT_FILE}")
+    lines.append(f"  or, the fusion params replayed (one trial searches their grid): tuner run {out / REPLAY_FILE}")
     return lines
 
 

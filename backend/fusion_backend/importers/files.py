@@ -9,6 +9,12 @@ that shares no id at all with the others stops the import with a few ids of each
 usual cause being an id format mismatch ("D123" vs "123"). Judgments of queries that
 are not in the query file are left out and counted (qrels often cover more queries
 than the query file, as MS MARCO's do).
+
+Without ``--corpus`` the corpus is the passages the runs carry (JSON / JSONL hits with
+``text`` / ``contents`` / ...; runfiles.py): one document per doc id, the first passage
+seen. Out-of-scope queries that no run ranks get no candidates from a runs-only config
+(the backend hands them off under every config, so OOS_FP_Rate cannot vary): the
+manifest lists them (``oos_without_candidates``) and the summary warns.
 """
 
 from __future__ import annotations
@@ -30,12 +36,13 @@ SHORT_MAX_WORDS = 6
 OOS_SOURCE = "oos"
 
 
-def import_files(name: str, corpus: Path, queries: Path, qrels: Path, *, runs: list[str] | None = None,
+def import_files(name: str, corpus: Path | None, queries: Path, qrels: Path, *, runs: list[str] | None = None,
                  oos: Path | None = None, grade_map: GradeMap | None = None, unjudged: Policy = "drop",
-                 query_field: QueryField = "title",
-                 short_max_words: int = SHORT_MAX_WORDS) -> tuple[Dataset, dict[str, str]]:
-    """The bundle plus its extra files (``runs/<name>.run`` -> text)."""
-    documents = read_corpus_file(corpus)
+                 query_field: QueryField = "title", short_max_words: int = SHORT_MAX_WORDS,
+                 with_lexical: bool = False) -> tuple[Dataset, dict[str, str]]:
+    """The bundle plus its extra files (``runs/<name>.run`` -> text). ``corpus`` None:
+    the runs' passages; ``with_lexical``: the config serves bm25 + dense next to the runs
+    (so every query gets candidates)."""
     asked = read_query_file(queries, source=name, scope="in", short_max_words=short_max_words,
                             query_field=query_field)
     extra = read_query_file(oos, source=OOS_SOURCE, scope="oos", short_max_words=short_max_words,
@@ -43,13 +50,15 @@ def import_files(name: str, corpus: Path, queries: Path, qrels: Path, *, runs: l
     _check_distinct(asked, extra, oos)
     all_queries = asked + extra
     judgments, used_map, orphans = _judgments(qrels, grade_map, all_queries)
-    _require_overlap((j.doc_id for j in judgments), (d.doc_id for d in documents), qrels, "judged doc ids",
-                     "the corpus", "pass the corpus these qrels judge")
     kept = apply_policy(all_queries, judgments, unjudged, qrels)
     converted = convert_runs(runs or [], [q.query_id for q in kept.queries])
+    documents = read_corpus_file(corpus) if corpus is not None else _run_passages(converted)
+    _require_overlap((j.doc_id for j in judgments), (d.doc_id for d in documents), qrels, "judged doc ids",
+                     "the corpus", "pass the corpus these qrels judge")
     _check_runs(converted, documents, all_queries)
     manifest = {
-        "source": {"corpus": str(corpus), "queries": str(queries), "qrels": str(qrels),
+        "source": {"corpus": str(corpus) if corpus is not None else "the runs' passages",
+                   "queries": str(queries), "qrels": str(qrels),
                    "oos": str(oos) if oos else None,
                    "runs": {n: str(p) for n, p in converted.sources.items()}},
         "grade_mapping": {"name": used_map.name, "codes": used_map.describe()},
@@ -58,7 +67,24 @@ def import_files(name: str, corpus: Path, queries: Path, qrels: Path, *, runs: l
         "judgments_of_unknown_queries_left_out": orphans,
         "runs": converted.paths,
     }
+    if corpus is None:
+        manifest["corpus_from_runs"] = len(documents)
+    if converted.lines and not with_lexical:
+        ranked = converted.ranked_queries()
+        manifest["oos_without_candidates"] = [q.query_id for q in kept.queries
+                                              if q.scope == "oos" and q.query_id not in ranked]
     return Dataset(name, documents, kept.queries, judgments, manifest), converted.files
+
+
+def _run_passages(converted: ConvertedRuns) -> list[Document]:
+    """The corpus the runs carry: one document per doc id with passage text, in run order."""
+    passages = converted.passages()
+    if not passages:
+        where = ", ".join(str(p) for p in converted.sources.values()) or "--run"
+        raise DataFormatError.at(where, None, "no --corpus given and no run hit carries passage text "
+                                 "(text, contents, content, passage or raw)",
+                                 "pass the corpus file to --corpus, or runs whose hits hold their passages")
+    return [Document(doc_id, line.title or "", line.text or "") for doc_id, line in passages.items()]
 
 
 def _check_distinct(asked: list[Query], extra: list[Query], oos: Path | None) -> None:

@@ -5,9 +5,13 @@
   ``split`` keeps them; other scalar keys (``date_hint_days``, ``now``, ...) stay as
   extra request fields; ``metadata`` (BEIR) and nested values are left out, because
   the evaluation would send them with every request.
+* SMART records (CACM's ``query.text``, Cranfield's ``cran.qry``): ``.I id`` then
+  field lines ``.W`` (the text; ``.T`` when there is no ``.W``), ``.A``, ``.N``, ...;
+  the id is the ``.I`` id as written.
 * Anything else goes to the TREC topic parser: ``<top>`` SGML topics or ``qid<TAB>text``.
 
-Told apart by the extension (``.jsonl``/``.json``) or the first character (``{``).
+Told apart by the extension (``.jsonl``/``.json``) or the first line (``{``, ``.I``).
+``--queries`` and ``--oos`` read the same formats.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from typing import Any
 from .dataset import Query, Scope
 from .errors import DataFormatError
 from .querytypes import length_type
+from .smart import parse_smart
 from .textfile import first_char, first_value, json_object, read_lines
 from .trec import QueryField, topic_queries
 
@@ -25,12 +30,15 @@ _ID_KEYS = ("query_id", "_id", "qid")
 _TEXT_KEYS = ("query", "text")
 _SKIPPED = frozenset({*_ID_KEYS, *_TEXT_KEYS, "id", "metadata", "query_type", "source", "scope", "split"})
 OOS_TYPE = "off_topic"
+_SMART_MARKERS = "ABCDEFGHJKLMNOPQRSTUVWXYZ"  # every field letter but .I (the record id)
 
 
 def read_query_file(path: Path, *, source: str, scope: Scope, short_max_words: int,
                     query_field: QueryField = "title") -> list[Query]:
     lines = read_lines(path)
     if path.suffix not in (".jsonl", ".json") and first_char(lines) != "{":
+        if next((line for line in lines if line.strip()), "").startswith(".I"):
+            return _smart_queries(path, source, scope, short_max_words)
         return topic_queries(path, query_field, short_max_words, source, scope)
     queries: list[Query] = []
     seen: dict[str, int] = {}
@@ -65,3 +73,15 @@ def _json_query(path: Path, number: int, line: str, source: str, scope: Scope, s
 
 def _split(record: dict[str, Any]) -> str | None:
     return None if record.get("split") is None else str(record["split"])
+
+
+def _smart_queries(path: Path, source: str, scope: Scope, short_max_words: int) -> list[Query]:
+    queries = []
+    for record in parse_smart(path, _SMART_MARKERS):
+        text = record.text("W") or record.text("T")
+        if not text:
+            raise DataFormatError.at(path, record.line, f"query .I {record.record_id} has no '.W' text",
+                                     "add the query text under a '.W' line")
+        query_type = length_type(text, short_max_words) if scope == "in" else OOS_TYPE
+        queries.append(Query(record.record_id, text, query_type, source, scope))
+    return queries

@@ -14,7 +14,13 @@
   MLflow runs stay in this folder, and the data the backend serves (the corpus and the
   run files) as ``target.inputs`` plus the backend's ``data_fingerprint`` as
   ``target.health.fingerprint``: both are part of the tuner's result-cache key, so
-  re-importing changed data never reuses results measured on the old data.
+  re-importing changed data never reuses results measured on the old data. Each trial
+  *reloads* the backend (``target.reload``: ``POST /admin/reload``, confirmed by the
+  served config's fingerprint) instead of restarting it; an index setting restarts it.
+* ``experiment_replay.yaml``  the same study with the fusion params replayed
+  (``replay:``, docs/tuning.md "Fusion replay"): each trial retrieves once, explained,
+  and scores the whole fusion grid from it; with the gates solved too, one trial covers
+  the importer's whole space. Its study is ``NAME-replay``.
 
 Every path is relative to the file that holds it, so the folder can be moved whole.
 Rendering is pure text (comments kept), no YAML library needed.
@@ -33,6 +39,7 @@ from .errors import DataFormatError
 CONFIG_FILE = "config.yaml"
 SPACE_FILE = "space.yaml"
 EXPERIMENT_FILE = "experiment.yaml"
+REPLAY_FILE = "experiment_replay.yaml"
 N_TRIALS = 30
 OOS_BOUND = 0.10
 _PLAIN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_./-]*")  # a path YAML reads as itself unquoted
@@ -74,10 +81,12 @@ def ready_files(dataset: Dataset, runs: Mapping[str, str], *, with_lexical: bool
     has_text = any(d.title.strip() or d.text.strip() for d in dataset.documents)
     sources = plan_sources(runs, with_lexical=with_lexical, has_text=has_text)
     n_oos = sum(1 for q in dataset.queries if q.scope == "oos")
+    inputs = [CORPUS_FILE, *sources.runs.values()]
     return {
         CONFIG_FILE: render_config(dataset.name, sources),
         SPACE_FILE: render_space(dataset.name, sources, confidence_gate=has_text),
-        EXPERIMENT_FILE: render_experiment(dataset.name, n_oos, inputs=[CORPUS_FILE, *sources.runs.values()]),
+        EXPERIMENT_FILE: render_experiment(dataset.name, n_oos, inputs=inputs),
+        REPLAY_FILE: render_experiment(dataset.name, n_oos, inputs=inputs, replay=sources.fused),
     }
 
 
@@ -191,7 +200,9 @@ params:
 
 # ---------------------------------------------------------------- experiment.yaml
 
-def render_experiment(name: str, n_oos: int, *, inputs: Sequence[str] = (CORPUS_FILE,)) -> str:
+def render_experiment(name: str, n_oos: int, *, inputs: Sequence[str] = (CORPUS_FILE,),
+                      replay: Sequence[str] | None = None) -> str:
+    """The experiment; with ``replay`` (the fused sources) its fusion-replay variant."""
     queries, qrels = file_names(name, named=True)
     input_list = ", ".join(p if _PLAIN.fullmatch(p) else json.dumps(p) for p in dict.fromkeys(inputs))
     if n_oos:
@@ -200,15 +211,32 @@ def render_experiment(name: str, n_oos: int, *, inputs: Sequence[str] = (CORPUS_
     else:
         constraints = "# No out-of-scope queries in the query set, so no OOS_FP_Rate bound: it could never bind.\n" \
                       "constraints: []\n"
-    return f"""# Tune the reference backend on the {name} data set:
+    if replay is None:
+        head = f"""# Tune the reference backend on the {name} data set:
 #
 #   tuner run experiment.yaml
 #
+# (experiment_replay.yaml, beside it, replays the fusion params instead of sampling them.)
 # Written by the importer. Paths are relative to this file, so the folder moves as a
 # whole; project_root: . keeps the study (.tuner/) and MLflow runs (mlruns/) in it too.
 study: {json.dumps(name)}
 description: Fusion and gates of the reference backend on the {name} data set.
-project_root: .
+"""
+    else:
+        head = f"""# Tune the reference backend on the {name} data set with fusion replay:
+#
+#   tuner run experiment_replay.yaml
+#
+# experiment.yaml with a replay: section (docs/tuning.md, "Fusion replay"): the fusion
+# params are not sampled; each trial retrieves once with the backend explaining each
+# search, scores the whole fusion grid from that retrieval (the gates solved on each
+# setting), then serves the best setting and measures it live. With every tuned param
+# replayed or solved, one trial covers the space and `tuner run` stops after it.
+# Written by the importer; paths are relative to this file.
+study: {json.dumps(name + "-replay")}
+description: Fusion (replayed) and gates of the reference backend on the {name} data set.
+"""
+    return head + f"""project_root: .
 
 sampler: {{type: tpe, seed: 42, multivariate: true, n_startup_trials: 10}}
 pruner: {{type: none}}
@@ -233,6 +261,13 @@ target:
     command: ["{{python}}", -m, fusion_backend, serve, --config, "{{config}}", --port, "{{port}}"]
     cwd: .
     stop_timeout_s: 10
+  # The backend takes a new config without a restart: each trial reloads it and the tuner
+  # checks that /health reports the sha256 of the file it wrote. An index setting
+  # (restart_keys) restarts it instead.
+  reload:
+    http: {{url: "http://127.0.0.1:{{port}}/admin/reload", method: POST}}
+    fingerprint: config_fingerprint
+    restart_keys: [data, server, "sources.*.k1", "sources.*.b", "sources.*.embedder", "sources.*.dims"]
   health:
     url: http://127.0.0.1:{{port}}/health
     deadline_s: 300                # the first start builds the index
@@ -257,8 +292,19 @@ evaluation:
   concurrency: 4
 
 search_space: {SPACE_FILE}
-baseline: true
+{_replay_section(replay)}baseline: true
 
 tracking:
   enabled: true
 """
+
+
+def _replay_section(fused: Sequence[str] | None) -> str:
+    """The replay: section over the space's fusion params (weights only with two sources)."""
+    if fused is None:
+        return ""
+    weights = "    fusion.weights: weights\n" if len(fused) > 1 else ""
+    return ("# The fusion params are searched inside each trial from one explained retrieval\n"
+            "# (\"explain\": true goes into the request body of that retrieval).\n"
+            "replay:\n  params:\n    fusion.method: method\n    fusion.rrf_k: rrf_k\n"
+            f"{weights}    fusion.normalization: normalization\n")

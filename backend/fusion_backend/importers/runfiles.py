@@ -5,6 +5,11 @@
 * JSON array (as pyserini writes): ``[{"hits": [{"qid", "docid", "rank", "score", ...}]}, ...]``
   with one object per query; a hit without ``qid`` takes its object's ``qid`` / ``query_id``.
 
+A JSON or JSONL hit may carry its passage (``text``, ``contents``, ``content``,
+``passage`` or ``raw``, a ``raw`` JSON document read for its own ``contents`` / ``text``;
+``title`` optional), as RankGPT / rank_llm and pyserini write them: the ``files`` importer
+builds the corpus from those passages when it is given no corpus file.
+
 The format is told by the first non-blank character (``[`` JSON array, ``{`` JSONL,
 else TREC). The rewrite keeps every score at full precision (``repr`` of the float,
 which parses back to the same float): six significant digits turned distinct scores
@@ -33,6 +38,11 @@ class RunLine:
     doc_id: str
     score: float
     tag: str
+    text: str | None = None  # the hit's passage, when the run carries it (JSON / JSONL)
+    title: str | None = None
+
+
+_PASSAGE_KEYS = ("text", "contents", "content", "passage", "raw")
 
 
 def run_name(spec: str) -> tuple[str, Path]:
@@ -126,7 +136,29 @@ def _hit(hit: Any, qid: str, tag: str, seen: dict[tuple[str, str], int], path: P
     if "score" not in hit:
         raise DataFormatError.at(path, line, f"query {qid}: result {doc_id} has no 'score'", fix)
     _unique(seen, qid, doc_id, path, line)
-    return RunLine(qid, doc_id, _score(hit["score"], path, line), tag)
+    title = hit.get("title")
+    return RunLine(qid, doc_id, _score(hit["score"], path, line), tag, _passage(hit),
+                   " ".join(title.split()) if isinstance(title, str) else None)
+
+
+def _passage(hit: dict[str, Any]) -> str | None:
+    """The hit's passage text, None when it carries none."""
+    for key in _PASSAGE_KEYS:
+        value = hit.get(key)
+        if not isinstance(value, str) or not value.strip():
+            continue
+        if key == "raw" and value.lstrip().startswith("{"):  # pyserini: the indexed JSON document
+            try:
+                doc = json.loads(value)
+            except json.JSONDecodeError:
+                doc = None
+            if isinstance(doc, dict):
+                inner = next((doc[k] for k in ("contents", "text") if isinstance(doc.get(k), str)), None)
+                if inner is None:
+                    continue
+                value = inner
+        return " ".join(value.split())
+    return None
 
 
 def _field(record: dict[str, Any], keys: tuple[str, ...], path: Path, line: int | None, fix: str,
@@ -193,6 +225,19 @@ class ConvertedRuns:
     @property
     def doc_ids(self) -> list[str]:
         return [line.doc_id for lines in self.lines.values() for line in lines]
+
+    def passages(self) -> dict[str, RunLine]:
+        """doc id -> the first line (in run order) carrying its passage text."""
+        out: dict[str, RunLine] = {}
+        for lines in self.lines.values():
+            for line in lines:
+                if line.text is not None and line.doc_id not in out:
+                    out[line.doc_id] = line
+        return out
+
+    def ranked_queries(self) -> set[str]:
+        """The query ids some run lists results for."""
+        return {line.query_id for lines in self.lines.values() for line in lines}
 
 
 def convert_runs(specs: list[str], query_order: list[str]) -> ConvertedRuns:
