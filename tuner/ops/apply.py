@@ -22,11 +22,11 @@ from typing import TYPE_CHECKING, Any
 
 import optuna
 
-from tuner.errors import StudyError, TunerError
+from tuner.errors import LabelError, StudyError, TunerError
 from tuner.study.attrs import ATTR_VARIANT, assignment_of
 from tuner.study.feasibility import is_feasible, pick_trial
 from tuner.study.storage import ATTR_CONFIG_SEEN, load_study
-from tuner.study.wiring import Prepared, prepare
+from tuner.study.wiring import Prepared, labels_mismatch, prepare
 
 if TYPE_CHECKING:
     from tuner.config.experiment import Experiment
@@ -87,6 +87,9 @@ def plan_apply(experiment: Experiment, *, trial_number: int | None = None, recov
     maximize = experiment.objective.direction == "maximize"
     trial = pick_trial(study, trial_number, maximize=maximize)
     prepared = prepare(experiment, recover_journal=recover_journal)
+    problem = labels_mismatch(study, experiment, prepared.labels_fingerprint)
+    if problem is not None:  # the trial was picked, and its score measured, on other labels
+        raise LabelError(problem)
     assignment = assignment_of(trial) or prepared.space.suggest(trial)
     edits = prepared.space.edits(assignment)
     now = prepared.space.current_assignment(prepared.patcher.documents())
