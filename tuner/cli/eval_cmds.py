@@ -262,8 +262,9 @@ def labels_import(
         f"(dataset {dataset_id}, {summary.importer}; {summary.n_replaced} replaced) [{grades}]"
     )
     if summary.changed or summary.removed or (replace and summary.added < summary.n_labels):
-        console.print(f"this file's judgments against its last import: {summary.added} added, {summary.changed} changed, "
-                      f"{summary.removed} removed; a study measured on the old labels stops: start a new study")
+        console.print(f"replaced this file's judgments: {summary.added} added, {summary.changed} changed, "
+                      f"{summary.removed} removed since its last import; a study with trials measured on the old "
+                      "labels stops at `tuner run`: start a new study (a new `study:` name in the experiment)")
     if summary.n_conflicts:
         console.print(conflicts_line(summary.n_conflicts, dataset_id, db), highlight=False)
 

@@ -311,7 +311,7 @@ class LabelStore:
                 added, changed, removed = _diff(old, rows)
                 if kind == "file" and prior_kind is not None and (added or changed or removed) and not replace:
                     raise LabelError(
-                        f"{source_file} was imported into {self.path} (dataset {dataset_id}) before and its judgments "
+                        f"{shown_path(source_file)} was imported into {shown_path(self.path)} (dataset {dataset_id}) before and its judgments "
                         f"changed since ({added} added, {changed} changed, {removed} removed); pass --replace to "
                         "replace this file's judgments (other files' and graders' grades are kept)")
                 new = {**old, **rows} if kind == "grader" else rows
@@ -503,8 +503,8 @@ def replace_command(change: SourceChange, dataset_id: str, db: str | Path) -> st
     """The `tuner labels import --replace` command that re-imports a changed label file."""
     grade_map = (f" --grade-map {shlex.quote(change.grade_map)}"
                  if change.grade_map not in (None, UNKNOWN_GRADE_MAP) else "")
-    return (f"tuner labels import {shlex.quote(_shown(change.path))} --replace --dataset-id {shlex.quote(dataset_id)} "
-            f"--db {shlex.quote(_shown(db))} "
+    return (f"tuner labels import {shlex.quote(shown_path(change.path))} --replace --dataset-id {shlex.quote(dataset_id)} "
+            f"--db {shlex.quote(shown_path(db))} "
             f"--format {change.fmt}{grade_map}")
 
 
@@ -514,13 +514,13 @@ def stale_labels_message(changes: Sequence[SourceChange], dataset_id: str, db: s
     what = "was never imported into" if first.never_imported else "changed since it was imported into"
     more = ""
     if len(changes) > 1:
-        more = f"; {len(changes) - 1} more label file(s) changed too: " + ", ".join(_shown(c.path) for c in changes[1:])
-    return (f"labels: {_shown(first.path)} {what} {_shown(db)} (dataset {dataset_id}): {first.counts()}{more}; "
+        more = f"; {len(changes) - 1} more label file(s) changed too: " + ", ".join(shown_path(c.path) for c in changes[1:])
+    return (f"labels: {shown_path(first.path)} {what} {shown_path(db)} (dataset {dataset_id}): {first.counts()}{more}; "
             f"re-import it with `{replace_command(first, dataset_id, db)}`, then start a new study "
             "(a study's trials measured on the old labels are not compared with new ones)")
 
 
-def _shown(path: str | Path) -> str:
+def shown_path(path: str | Path) -> str:
     """A path as messages show it: relative to the working directory when under it."""
     try:
         return str(Path(path).resolve().relative_to(Path.cwd()))

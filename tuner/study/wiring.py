@@ -179,11 +179,13 @@ def labels_mismatch(study: optuna.Study, experiment: Experiment, fingerprint: st
     measured = _measured(study)
     if not measured:
         return None
+    from tuner.data.labels import shown_path
+
     was, now = str(seen.get("fingerprint"))[:12], fingerprint[:12]
     return (f"study {experiment.study!r} has {measured} trial(s) measured on other labels of dataset "
             f"{seen.get('dataset_id')} (fingerprint {was}..., now {now}...): their scores are not comparable with "
-            f"new trials; start a new study: give `study:` in {experiment.source} a new name (the old study stays "
-            "readable under its name), or put the old labels back")
+            f"new trials; start a new study: give `study:` in {shown_path(experiment.source)} a new name "
+            "(the old study stays readable under its name), or put the old labels back")
 
 
 def record_labels_seen(study: optuna.Study, prepared: Prepared) -> str | None:
