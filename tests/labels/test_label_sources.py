@@ -168,6 +168,9 @@ def _legacy_db(path: Path, source: Path, sha: str) -> None:
                     "'2026-01-02T00:00:00+00:00')")
         con.execute("INSERT INTO imports VALUES (1, 'ds', ?, 'qrels', '2026-01-01T00:00:00+00:00', 3, ?)",
                     (str(source), sha))
+        # a file whose every pair a later import overwrote: no label names it any more
+        con.execute("INSERT INTO imports VALUES (2, 'ds', '/old/overwritten.txt', 'qrels', "
+                    "'2025-12-01T00:00:00+00:00', 1, 'abc')")
 
 
 def test_a_label_db_written_before_sources_is_adopted_once(tmp_path):
@@ -183,9 +186,10 @@ def test_a_label_db_written_before_sources_is_adopted_once(tmp_path):
     sources = {s.source_file: s for s in store.sources("ds")}
     assert sources[str(path.resolve())].adopted and sources[str(path.resolve())].kind == "file"
     assert sources["/graders/q.csv"].kind == "grader"
+    assert (sources["/old/overwritten.txt"].n_labels, sources["/old/overwritten.txt"].file_sha256) == (0, "abc")
     assert store.source_changes("ds", [DeclaredSource(path, "qrels")]) == []  # same bytes as recorded
     LabelStore(db)  # opening again adopts nothing twice
-    assert len(store.sources("ds")) == 2 and store.sources("ds")[0].n_labels + store.sources("ds")[1].n_labels == 4
+    assert len(store.sources("ds")) == 3 and sum(s.n_labels for s in store.sources("ds")) == 4
     path.write_text("q1 0 d1 2\nq2 0 d3 1\n")
     (change,) = store.source_changes("ds", [DeclaredSource(path, "qrels")])
     assert (change.removed, change.adopted) == (1, True)

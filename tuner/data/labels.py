@@ -246,6 +246,16 @@ class LabelStore:
                        FROM labels l GROUP BY l.dataset_id, l.source_file""",
                     (UNKNOWN_GRADE_MAP,),
                 )
+                # a file every pair of which a later import overwrote still was imported: keep it, empty
+                con.execute(
+                    """INSERT OR IGNORE INTO sources
+                       SELECT i.dataset_id, i.source_file,
+                              CASE WHEN i.importer LIKE 'queue-%' THEN 'grader' ELSE 'file' END,
+                              i.importer, ?, i.file_sha256, i.imported_at, i.id, 1
+                       FROM imports i WHERE i.id = (SELECT MAX(j.id) FROM imports j
+                                                    WHERE j.dataset_id = i.dataset_id AND j.source_file = i.source_file)""",
+                    (UNKNOWN_GRADE_MAP,),
+                )
             con.execute("COMMIT")
         except BaseException:
             con.execute("ROLLBACK")
@@ -317,7 +327,8 @@ class LabelStore:
                 new = {**old, **rows} if kind == "grader" else rows
                 if kind == "grader":
                     removed = 0
-                before = {k for k in rows if _label(con, dataset_id, k) is not None}
+                labelled = set(con.execute("SELECT query_id, doc_id FROM labels WHERE dataset_id = ?", (dataset_id,)))
+                before = labelled.intersection(rows)
                 cur = con.execute(
                     "INSERT INTO imports (dataset_id, source_file, importer, imported_at, n_labels, file_sha256)"
                     " VALUES (?, ?, ?, ?, ?, ?)",
@@ -536,12 +547,6 @@ def _source_rows(con: sqlite3.Connection, dataset_id: str, source_file: str) -> 
     return {(q, d): g for q, d, g in con.execute(
         "SELECT query_id, doc_id, grade FROM source_labels WHERE dataset_id = ? AND source_file = ?",
         (dataset_id, source_file))}
-
-
-def _label(con: sqlite3.Connection, dataset_id: str, key: tuple[str, str]) -> int | None:
-    row = con.execute("SELECT grade FROM labels WHERE dataset_id = ? AND query_id = ? AND doc_id = ?",
-                      (dataset_id, *key)).fetchone()
-    return None if row is None else row[0]
 
 
 def _diff(old: Mapping[tuple[str, str], int], new: Mapping[tuple[str, str], int]) -> tuple[int, int, int]:
