@@ -68,8 +68,10 @@ def test_an_edited_qrels_line_stops_run_and_check_until_reimported_and_a_new_stu
     assert resumed.returncode == 2, resumed.stdout + resumed.stderr
     assert re.fullmatch(r"error: study 'before' has 1 trial\(s\) measured on other labels of dataset demo "
                         r"\(fingerprint \w{12}\.\.\., now \w{12}\.\.\.\): their scores are not comparable with new "
-                        r"trials; start a new study: give `study:` in \S+experiment\.yaml a new name \(the old study "
+                        r"trials; start a new study: give `study:` in experiment\.yaml a new name \(the old study "
                         r"stays readable under its name\), or put the old labels back", _error(resumed))
+    applied = _tuner(root, "apply", "experiment.yaml", "--dry-run")  # its best trial was picked on the old labels
+    assert applied.returncode == 2 and _error(applied) == _error(resumed)
 
     exp_path.write_text(exp_path.read_text().replace("study: before", "study: after"))
     fresh = _tuner(root, "run", "experiment.yaml")

@@ -85,11 +85,11 @@ def plan_apply(experiment: Experiment, *, trial_number: int | None = None, recov
     its originals are the right base to render from anyway)."""
     study = load_study(experiment)
     maximize = experiment.objective.direction == "maximize"
-    trial = pick_trial(study, trial_number, maximize=maximize)
     prepared = prepare(experiment, recover_journal=recover_journal)
     problem = labels_mismatch(study, experiment, prepared.labels_fingerprint)
-    if problem is not None:  # the trial was picked, and its score measured, on other labels
+    if problem is not None:  # the trials were ranked, and their scores measured, on other labels
         raise LabelError(problem)
+    trial = pick_trial(study, trial_number, maximize=maximize)
     assignment = assignment_of(trial) or prepared.space.suggest(trial)
     edits = prepared.space.edits(assignment)
     now = prepared.space.current_assignment(prepared.patcher.documents())
