@@ -573,13 +573,15 @@ def _settle(con: sqlite3.Connection, dataset_id: str, keys: set[tuple[str, str]]
     for q, d, g, source, _kind, importer, at in _ranked(con, dataset_id):
         if (q, d) in keys and (q, d) not in winners:
             winners[(q, d)] = (g, source, importer, at)
-    current = {(q, d) for q, d in con.execute(
-        "SELECT query_id, doc_id FROM labels WHERE dataset_id = ?", (dataset_id,)) if (q, d) in keys}
+    current = {(q, d): (g, s) for q, d, g, s in con.execute(
+        "SELECT query_id, doc_id, grade, source_file FROM labels WHERE dataset_id = ?", (dataset_id,))
+        if (q, d) in keys}
     con.executemany("DELETE FROM labels WHERE dataset_id = ? AND query_id = ? AND doc_id = ?",
                     [(dataset_id, q, d) for (q, d) in current if (q, d) not in winners])
+    # a pair whose grade and source stay keeps its row (and the time that grade was imported)
     con.executemany(
         "INSERT OR REPLACE INTO labels VALUES (?, ?, ?, ?, ?, ?, ?)",
-        [(dataset_id, q, d, g, s, i, t) for (q, d), (g, s, i, t) in winners.items()],
+        [(dataset_id, q, d, g, s, i, t) for (q, d), (g, s, i, t) in winners.items() if current.get((q, d)) != (g, s)],
     )
 
 
