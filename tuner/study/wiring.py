@@ -78,7 +78,8 @@ class Prepared:
 def prepare(experiment: Experiment, *, recover_journal: bool = True) -> Prepared:
     """Replay a crash's journal, load the space (checked against the config files),
     the query set and the labels (imported from the experiment's label files when the
-    label store has none for the dataset), and split off the holdout queries."""
+    label store has none for the dataset; a label file changed since its import stops
+    here, see `load_dataset`), and split off the holdout queries."""
     from tuner.config.configpatch import ConfigPatcher
     from tuner.config.journal import recover
     from tuner.config.space.loading import load_space
