@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
-from tuner.errors import ConfigError, InputError
+from tuner.errors import ConfigError, InputError, LabelError
 
 DEFAULT_DB = Path(".tuner/labels.db")
 
@@ -82,7 +82,7 @@ def eval_command(
     that match no label, most queries handed off, a gate on OOS metrics without OOS
     queries stop with exit 2 (the reports are written all the same)."""
     from tuner.data.dataset import judged_subset, load_queryset
-    from tuner.data.labels import LabelStore
+    from tuner.data.labels import LabelStore, stale_labels_message
     from tuner.evaluation import check_gates, parse_gate, run_batch, scorecard_keys
     from tuner.evaluation.probe import fetch_raw
     from tuner.report import ReportContext, write_reports
@@ -118,6 +118,9 @@ def eval_command(
         labels_db = labels_db or DEFAULT_DB
         store = LabelStore(_existing_db(labels_db))
         qrels = store.qrels(query_set.dataset_id)
+        changes = store.source_changes(query_set.dataset_id)  # the files imported into it, read again
+        if changes:
+            raise LabelError(stale_labels_message(changes, query_set.dataset_id, labels_db))
         fingerprint = store.fingerprint(query_set.dataset_id)
         judged = judged_subset(query_set, qrels, unjudged)
         query_set, note, policy = judged.queries, judged.note, unjudged
@@ -287,6 +290,9 @@ def labels_import(
     fmt: Annotated[str | None, typer.Option("--format", help="qrels | jsonl | csv (default: from the extension).")] = None,
     grade_map: Annotated[str | None, typer.Option(
         "--grade-map", help="Map source grades onto 0..3, e.g. '1:3,2:2,3:1,4:1,-1:0' ('-1:unjudged' drops).")] = None,
+    replace: Annotated[bool, typer.Option(
+        "--replace", help="Re-import a file imported before whose judgments changed: its old judgments are replaced "
+        "(other files' and graders' grades are kept).")] = False,
 ) -> None:
     """Import labels into the cache (all or nothing)."""
     from tuner.data.labelfiles import FORMATS
@@ -296,12 +302,26 @@ def labels_import(
     if fmt is not None and fmt not in FORMATS:
         raise InputError(f"--format {fmt!r}: use one of {', '.join(FORMATS)}")
     mapping = None if grade_map is None else GradeMap.parse(grade_map)
-    summary = LabelStore(db).import_file(file, dataset_id, fmt=fmt, grade_map=mapping)  # type: ignore[arg-type]
+    summary = LabelStore(db).import_file(file, dataset_id, fmt=fmt, grade_map=mapping,  # type: ignore[arg-type]
+                                         replace=replace)
     grades = ", ".join(f"L{g}={n}" for g, n in summary.grade_counts.items())
-    _console().print(
+    console = _console()
+    console.print(
         f"imported {summary.n_labels} labels for {summary.n_queries} queries into {db} "
         f"(dataset {dataset_id}, {summary.importer}; {summary.n_replaced} replaced) [{grades}]"
     )
+    if summary.changed or summary.removed or (replace and summary.added < summary.n_labels):
+        console.print(f"replaced this file's judgments: {summary.added} added, {summary.changed} changed, "
+                      f"{summary.removed} removed since its last import; a study with trials measured on the old "
+                      "labels stops at `tuner run`: start a new study (a new `study:` name in the experiment)")
+    if summary.n_conflicts:
+        console.print(conflicts_line(summary.n_conflicts, dataset_id, db), highlight=False)
+
+
+def conflicts_line(n: int, dataset_id: str, db: Path) -> str:
+    return (f"note: {n} (query, doc) pair(s) of {dataset_id} are graded differently by a label file and by graders "
+            f"(tuner labels queue-import); the graders' grades are kept: see them with "
+            f"`tuner labels stats --dataset-id {dataset_id} --db {db} --conflicts`")
 
 
 @labels_app.command("stats")
@@ -309,8 +329,10 @@ def labels_stats(
     dataset_id: Annotated[str | None, typer.Option("--dataset-id", help="Dataset to describe (default: list datasets).")] = None,
     db: Annotated[Path, typer.Option("--db", help="Label cache (SQLite).")] = DEFAULT_DB,
     per_query: Annotated[bool, typer.Option("--per-query", help="Also print the label counts of every query.")] = False,
+    conflicts: Annotated[bool, typer.Option(
+        "--conflicts", help="List the (query, doc) pairs a label file and graders grade differently.")] = False,
 ) -> None:
-    """Grade distribution and coverage of the label cache."""
+    """Grade distribution and coverage of the label cache, its sources and conflicts."""
     from tuner.data.labelfiles import GRADE_NAMES
     from tuner.data.labels import LabelStore
 
@@ -333,6 +355,21 @@ def labels_stats(
         console.print(f"fingerprint {stats.fingerprint}")
         for source, importer, when, n in stats.imports:
             console.print(f"  imported {n} from {source} ({importer}, {when})", highlight=False)
+        for src in stats.sources:
+            sha = f"sha256 {src.file_sha256[:12]}..." if src.file_sha256 else "no file hash"
+            adopted = "; adopted from a label DB written before sources were recorded" if src.adopted else ""
+            console.print(f"  source {src.source_file}: {src.kind}, {src.n_labels} judgments, {sha}{adopted}",
+                          highlight=False)
+        if stats.n_conflicts and not conflicts:
+            console.print(conflicts_line(stats.n_conflicts, ds, db), highlight=False)
+        if conflicts:
+            rows = store.conflicts(ds)
+            ct = Table(title=f"{ds}: {len(rows)} pair(s) graded differently by a file and by graders (graders' kept)")
+            for col in ("query_id", "doc_id", "file grade", "file", "grader grade", "grader file"):
+                ct.add_column(col)
+            for c in rows:
+                ct.add_row(c.query_id, c.doc_id, str(c.file_grade), c.file_source, str(c.grader_grade), c.grader_source)
+            console.print(ct)
         if per_query:
             pq = Table(title=f"{ds}: labels per query")
             for col in ("query_id", "L0", "L1", "L2", "L3", "total"):

@@ -83,4 +83,11 @@ def queue_import_command(
         return
     console.print(f"imported {summary.n_labels} labels ({summary.n_replaced} replaced) for {summary.n_queries} "
                   f"queries of {queries.dataset_id}; {left} rows still ungraded", soft_wrap=True)
-    console.print("trial results cached before this import are keyed on the old labels and will be re-evaluated")
+    console.print(f"the study's trials so far are scored on the labels before this import: `tuner run` stops on study "
+                  f"{exp.study!r} now; give `study:` a new name to tune on the new labels (the result cache never "
+                  "answers from the old ones)", soft_wrap=True)
+    if summary.n_conflicts:
+        from tuner.cli.eval_cmds import conflicts_line
+
+        console.print(conflicts_line(summary.n_conflicts, queries.dataset_id, exp.dataset.labels_db), highlight=False,
+                      soft_wrap=True)

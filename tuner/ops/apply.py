@@ -22,11 +22,11 @@ from typing import TYPE_CHECKING, Any
 
 import optuna
 
-from tuner.errors import StudyError, TunerError
+from tuner.errors import LabelError, StudyError, TunerError
 from tuner.study.attrs import ATTR_VARIANT, assignment_of
 from tuner.study.feasibility import is_feasible, pick_trial
 from tuner.study.storage import ATTR_CONFIG_SEEN, load_study
-from tuner.study.wiring import Prepared, prepare
+from tuner.study.wiring import Prepared, labels_mismatch, prepare
 
 if TYPE_CHECKING:
     from tuner.config.experiment import Experiment
@@ -85,8 +85,11 @@ def plan_apply(experiment: Experiment, *, trial_number: int | None = None, recov
     its originals are the right base to render from anyway)."""
     study = load_study(experiment)
     maximize = experiment.objective.direction == "maximize"
-    trial = pick_trial(study, trial_number, maximize=maximize)
     prepared = prepare(experiment, recover_journal=recover_journal)
+    problem = labels_mismatch(study, experiment, prepared.labels_fingerprint)
+    if problem is not None:  # the trials were ranked, and their scores measured, on other labels
+        raise LabelError(problem)
+    trial = pick_trial(study, trial_number, maximize=maximize)
     assignment = assignment_of(trial) or prepared.space.suggest(trial)
     edits = prepared.space.edits(assignment)
     now = prepared.space.current_assignment(prepared.patcher.documents())

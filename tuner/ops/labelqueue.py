@@ -188,7 +188,7 @@ def import_graded(store: LabelStore, path: str | Path, dataset_id: str) -> tuple
         except InputError as exc:
             raise InputError(str(exc).replace(str(staged), str(p))) from exc
     summary = store.import_judgments(
-        judgments, dataset_id, source_file=str(p.resolve()), importer=f"queue-{fmt}",
+        judgments, dataset_id, source_file=str(p.resolve()), importer=f"queue-{fmt}", kind="grader",
         file_sha256=hashlib.sha256(p.read_bytes()).hexdigest(),
     )
     return summary, n_blank

@@ -40,6 +40,7 @@ from tuner.study.wiring import (
     make_tracker,
     prepare,
     record_config_seen,
+    record_labels_seen,
     start_helpers,
 )
 from tuner.targets.factory import make_target
@@ -120,6 +121,9 @@ def _run_locked(
         objective_metric=experiment.objective.metric,
         maximize=maximize,
     )
+    labels_note = record_labels_seen(study, prepared)  # a study measured on other labels stops here
+    if labels_note:
+        observer.note(labels_note)
     study.set_user_attr(ATTR_ARTIFACT_DIR, str(paths.artifact_dir))
     study.set_user_attr(ATTR_OBJECTIVE, experiment.objective.metric)
     study.set_user_attr(ATTR_CONSTRAINTS, [c.name for c in experiment.constraints])

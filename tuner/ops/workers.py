@@ -115,6 +115,7 @@ def _run_replica(
         make_tracker,
         prepare,
         record_config_seen,
+        record_labels_seen,
     )
     from tuner.targets.factory import make_target
     from tuner.targets.health import wait_target_healthy
@@ -130,6 +131,9 @@ def _run_replica(
     maximize = exp.objective.direction == "maximize"
     study = open_study(exp.study, make_storage(exp.storage, settings), sampler=exp.sampler.create(),
                          pruner=exp.pruner.create(), objective_metric=exp.objective.metric, maximize=maximize)
+    labels_note = record_labels_seen(study, prepared)  # a study measured on other labels stops here
+    if labels_note:
+        note(labels_note)
     artifact_dir = StudyPaths(original.state_dir, exp.study).artifact_dir  # one store beside the study's
     study.set_user_attr(ATTR_OBJECTIVE, exp.objective.metric)
     study.set_user_attr(ATTR_CONSTRAINTS, [c.name for c in exp.constraints])

@@ -39,6 +39,7 @@ ATTR_CONSTRAINTS = "tuner.constraints"
 ATTR_PREFLIGHT = "tuner.preflight"
 ATTR_CONFIG_SEEN = "tuner.config_seen"  # the space's keys as the study first found them (apply's drift check)
 ATTR_REPLICA = "tuner.replica"
+ATTR_LABELS = "tuner.labels"  # {"dataset_id", "fingerprint"} of the labels the study's trials are measured on
 
 
 def open_study(

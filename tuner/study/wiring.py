@@ -30,7 +30,7 @@ from tuner.study.pruning import trial_order_seed
 from tuner.study.queue import Variant
 from tuner.study.result_cache import ResultCache
 from tuner.study.stop import StopFlag
-from tuner.study.storage import ATTR_CONFIG_SEEN
+from tuner.study.storage import ATTR_CONFIG_SEEN, ATTR_LABELS
 from tuner.study.trial import TrialRunner
 
 if TYPE_CHECKING:
@@ -78,7 +78,8 @@ class Prepared:
 def prepare(experiment: Experiment, *, recover_journal: bool = True) -> Prepared:
     """Replay a crash's journal, load the space (checked against the config files),
     the query set and the labels (imported from the experiment's label files when the
-    label store has none for the dataset), and split off the holdout queries."""
+    label store has none for the dataset; a label file changed since its import stops
+    here, see `load_dataset`), and split off the holdout queries."""
     from tuner.config.configpatch import ConfigPatcher
     from tuner.config.journal import recover
     from tuner.config.space.loading import load_space
@@ -118,21 +119,33 @@ def prepare(experiment: Experiment, *, recover_journal: bool = True) -> Prepared
 
 def load_dataset(experiment: Experiment) -> tuple[QuerySet, dict[str, dict[str, int]], str, str | None]:
     """The query set (``dataset.unjudged_queries`` applied), its labels, the labels'
-    fingerprint and the one-line note of what the unjudged-queries policy did (or None)."""
+    fingerprint and the one-line note of what the unjudged-queries policy did (or None).
+
+    The declared label files are imported when the label store has no labels for the
+    dataset; otherwise a label file that changed since its import (declared, or imported
+    with `tuner labels import`) is a LabelError naming it, the judgments added / changed /
+    removed and the `tuner labels import --replace` command (tuner.data.labels)."""
     from tuner.data.dataset import judged_subset, load_queryset
     from tuner.data.labelfiles import read_judgments
-    from tuner.data.labels import LabelStore
+    from tuner.data.labels import DeclaredSource, LabelStore, stale_labels_message
     from tuner.data.qrels import GradeMap
+    from tuner.errors import LabelError
 
     ds = experiment.dataset
     queries = load_queryset(ds.queries, ds.dataset_id)
+    maps = [GradeMap({int(k): v for k, v in s.grade_map.items()}) if s.grade_map else None for s in ds.labels]
     created = not Path(ds.labels_db).exists()
     store = LabelStore(ds.labels_db)
-    if queries.dataset_id not in store.datasets():
+    if queries.dataset_id in store.datasets():
+        # labels are imported once; a label file edited since then must not go unnoticed
+        declared = [DeclaredSource(s.path, s.format, m) for s, m in zip(ds.labels, maps, strict=True)]
+        changes = store.source_changes(queries.dataset_id, declared)
+        if changes:
+            raise LabelError(stale_labels_message(changes, queries.dataset_id, ds.labels_db))
+    else:
         try:
             if not ds.labels:
                 store.qrels(queries.dataset_id)  # raises the LabelError that says how to import
-            maps = [GradeMap({int(k): v for k, v in s.grade_map.items()}) if s.grade_map else None for s in ds.labels]
             # every file parses before any is stored: a bad second file must not leave the
             # first one's labels looking like the whole set (the next run would not re-import)
             for source, grade_map in zip(ds.labels, maps, strict=True):
@@ -155,6 +168,54 @@ def record_config_seen(study: optuna.Study, prepared: Prepared) -> None:
     if ATTR_CONFIG_SEEN not in study.user_attrs:
         current = prepared.space.current_assignment(prepared.patcher.documents())
         study.set_user_attr(ATTR_CONFIG_SEEN, json.loads(json.dumps(current, default=str)))
+
+
+def labels_mismatch(study: optuna.Study, experiment: Experiment, fingerprint: str) -> str | None:
+    """One line when the study's measured trials were scored on other labels than
+    ``fingerprint`` (the label store's now): ranking them with new trials would compare
+    scores of two label sets. The fix is a new study; the old one stays readable."""
+    seen = study.user_attrs.get(ATTR_LABELS)
+    if not isinstance(seen, dict) or seen.get("fingerprint") == fingerprint:
+        return None
+    measured = _measured(study)
+    if not measured:
+        return None
+    from tuner.data.labels import shown_path
+
+    was, now = str(seen.get("fingerprint"))[:12], fingerprint[:12]
+    return (f"study {experiment.study!r} has {measured} trial(s) measured on other labels of dataset "
+            f"{seen.get('dataset_id')} (fingerprint {was}..., now {now}...): their scores are not comparable with "
+            f"new trials; start a new study: give `study:` in {shown_path(experiment.source)} a new name "
+            "(the old study stays readable under its name), or put the old labels back")
+
+
+def record_labels_seen(study: optuna.Study, prepared: Prepared) -> str | None:
+    """Record the labels the study's trials are measured on; LabelError when its measured
+    trials used other labels (`labels_mismatch`). Returns a note for a study that has
+    trials but no record (written before labels were recorded): they are taken as
+    measured on the labels now."""
+    from tuner.errors import LabelError
+
+    exp = prepared.experiment
+    problem = labels_mismatch(study, exp, prepared.labels_fingerprint)
+    if problem is not None:
+        raise LabelError(problem)
+    seen = study.user_attrs.get(ATTR_LABELS)
+    record = {"dataset_id": prepared.queries.dataset_id, "fingerprint": prepared.labels_fingerprint}
+    if seen == record:
+        return None
+    study.set_user_attr(ATTR_LABELS, record)
+    measured = _measured(study) if seen is None else 0
+    if measured:
+        return (f"study {exp.study!r} has {measured} trial(s) from before the labels were recorded: they are taken "
+                f"as measured on the labels now (fingerprint {prepared.labels_fingerprint[:12]}...)")
+    return None
+
+
+def _measured(study: optuna.Study) -> int:
+    from optuna.trial import TrialState
+
+    return len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)))
 
 
 def initial_variants(prepared: Prepared) -> list[Variant]:
