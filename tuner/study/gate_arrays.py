@@ -283,6 +283,21 @@ class _Grid:
         return columns
 
 
+def hits_shown(arrays: HitArrays, thresholds: np.ndarray, min_scores: np.ndarray, backend_handoff: bool,
+               rows: np.ndarray) -> np.ndarray:
+    """For each of ``rows`` of the sweep grid (threshold-major, as ``sweep_columns``): the hits
+    the gates there leave shown, over every query (in scope and OOS; a handed-off, failed
+    or emptied query shows none). The fewer a row shows, the more its gates cut."""
+    rows = np.asarray(rows, dtype=np.int64)
+    n_m = len(min_scores)
+    t, m = rows // n_m, rows % n_m
+    kept = arrays.kept_counts(min_scores)                                    # (M, Q)
+    live = (arrays.conf[None, :] >= thresholds[t][:, None]) & ~arrays.failed[None, :]
+    if backend_handoff:
+        live &= ~arrays.handoff[None, :]
+    return (live * kept[m]).sum(axis=1)
+
+
 def _oos_rates(is_oos: np.ndarray, ans_oos: np.ndarray, ans_in: np.ndarray) -> dict[str, np.ndarray]:
     """oos.oos_rates of every row from its answered counts: the rates depend on the
     counts only, so each distinct (OOS answered, in-scope answered) pair is rated once,
