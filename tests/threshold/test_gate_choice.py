@@ -133,3 +133,25 @@ def test_the_rule_on_plain_columns():
     # every row infeasible: the least violating, still said to be needed
     worst = choose_gates(objective, np.array([3, 2, 1, 1, 1, 1.0]), values, {"g": 0.0})
     assert (worst.row, worst.needed) == (3, True)
+
+
+def test_the_hits_a_row_shows_are_counted_query_by_query():
+    from threshold.test_solve_vectorised import batch_of
+
+    from tuner.study.gate_arrays import hits_shown
+
+    batch = batch_of(7)  # hostile: failed, empty, unscored-free, handed-off and OOS queries
+    arrays = HitArrays.from_batch(batch)
+    ts, ms = np.round(np.arange(0.0, 0.91, 0.05), 2), np.round(np.arange(0.0, 0.61, 0.1), 1)
+    rows = np.arange(len(ts) * len(ms))[::-3]
+    for handoff in (False, True):
+        expected = []
+        for r in rows:
+            t, m = ts[r // len(ms)], ms[r % len(ms)]
+            n = 0
+            for q, qid in enumerate(arrays.query_ids):
+                if arrays.failed[q] or arrays.conf[q] < t or (handoff and arrays.handoff[q]):
+                    continue
+                n += sum(h.score is None or h.score >= m - 1e-9 for h in batch.hits[qid])
+            expected.append(n)
+        assert hits_shown(arrays, ts, ms, handoff, rows).tolist() == expected

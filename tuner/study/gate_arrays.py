@@ -290,12 +290,15 @@ def hits_shown(arrays: HitArrays, thresholds: np.ndarray, min_scores: np.ndarray
     or emptied query shows none). The fewer a row shows, the more its gates cut."""
     rows = np.asarray(rows, dtype=np.int64)
     n_m = len(min_scores)
-    t, m = rows // n_m, rows % n_m
-    kept = arrays.kept_counts(min_scores)                                    # (M, Q)
-    live = (arrays.conf[None, :] >= thresholds[t][:, None]) & ~arrays.failed[None, :]
+    # each distinct threshold and min_score once: a (T', Q) @ (Q, M') product of exact small integers
+    ts, t_at = np.unique(rows // n_m, return_inverse=True)
+    ms, m_at = np.unique(rows % n_m, return_inverse=True)
+    kept = arrays.kept_counts(min_scores[ms])                                # (M', Q), cuts ascending
+    live = (arrays.conf[None, :] >= thresholds[ts][:, None]) & ~arrays.failed[None, :]
     if backend_handoff:
         live &= ~arrays.handoff[None, :]
-    return (live * kept[m]).sum(axis=1)
+    shown = live.astype(float) @ kept.T.astype(float)                        # (T', M')
+    return np.rint(shown[t_at.ravel(), m_at.ravel()]).astype(np.int64)
 
 
 def _oos_rates(is_oos: np.ndarray, ans_oos: np.ndarray, ans_in: np.ndarray) -> dict[str, np.ndarray]:
