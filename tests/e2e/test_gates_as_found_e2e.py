@@ -40,7 +40,8 @@ def _study(demo_data: Path, root: Path, constraints: list[str]) -> tuple[Path, P
     summary = run_experiment(load_experiment(exp_path))
     assert summary.error is None, summary.error
     study = optuna.load_study(study_name="gates", storage=load_experiment(exp_path).storage)
-    solved = [t for t in study.get_trials(states=(TrialState.COMPLETE,)) if "solved.confidence.threshold" in metrics_of(t)]
+    solved = [t for t in study.get_trials(states=(TrialState.COMPLETE,))
+              if "solved.confidence.threshold" in metrics_of(t)]
     assert [t.number for t in solved] == [1]
     return exp_path, config, config.read_bytes(), solved[0]
 
