@@ -235,3 +235,42 @@ def test_the_studys_pruning_callback_reads_gates_by_role() -> None:
     # a solved score cut-off can empty lists the per-query rows cannot show: no OOS early stop
     assert made(GateRange("rag.cutoff", 0.0, 0.5, role="min_score")) is None
     assert made(GateRange("citation.min_score", 0.0, 0.5)) is None
+
+
+WIDE_CONFIG = "fusion:\n  x: 0.5\nconfidence:\n  threshold: 0.12\n"
+WIDE_SPACE = SPACE.replace("low: 0.2, high: 0.8, step: 0.05", "low: 0.0, high: 0.6, step: 0.01")
+
+
+@pytest.mark.parametrize("bound", [None, 0.1])
+def test_a_gate_keeps_its_value_as_found_unless_a_constraint_moves_it_and_the_trial_says_so(
+        tmp_path: Path, bound: float | None) -> None:
+    from optuna_dashboard._note import get_note_from_system_attrs
+    from threshold.test_gate_choice import wide_ties_batch
+
+    from tuner.study.attrs import ATTR_GATES_MOVED
+    from tuner.study.storage import ATTR_CONFIG_SEEN
+    from tuner.study.wiring import Prepared, gates_as_found
+
+    setup = make_setup(tmp_path, WIDE_CONFIG, WIDE_SPACE, "confidence.threshold")
+    runner, study, space = setup["runner"], setup["study"], setup["space"]
+    runner.evaluator.batch = wide_ties_batch()  # the objective is flat from 0 to 0.55
+    runner.constraints = [] if bound is None else [
+        Constraint(f"OOS_FP_Rate <= {bound}", lambda m: m["OOS_FP_Rate"] - bound, "OOS_FP_Rate")]
+    study.set_user_attr(ATTR_CONFIG_SEEN, {"fusion.x": 0.5, CONFIDENCE_PARAM: 0.12})
+    prepared = Prepared(None, space, None, None, {}, "", [], [],  # type: ignore[arg-type]
+                        gates=dict(zip(sorted(space.post_retrieval), solvable_gates(space), strict=True)))
+    runner.gates = gates_as_found(prepared, study)  # as tuner run builds it: the study's baseline
+    assert runner.gates[CONFIDENCE_PARAM].found == 0.12
+    out, frozen = run(study, runner, {"fusion.x": 0.25})
+    note = get_note_from_system_attrs(study._storage.get_study_system_attrs(study._study_id),
+                                      frozen._trial_id)["body"]
+    if bound is None:  # nothing asks the gate to move: the value as found, and no word about it
+        assert assignment_of(frozen)[CONFIDENCE_PARAM] == 0.12
+        assert out.gates_moved is None and ATTR_GATES_MOVED not in frozen.user_attrs
+        assert "moved" not in note
+    else:  # only a threshold above every OOS confidence (0.4) meets the bound
+        moved = ("OOS_FP_Rate <= 0.1 moved confidence.threshold 0.12 -> 0.48 (+0.36): at the value as found, "
+                 "OOS_FP_Rate = 1")
+        assert assignment_of(frozen)[CONFIDENCE_PARAM] == 0.48
+        assert out.gates_moved == frozen.user_attrs[ATTR_GATES_MOVED] == moved
+        assert f"- gates moved by a constraint: {moved}" in note

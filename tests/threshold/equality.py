@@ -1,11 +1,13 @@
 """Exact equality of two gate solutions and of two BatchResults (every field, every
 column, float equality with NaN equal to NaN): the vectorised solve and regate
-against the slow reference (reference_solve.py). Used by the tests and by
-bench/solve_bench.py."""
+against the slow reference (reference_solve.py), which takes its row by today's rule
+inside ``reference_picks_by_todays_rule``. Used by the tests and by bench/solve_bench.py."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import pandas as pd
@@ -58,3 +60,36 @@ def assert_same_batch(old: Any, new: Any) -> None:
     assert old.qrels == new.qrels
     assert (old.gains, old.scorecard_version, old.metric_names) == (new.gains, new.scorecard_version, new.metric_names)
     assert same_floats(old.threshold_in_effect, new.threshold_in_effect)
+
+
+@contextmanager
+def reference_picks_by_todays_rule(arrays: Any, gates: Sequence[Any]) -> Iterator[None]:
+    """Within: the reference solve (reference_solve.py, the margin rule it was written with)
+    takes its row by today's rule (tuner.study.gate_choice: a gate kept as found, else the
+    least-cutting tie, unless a constraint needs it), so its solution can be compared with
+    the vectorised one whole. ``arrays``: the batch's tuner.study.gate_arrays.HitArrays
+    (the hits each row shows break ties the gates' values cannot)."""
+    import numpy as np
+
+    from threshold import reference_solve
+    from tuner.study.gate_arrays import hits_shown
+    from tuner.study.gate_choice import choose_gates
+
+    by_role = {g.role: g for g in gates}
+    conf, cut = by_role.get("confidence"), by_role.get("min_score")
+    ts = conf.values(0.01) if conf else np.array([-np.inf])
+    ms = cut.values(0.01) if cut else np.array([-np.inf])
+    solved = [g for g in (conf, cut) if g is not None]
+
+    def pick(table: pd.DataFrame, objective: str) -> int:
+        return choose_gates(
+            table[objective].to_numpy(dtype=float), table["violation"].to_numpy(dtype=float),
+            {g.param: table[g.param].to_numpy(dtype=float) for g in solved}, {g.param: g.found for g in solved},
+            shown=lambda rows: hits_shown(arrays, ts, ms, conf is None, rows)).row
+
+    margin_rule = reference_solve._pick
+    reference_solve._pick = pick
+    try:
+        yield
+    finally:
+        reference_solve._pick = margin_rule

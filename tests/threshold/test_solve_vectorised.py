@@ -19,7 +19,7 @@ import pandas as pd
 import pytest
 
 from threshold import reference_result, reference_solve
-from threshold.equality import assert_same_batch, assert_same_solution
+from threshold.equality import assert_same_batch, assert_same_solution, reference_picks_by_todays_rule
 from tuner.config.objective import Constraint as MetricBound
 from tuner.data.dataset import Query, QuerySet
 from tuner.errors import ConfigError
@@ -28,6 +28,7 @@ from tuner.evaluation.outcomes import FailedQuery, QueryResponse
 from tuner.evaluation.regate import regate
 from tuner.evaluation.result import evaluate_responses
 from tuner.evaluation.summary import column_mean, column_means
+from tuner.study.gate_arrays import HitArrays
 from tuner.study.interfaces import Constraint as TrialConstraint
 from tuner.study.threshold import (
     CONFIDENCE_PARAM,
@@ -126,7 +127,8 @@ def constraint_sets() -> list[list[Any]]:
 
 
 def check_solve(batch: Any, gates: list[GateRange], **kw: Any) -> Any:
-    old = reference_solve.solve_batch(batch, gates, **kw)
+    with reference_picks_by_todays_rule(HitArrays.from_batch(batch), gates):
+        old = reference_solve.solve_batch(batch, gates, **kw)
     new = solve_batch(batch, gates, **kw)
     assert_same_solution(old, new)
     return new
@@ -193,8 +195,9 @@ def test_the_public_retrieval_api_equals_the_reference(seed: int) -> None:
     new_r = Retrieval.from_batch(batch, retrieved_min_score=0.0, top_m=4)
     assert new_r == old_r
     for gates in gate_sets():
-        assert_same_solution(reference_solve.solve(old_r, gates, constraints=[MaxFP()]),
-                             solve(new_r, gates, constraints=[MaxFP()]))
+        with reference_picks_by_todays_rule(HitArrays.from_retrieval(old_r), gates):
+            old = reference_solve.solve(old_r, gates, constraints=[MaxFP()])
+        assert_same_solution(old, solve(new_r, gates, constraints=[MaxFP()]))
     ts, ms = np.array([0.0, 0.35, 0.5]), np.array([0.3, 0.0, 0.1])  # min_scores in no order: counted hit by hit
     for handoff in (False, True):
         pd.testing.assert_frame_equal(

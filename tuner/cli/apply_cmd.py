@@ -59,6 +59,9 @@ def _apply(console: Console, exp: Any, *, trial: int | None, dry_run: bool, tole
         console.print("the config files already hold this trial's values; nothing to apply")
         return
     console.print(_colored_diff(plan.diff), soft_wrap=True)
+    if plan.gates_moved:  # the other solved gates are written as found (tuner.study.gate_choice)
+        console.print(f"gates moved by a constraint: {plan.gates_moved}", soft_wrap=True, highlight=False,
+                      markup=False)
     if plan.drift:
         how = "--force given: written anyway" if force else "a real apply stops here"
         console.print(f"[yellow]drift ({how}):[/] {plan.drift_message()}", soft_wrap=True, highlight=False)

@@ -89,6 +89,13 @@ def early_stops(rows: Sequence[pd.Series]) -> list[str]:
             if isinstance(r.get("early_stop"), str) and r["early_stop"]]
 
 
+def gate_moves(rows: Sequence[pd.Series]) -> list[str]:
+    """One line per listed trial a constraint made move a solved gate off its value as found
+    (the others keep it: nothing else moves a gate that does not change the objective)."""
+    return [f"#{int(r['number'])} gates moved by a constraint: {r['gates_moved']}" for r in rows
+            if isinstance(r.get("gates_moved"), str) and r["gates_moved"]]
+
+
 # ---------------------------------------------------------------- parameters
 
 

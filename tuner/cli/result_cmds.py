@@ -59,6 +59,8 @@ def best_command(
             console.print(table, width=width)
         if base is not None and top_rows:
             console.print(f"{bt.CHANGED} differs from the baseline (#{int(base['number'])})")
+        for line in bt.gate_moves(top_rows):
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
 
     infeasible = [row for _, row in analysis.infeasible_trials(frame).head(top).iterrows()]
     if infeasible:

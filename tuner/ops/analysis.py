@@ -27,6 +27,7 @@ from tuner.study.attrs import (
     ATTR_CACHE_HIT,
     ATTR_DURATION,
     ATTR_EARLY_STOP,
+    ATTR_GATES_MOVED,
     ATTR_FAIL_REASON,
     ATTR_JUDGED,
     ATTR_PHASES,
@@ -49,7 +50,7 @@ N_OOS = "N_OOS_Queries"
 OOS_RATES = frozenset({"OOS_FP_Rate", "Handoff_Recall", "Handoff_F1"})
 
 _BASE_COLUMNS = ["number", "state", "value", "feasible", "violation", "variant", "cache_hit", "fail_reason",
-                 "early_stop", "duration_s"]
+                 "early_stop", "gates_moved", "duration_s"]
 
 
 def trials_frame(trials: Iterable[Any]) -> pd.DataFrame:
@@ -57,7 +58,8 @@ def trials_frame(trials: Iterable[Any]) -> pd.DataFrame:
 
     Columns: number, state, value, feasible, violation (largest constraint value, <= 0
     when feasible), variant (baseline / shortlist name), cache_hit, fail_reason,
-    early_stop, duration_s, then ``constraint:<name>``, ``param:<dotted path>`` (the
+    early_stop, gates_moved (which constraint moved a solved gate off its value as found),
+    duration_s, then ``constraint:<name>``, ``param:<dotted path>`` (the
     config assignment, not Optuna's internal parameters) and one column per report
     metric. A constraint's metric and Judged@10 missing from the metrics record are
     taken from the user attributes of the same name (the scalars the trial also keeps).
@@ -78,6 +80,7 @@ def trials_frame(trials: Iterable[Any]) -> pd.DataFrame:
             "cache_hit": bool(attrs.get(ATTR_CACHE_HIT, False)),
             "fail_reason": attrs.get(ATTR_FAIL_REASON, ""),
             "early_stop": attrs.get(ATTR_EARLY_STOP, ""),
+            "gates_moved": attrs.get(ATTR_GATES_MOVED, ""),
             "duration_s": trial_duration(t),
         }
         row.update({CONSTRAINT_PREFIX + k: v for k, v in constraints.items()})

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import optuna
 
 from tuner.errors import LabelError, StudyError, TunerError
-from tuner.study.attrs import ATTR_VARIANT, assignment_of
+from tuner.study.attrs import ATTR_GATES_MOVED, ATTR_VARIANT, assignment_of
 from tuner.study.feasibility import is_feasible, pick_trial
 from tuner.study.storage import ATTR_CONFIG_SEEN, load_study
 from tuner.study.wiring import Prepared, labels_mismatch, prepare
@@ -46,6 +46,10 @@ class ApplyPlan:
     #: keys the trial writes whose value in the config changed since the study saw it:
     #: (param, value the study saw, value now, value the trial writes)
     drift: list[tuple[str, Any, Any, Any]] = field(default_factory=list)
+    #: which constraint moved a solved gate of the trial off its value as found, from what
+    #: to what (tuner.study.gate_choice); None: every solved gate keeps its value as found
+    #: or moved only for the objective
+    gates_moved: str | None = None
 
     @property
     def changes(self) -> bool:
@@ -104,6 +108,7 @@ def plan_apply(experiment: Experiment, *, trial_number: int | None = None, recov
         texts=prepared.patcher.render(edits),
         diff=prepared.patcher.diff(edits),
         drift=find_drift(config_seen(study), now, assignment),
+        gates_moved=trial.user_attrs.get(ATTR_GATES_MOVED) or None,
     )
 
 

@@ -27,6 +27,7 @@ ATTR_EARLY_STOP = "early_stop"  # why the batch stopped before its last query (a
 ATTR_MLFLOW_RUN = "mlflow_run_id"
 ATTR_APPLIED = "applied"  # how the backend took the config: reload, restart, or "restart: <why not a reload>"
 ATTR_REPLAY = "replay"  # fusion replay: settings scored, replayed vs live of those verified
+ATTR_GATES_MOVED = "gates_moved"  # which constraint moved a solved gate off its value as found, and how far
 ATTR_JUDGED = "judged@10"
 ATTR_FAILED_QUERIES = "failed_queries"
 ATTR_DURATION = "duration_s"  # the trial's duration (tuner.study.outcome.trial_seconds), as printed and in trials.csv

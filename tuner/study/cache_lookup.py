@@ -41,7 +41,9 @@ class CacheLookup:
         spec = self.evaluator.spec_fingerprint
         if solving:
             # A solved result also depends on the gate grids, the objective and the constraints.
-            spec += json.dumps({"solve": {n: [g.low, g.high, g.step, g.role] for n, g in sorted(solving.items())},
+            # ...and on each gate's value as found, which it keeps when nothing asks it to move.
+            spec += json.dumps({"solve": {n: [g.low, g.high, g.step, g.role, g.found]
+                                          for n, g in sorted(solving.items())},
                                 "objective": self.objective.metric,
                                 "constraints": [c.name for c in self.constraints]}, sort_keys=True)
         base = cache_key(

@@ -283,6 +283,24 @@ class _Grid:
         return columns
 
 
+def hits_shown(arrays: HitArrays, thresholds: np.ndarray, min_scores: np.ndarray, backend_handoff: bool,
+               rows: np.ndarray) -> np.ndarray:
+    """For each of ``rows`` of the sweep grid (threshold-major, as ``sweep_columns``): the hits
+    the gates there leave shown, over every query (in scope and OOS; a handed-off, failed
+    or emptied query shows none). The fewer a row shows, the more its gates cut."""
+    rows = np.asarray(rows, dtype=np.int64)
+    n_m = len(min_scores)
+    # each distinct threshold and min_score once: a (T', Q) @ (Q, M') product of exact small integers
+    ts, t_at = np.unique(rows // n_m, return_inverse=True)
+    ms, m_at = np.unique(rows % n_m, return_inverse=True)
+    kept = arrays.kept_counts(min_scores[ms])                                # (M', Q), cuts ascending
+    live = (arrays.conf[None, :] >= thresholds[ts][:, None]) & ~arrays.failed[None, :]
+    if backend_handoff:
+        live &= ~arrays.handoff[None, :]
+    shown = live.astype(float) @ kept.T.astype(float)                        # (T', M')
+    return np.rint(shown[t_at.ravel(), m_at.ravel()]).astype(np.int64)
+
+
 def _oos_rates(is_oos: np.ndarray, ans_oos: np.ndarray, ans_in: np.ndarray) -> dict[str, np.ndarray]:
     """oos.oos_rates of every row from its answered counts: the rates depend on the
     counts only, so each distinct (OOS answered, in-scope answered) pair is rated once,

@@ -53,8 +53,10 @@ def trial_note(
     *, number: int, state: str, value: float | None, objective: str, feasible: bool,
     constraints: Mapping[str, float], metrics: Mapping[str, float], solved: Mapping[str, Any],
     early_stop: str | None = None, fail_reason: str | None = None, links: Mapping[str, str] = {},
+    gates_moved: str | None = None,
 ) -> str:
-    """A trial's note: verdict, constraints, solved gates, links."""
+    """A trial's note: verdict, constraints, solved gates (and which constraint moved one
+    off its value as found), links."""
     if state != "COMPLETE":
         head = f"**{state}**" + (f": {fail_reason}" if fail_reason else "")
     else:
@@ -70,6 +72,8 @@ def trial_note(
         lines.append(f"- `{name}`: {metric} = {_num(shown)} ({verdict})")
     for name, v in solved.items():
         lines.append(f"- `{name}` = {v:g} (solved from this trial's retrieval)")
+    if gates_moved:
+        lines.append(f"- gates moved by a constraint: {gates_moved}")
     if links:
         lines += ["", " · ".join(f"[{label}]({url})" for label, url in links.items())]
     return "\n".join(lines).rstrip() + "\n"

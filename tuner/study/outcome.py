@@ -51,6 +51,9 @@ class TrialOutcome:
     # fusion replay (tuner.study.replay_measure): how the settings were chosen, how many were
     # scored, replayed vs live for each one verified; None: nothing replayed
     replay: dict[str, Any] | None = None
+    # which constraint moved which solved gate away from the value it keeps otherwise (as
+    # found), from what to what (tuner.study.threshold.ThresholdSolution.moved); None: none did
+    gates_moved: str | None = None
 
     @property
     def feasible(self) -> bool:

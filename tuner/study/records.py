@@ -41,6 +41,7 @@ from tuner.study.attrs import (
     ATTR_FAIL_REASON,
     ATTR_FAILED_QUERIES,
     ATTR_FEASIBLE,
+    ATTR_GATES_MOVED,
     ATTR_JUDGED,
     ATTR_METRICS,
     ATTR_MLFLOW_RUN,
@@ -142,6 +143,7 @@ class TrialRecording:
         user[ATTR_APPLIED] = out.applied
         user[ATTR_REPLAY] = out.replay
         user[ATTR_DURATION] = round(out.duration_s, 3)  # its phases are all timed by now (record is not in it)
+        user[ATTR_GATES_MOVED] = out.gates_moved
         if run_id is not None:
             # Created on the bookkeeper during restart and health wait: long done by now.
             user[ATTR_MLFLOW_RUN] = run_id.result()
@@ -220,7 +222,8 @@ class TrialRecording:
             p.context = context
         if p.sweep is not None:
             trial_dir.mkdir(parents=True, exist_ok=True)
-            atomic_write_text(trial_dir / SWEEP_FILE, _sweep_text(p.sweep, p.chosen or {}, self.report_detail))
+            found = {g.param: g.found for g in self.gates.values()} | {n: g.found for n, g in self.gates.items()}
+            atomic_write_text(trial_dir / SWEEP_FILE, _sweep_text(p.sweep, p.chosen or {}, self.report_detail, found))
         if p.fusion_sweep is not None:
             trial_dir.mkdir(parents=True, exist_ok=True)
             atomic_write_text(trial_dir / FUSION_SWEEP_FILE, p.fusion_sweep.to_csv(index=False))
@@ -278,6 +281,7 @@ class TrialRecording:
             number=out.number, state=out.state, value=out.value, objective=self.objective.metric,
             feasible=out.feasible, constraints=out.constraints, metrics=out.metrics, solved=solved,
             early_stop=out.early_stop_detail or out.early_stop, fail_reason=out.fail_reason, links=links,
+            gates_moved=out.gates_moved,
         )
 
     def _tracking_record(self, out: TrialOutcome, named: Mapping[str, str], *, note: str | None = None) -> TrialRecord:
@@ -346,10 +350,12 @@ def _data_context(out: TrialOutcome) -> dict[str, Any]:
     return context
 
 
-def _sweep_text(table: Any, chosen: Mapping[str, float], detail: str) -> str:
+def _sweep_text(table: Any, chosen: Mapping[str, float], detail: str,
+                found: Mapping[str, float | None] | None = None) -> str:
     """The solve grid as CSV: whole when ``detail`` (the experiment's report_detail) is
     full, else the rows through the chosen gates (tuner.study.sweep_table)."""
     if detail != "full":
         names = [c for c in table.columns if c in chosen]  # the table's gate order: confidence first
-        table = slim_sweep(table, {n: chosen[n] for n in names}, names)
+        table = slim_sweep(table, {n: chosen[n] for n in names}, names,
+                           found={n: (found or {}).get(n) for n in names})
     return str(table.to_csv(index=False))

@@ -37,6 +37,7 @@ class TrialScoring:
         # By role, not by key: the backend's own names for its gates do not matter here.
         solved = {name: sol.by_role[g.role] for name, g in solving.items()}
         out.assignment.update(solved)
+        out.gates_moved = sol.moved or None
         # The report's sweep and PR plot cover the confidence gate's declared range and
         # the solved value itself (not a fixed grid the trial's own threshold may miss).
         conf = next((g for g in solving.values() if g.role == CONFIDENCE), None)

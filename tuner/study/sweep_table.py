@@ -5,8 +5,8 @@ on the demo 91 confidence thresholds x 51 min_scores = 4,641 rows, about 600 KB 
 trial). ``slim_sweep`` keeps the rows that say why the solution won:
 
 - for each value of the first gate, its best row (the profile over that gate), picked
-  by the solver's own rule (feasible first, else the least violation; best objective;
-  lowest violation; the middle of a tied plateau);
+  by the solver's own rule (tuner.study.gate_choice: the other gate as found or cutting
+  least, unless a constraint needs it);
 - every row at the chosen value of the first gate (the cross through the solution);
 - a ``chosen`` column, True on the solution's row.
 
@@ -22,6 +22,8 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from tuner.study.gate_choice import choose_gates
+
 #: significant digits kept of every float (gate values are grid values: exact)
 SIGNIFICANT_DIGITS = 10
 _ATOL = 1e-9  # gate values are rounded grid values; the solver compares scores to 1e-9 as well
@@ -30,12 +32,14 @@ CHOSEN = "chosen"
 
 def slim_sweep(
     table: pd.DataFrame, chosen: Mapping[str, float], names: Sequence[str], *, objective: str | None = None,
+    found: Mapping[str, float | None] | None = None,
 ) -> pd.DataFrame:
     """The rows of ``table`` (tuner.study.threshold.ThresholdSolution.table) described in
     the module doc, in grid order, plus ``chosen``. ``chosen``: the solved values by
     gate key (``ThresholdSolution.values``); ``names``: the gate keys, the first one
     profiled; ``objective``: the objective column (default: the one after the gates,
-    where tuner.study.threshold.sweep puts it)."""
+    where tuner.study.threshold.sweep puts it); ``found``: the gates' values as found
+    (``GateRange.found``), which the profile keeps where the solver would."""
     gates = list(names)
     if not gates or (absent := [n for n in gates if n not in table.columns or n not in chosen]):
         missing = absent if gates else ["(none given)"]
@@ -50,7 +54,9 @@ def slim_sweep(
     else:
         violation = (frame["violation"].to_numpy(dtype=float) if "violation" in frame
                      else np.zeros(len(frame)))
-        best = _best_rows(frame[gates[0]].to_numpy(), frame[objective].to_numpy(dtype=float), violation)
+        others = {n: frame[n].to_numpy(dtype=float) for n in gates[1:]}
+        best = _best_rows(frame[gates[0]].to_numpy(), frame[objective].to_numpy(dtype=float), violation, others,
+                          dict(found or {}))
         keep = np.union1d(np.asarray(best, dtype=np.int64), np.flatnonzero(at[gates[0]] | is_chosen))
     out = frame.loc[keep].copy()
     out[CHOSEN] = is_chosen[keep]
@@ -60,25 +66,18 @@ def slim_sweep(
     return out.reset_index(drop=True)
 
 
-def _best_rows(first: np.ndarray, objective: np.ndarray, violation: np.ndarray) -> list[int]:
+def _best_rows(first: np.ndarray, objective: np.ndarray, violation: np.ndarray,
+               others: Mapping[str, np.ndarray], found: Mapping[str, float | None]) -> list[int]:
     """Per value of the first gate (in sorted order), the row the solver would pick among
-    its rows: the rule of tuner.study.threshold._pick (kept in step with it;
-    tests/threshold/test_sweep_table.py checks the chosen row). Feasible rows first, else
-    those of the least violation; the best objective (to 1e-12); of those the lowest
-    violation; the middle one of what is left, in row order. NumPy per group: the
-    pandas version cost ~0.2 s a trial on the demo's 4,641-row grid."""
+    its rows: tuner.study.gate_choice.choose_gates on them, the other gates' columns
+    (``others``) and values as found. NumPy per group: the pandas version cost ~0.2 s a
+    trial on the demo's 4,641-row grid."""
     order = np.argsort(first, kind="stable")  # row order kept within a value
     _, starts = np.unique(first[order], return_index=True)
     picked = []
     for rows in np.split(order, starts[1:]):
-        v = violation[rows]
-        feasible = v <= 0
-        pool = rows[feasible] if feasible.any() else rows[v == np.nanmin(v)]
-        scores = objective[pool]
-        tied = pool[np.isclose(scores, np.nanmax(scores), rtol=0, atol=1e-12)]
-        tied_violation = violation[tied]
-        tied = tied[tied_violation == np.nanmin(tied_violation)]
-        picked.append(int(tied[len(tied) // 2]))
+        choice = choose_gates(objective[rows], violation[rows], {n: v[rows] for n, v in others.items()}, found)
+        picked.append(int(rows[choice.row]))
     return picked
 
 

@@ -35,17 +35,20 @@ once, every (threshold, min_score) pair counted and scored by array operations),
 the same arithmetic as scoring each gated batch on its own, so every value is exact.
 
 Candidate values: the grid ``low, low+step, ..., high`` of each gate (the search
-space's step, else ``resolution``). Outcomes are step functions of t and m, so a fine
-grid covers the whole range; ties on the objective go to the lowest constraint
-violation and then to the middle of the tied plateau, which keeps the chosen value
-away from a breakpoint that the next batch of queries might cross.
+space's step, else ``resolution``), plus the gate's value as found in the config
+(``GateRange.found``) when it lies in the range. Outcomes are step functions of t and
+m, so a fine grid covers the whole range. Which row of the grid is taken is
+tuner.study.gate_choice's rule: a gate that does not change the objective and that no
+constraint needs keeps its value as found (else, among exact ties, the value that cuts
+least); where a constraint needs it, the middle of the feasible tied plateau, and
+``ThresholdSolution.moved`` says which constraint moved which gate, from what to what.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -55,7 +58,8 @@ from tuner import metrics as scorecard
 from tuner.config.objective import Constraint as MetricBound
 from tuner.config.space.gates import GATE_ROLES, REFERENCE_GATES
 from tuner.errors import ConfigError
-from tuner.study.gate_arrays import HitArrays, bound_columns, scorecard_values, sweep_columns
+from tuner.study.gate_arrays import HitArrays, bound_columns, hits_shown, scorecard_values, sweep_columns
+from tuner.study.gate_choice import choose_gates
 
 if TYPE_CHECKING:
     from tuner.evaluation.result import BatchResult
@@ -78,13 +82,16 @@ class ConstraintLike(Protocol):
 @dataclass(frozen=True)
 class GateRange:
     """One post-retrieval parameter (``param``: its config key), its role and the values
-    to try. ``role`` "" takes the reference key's role; any other key must name one."""
+    to try. ``role`` "" takes the reference key's role; any other key must name one.
+    ``found``: its value as found in the config (the study's baseline), which it keeps
+    unless the objective or a constraint asks for another (tuner.study.gate_choice)."""
 
     param: str
     low: float
     high: float
     step: float | None = None
     role: str = ""
+    found: float | None = None
 
     def __post_init__(self) -> None:
         role = self.role or REFERENCE_GATES.get(self.param, "")
@@ -102,7 +109,10 @@ class GateRange:
         n = int(math.floor((self.high - self.low) / step + 1e-9)) + 1
         grid = self.low + step * np.arange(n)
         decimals = max(0, -int(math.floor(math.log10(step)))) + 3
-        return np.unique(np.round(np.append(grid, self.high), decimals))
+        ends = [self.high]
+        if self.found is not None and self.low <= self.found <= self.high:
+            ends.append(self.found)  # off the step grid too: the value kept must be a candidate
+        return np.unique(np.round(np.append(grid, ends), decimals))
 
 
 @dataclass(frozen=True)
@@ -157,6 +167,9 @@ class ThresholdSolution:
     feasible: bool
     table: pd.DataFrame = field(repr=False)
     by_role: dict[str, float] = field(default_factory=dict)  # the same values by role
+    #: which constraint moved which gate away from the value it would keep, from what to
+    #: what (one line); "" when no constraint needed a gate
+    moved: str = ""
 
 
 def solve(
@@ -194,7 +207,12 @@ def _solve(
     names = (conf.param if conf else None, cut.param if cut else None)
     columns = sweep_columns(arrays, ts, ms, objective, backend_handoff, names, top_m)
     columns["violation"] = _violations(columns, constraints)
-    best = _pick_rows(np.asarray(columns[objective], dtype=float), columns["violation"])
+    solved = [g for g in (conf, cut) if g is not None]
+    choice = choose_gates(
+        np.asarray(columns[objective], dtype=float), columns["violation"], {g.param: columns[g.param] for g in solved},
+        {g.param: g.found for g in solved},
+        shown=lambda rows: hits_shown(arrays, ts, ms, backend_handoff, rows))
+    best = choice.row
     value = {c: float(v[best]) for c, v in columns.items()}  # what table.loc[best] holds
     t = value[conf.param] if conf else -math.inf
     m = value[cut.param] if cut else -math.inf
@@ -208,7 +226,35 @@ def _solve(
         metrics=card | {c: value[c] for c in metric_cols},
         violation=value["violation"], feasible=bool(value["violation"] <= 0),
         table=pd.DataFrame(columns) if full else pd.DataFrame(), by_role=chosen,
+        moved=moved_note(columns, solved, constraints, choice.kept_row, best) if choice.needed else "",
     )
+
+
+def moved_note(columns: Mapping[str, np.ndarray], gates: Sequence[GateRange], constraints: Sequence[ConstraintLike],
+               kept: int, chosen: int) -> str:
+    """One line: the constraints broken at the ``kept`` row of the sweep and the gates they
+    moved to the ``chosen`` one, e.g. ``OOS_FP_Rate <= 0.1 moved confidence.threshold 0 ->
+    0.25 (+0.25): at the value as found, OOS_FP_Rate = 0.4``."""
+    at_kept = {c: v[kept:kept + 1] for c, v in columns.items()}
+    broken, shown = [], []
+    for c in constraints:
+        if _violations(at_kept, [c])[0] > 0:
+            broken.append(str(getattr(c, "name", None) or type(c).__name__))
+            bound = _metric_bound(c)
+            metric = bound.metric if bound is not None else getattr(c, "metric", None)
+            if metric in columns:
+                shown.append(f"{metric} = {float(columns[metric][kept]):.4g}")
+    moves, as_found = [], True
+    for g in gates:
+        a, b = float(columns[g.param][kept]), float(columns[g.param][chosen])
+        if not math.isclose(a, b, rel_tol=0, abs_tol=1e-9):
+            moves.append(f"{g.param} {a:g} -> {b:g} ({b - a:+g})")
+            as_found &= g.found is not None and math.isclose(a, g.found, rel_tol=0, abs_tol=1e-9)
+    if not moves:
+        return ""
+    where = "the value as found" if as_found else "the least-cutting tied value"
+    return (f"{' and '.join(broken) or 'the constraints'} moved {' and '.join(moves)}"
+            + (f": at {where}, {', '.join(shown)}" if shown else f" (broken at {where})"))
 
 
 def _by_role(gates: Sequence[GateRange]) -> dict[str, GateRange]:
@@ -298,25 +344,16 @@ def _metric_bound(constraint: Any) -> MetricBound | None:
     return None
 
 
-def _pick(table: pd.DataFrame, objective: str) -> int:
-    """Feasible rows first (else the least violating), best objective, lowest violation,
-    then the middle row of the tied plateau (rows are in grid order)."""
-    return _pick_rows(table[objective].to_numpy(dtype=float), table["violation"].to_numpy(dtype=float))
-
-
-def _pick_rows(objective: np.ndarray, violation: np.ndarray) -> int:
-    """``_pick`` on the two columns; NaN skipped by the min and max, as pandas does."""
-    feasible = violation <= 0
-    pool = feasible if feasible.any() else violation == _skipna(np.min, violation)
-    best = _skipna(np.max, objective[pool])
-    tied = np.flatnonzero(pool & np.isclose(objective, best, rtol=0, atol=1e-12))
-    tied = tied[violation[tied] == _skipna(np.min, violation[tied])]
-    return int(tied[len(tied) // 2])
-
-
-def _skipna(reduce: Any, values: np.ndarray) -> float:
-    values = values[~np.isnan(values)]
-    return float(reduce(values)) if values.size else math.nan
+def _pick(table: pd.DataFrame, objective: str, found: Mapping[str, float | None] | None = None,
+          gates: Sequence[str] = ()) -> int:
+    """The row of a sweep table the solver takes (tuner.study.gate_choice.choose_gates on its
+    columns): ``gates`` the gate columns (default: those ``found`` names, else the columns
+    before the objective), ``found`` their values as found. Without the retrieval, a tie
+    that the gates' values cannot break goes to the first row."""
+    names = list(gates) or [n for n in (found or {}) if n in table.columns] or \
+        list(table.columns[:list(table.columns).index(objective)])
+    return choose_gates(table[objective].to_numpy(dtype=float), table["violation"].to_numpy(dtype=float),
+                        {n: table[n].to_numpy(dtype=float) for n in names}, dict(found or {})).row
 
 
 # --------------------------------------------------------------------------- study wiring
@@ -330,6 +367,18 @@ def solvable_gates(space: Any) -> list[GateRange]:
         p = space[name]
         gates.append(GateRange(p.path, p.spec.low, p.spec.high, p.spec.step, role=p.gate))
     return gates
+
+
+def with_found(gates: Mapping[str, GateRange], config: Mapping[str, Any]) -> dict[str, GateRange]:
+    """``gates`` (param name -> range) with each one's value as found: the number ``config``
+    (param name -> value: the study's baseline, tuner.study.storage.ATTR_CONFIG_SEEN, or the
+    config now) holds for it; a gate it does not hold keeps none."""
+    out = {}
+    for name, g in gates.items():
+        value = config.get(name)
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        out[name] = replace(g, found=float(value) if ok else None)
+    return out
 
 
 def check_gate_mapping(gates: Iterable[GateRange], response: Any, *, where: str = "") -> None:

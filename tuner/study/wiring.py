@@ -218,6 +218,18 @@ def _measured(study: optuna.Study) -> int:
     return len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)))
 
 
+def gates_as_found(prepared: Prepared, study: optuna.Study) -> dict[str, GateRange]:
+    """The solved gates, each with its value as the study found it in the config (recorded
+    at its first run; else the config now): the value a gate keeps unless the objective or
+    a constraint asks for another (tuner.study.gate_choice)."""
+    from tuner.study.threshold import with_found
+
+    seen = study.user_attrs.get(ATTR_CONFIG_SEEN)
+    if not isinstance(seen, dict) and prepared.gates:
+        seen = prepared.space.current_assignment(prepared.patcher.documents())
+    return with_found(prepared.gates, seen or {})
+
+
 def initial_variants(prepared: Prepared) -> list[Variant]:
     """The baseline (the config as found) and the shortlist, as Optuna params."""
     exp, space = prepared.experiment, prepared.space
@@ -312,7 +324,7 @@ def build_runner(
     exp = prepared.experiment
     paths = StudyPaths(exp.state_dir, exp.study)
     maximize = exp.objective.direction == "maximize"
-    gates = prepared.gates
+    gates = gates_as_found(prepared, study)
     extra: dict[str, Any] = {}
     if bookkeeper is not None:
         extra["bookkeeper"] = bookkeeper
