@@ -7,8 +7,8 @@ the dotted path itself) to the values written into the config: a scalar, a mappi
 normalised weights for a ``simplex``, a strictly increasing list for an ``ordered``
 group. The baseline is the config as found (``current_assignment``: a simplex's
 weights as the file has them), and ``as_found`` gives any assignment the file's own
-values where it leaves a key unchanged. Each kind's Optuna encoding is its own (tuner.config.space.scalars, .simplex,
-.ordered); this class only walks the params.
+values where it leaves a key unchanged. Each kind's Optuna encoding is its own
+(tuner.config.space.scalars, .simplex, .ordered); this class only walks the params.
 """
 
 from __future__ import annotations
