@@ -85,6 +85,10 @@ class FusionConfig(_Model):
     rrf_k: float = Field(60, ge=0, le=100_000)
     weights: dict[str, Annotated[float, Field(ge=0.0)]] = Field(default_factory=dict)
     normalization: Literal["minmax", "z"] = "minmax"
+    # False: fused scores are not divided by the weight sum, so scaling every weight
+    # scales every score (and what citation.min_score keeps), as in backends that add
+    # weighted scores as they are. The tests use it to tell 1.0/1.0 from 0.5/0.5.
+    normalize_weights: bool = True
 
 
 class ConfidenceConfig(_Model):

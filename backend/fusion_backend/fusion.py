@@ -11,6 +11,8 @@ both methods:
 
 ``total_weight`` is the sum over *enabled* sources, including ones that returned
 nothing for this query: a document found by one of two equal sources scores at most 0.5.
+With ``fusion.normalize_weights: false`` the caller passes 1.0: scores are then not
+divided by the weight sum and leave 0..1 when the weights sum to more than 1.
 A document missing from a source gets nothing from it, and a source of weight 0
 contributes no candidates at all (weight 0 means "off", not "present with score 0").
 """

@@ -80,7 +80,8 @@ class Searcher:
         self._cfg = cfg
         self._sources = cfg.enabled_sources()
         self._weights = {name: cfg.weight(name) for name in self._sources}
-        self._total_weight = sum(self._weights.values())
+        # the scale fused scores are divided by (fusion.py); 1: weights taken as they are
+        self._total_weight = sum(self._weights.values()) if cfg.fusion.normalize_weights else 1.0
 
     def search(self, req: SearchRequest, today: dt.date | None = None) -> SearchOutcome:
         cfg, docs = self._cfg, self._index.docs
@@ -133,7 +134,7 @@ class Searcher:
         return {
             "sources": list(self._sources),
             "fusion": {"method": cfg.fusion.method, "rrf_k": cfg.fusion.rrf_k, "normalization": cfg.fusion.normalization,
-                       "weights": dict(self._weights)},
+                       "weights": dict(self._weights), "normalize_weights": cfg.fusion.normalize_weights},
             "recency": {"half_life_days": cfg.recency.half_life_days, "weight": cfg.recency.weight, "today": today},
             "confidence": {"threshold": cfg.confidence.threshold, "top_m": cfg.confidence.top_m},
             "citation": {"min_score": cfg.citation.min_score},

@@ -45,7 +45,7 @@ def test_hash_ignores_server_but_not_tuned_keys(tmp_path: Path, corpus: Path) ->
 
 
 BAD = [
-    ({"fusion": {"rrf_kk": 60}}, "fusion.rrf_kk", "unknown key (allowed here: method, rrf_k, weights, normalization)"),
+    ({"fusion": {"rrf_kk": 60}}, "fusion.rrf_kk", "unknown key (allowed here: method, rrf_k, weights, normalization, normalize_weights)"),
     ({"surprise": 1}, "surprise", "unknown key"),
     ({"sources": {"bm25": {"k3": 1}}}, "sources.bm25.k3", "unknown key (allowed here: enabled, depth, type, k1, b)"),
     ({"fusion": {"rrf_k": -1}}, "fusion.rrf_k", "greater than or equal to 0 (got -1)"),

@@ -30,7 +30,7 @@ def test_health_reports_corpus_size_and_config_hash(backends: Backends) -> None:
     assert len(body["config_hash"]) == 64
     config = httpx.get(f"{backend.url}/admin/config").json()
     assert config["fusion"] == {"method": "rrf", "rrf_k": 60.0, "weights": {"bm25": 1.0, "dense": 1.0},
-                                "normalization": "minmax"}
+                                "normalization": "minmax", "normalize_weights": True}
     assert config["server"]["port"] == backend.port  # the --port override is effective
 
 

@@ -221,3 +221,24 @@ def test_repeated_patches_of_one_text_do_not_leak_into_each_other() -> None:
     assert plain(first)["fallback"]["windows_days"] == [14, 120, 365]
     assert sorted(changed_lines(CONFIG, second)) == [6]
     assert patch_text(CONFIG, {}) == CONFIG
+
+
+def test_values_that_do_not_change_leave_the_text_byte_for_byte() -> None:
+    """Issue 26 item 4: the baseline writes the file as found, and a key whose value is
+    unchanged keeps its line even when another key changes."""
+    text = CONFIG.replace("{bm25: 1.0, dense: 1.0}", "{bm25: 1.00, dense: 1.0}").replace("rrf_k: 60 ", "rrf_k: 6e1")
+    same = {"fusion.weights": {"bm25": 1, "dense": 1.0}, "fusion.rrf_k": 60.0, "fallback.windows_days": [30, 90],
+            "recency.weight": 0, "fusion.label": "quoted value"}
+    assert patch_text(text, same) == text  # verbatim: not even a round trip
+    out = patch_text(text, {**same, "fusion.method": "linear"})
+    assert changed_lines(text, out) == {6: ("  method: rrf                      # rrf | linear",
+                                            "  method: linear                   # rrf | linear")}
+    # 0.5/0.5 is a change for a backend that does not divide by the weight sum: written
+    out = patch_text(text, {"fusion.weights": {"bm25": 0.5, "dense": 1.0}})
+    assert list(changed_lines(text, out).values()) == [("  weights: {bm25: 1.00, dense: 1.0} # per-source weights",
+                                                         "  weights: {bm25: 0.5, dense: 1.0}  # per-source weights")]
+
+
+def test_an_unknown_key_is_refused_even_with_no_change() -> None:
+    with pytest.raises(ConfigError, match="no such key"):
+        patch_text(CONFIG, {"fusion.rrf_kk": 60})

@@ -41,12 +41,16 @@ SETTINGS = [
                   top_m=1),
     FusionSetting(method="linear", weights={"bm25": 0.0, "dense": 1.0}, normalization="minmax", recency_weight=2.0,
                   recency_half_life_days=7),
+    # fusion.normalize_weights: false -- fused scores not divided by the weight sum
+    FusionSetting(method="rrf", weights={"bm25": 1.0, "dense": 1.0}, rrf_k=60, min_score=0.6, normalize_weights=False),
+    FusionSetting(method="linear", weights={"bm25": 0.7, "dense": 0.9}, normalization="z", min_score=0.5,
+                  normalize_weights=False),
 ]
 
 
 def _overrides(s: FusionSetting) -> dict[str, Any]:
     return {"fusion": {"method": s.method, "rrf_k": s.rrf_k, "weights": dict(s.weights),
-                       "normalization": s.normalization},
+                       "normalization": s.normalization, "normalize_weights": s.normalize_weights},
             "recency": {"weight": s.recency_weight, "half_life_days": s.recency_half_life_days},
             "citation": {"min_score": s.min_score},
             "confidence": {"threshold": s.confidence_threshold, "top_m": s.top_m}}
@@ -97,7 +101,7 @@ def test_replayed_responses_and_scorecards_equal_the_live_backend_at_every_setti
             # the served setting replays to the response it came with
             served = FusionSetting.served(payload["explain"])
             assert replay(explained[q["query_id"]], served, TOP_K) == _parsed(payload), q["query_id"]
-        levels, handoffs, tied = set(), 0, 0
+        levels, handoffs, tied, above_one = set(), 0, 0, 0
         for setting in SETTINGS:
             write_backend_config(config, corpus=demo["corpus"], index_cache=demo["cache"],
                                  overrides={**SERVED, **_overrides(setting)})
@@ -113,6 +117,7 @@ def test_replayed_responses_and_scorecards_equal_the_live_backend_at_every_setti
                 handoffs += got.handoff
                 scores = [h.score for h in got.hits]
                 tied += len(scores) - len(set(scores))
+                above_one += not setting.normalize_weights and bool(scores) and max(scores) > 1.0
             a = evaluate_responses(qs, demo["qrels"], live, [])
             b = evaluate_responses(qs, demo["qrels"], replayed, [])
             metrics = [c for c in a.per_query.columns if a.per_query[c].dtype.kind == "f"]
@@ -123,6 +128,7 @@ def test_replayed_responses_and_scorecards_equal_the_live_backend_at_every_setti
         # the cases the settings were chosen to reach did occur
         assert {"primary", "no_filter"} <= levels and len(levels) >= 3, levels
         assert handoffs > 0 and tied > 0
+        assert above_one > 0  # weights 1.0/1.0 not divided by their sum: a hit first in both sources scores 2
 
 
 def test_explain_is_only_sent_when_asked_and_covers_every_date_tier(demo, tmp_path) -> None:

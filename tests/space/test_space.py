@@ -157,13 +157,15 @@ def test_baseline_is_the_current_config_and_partial_variants_are_filled(space: S
     baseline = space.current_assignment(CONFIG)
     assert baseline["fusion.method"] == "rrf" and baseline["fusion.rrf_k"] == 60
     assert "fusion.normalization" not in baseline  # inactive under rrf
-    assert baseline["fusion.weights"] == {"bm25": 0.25, "dense": 0.25, "sparse": 0.5}
+    assert baseline["fusion.weights"] == {"bm25": 1.0, "dense": 1.0, "sparse": 2.0}  # as the file has them
     assert baseline["fallback.windows_days"] == [30, 90, 365]
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=1))
     study.enqueue_trial(space.params_for(baseline))
     study.enqueue_trial(space.params_for({"fusion.method": "linear", "confidence.threshold": 0.3}))
     first = space.suggest(study.ask())
-    assert {k: v for k, v in first.items() if k in baseline} == baseline
+    # the sampler's rendering normalises the weights; as_found gives back the file's own
+    assert first["fusion.weights"] == {"bm25": 0.25, "dense": 0.25, "sparse": 0.5}
+    assert {k: v for k, v in space.as_found(first, CONFIG).items() if k in baseline} == baseline
     second = space.suggest(study.ask())
     assert second["fusion.method"] == "linear" and second["confidence.threshold"] == 0.3
     assert "fusion.normalization" in second  # sampled by Optuna
@@ -328,3 +330,22 @@ def test_fixed_keys_are_validated_like_params(tmp_path: Path) -> None:
         load_space(path).validate_against(CONFIG)
     with pytest.raises(ConfigError, match="is both tuned .params. and fixed"):
         load_space(write(tmp_path, "params:\n  a: {type: int, low: 1, high: 2}\nfixed:\n  a: 1\n"))
+
+
+@pytest.mark.filterwarnings("ignore:Fixed parameter")
+def test_the_baseline_trial_carries_the_files_values_and_only_unchanged_keys_do(space: SearchSpace) -> None:
+    """Issue 26 item 4: the baseline's weights 1.0/1.0/2.0 are not rewritten as the
+    simplex's 0.25/0.25/0.5; a trial that changes a key keeps its own value."""
+    baseline = space.current_assignment(CONFIG)
+    study = optuna.create_study()
+    study.enqueue_trial(space.params_for(baseline))
+    found = space.as_found(space.suggest(study.ask()), CONFIG)
+    assert found["fusion.weights"] == {"bm25": 1.0, "dense": 1.0, "sparse": 2.0}
+    assert found["fallback.windows_days"] == [30, 90, 365] and found["fusion.rrf_k"] == 60
+    # Proportional is not equal: weights the simplex does not propose for the file stay what they are.
+    other = {"fusion.weights": {"bm25": 2.0, "dense": 2.0, "sparse": 4.0}, "fusion.rrf_k": 61}
+    assert space.as_found(other, CONFIG) == other
+    moved = {"fusion.weights": {"bm25": 0.3, "dense": 0.2, "sparse": 0.5}}
+    assert space.as_found(moved, CONFIG) == moved
+    # A name the config no longer holds (or a fixed key) passes through untouched.
+    assert space.as_found({"sources.bm25.depth": 150}, CONFIG) == {"sources.bm25.depth": 150}

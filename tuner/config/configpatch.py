@@ -20,6 +20,7 @@ Public API::
         .notes: list[str]                           # files written in place (owner not keepable)
         .documents() -> list[CommentedMap]          # the base documents (originals)
         .render(edits) -> dict[Path, str]           # text of every config file, nothing written
+                                                    # (a file no edit changes: its bytes as found)
         .apply(edits) -> dict[Path, str]            # journal (once), then atomic writes
         .write(texts) -> None                       # write render() output the same way
         .restore() -> list[Path]                    # originals back, journal removed
@@ -135,15 +136,16 @@ class ConfigPatcher:
     def documents(self) -> list[CommentedMap]:
         return [_load(text, name) for text, name in zip(self.base_texts(), self.names, strict=True)]
 
-    def render(self, edits: Edits) -> dict[Path, str]:
-        """The text of every config file with ``edits`` applied; nothing is written."""
+    def render(self, edits: Edits, *, verbatim: bool = True) -> dict[Path, str]:
+        """The text of every config file with ``edits`` applied; nothing is written. A file
+        none of whose values change is its text as found (see `patch_text`)."""
         for index in edits:
             if not 0 <= index < len(self.files):
                 raise ConfigError(f"config file index {index} out of range (the target has {len(self.files)})")
         out: dict[Path, str] = {}
         for i, (f, text) in enumerate(zip(self.files, self.base_texts(), strict=True)):
             file_edits = edits.get(i, {})
-            out[f] = patch_text(text, file_edits, self.names[i]) if file_edits else text
+            out[f] = patch_text(text, file_edits, self.names[i], verbatim=verbatim) if file_edits else text
         return out
 
     def apply(self, edits: Edits) -> dict[Path, str]:
@@ -197,9 +199,18 @@ def unified_diff(before: str, after: str, name: str) -> str:
 # ---------------------------------------------------------------- round-trip patching
 
 
-def patch_text(text: str, edits: Mapping[str, Any], name: str = "config") -> str:
-    """``text`` with each dotted path set to its value; unknown paths are refused."""
+def patch_text(text: str, edits: Mapping[str, Any], name: str = "config", *, verbatim: bool = True) -> str:
+    """``text`` with each dotted path set to its value; unknown paths are refused.
+
+    A path whose value is already the one given is left alone (its node, and so its
+    spelling, is kept), and with ``verbatim`` a text none of whose values change comes
+    back as it is, byte for byte: the baseline writes exactly the file as found, and
+    `tuner apply` never rewrites a key it does not change. ``verbatim=False`` dumps it
+    through the round trip all the same (the preflight's can-we-write-it-back check)."""
     yaml, pristine = _parsed(text, name)
+    # (an unknown path is MISSING, a change: refused below)
+    if verbatim and all(_equal(get_path(pristine, dotted), value) for dotted, value in edits.items()):
+        return text
     # A study renders the same base text every trial: guessing the indentation and
     # parsing cost ~7 ms of the ~10 ms render; a deep copy of the round-trip tree
     # (comments and formatting included) costs under 1 ms.
@@ -295,7 +306,10 @@ def _set(doc: CommentedMap, dotted: str, value: Any, name: str) -> None:
 
 
 def _merge(old: Any, new: Any, where: str) -> Any:
-    """``new`` shaped like ``old``: containers updated in place, int/float and quoting kept."""
+    """``new`` shaped like ``old``: containers updated in place, int/float and quoting kept,
+    and a value equal to ``old`` left as ``old`` (``1.00`` stays ``1.00``)."""
+    if _equal(old, new):
+        return old
     if isinstance(old, CommentedSeq) and isinstance(new, Sequence) and not isinstance(new, str):
         items = [_merge(old[i], v, where) if i < len(old) else _scalar_like(old[-1] if old else None, v) for i, v in enumerate(new)]
         old[:] = items
@@ -307,6 +321,24 @@ def _merge(old: Any, new: Any, where: str) -> Any:
             old[k] = _merge(old[k], v, f"{where}.{k}")
         return old
     return _scalar_like(old, new)
+
+
+def _equal(old: Any, new: Any) -> bool:
+    """The config's ``old`` value is ``new`` as written: numbers by value (``1`` is ``1.0``,
+    never ``True``), strings and bools by value and kind, containers item by item."""
+    if old is MISSING:
+        return False
+    if isinstance(old, Mapping) and isinstance(new, Mapping):
+        return old.keys() == new.keys() and all(_equal(old[k], new[k]) for k in old)
+    if isinstance(old, list) and isinstance(new, Sequence) and not isinstance(new, str):
+        return len(old) == len(new) and all(_equal(a, b) for a, b in zip(old, new, strict=True))
+    if isinstance(old, bool) or isinstance(new, bool):
+        return isinstance(old, bool) and isinstance(new, bool) and old == new
+    if isinstance(old, int | float) and isinstance(new, int | float):
+        return bool(old == new)
+    if isinstance(old, str) and isinstance(new, str):
+        return str(old) == new
+    return old is None and new is None
 
 
 def _scalar_like(old: Any, new: Any) -> Any:

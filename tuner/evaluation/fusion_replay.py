@@ -65,6 +65,7 @@ class FusionSetting:
     min_score: float = 0.0
     confidence_threshold: float = 0.0
     top_m: int = 3
+    normalize_weights: bool = True  # False: fused scores not divided by the weight sum (as served)
 
     @classmethod
     def served(cls, explain: Mapping[str, Any]) -> FusionSetting:
@@ -75,7 +76,8 @@ class FusionSetting:
                    recency_half_life_days=float(r["half_life_days"]),
                    min_score=float(explain["citation"]["min_score"]),
                    confidence_threshold=float(explain["confidence"]["threshold"]),
-                   top_m=int(explain["confidence"]["top_m"]))
+                   top_m=int(explain["confidence"]["top_m"]),
+                   normalize_weights=bool(f.get("normalize_weights", True)))
 
 
 @dataclass(frozen=True)
@@ -137,7 +139,7 @@ def replay(explained: Explained, setting: FusionSetting, top_k: int) -> ParsedRe
 def replay_arrays(explained: Explained, setting: FusionSetting, top_k: int) -> Replayed:
     """``replay`` without building the response's objects (a search scores thousands)."""
     weights = {name: float(setting.weights.get(name, 1.0)) for name in explained.sources}
-    total = sum(weights.values())
+    total = sum(weights.values()) if setting.normalize_weights else 1.0
     for level, lists in explained.tiers:
         parts = [(lists[name][0], lists[name][1], weights[name]) for name in explained.sources
                  if name in lists and weights[name] > 0]

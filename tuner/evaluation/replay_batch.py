@@ -97,7 +97,7 @@ class ReplayBatch:
     def table(self, setting: FusionSetting) -> Replayed:
         """Every query answered as ``setting`` would answer it (module doc)."""
         weights = {name: float(setting.weights.get(name, 1.0)) for name in self.sources}
-        total = sum(weights.values())
+        total = sum(weights.values()) if setting.normalize_weights else 1.0
         active = tuple(weights[name] > 0 for name in self.sources)
         f = self._flat.get(active)
         if f is None:

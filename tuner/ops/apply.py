@@ -4,7 +4,8 @@
     apply_plan(plan, tolerance=0.01, on_step=None) -> ApplyResult
 
 The plan picks the best feasible trial (or a given one) and renders its assignment
-onto the config files as they are now. Applying backs the files up under
+onto the config files as they are now; a key whose value the trial leaves as the file
+has it is not rewritten (its line stays byte for byte). Applying backs the files up under
 ``<state_dir>/backups/<time>/``, writes them atomically (with the restore journal, so a
 crash mid-apply is undone by the next `tuner run` / `tuner apply`), restarts the
 backend, waits for health, re-evaluates the query set and compares the objective with
@@ -94,9 +95,12 @@ def plan_apply(experiment: Experiment, *, trial_number: int | None = None, recov
     if problem is not None:  # the trials were ranked, and their scores measured, on other labels
         raise LabelError(problem)
     trial = pick_trial(study, trial_number, maximize=maximize)
-    assignment = assignment_of(trial) or prepared.space.suggest(trial)
+    docs = prepared.patcher.documents()
+    # A key the trial leaves as the file has it is not rewritten: the file's own value
+    # stands (a study recorded before that rule may hold a simplex's 0.5/0.5 for 1.0/1.0).
+    assignment = prepared.space.as_found(assignment_of(trial) or prepared.space.suggest(trial), docs)
     edits = prepared.space.edits(assignment)
-    now = prepared.space.current_assignment(prepared.patcher.documents())
+    now = prepared.space.current_assignment(docs)
     return ApplyPlan(
         experiment=experiment,
         prepared=prepared,
@@ -107,7 +111,8 @@ def plan_apply(experiment: Experiment, *, trial_number: int | None = None, recov
         assignment=dict(assignment),
         texts=prepared.patcher.render(edits),
         diff=prepared.patcher.diff(edits),
-        drift=find_drift(config_seen(study), now, assignment),
+        # config_seen as found now where it matches (older studies kept normalised weights)
+        drift=find_drift(prepared.space.as_found(config_seen(study), docs), now, assignment),
         gates_moved=trial.user_attrs.get(ATTR_GATES_MOVED) or None,
     )
 

@@ -46,7 +46,8 @@ def roundtrip_problem(prepared: Prepared) -> str | None:
 
     space, patcher = prepared.space, prepared.patcher
     try:
-        patcher.render(space.edits(space.current_assignment(patcher.documents())))
+        # verbatim=False: through the round trip although no value changes
+        patcher.render(space.edits(space.current_assignment(patcher.documents())), verbatim=False)
     except ConfigError as exc:
         import re
 

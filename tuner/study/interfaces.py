@@ -27,7 +27,12 @@ class InputsLike(Protocol):
 
 
 class ConfigWriter(Protocol):
-    """Renders an assignment into config text(s) and writes them (atomic, journaled)."""
+    """Renders an assignment into config text(s) and writes them (atomic, journaled).
+
+    A writer that reads the config files may also offer ``as_found(assignment) ->
+    assignment``: the file's own values where the assignment leaves a key unchanged
+    (tuner.study.wiring.PatcherWriter); the trial runner then records and writes those.
+    Without it (test fakes) the suggested values are used as they are."""
 
     def render(self, assignment: Mapping[str, Any]) -> dict[Path, str]: ...
 

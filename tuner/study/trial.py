@@ -203,6 +203,10 @@ class TrialRunner(CacheLookup, TrialRecording, TrialScoring, ReplayMeasure):
                     out.assignment = dict(self.space.suggest(trial, skip_post_retrieval=True))  # type: ignore[call-arg]
                 else:
                     out.assignment = dict(self.space.suggest(trial))
+                # The baseline (and any key a trial leaves as found) carries the file's own
+                # values, not the sampler's rendering of them (weights 1.0/1.0, not 0.5/0.5):
+                # it records them and writes the file byte for byte.
+                out.assignment = self._as_found(out.assignment)
                 job.suggested = dict(trial.params)
                 job.solving = {n: g for n, g in self.gates.items() if n not in out.assignment}
                 job.replaying = self._replays(out.assignment)
@@ -335,6 +339,7 @@ class TrialRunner(CacheLookup, TrialRecording, TrialScoring, ReplayMeasure):
                     # not the retrieval at the low end; the sweep keeps every grid point.
                     job.sweep, job.result = self._solve(out, job.result, job.solving)
         if job.solving or job.replaying:
+            out.assignment = self._as_found(out.assignment)  # a solved or replayed value that keeps the file's
             job.texts = self.writer.render(out.assignment)  # the snapshot shows the solved values
             set_record(trial, ATTR_ASSIGNMENT, jsonable(out.assignment))
         with self._phase(out, "complete"):
@@ -379,6 +384,10 @@ class TrialRunner(CacheLookup, TrialRecording, TrialScoring, ReplayMeasure):
         out.fail_reason = redact_text(reason.splitlines()[0]) if reason else "unknown failure"
 
     # ------------------------------------------------------------------ helpers
+
+    def _as_found(self, assignment: dict[str, Any]) -> dict[str, Any]:
+        as_found = getattr(self.writer, "as_found", None)  # optional (tuner.study.interfaces.ConfigWriter)
+        return dict(as_found(assignment)) if as_found is not None else assignment
 
     def _dir(self, number: int) -> Path:
         return self.trials_dir / str(number)

@@ -42,11 +42,19 @@ if TYPE_CHECKING:
 
 class PatcherWriter:
     """`ConfigWriter` over tuner.config.configpatch: renders through the search space's edits,
-    writes exactly the rendered texts (journal first, atomic writes)."""
+    writes exactly the rendered texts (journal first, atomic writes); ``as_found`` gives
+    an assignment the file's own values where it leaves a key unchanged."""
 
     def __init__(self, space: Any, patcher: Any) -> None:
         self.space = space
         self.patcher = patcher
+        self._found: tuple[tuple[str, ...], list[Any]] | None = None  # base texts -> their documents
+
+    def as_found(self, assignment: Mapping[str, Any]) -> dict[str, Any]:
+        texts = tuple(self.patcher.base_texts())
+        if self._found is None or self._found[0] != texts:  # parsed once per base (the originals)
+            self._found = (texts, self.patcher.documents())
+        return self.space.as_found(assignment, self._found[1])
 
     def render(self, assignment: Mapping[str, Any]) -> dict[Path, str]:
         return self.patcher.render(self.space.edits(assignment))
@@ -163,8 +171,9 @@ def load_dataset(experiment: Experiment) -> tuple[QuerySet, dict[str, dict[str, 
 
 
 def record_config_seen(study: optuna.Study, prepared: Prepared) -> None:
-    """Keep the search space's values as the study first finds them in the config, so
-    `tuner apply` can tell a hand edit made since then (tuner.ops.apply.find_drift)."""
+    """Keep the search space's values as the study first finds them in the config (the
+    file's own values, weights not normalised), so `tuner apply` can tell a hand edit
+    made since then (tuner.ops.apply.find_drift)."""
     if ATTR_CONFIG_SEEN not in study.user_attrs:
         current = prepared.space.current_assignment(prepared.patcher.documents())
         study.set_user_attr(ATTR_CONFIG_SEEN, json.loads(json.dumps(current, default=str)))
@@ -231,7 +240,10 @@ def gates_as_found(prepared: Prepared, study: optuna.Study) -> dict[str, GateRan
 
 
 def initial_variants(prepared: Prepared) -> list[Variant]:
-    """The baseline (the config as found) and the shortlist, as Optuna params."""
+    """The baseline (the config as found) and the shortlist, as Optuna params. The
+    baseline's params are the sampler's coordinates of the file's values (a simplex's
+    stick-breaking ones); its trial records and writes the file's values themselves
+    (`PatcherWriter.as_found`), so it measures the file byte for byte."""
     exp, space = prepared.experiment, prepared.space
     out: list[Variant] = []
     if exp.baseline:

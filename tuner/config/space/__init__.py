@@ -23,7 +23,8 @@ Public API (used by the study and ``tuner apply``)::
     SearchSpace.validate_against(configs, names=()) -> list[str]      # warnings; ConfigError on errors
     SearchSpace.suggest(trial) -> Assignment                           # includes fixed values
     SearchSpace.params_for(assignment) -> dict[str, Any]               # for study.enqueue_trial
-    SearchSpace.current_assignment(configs) -> Assignment              # the baseline
+    SearchSpace.current_assignment(configs) -> Assignment              # the baseline: the file's values
+    SearchSpace.as_found(assignment, configs) -> Assignment            # unchanged keys carry the file's values
     SearchSpace.distributions() -> dict[str, BaseDistribution]         # every Optuna param it may suggest
     SearchSpace.distributions_for(params) -> dict[str, BaseDistribution]  # for create_trial(params=...)
     SearchSpace.edits(assignment) -> dict[int, dict[str, Any]]         # file index -> {dotted path: value}

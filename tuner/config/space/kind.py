@@ -10,7 +10,7 @@ subclass and listing it in :data:`tuner.config.space.params.Param`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 import optuna
@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from tuner.config.space.distributions import suggest_one
 from tuner.config.space.gates import GateRole
-from tuner.config.space.values import Scalar
+from tuner.config.space.values import Scalar, same
 
 
 def check_bounds(low: float, high: float, log: bool, step: float | None) -> None:
@@ -90,6 +90,12 @@ class ParamKind(BaseModel):
             return float(value)
         return value
 
+    def as_found(self, value: Any, found: Any) -> Any:
+        """``found`` (the config's value, from :meth:`from_config`) when ``value`` leaves it
+        unchanged, else ``value``: a trial that keeps a key carries, and writes, the
+        file's own value, never a re-rendered one."""
+        return found if _same_value(value, found) else value
+
     def type_problem(self, value: Any) -> str | None:
         """Why the config's ``value`` cannot take this param's values, or None."""
         return None
@@ -101,3 +107,12 @@ class ParamKind(BaseModel):
     def condition_problem(self, value: Any) -> str | None:
         """Why a ``when:`` naming this param can never hold ``value``, or None."""
         return None
+
+
+def _same_value(a: Any, b: Any) -> bool:
+    """Config values equal as written: scalars by `same`, lists and mappings item by item."""
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        return a.keys() == b.keys() and all(_same_value(a[k], b[k]) for k in a)
+    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
+        return len(a) == len(b) and all(_same_value(x, y) for x, y in zip(a, b, strict=True))
+    return same(a, b)

@@ -5,8 +5,10 @@ from the config, turn an assignment into config edits, check the config fits).
 An *assignment* maps parameter names (the keys under ``params``/``fixed``; by default
 the dotted path itself) to the values written into the config: a scalar, a mapping of
 normalised weights for a ``simplex``, a strictly increasing list for an ``ordered``
-group. Each kind's Optuna encoding is its own (tuner.config.space.scalars, .simplex,
-.ordered); this class only walks the params.
+group. The baseline is the config as found (``current_assignment``: a simplex's
+weights as the file has them), and ``as_found`` gives any assignment the file's own
+values where it leaves a key unchanged. Each kind's Optuna encoding is its own
+(tuner.config.space.scalars, .simplex, .ordered); this class only walks the params.
 """
 
 from __future__ import annotations
@@ -135,7 +137,8 @@ class SearchSpace:
         return out
 
     def current_assignment(self, configs: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> Assignment:
-        """The assignment the config files hold now (fixed params excluded): the baseline."""
+        """The assignment the config files hold now (fixed params excluded), each value as
+        the file has it (a simplex's weights not normalised): the baseline."""
         docs = _as_docs(configs)
         out: Assignment = {}
         for p in self.params:
@@ -146,6 +149,16 @@ class SearchSpace:
                 raise self._error(p, "no such key in the config (run validate_against first)")
             out[p.name] = p.spec.from_config(value)
         return out
+
+    def as_found(self, assignment: Mapping[str, Any],
+                 configs: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> Assignment:
+        """``assignment`` with each value that leaves its key as the config files hold it
+        replaced by the file's own value (each kind decides, ``ParamKind.as_found``): the
+        baseline, and any trial that keeps a key, records and writes the config as found
+        (weights 1.0/1.0 stay 1.0/1.0, not the simplex's 0.5/0.5)."""
+        found = self.current_assignment(configs)
+        return {name: self._params[name].spec.as_found(value, found[name]) if name in found else value
+                for name, value in assignment.items()}
 
     def edits(self, assignment: Mapping[str, Any]) -> dict[int, dict[str, Any]]:
         """``{file index: {dotted path: value}}`` to hand to the config patcher."""

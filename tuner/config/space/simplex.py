@@ -8,6 +8,7 @@ only by a scaling of the weights.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Literal
 
@@ -55,7 +56,9 @@ def shares_to_sticks(shares: Sequence[float]) -> list[float]:
 
 
 class SimplexParam(ParamKind):
-    """Weights on a simplex: one share per component, written normalised to ``total``."""
+    """Weights on a simplex: one share per component, written normalised to ``total``;
+    the baseline (and any trial that keeps the file's proportions as this simplex
+    proposes them) carries the file's weights as they are (:meth:`as_found`)."""
 
     type: Literal["simplex"]
     components: list[str] = Field(min_length=2)
@@ -94,8 +97,25 @@ class SimplexParam(ParamKind):
         raise ValueError(f"expected a mapping of {self.components} to weights, got {value!r}")
 
     def from_config(self, value: Any) -> dict[str, float]:
-        shares = [float(value[c]) for c in self.components]
-        return self.decode(shares_to_sticks(shares))
+        """The file's weights as they are, not normalised: the baseline is the config as
+        found, and a backend that does not divide by the weight sum scores 1.0/1.0
+        differently from 0.5/0.5."""
+        return {c: float(value[c]) for c in self.components}
+
+    def as_found(self, value: Any, found: Any) -> Any:
+        """The file's weights when ``value`` is what this simplex proposes for them: its
+        shares at ``total`` (the baseline's enqueued coordinates decode to those) or the
+        weights themselves. Any other value, proportional or not, is a change."""
+        if isinstance(value, Mapping) and isinstance(found, Mapping) and value.keys() == found.keys():
+            try:
+                shares = self.decode(shares_to_sticks(self._weights(found)))
+            except ValueError:  # weights that sum to 0: no shares to compare with
+                shares = found
+            for proposed in (found, shares):
+                if all(math.isclose(float(value[c]), float(proposed[c]), rel_tol=0.0, abs_tol=1e-12)
+                       for c in self.components):
+                    return found
+        return value
 
     def type_problem(self, value: Any) -> str | None:
         if not isinstance(value, Mapping):
