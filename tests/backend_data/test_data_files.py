@@ -1,5 +1,6 @@
-"""The ``files`` importer on small inputs: every format, every kind of bad input, the
-unjudged policy, and the ready config / space / experiment served and loaded for real.
+"""The ``files`` importer on small inputs: every format, every kind of bad input, a
+re-import over an edited bundle, the unjudged policy, and the ready config / space /
+experiment served and loaded for real.
 
 Real-data tests (Cranfield through ``files``, a real study on the result, full-precision
 runs) are in test_data_files_cranfield.py.
@@ -211,6 +212,143 @@ def test_failed_import_leaves_an_existing_bundle_untouched(tmp_path: Path, capsy
     (tmp_path / "in" / "b.jsonl").write_text('{"query_id": "q1", "results": [{"doc_id": "d1", "score": "x"}]}\n')
     assert main(argv(paths, out)) == 2
     assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+
+
+# --- re-import over a bundle: edited ready files, the data, .tuner/ and mlruns/ -----------
+
+def _plant_state(out: Path) -> dict[str, tuple[bytes, int]]:
+    """A study's state in the bundle (.tuner/: study, labels, journal; mlruns/): bytes and mtime."""
+    for rel in (".tuner/optuna.db", ".tuner/labels.db", ".tuner/journal/config.yaml.json", "mlruns/0/meta.yaml"):
+        (out / rel).parent.mkdir(parents=True, exist_ok=True)
+        (out / rel).write_text(f"state of {rel}\n")
+    return _state(out)
+
+
+def _state(out: Path) -> dict[str, tuple[bytes, int]]:
+    return {str(p.relative_to(out)): (p.read_bytes(), p.stat().st_mtime_ns)
+            for top in (".tuner", "mlruns") for p in (out / top).rglob("*") if p.is_file()}
+
+
+def _files(out: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(out)): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+
+
+def _apply_by_hand(config: Path) -> bytes:
+    """What `tuner apply` leaves: config.yaml with other values (the survey's rrf_k 167, threshold 0.34)."""
+    text = config.read_text()
+    edited = text.replace("rrf_k: 60 ", "rrf_k: 167").replace("threshold: 0.0", "threshold: 0.34")
+    assert edited != text
+    config.write_text(edited)
+    return edited.encode()
+
+
+def test_reimport_refuses_to_overwrite_an_edited_config(tmp_path: Path, capsys):
+    paths = write_inputs(tmp_path / "in")
+    out = tmp_path / "out"
+    assert main(argv(paths, out)) == 0
+    state = _plant_state(out)
+    _apply_by_hand(out / "config.yaml")
+    before = _files(out)
+    capsys.readouterr()
+    assert main(argv(paths, out)) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1, captured.err
+    assert captured.err == (
+        f"error: {out / 'config.yaml'}: edited since the last import; overwriting it would change fusion.rrf_k "
+        f"167 -> 60, confidence.threshold 0.34 -> 0.0; nothing was written; fix: pass --force to overwrite it "
+        f"(the edited file is first copied to {out / '.import-backups'}/<UTC time>/), or import into another --out\n")
+    assert _files(out) == before  # the config and everything else as it was
+    assert _state(out) == state and not (out / ".import-backups").exists()
+
+
+@pytest.mark.parametrize("name", ["space.yaml", "experiment.yaml", "experiment_replay.yaml"])
+def test_reimport_refuses_to_overwrite_every_edited_ready_file(tmp_path: Path, capsys, name: str):
+    paths = write_inputs(tmp_path / "in")
+    out = tmp_path / "out"
+    assert main(argv(paths, out)) == 0
+    state = _plant_state(out)
+    text = (out / name).read_text()
+    (out / name).write_text(text.replace("n_trials: 30", "n_trials: 80").replace("high: 200", "high: 400"))
+    with open(out / "config.yaml", "a") as fh:  # a comment only: still an edit, said so
+        fh.write("# reviewed by ops\n")
+    before = _files(out)
+    assert main(argv(paths, out)) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {out / 'config.yaml'}, {out / name}: edited since the last import; "
+                          "overwriting them would change in config.yaml comments or layout only (no value differs); "
+                          f"in {name} "), err
+    assert ("fusion.rrf_k.high 400 -> 200" if name == "space.yaml" else "n_trials 80 -> 30") in err
+    assert "fix: pass --force to overwrite them (the edited files are first copied to" in err
+    assert _files(out) == before and _state(out) == state
+
+
+def test_force_backs_up_the_edited_config_then_overwrites_it(tmp_path: Path, capsys):
+    paths = write_inputs(tmp_path / "in")
+    out, fresh = tmp_path / "out", tmp_path / "fresh"
+    assert main(argv(paths, out)) == 0 and main(argv(paths, fresh)) == 0
+    state = _plant_state(out)
+    edited = _apply_by_hand(out / "config.yaml")
+    capsys.readouterr()
+    assert main(argv(paths, out, "--force")) == 0
+    printed = capsys.readouterr().out
+    backups = list((out / ".import-backups").iterdir())
+    assert len(backups) == 1 and re.fullmatch(r"\d{8}T\d{6}Z", backups[0].name)
+    assert sorted(p.name for p in backups[0].iterdir()) == ["config.yaml"]
+    assert (backups[0] / "config.yaml").read_bytes() == edited
+    assert f"overwrote the edited config.yaml (--force); the edited version is kept in {backups[0]}/\n" in printed
+    assert (out / "config.yaml").read_bytes() == (fresh / "config.yaml").read_bytes()
+    assert _state(out) == state
+    # The record now holds the overwritten file: the next import is quiet and makes no backup.
+    assert main(argv(paths, out)) == 0
+    assert "overwrote" not in capsys.readouterr().out and len(list((out / ".import-backups").iterdir())) == 1
+    assert _state(out) == state
+
+
+def test_unedited_reimport_rewrites_the_bundle_quietly(tmp_path: Path, capsys):
+    """The data and the unedited ready files are the importer's own: rewritten without a word,
+    also when the new import writes other ready files (here --with-lexical's sources)."""
+    paths = write_inputs(tmp_path / "in")
+    out = tmp_path / "out"
+    assert main(argv(paths, out)) == 0
+    state = _plant_state(out)
+    (out / "corpus.jsonl").write_text("edited by hand\n")  # a data file: the importer's, rewritten
+    paths["qrels.txt"].write_text(QRELS.replace("q3 0 d3 2", "q3 0 d3 1"))
+    capsys.readouterr()
+    assert main(argv(paths, out, "--with-lexical")) == 0
+    printed = capsys.readouterr().out
+    assert "overwrote" not in printed and printed.startswith("mini: 4 documents")
+    assert "bm25" in (out / "config.yaml").read_text() and "q3 0 d3 1" in (out / "mini.qrels.txt").read_text()
+    assert (out / "corpus.jsonl").read_text().startswith('{"doc_id": "d1"')
+    assert _state(out) == state and not (out / ".import-backups").exists()
+    # A file already holding what the import writes is no edit either.
+    config = (out / "config.yaml").read_text()
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["ready_files_sha256"]["config.yaml"] = "0" * 64
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    assert main(argv(paths, out, "--with-lexical")) == 0
+    assert (out / "config.yaml").read_text() == config and _state(out) == state
+
+
+def test_a_ready_file_no_import_recorded_is_not_overwritten(tmp_path: Path, capsys):
+    """A bundle from before the record, or an --out holding someone's own config.yaml."""
+    paths = write_inputs(tmp_path / "in")
+    out = tmp_path / "out"
+    assert main(argv(paths, out)) == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    del manifest["ready_files_sha256"]
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    _apply_by_hand(out / "config.yaml")
+    assert main(argv(paths, out)) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {out / 'config.yaml'}: not recorded as the importer's (manifest.json holds no "
+                          "sha256 of config.yaml: an import older than that record, or a file the importer did not "
+                          "write); overwriting it would change fusion.rrf_k 167 -> 60"), err
+    theirs = tmp_path / "project"
+    theirs.mkdir()
+    (theirs / "config.yaml").write_text("fusion: {method: linear}\n")
+    assert main(argv(paths, theirs)) == 2
+    assert "fusion.method linear -> rrf" in capsys.readouterr().err
+    assert [p.name for p in theirs.iterdir()] == ["config.yaml"]
 
 
 # --- the unjudged policy ----------------------------------------------------------------

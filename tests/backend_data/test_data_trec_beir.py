@@ -204,3 +204,25 @@ def test_beir_cli_round_trip(tmp_path: Path):
     assert (out / "scifact.qrels.txt").read_text() == "q1 0 d1 3\nq1 0 d3 1\n"
     assert load_queryset(out / "scifact.queries.jsonl").queries[0].split == "test"
     assert {"config.yaml", "space.yaml", "experiment.yaml"} <= {p.name for p in out.iterdir()}
+
+
+def test_beir_reimport_stops_on_an_applied_config_and_keeps_tuner_state(tmp_path: Path):
+    """Every importer shares the re-import check: the real command, a config `tuner apply` changed."""
+    root = _beir(tmp_path, "q1\td1\t2\nq1\td3\t1\n", "q2\td2\t1\n")
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "fusion_backend.importers", "beir", "--src", str(root), "--out", str(out)]
+    assert subprocess.run(command, capture_output=True, text=True).returncode == 0
+    (out / ".tuner").mkdir()
+    (out / ".tuner" / "optuna.db").write_bytes(b"study")
+    config = (out / "config.yaml").read_text().replace("rrf_k: 60 ", "rrf_k: 167")
+    (out / "config.yaml").write_text(config)
+    proc = subprocess.run(command, capture_output=True, text=True)
+    assert proc.returncode == 2 and proc.stdout == "" and proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stderr.startswith(f"error: {out / 'config.yaml'}: edited since the last import; overwriting it "
+                                  "would change fusion.rrf_k 167 -> 60; nothing was written; fix: pass --force")
+    assert (out / "config.yaml").read_text() == config
+    proc = subprocess.run([*command, "--force"], capture_output=True, text=True)
+    assert proc.returncode == 0 and "overwrote the edited config.yaml (--force)" in proc.stdout, proc.stderr
+    assert "rrf_k: 60 " in (out / "config.yaml").read_text()
+    assert [p.read_text() for p in (out / ".import-backups").glob("*/config.yaml")] == [config]
+    assert (out / ".tuner" / "optuna.db").read_bytes() == b"study"

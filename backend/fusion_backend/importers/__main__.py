@@ -3,7 +3,9 @@
 A summary on success (counts, unjudged queries dropped or kept, the next command), one
 ``error:`` line (file:line, problem, fix) and exit code 2 on bad input, printed by
 ``fusion_backend.cli.run_data_tool``. Every import writes the data bundle and
-the ready config / space / experiment (ready.py) in one all-or-nothing write.
+the ready config / space / experiment (ready.py) in one all-or-nothing write, after
+checking that no ready file was edited since the last import (edits.py; ``--force``
+backs the edited ones up and overwrites them).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ..cli import run_data_tool
@@ -20,6 +22,7 @@ from .beir import import_beir
 from .cacm import import_cacm
 from .cranfield import import_cranfield
 from .dataset import Dataset, write_dataset
+from .edits import BACKUP_DIR, RECORD_KEY, back_up, find_edited, record, refusal
 from .errors import DataFormatError
 from .files import import_files
 from .grades import GradeMap, parse_grade_map
@@ -44,6 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
     def command(name: str, help_text: str, short_default: int) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text)
         p.add_argument("--out", type=Path, required=True, help="output directory (created; files replaced atomically)")
+        p.add_argument("--force", action="store_true",
+                       help="overwrite ready files (config.yaml, space.yaml, experiment*.yaml) edited since the last "
+                            f"import, after copying them to OUT/{BACKUP_DIR}/<UTC time>/")
         p.add_argument("--short-max-words", type=int, default=short_default,
                        help=f"queries with at most this many words are 'short', longer ones 'long_tail' "
                             f"(default {short_default})")
@@ -142,16 +148,26 @@ def _checked_name(name: str) -> str:
     return name
 
 
-def run(args: argparse.Namespace) -> tuple[Dataset, Path]:
+def run(args: argparse.Namespace) -> tuple[Dataset, Path, list[str]]:
+    """The import, written; with the notes the summary adds (the backup a --force made)."""
     dataset, extra = IMPORTERS[args.collection](args)
     dataset.name = _checked_name(args.name or dataset.name)
     runs = dataset.manifest.get("runs", {})
     ready = ready_files(dataset, runs, with_lexical=getattr(args, "with_lexical", False))
+    notes: list[str] = []
+    if edited := find_edited(args.out, ready):
+        if not args.force:
+            raise refusal(args.out, edited)
+        folder = back_up(args.out, edited)
+        names = ", ".join(e.name for e in edited)
+        kept = "version is" if len(edited) == 1 else "versions are"
+        notes.append(f"overwrote the edited {names} (--force); the edited {kept} kept in {folder}/")
+    dataset.manifest[RECORD_KEY] = record(ready)  # what the next import compares the files on disk with
     write_dataset(dataset, args.out, {**extra, **ready}, named=True)
-    return dataset, args.out
+    return dataset, args.out, notes
 
 
-def summary(dataset: Dataset, out: Path) -> list[str]:
+def summary(dataset: Dataset, out: Path, notes: Sequence[str] = ()) -> list[str]:
     counts = dataset.counts()
     lines = [f"{dataset.name}: {counts['documents']} documents, {counts['queries']} queries "
              f"({counts['queries_oos']} out of scope), {counts['judgments']} judgments -> {out}"]
@@ -169,6 +185,7 @@ def summary(dataset: Dataset, out: Path) -> list[str]:
                      "config, so OOS_FP_Rate cannot vary for them; add them to the runs, or pass --with-lexical")
     if counts["judgments_unknown_doc"] and not dataset.manifest.get("corpus_stub"):
         lines.append(f"warning: {counts['judgments_unknown_doc']} judgments name documents that are not in the corpus")
+    lines.extend(notes)
     lines.append(f"next: tuner run {out / EXPERIMENT_FILE}")
     lines.append(f"  or, the fusion params replayed (one trial searches their grid): tuner run {out / REPLAY_FILE}")
     return lines
