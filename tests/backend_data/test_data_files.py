@@ -343,6 +343,14 @@ def test_a_ready_file_no_import_recorded_is_not_overwritten(tmp_path: Path, caps
     assert err.startswith(f"error: {out / 'config.yaml'}: not recorded as the importer's (manifest.json holds no "
                           "sha256 of config.yaml: an import older than that record, or a file the importer did not "
                           "write); overwriting it would change fusion.rrf_k 167 -> 60"), err
+    manifest["ready_files_sha256"] = {"space.yaml": "0" * 64}  # one file recorded (and edited), one not
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    with open(out / "space.yaml", "a") as fh:
+        fh.write("# narrowed by hand\n")
+    assert main(argv(paths, out)) == 2
+    assert capsys.readouterr().err.startswith(
+        f"error: {out / 'config.yaml'}, {out / 'space.yaml'}: edited since the last import, or not recorded as the "
+        "importer's (manifest.json holds no sha256 of config.yaml: ")
     theirs = tmp_path / "project"
     theirs.mkdir()
     (theirs / "config.yaml").write_text("fusion: {method: linear}\n")

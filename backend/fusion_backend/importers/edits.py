@@ -84,9 +84,11 @@ def refusal(out_dir: Path, edited: list[Edited]) -> DataFormatError:
     else:
         changes = "; ".join(f"in {e.name} {e.changes}" for e in edited)
     unrecorded = [e.name for e in edited if not e.recorded]
-    why = "edited since the last import" if not unrecorded else \
-        f"not recorded as the importer's ({MANIFEST_FILE} holds no sha256 of {', '.join(unrecorded)}: an import " \
-        "older than that record, or a file the importer did not write)"
+    why = "edited since the last import"
+    if unrecorded:
+        why = ("" if len(unrecorded) == len(edited) else why + ", or ") + \
+            f"not recorded as the importer's ({MANIFEST_FILE} holds no sha256 of {', '.join(unrecorded)}: an " \
+            "import older than that record, or a file the importer did not write)"
     them = "it" if len(edited) == 1 else "them"
     files = "the edited file is" if len(edited) == 1 else "the edited files are"
     return DataFormatError.at(where, None, f"{why}; overwriting {them} would change {changes}; nothing was written",
