@@ -80,7 +80,7 @@ def trials_frame(trials: Iterable[Any]) -> pd.DataFrame:
             "cache_hit": bool(attrs.get(ATTR_CACHE_HIT, False)),
             "fail_reason": attrs.get(ATTR_FAIL_REASON, ""),
             "early_stop": attrs.get(ATTR_EARLY_STOP, ""),
-            "gates_moved": attrs.get(ATTR_GATES_MOVED, ""),
+            "gates_moved": trial_attr(t, ATTR_GATES_MOVED) or "",
             "duration_s": trial_duration(t),
         }
         row.update({CONSTRAINT_PREFIX + k: v for k, v in constraints.items()})

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import optuna
 
 from tuner.errors import LabelError, StudyError, TunerError
-from tuner.study.attrs import ATTR_GATES_MOVED, ATTR_VARIANT, assignment_of
+from tuner.study.attrs import ATTR_GATES_MOVED, ATTR_VARIANT, assignment_of, trial_attr
 from tuner.study.feasibility import is_feasible, pick_trial
 from tuner.study.storage import ATTR_CONFIG_SEEN, load_study
 from tuner.study.wiring import Prepared, labels_mismatch, prepare
@@ -113,7 +113,7 @@ def plan_apply(experiment: Experiment, *, trial_number: int | None = None, recov
         diff=prepared.patcher.diff(edits),
         # config_seen as found now where it matches (older studies kept normalised weights)
         drift=find_drift(prepared.space.as_found(config_seen(study), docs), now, assignment),
-        gates_moved=trial.user_attrs.get(ATTR_GATES_MOVED) or None,
+        gates_moved=trial_attr(trial, ATTR_GATES_MOVED) or None,
     )
 
 

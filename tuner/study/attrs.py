@@ -27,7 +27,6 @@ ATTR_EARLY_STOP = "early_stop"  # why the batch stopped before its last query (a
 ATTR_MLFLOW_RUN = "mlflow_run_id"
 ATTR_APPLIED = "applied"  # how the backend took the config: reload, restart, or "restart: <why not a reload>"
 ATTR_REPLAY = "replay"  # fusion replay: settings scored, replayed vs live of those verified
-ATTR_GATES_MOVED = "gates_moved"  # which constraint moved a solved gate off its value as found, and how far
 ATTR_JUDGED = "judged@10"
 ATTR_FAILED_QUERIES = "failed_queries"
 ATTR_DURATION = "duration_s"  # the trial's duration (tuner.study.outcome.trial_seconds), as printed and in trials.csv
@@ -39,9 +38,12 @@ ATTR_REPORTS = "reports"
 ATTR_PHASES = "phase_seconds"
 ATTR_CACHE_NOTE = "cache_note"  # why a trial missed the cache, or why its result was not stored
 ATTR_DATA_FINGERPRINT = "data_fingerprint"  # {"inputs": digest, "backend": fingerprint} it was measured on
+# which constraint moved a solved gate off its value as found, and how far: a sentence, so a
+# record (in the dashboard's table it widened a trial's page past the window); the trial note shows it
+ATTR_GATES_MOVED = "gates_moved"
 RECORD_PREFIX = "tuner."
 RECORDS = frozenset({ATTR_METRICS, ATTR_ASSIGNMENT, ATTR_REPORTS, ATTR_PHASES, ATTR_CACHE_NOTE,
-                     ATTR_DATA_FINGERPRINT})
+                     ATTR_DATA_FINGERPRINT, ATTR_GATES_MOVED})
 
 
 def record_key(name: str) -> str:

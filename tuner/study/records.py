@@ -143,7 +143,6 @@ class TrialRecording:
         user[ATTR_APPLIED] = out.applied
         user[ATTR_REPLAY] = out.replay
         user[ATTR_DURATION] = round(out.duration_s, 3)  # its phases are all timed by now (record is not in it)
-        user[ATTR_GATES_MOVED] = out.gates_moved
         if run_id is not None:
             # Created on the bookkeeper during restart and health wait: long done by now.
             user[ATTR_MLFLOW_RUN] = run_id.result()
@@ -151,7 +150,8 @@ class TrialRecording:
             if value is not None or key == ATTR_MLFLOW_RUN:
                 trial.set_user_attr(key, jsonable(value))
         records = {ATTR_METRICS: out.metrics, ATTR_REPORTS: out.reports, ATTR_PHASES: out.phase_seconds,
-                   ATTR_CACHE_NOTE: out.cache_note, ATTR_DATA_FINGERPRINT: _data_fingerprint(out) or None}
+                   ATTR_CACHE_NOTE: out.cache_note, ATTR_DATA_FINGERPRINT: _data_fingerprint(out) or None,
+                   ATTR_GATES_MOVED: out.gates_moved}
         for key, value in records.items():
             if value is not None:
                 set_record(trial, key, jsonable(value))
