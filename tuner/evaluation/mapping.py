@@ -25,6 +25,7 @@ import re
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from operator import attrgetter
 from typing import Any
 
 import msgspec
@@ -36,6 +37,7 @@ from tuner.evaluation.spec import EvalSpec, RequestMapping, ResponseMapping
 
 _PLACEHOLDER = re.compile(r"^\{([A-Za-z_][A-Za-z0-9_]*)\}$")
 _MISSING = object()
+_DOC_ID = attrgetter("doc_id")
 
 
 class Hit(msgspec.Struct, frozen=True, gc=False):
@@ -82,7 +84,7 @@ def first_occurrences(hits: Sequence[Hit]) -> tuple[tuple[Hit, ...], int]:
     n = len(hits)
     if n < 2:
         return hits, 0
-    if len({h.doc_id for h in hits}) == n:  # the common case: no copy
+    if len(set(map(_DOC_ID, hits))) == n:  # the common case, on the event loop per answer: no copy
         return hits, 0
     seen: set[str] = set()
     add = seen.add
