@@ -62,7 +62,7 @@ def test_the_markdown_and_the_csv_count_the_removed_repeats(result, tmp_path):
     text = render_markdown(build_report(result))
     assert "| N_Repeated_Hits | 8 |" in text
     assert "N_Repeated_Hits = 8: answers listed a doc id again after its first place" in text
-    assert "2 repeated doc ids removed" in text and "6 repeated doc ids removed" in text
+    assert "confidence n/a, repeats removed 2\n" in text and "confidence n/a, repeats removed 6\n" in text
     for detail in ("full", "slim"):
         paths = write_reports(result, tmp_path / detail, detail=detail)
         with open(paths.per_query_csv, newline="") as fh:

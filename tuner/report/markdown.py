@@ -248,7 +248,7 @@ def _query_detail(q: Mapping[str, Any]) -> str:
     facts = (f"scope {q['scope']}, type {q['query_type']}, source {q['source']}, status {q['status']}, "
              f"request_id `{q['request_id']}`, handoff {fmt(q['handoff'])}, confidence {fmt(q['confidence'])}")
     if q.get("n_repeats"):
-        facts += f", {q['n_repeats']} repeated doc ids removed"
+        facts += f", repeats removed {q['n_repeats']}"
     if q.get("failure_reason"):
         facts += f"; failed: {_cell(str(q['failure_reason']))}"
     lines = [head, facts, f"top-20 labels: {q['labels_top20'] or '(no results)'}"]
