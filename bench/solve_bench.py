@@ -109,6 +109,7 @@ def responses_of(batch: Any) -> tuple[Any, ...]:
         QueryResponse(qid, str(r["request_id"]), ParsedResponse(
             batch.hits[qid], value(r["confidence"]), value(r["handoff"]), value(r["fallback_level"]),
             handoff_reason=value(r["handoff_reason"]), truncated=int(r["n_truncated"]),
+            repeats=int(r["n_repeats"]),
         ), latency_ms=float(r["latency_ms"]), attempts=int(r["attempts"]))
         for qid, r in rows.items() if qid not in failed
     ]

@@ -110,6 +110,17 @@ def test_low_coverage_and_duplicates_warn():
     assert {"low_coverage", "duplicate_ids"} <= warns
 
 
+def test_the_duplicate_warning_counts_the_repeats_removed_before_ranking():
+    qs = _queries(4)
+    batch = _batch(qs, lambda qid: ["u1", "u1", "u1", f"d-{qid}"] if qid in ("q1", "q3") else [f"d-{qid}", "u2"])
+    dup = next(f for f in check_batch(batch, SPEC) if f.code == "duplicate_ids")
+    assert dup.message == (
+        "2 queries return the same doc id twice (first: q1); repeats are credited once: 4 later copies were "
+        "removed before ranking (per query: n_repeats), so the backend shows fewer distinct results than top_k")
+    assert batch.per_query.loc["q1", "Strong_Precision@10"] == 0.1  # d-q1 at rank 2: the repeats are gone
+    assert batch.per_query.loc["q1", "MRR_Strong@10"] == 0.5
+
+
 def test_oos_constraint_without_or_with_too_few_oos_queries():
     c = Constraint.parse("OOS_FP_Rate <= 0.10")
     assert _codes(check_constraints([c], _queries(10, 0)), "stop") == {"no_oos"}

@@ -22,7 +22,7 @@ from tuner.study.threshold import CONFIDENCE_PARAM, MIN_SCORE_PARAM, GateRange, 
 
 GATES = [GateRange(CONFIDENCE_PARAM, 0.0, 0.9, 0.01), GateRange(MIN_SCORE_PARAM, 0.0, 0.5, 0.01)]
 SLIM_COLUMNS = ["query_id", "query_type", "source", "scope", "status", "handoff", "handoff_reason", "confidence",
-                "fallback_level", "n_results", "Judged@10", *PRIMARY_SCORECARD, "Primary_Metric_Score",
+                "fallback_level", "n_results", "n_repeats", "Judged@10", *PRIMARY_SCORECARD, "Primary_Metric_Score",
                 "labels_top10"]
 SNAPSHOT = "fusion:\n  method: rrf\n  rrf_k: 60\nconfidence:\n  threshold: 0.0\n" * 20  # ~1.4 KB
 

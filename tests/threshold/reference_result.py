@@ -1,7 +1,8 @@
 """Today's tuner.evaluation.result (evaluate_responses and its helpers), kept verbatim
 as the slow reference of regate (reference_solve.regate scores through it), so the
 vectorised scoring path is compared with the code it replaced (the BatchResult class
-is the live one). Do not edit.
+is the live one). Do not edit, but to follow the live columns (issue 27 added n_repeats
+and N_Repeated_Hits: an answer's repeats are removed when it is parsed).
 
 The original module docstring:
 From collected responses and labels to a BatchResult: pure, no I/O.
@@ -55,6 +56,7 @@ INFO_COLUMNS: tuple[str, ...] = (
     "latency_ms",
     "n_results",
     "n_truncated",
+    "n_repeats",
     "handoff",
     "answered",
     "handoff_reason",
@@ -71,6 +73,7 @@ OPERATION_KEYS: tuple[str, ...] = (
     "Failed_Queries",
     "Empty_Queries",
     "N_Truncated_Hits",
+    "N_Repeated_Hits",
     "N_Queries",
     "N_InScope_Queries",
     "N_OOS_Queries",
@@ -260,6 +263,7 @@ def _info_row(q: Query, o: QueryResponse | FailedQuery) -> dict[str, Any]:
         "latency_ms": np.nan if o.latency_ms is None else float(o.latency_ms),
         "n_results": len(r.hits) if r is not None else 0,
         "n_truncated": r.truncated if r is not None else 0,
+        "n_repeats": r.repeats if r is not None else 0,
         "handoff": r.handoff if r is not None else None,
         "handoff_reason": r.handoff_reason if r is not None else None,
         "confidence": np.nan if r is None or r.confidence is None else r.confidence,
@@ -312,6 +316,7 @@ def _scorecard(
     summary["Empty_Queries"] = float(((in_scope["status"] == "ok") & (in_scope["n_results"] == 0)).sum())
     # a backend that ignores top_k: what was cut off (OOS queries too; nothing of it is kept)
     summary["N_Truncated_Hits"] = float(per_query["n_truncated"].sum())
+    summary["N_Repeated_Hits"] = float(per_query["n_repeats"].sum())
     summary["N_Queries"] = float(len(per_query))
     summary["N_InScope_Queries"] = float((~is_oos).sum())
     summary["N_OOS_Queries"] = float(is_oos.sum())

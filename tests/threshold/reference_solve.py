@@ -300,7 +300,8 @@ def regate(
             qid, str(row["request_id"]),
             ParsedResponse(kept, conf, handoff, None if _missing(fallback) else str(fallback),
                            handoff_reason=None if _missing(row.get("handoff_reason")) else str(row["handoff_reason"]),
-                           truncated=int(row["n_truncated"]) if not _missing(row.get("n_truncated")) else 0),
+                           truncated=int(row["n_truncated"]) if not _missing(row.get("n_truncated")) else 0,
+                           repeats=int(row["n_repeats"]) if not _missing(row.get("n_repeats")) else 0),
             latency_ms=float(row["latency_ms"]), attempts=int(row["attempts"]),
         ))
     ranking = [m for m in result.metric_names if m != PRIMARY]

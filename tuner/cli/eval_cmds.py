@@ -269,7 +269,7 @@ def _scorecard_table(metrics: dict[str, float]) -> Table:
     table.add_column("value", justify="right")
     shown = ["Primary_Metric_Score", *PRIMARY_SCORECARD, "OOS_FP_Rate", "InScope_Handoff_Rate", "Handoff_F1",
              "Judged@10", "Judged@20", "Empty_Queries", "Latency_Avg_ms", "Latency_P95_ms", "Failed_Queries",
-             "N_Queries", "N_Truncated_Hits"]
+             "N_Queries", "N_Truncated_Hits", "N_Repeated_Hits"]
     for name in shown:
         if name in metrics:
             value = metrics[name]

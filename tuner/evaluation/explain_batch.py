@@ -5,6 +5,12 @@ live answer and the explanation decoded for replay (tuner.evaluation.fusion_repl
 ``served_mismatch`` replays every query at the setting the backend reports it served
 and compares with its live answer: a backend whose fusion differs from the replay model
 is caught on the very retrieval the study would trust.
+
+A replayed answer never lists a document twice (the candidates of a tier are a union,
+as in the reference backend's fusion), and a live one holds each document once after
+parsing (tuner.evaluation.mapping: later copies are removed before ranking), so the
+two compare rank for rank once the live answer had no repeat to remove; a backend that
+repeats a hit is not the replay model, and ``served_mismatch`` says so.
 """
 
 from __future__ import annotations
@@ -87,6 +93,8 @@ def served_mismatch(batch: ExplainedBatch, top_k: int) -> str | None:
 
 
 def _difference(live: ParsedResponse, replayed: ParsedResponse) -> str | None:
+    if live.repeats:  # removed when parsed, so the rest might still agree: the model does not
+        return f"the live answer listed {live.repeats} doc ids again (removed before ranking); the replay never does"
     live_ids, rep_ids = [h.doc_id for h in live.hits], [h.doc_id for h in replayed.hits]
     if live_ids != rep_ids:
         at = next((i for i, (a, b) in enumerate(zip(live_ids, rep_ids, strict=False)) if a != b),

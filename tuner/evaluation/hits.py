@@ -8,11 +8,13 @@ cut from it (``batch``: each query's first n hits, through tuner.metrics.from_gr
 so a batch re-scored with fewer hits (tuner.evaluation.regate: ``filtered``) or at every
 score cut-off (the gate solver, tuner.study.threshold) never looks a document up again.
 
-The grade rows are those ``tuner.metrics.prepare`` builds from the same rankings as
-doc-id lists: a repeated document counts once (later copies: judged, grade 0), an
+A live answer holds each document once (tuner.evaluation.mapping removes the later
+copies before ranks are assigned). The grade rows are those ``tuner.metrics.prepare``
+builds from the same rankings as doc-id lists: a list given here with a repeated
+document counts it once (later copies: judged, grade 0, as ``prepare`` does), an
 unlabelled one is not judged, positions past a ranking's end are neither; the grade
-counts and ideal grades come from the same labels. So a ranking scores the same to
-the last bit either way (tests/threshold/test_solve_vectorised.py).
+counts and ideal grades come from the same labels. So a ranking scores the same to the
+last bit either way (tests/threshold/test_solve_vectorised.py).
 """
 
 from __future__ import annotations

@@ -6,6 +6,15 @@ fallback level out of a JSON response by dotted paths (``data.hits``; a numeric
 segment indexes a list: ``data.0.hits``). A results list longer than ``top_k`` is cut
 to its first ``top_k`` hits (the rest are counted, never parsed nor kept): a backend
 that ignores ``top_k`` can neither change the score nor blow up memory and reports.
+
+A document listed twice in one answer counts once, at its first place: after the cut
+to ``top_k``, every later copy is removed (and counted in ``repeats``) before ranks are
+assigned, so the hits after it move up. Scored, reported and exported, a live answer is
+then the same as the run file of its list without the repeats, which ``tuner score``
+reads (it refuses a run that lists a document twice, as trec_eval does). The rule is
+applied where a ``ParsedResponse`` is made, so both answer decoders
+(tuner.evaluation.answers' typed one and ``parse_response``) and every other maker of
+one give the same hits.
 """
 
 from __future__ import annotations
@@ -16,6 +25,7 @@ import re
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from operator import attrgetter
 from typing import Any
 
 import msgspec
@@ -27,6 +37,7 @@ from tuner.evaluation.spec import EvalSpec, RequestMapping, ResponseMapping
 
 _PLACEHOLDER = re.compile(r"^\{([A-Za-z_][A-Za-z0-9_]*)\}$")
 _MISSING = object()
+_DOC_ID = attrgetter("doc_id")
 
 
 class Hit(msgspec.Struct, frozen=True, gc=False):
@@ -53,6 +64,32 @@ class ParsedResponse:
     handoff_reason: str | None = None
     #: hits the service returned beyond ``top_k``, cut off unparsed (0 when it kept to top_k)
     truncated: int = 0
+    #: later copies of a document listed above them in the answer, removed (``first_occurrences``)
+    repeats: int = 0
+
+    def __post_init__(self) -> None:
+        # The one place the rule is applied: every answer, however it was decoded or built
+        # (the typed decoder, parse_response, a replay, a test), holds each document once.
+        hits, removed = first_occurrences(self.hits)
+        if removed or type(self.hits) is not tuple:
+            object.__setattr__(self, "hits", hits)
+        if removed:
+            object.__setattr__(self, "repeats", self.repeats + removed)
+
+
+def first_occurrences(hits: Sequence[Hit]) -> tuple[tuple[Hit, ...], int]:
+    """``hits`` with every later copy of a document removed (the first keeps its place;
+    the hits after a removed copy move up), and how many were removed."""
+    hits = tuple(hits)
+    n = len(hits)
+    if n < 2:
+        return hits, 0
+    if len(set(map(_DOC_ID, hits))) == n:  # the common case, on the event loop per answer: no copy
+        return hits, 0
+    seen: set[str] = set()
+    add = seen.add
+    kept = tuple(h for h in hits if not (h.doc_id in seen or add(h.doc_id)))
+    return kept, n - len(kept)
 
 
 # --------------------------------------------------------------------------- request

@@ -10,6 +10,11 @@ Rules that make the numbers comparable across trials:
 - Unlabelled hits count as Irrelevant; Judged@10 / Judged@20 say how many were labelled.
 - Hits beyond ``top_k`` were cut when the response was parsed (mapping.parse_response):
   ``n_truncated`` per query and ``N_Truncated_Hits`` in total say how many.
+- A document listed twice in one answer counts once, at its first place: the later
+  copies were removed when the response was parsed (mapping.first_occurrences), before
+  ranks were assigned, so the metrics, the reports' label sequences and the unjudged
+  hits all read the same list; ``n_repeats`` per query and ``N_Repeated_Hits`` in total
+  say how many were removed.
 - A failed query counts against the backend everywhere: in scope it scores 0 and
   counts as handed off; out of scope it counts as answered (a false positive). So a
   config can never look better by failing on hard queries. No query is dropped.
@@ -50,6 +55,7 @@ INFO_COLUMNS: tuple[str, ...] = (
     "latency_ms",
     "n_results",
     "n_truncated",
+    "n_repeats",
     "handoff",
     "answered",
     "handoff_reason",
@@ -66,6 +72,7 @@ OPERATION_KEYS: tuple[str, ...] = (
     "Failed_Queries",
     "Empty_Queries",
     "N_Truncated_Hits",
+    "N_Repeated_Hits",
     "N_Queries",
     "N_InScope_Queries",
     "N_OOS_Queries",
@@ -90,7 +97,7 @@ class BatchResult:
     fallback_histogram: pd.DataFrame | None
     failed: list[FailedQuery]
     queries: QuerySet
-    #: query_id -> hits as returned (raw; also for handed-off queries); empty when failed
+    #: query_id -> hits as returned, repeats removed (also for handed-off queries); empty when failed
     hits: dict[str, tuple[Hit, ...]]
     #: labels of the queries in this set only
     qrels: dict[str, dict[str, int]]
@@ -127,6 +134,11 @@ class BatchResult:
     def truncated_hits(self) -> int:
         """Hits the service returned beyond top_k, cut off, over every query."""
         return int(self.metrics.get("N_Truncated_Hits", 0))
+
+    @property
+    def repeated_hits(self) -> int:
+        """Later copies of a document already in the same answer, removed, over every query."""
+        return int(self.metrics.get("N_Repeated_Hits", 0))
 
 
 def evaluate_responses(
@@ -355,6 +367,7 @@ def _info_row(q: Query, o: QueryResponse | FailedQuery) -> dict[str, Any]:
         "latency_ms": np.nan if o.latency_ms is None else float(o.latency_ms),
         "n_results": len(r.hits) if r is not None else 0,
         "n_truncated": r.truncated if r is not None else 0,
+        "n_repeats": r.repeats if r is not None else 0,
         "handoff": r.handoff if r is not None else None,
         "handoff_reason": r.handoff_reason if r is not None else None,
         "confidence": np.nan if r is None or r.confidence is None else r.confidence,

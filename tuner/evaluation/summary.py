@@ -83,6 +83,8 @@ def batch_scorecard(
     summary["Empty_Queries"] = float((ok[ins] & (n_results[ins] == 0)).sum())
     # a backend that ignores top_k: what was cut off (OOS queries too; nothing of it is kept)
     summary["N_Truncated_Hits"] = float(info["n_truncated"].to_numpy().sum())
+    # a backend that lists a document twice in one answer: the later copies, removed before ranking
+    summary["N_Repeated_Hits"] = float(info["n_repeats"].to_numpy().sum())
     summary["N_Queries"] = float(len(info))
     summary["N_InScope_Queries"] = float(n_in)
     summary["N_OOS_Queries"] = float(is_oos.sum())

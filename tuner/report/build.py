@@ -49,7 +49,7 @@ SLIM_NOTE = ("slim report: no per-query top-20 snapshots, unjudged hits only dow
              "reports")
 #: per-query CSV columns of a slim report (then Judged@10, the scorecard's primary metrics and labels_top10)
 SLIM_CSV_COLUMNS: tuple[str, ...] = ("query_type", "source", "scope", "status", "handoff", "handoff_reason",
-                                     "confidence", "fallback_level", "n_results")
+                                     "confidence", "fallback_level", "n_results", "n_repeats")
 
 
 def label_token(grade: int | None) -> str:

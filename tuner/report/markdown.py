@@ -21,6 +21,10 @@ SLIM_SWEEP_ROWS = 11
 SLIM_FAILED_LISTED = 20
 #: context keys shown in their own section, not in the context table
 _SOLVED_KEYS = ("solved_gates", "solved_gates_note")
+#: said under the scorecard when answers listed a document twice (tuner.evaluation.mapping's rule)
+_REPEATS_NOTE = ("N_Repeated_Hits = {n}: answers listed a doc id again after its first place; each document counts "
+                 "once, at its first place, and the later copies were removed before ranks were assigned "
+                 "(per query: n_repeats), as a run file without the repeats scores in `tuner score`.")
 _SUMMARY_METRICS = ("Primary_Metric_Score", "NDCG@20", "ERR@10", "Strong_Precision@10")
 
 
@@ -108,6 +112,8 @@ def _scorecard(report: Mapping[str, Any]) -> str:
     for title, key in (("Primary", "primary"), ("Secondary", "secondary"), ("Out of scope / handoff", "oos"),
                        ("Operations and coverage", "operations")):
         out.append(f"### {title}\n\n" + table(["metric", "value"], [(m, _metric_value(m, card.get(m))) for m in groups[key]]))
+    if card.get("N_Repeated_Hits"):
+        out.append(_REPEATS_NOTE.format(n=int(card["N_Repeated_Hits"])))
     return "\n\n".join(out)
 
 
@@ -241,6 +247,8 @@ def _query_detail(q: Mapping[str, Any]) -> str:
     head = f"#### {q['query_id']}: {_cell(str(q['query']))}"
     facts = (f"scope {q['scope']}, type {q['query_type']}, source {q['source']}, status {q['status']}, "
              f"request_id `{q['request_id']}`, handoff {fmt(q['handoff'])}, confidence {fmt(q['confidence'])}")
+    if q.get("n_repeats"):
+        facts += f", repeats removed {q['n_repeats']}"
     if q.get("failure_reason"):
         facts += f"; failed: {_cell(str(q['failure_reason']))}"
     lines = [head, facts, f"top-20 labels: {q['labels_top20'] or '(no results)'}"]

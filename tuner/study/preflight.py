@@ -436,12 +436,14 @@ def _check_coverage(result: BatchResult) -> list[Finding]:
 
 
 def _check_duplicates(result: BatchResult) -> list[Finding]:
-    dup = [qid for qid, hits in result.hits.items() if len({h.doc_id for h in hits}) != len(hits)]
+    # the answers' repeats were removed when they were parsed (tuner.evaluation.mapping): counted per query
+    dup = [str(q) for q, n in result.per_query["n_repeats"].items() if n]
     if not dup:
         return []
     return [Finding(
         "duplicate_ids", "warn",
-        f"{len(dup)} queries return the same doc id twice (first: {dup[0]}); repeats are credited once, "
+        f"{len(dup)} queries return the same doc id twice (first: {dup[0]}); repeats are credited once: "
+        f"{result.repeated_hits} later copies were removed before ranking (per query: n_repeats), "
         "so the backend shows fewer distinct results than top_k")]
 
 
