@@ -61,3 +61,16 @@ def test_a_cache_written_before_the_fingerprints_is_migrated_and_still_hits(tmp_
         "cache miss: target.inputs newly declared since trial #7 of study old")
     ResultCache(path)  # opening a migrated cache again changes nothing
     assert len(ResultCache(path)) == 1
+
+
+def test_a_change_of_the_scoring_rules_changes_every_key(monkeypatch) -> None:
+    """Results scored under older rules (before repeats were removed from live answers)
+    must miss, not answer for the rules now."""
+    import tuner.study.result_cache as rc
+
+    def key() -> str:
+        return cache_key({"config.yaml": "x: 1\n"}, dataset_hash="d", labels_fingerprint="l", eval_spec_json="{}")
+
+    now = key()
+    monkeypatch.setattr(rc, "SCORING_RULES", "1")
+    assert key() != now

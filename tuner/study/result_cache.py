@@ -46,6 +46,12 @@ CREATE TABLE IF NOT EXISTS results (
 _DATA_COLUMNS = {"base_key": "TEXT", "inputs_digest": "TEXT", "inputs_files": "TEXT", "backend_fingerprint": "TEXT"}
 
 
+# The rules that turn answers into scores, as a version in every key: a change to them
+# (2: a live answer's repeated doc ids are removed before ranking) must not let a cache
+# written under the old rules answer for the new ones.
+SCORING_RULES = "2"
+
+
 def cache_key(
     config_texts: Mapping[str, str],
     *,
@@ -60,6 +66,7 @@ def cache_key(
     are declared in does not matter. `CacheKey` adds the data fingerprints.
     """
     digest = hashlib.sha256()
+    _update(digest, f"scoring rules {SCORING_RULES}")
     for name in sorted(config_texts):
         for part in (name, config_texts[name]):
             _update(digest, part)
