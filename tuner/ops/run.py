@@ -152,11 +152,15 @@ def _run_locked(
     helpers = start_helpers(prepared) if n_trials != 0 else None  # they import during the preflight
     if n_trials != 0:
         try:
-            preflight_on_target(prepared, preflight, target, wait, note=observer.note)
+            preflight_on_target(prepared, preflight, target, wait, note=observer.note, stop=stop)
         except BaseException:
             assert helpers is not None
             helpers.close()
             raise
+        if stop.is_set():  # a stop during the preflight: its batch aborted, the backend stopped, no trial starts
+            assert helpers is not None
+            helpers.close()
+            return _stopped_in_preflight(experiment, prepared, study, stale, maximize)
     from tuner.secrets import redact_mapping
 
     study.set_user_attr(ATTR_PREFLIGHT, redact_mapping(preflight.to_dict()))  # findings may quote a raw response
@@ -225,8 +229,25 @@ def _run_locked(
                 runner.applier.close()
             target.close()
             tracker.end_study(status=status, summary=summary_metrics(study, maximize=maximize))
+    summary = _summary(experiment, prepared, study, result, restored=restored, error=error, maximize=maximize)
+    if prepared.split is not None and summary.best is not None and error is None and result.stopped_by != "signal":
+        summary.holdout = _validate(experiment, summary, observer)
+    _publish(runner, study, experiment, summary)
+    return summary
+
+
+def _stopped_in_preflight(experiment: Experiment, prepared: Prepared, study: Any, stale: list[int],
+                          maximize: bool) -> RunSummary:
+    """The summary of a run stopped (SIGTERM, Ctrl-C) before its first trial: nothing was
+    patched (a journal left by a killed run was replayed by ``prepare``), no MLflow run made."""
+    result = RunResult(experiment.study, stopped_by="signal", stale_failed=stale)
+    return _summary(experiment, prepared, study, result, restored=[], error=None, maximize=maximize)
+
+
+def _summary(experiment: Experiment, prepared: Prepared, study: Any, result: RunResult, *, restored: list[Path],
+             error: str | None, maximize: bool) -> RunSummary:
     trials = study.get_trials(deepcopy=False)
-    summary = RunSummary(
+    return RunSummary(
         study_name=experiment.study,
         result=result,
         best=best_feasible_trial(trials, maximize=maximize),
@@ -238,10 +259,6 @@ def _run_locked(
         restored=restored,
         error=error,
     )
-    if prepared.split is not None and summary.best is not None and error is None and result.stopped_by != "signal":
-        summary.holdout = _validate(experiment, summary, observer)
-    _publish(runner, study, experiment, summary)
-    return summary
 
 
 def _publish(runner: Any, study: Any, experiment: Experiment, summary: RunSummary) -> None:
