@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from optuna.trial import FrozenTrial
 
 from tuner.dburl import redact
-from tuner.errors import StudyError, TargetError, TunerError
+from tuner.errors import DiskFull, StudyError, TargetError, TunerError
 from tuner.evaluation.holdout import record_split
 from tuner.ops.check import preflight_on_target, static_preflight
 from tuner.ops.dashboard_specs import dashboard_commands
@@ -91,13 +91,35 @@ def run_experiment(
     stop = stop or StopFlag()
     observer = observer or StudyObserver()
     experiment = experiment.bind_port()
-    # Nothing is read from the journal or patched before both locks are ours.
-    with patch_rights(experiment.storage, experiment.study, experiment.target.config_files, mode="exclusive",
-                      command="tuner run") as lease:
-        for line in lease.notes:
-            observer.note(line)
-        return _run_locked(experiment, lease, n_trials=n_trials, timeout=timeout, stop=stop, observer=observer,
-                           use_cache=use_cache, skip_checks=skip_checks)
+    try:
+        # Nothing is read from the journal or patched before both locks are ours.
+        with patch_rights(experiment.storage, experiment.study, experiment.target.config_files, mode="exclusive",
+                          command="tuner run") as lease:
+            for line in lease.notes:
+                observer.note(line)
+            return _run_locked(experiment, lease, n_trials=n_trials, timeout=timeout, stop=stop, observer=observer,
+                               use_cache=use_cache, skip_checks=skip_checks)
+    except Exception as exc:
+        full = disk_full_in_state(exc, experiment)
+        if full is None:
+            raise
+        raise full from exc
+
+
+def disk_full_in_state(exc: BaseException, experiment: Experiment) -> DiskFull | None:
+    """The one-line DiskFull of a run that ``exc`` ended, when a full
+    filesystem caused it (SQLite's "database or disk is full" under Optuna's
+    StorageInternalError, or ENOSPC), else None. It says whether the config files are
+    back as found: the restore runs before any error leaves the run, and the restore
+    journal is removed only once every file is back."""
+    from tuner.diskspace import disk_full
+    from tuner.study.locks import sqlite_path
+
+    journal = experiment.journal_path
+    restored = ("the config files are restored" if not journal.exists() else
+                f"a restore journal is left ({journal}): the next `tuner run` or `tuner apply` restores the config")
+    return disk_full(exc, experiment.state_dir, sqlite_path(experiment.storage),
+                     fix=f"{restored}; free space on it or point state_dir (and a SQLite storage) at a larger disk")
 
 
 def _run_locked(
