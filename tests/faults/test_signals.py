@@ -108,8 +108,9 @@ def test_sigterm_mid_health_wait_fails_the_trial_as_interrupted(tmp_path: Path, 
     assert_survived(record)
 
 
-def test_sigterm_during_the_preflight_aborts_its_batch(tmp_path: Path, calibration: Calibration,
-                                                       fault_log: FaultLog) -> None:
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_during_the_preflight_aborts_its_batch(tmp_path: Path, calibration: Calibration,
+                                                        fault_log: FaultLog, sig: signal.Signals, code: int) -> None:
     # The preflight's backend (life 1) holds every search until the release file exists, which the
     # test writes only after the run ended: the tuner's abort is the only way its batch ends early.
     # Before the abort, each held query took the whole retry schedule (4 attempts of timeout_s) and
@@ -120,7 +121,7 @@ def test_sigterm_during_the_preflight_aborts_its_batch(tmp_path: Path, calibrati
     try:
         wait_until(lambda: project.serving(1) or not run.alive(), "the preflight's batch is under way")
         assert run.alive(), "the run ended before its preflight searched"
-        run.send_signal(signal.SIGTERM)
+        run.send_signal(sig)
         first = run.wait()
     finally:
         run.kill_quietly()
@@ -128,15 +129,16 @@ def test_sigterm_during_the_preflight_aborts_its_batch(tmp_path: Path, calibrati
     before, lives = project.trials(), project.lives()
     again = project.tuner("run", "--n-trials", "1", "--no-cache")
     checks = {
-        "exit 143": first.returncode == 143,
+        f"exit {code} (128 + {sig.name})": first.returncode == code,
         "no traceback, no error line": "Traceback" not in first.output and "error:" not in first.stderr,
-        "said the preflight was aborted by SIGTERM": "preflight: batch aborted after" in first.stdout
-        and "interrupted by SIGTERM; stopped before the first trial" in first.stdout,
+        f"said the preflight was aborted by {sig.name}": "preflight: batch aborted after" in first.stdout
+        and f"interrupted by {sig.name}; stopped before the first trial" in first.stdout,
         "stopped by signal, no trial": "stopped by signal" in first.stdout and states(before) == [],
         "the backend was started once, for the preflight": lives == 1,
         "no restore journal left": not project.journal_left(),
         "locks free after the signal": project.locks_free(),
         "the next run measures the baseline": again.returncode == 0 and states(project.trials()) == ["COMPLETE"],
     }
-    record = fault_log.add(judge("sigterm-preflight", assess(project, calibration), checks))
+    record = fault_log.add(judge("sigterm-preflight", assess(project, calibration), checks,
+                                 injections={f"run, {sig.name}": {}}))
     assert_survived(record)
