@@ -52,3 +52,7 @@ class BackendExited(TargetError):
 
 class StudyError(TunerError):
     """The study cannot continue (failure budget exceeded, storage refused, ...)."""
+
+
+class DiskFull(TunerError):
+    """A write failed because the filesystem holding it is full (tuner.diskspace)."""

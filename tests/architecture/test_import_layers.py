@@ -19,6 +19,7 @@ LAYERS = {
     "tuner.dburl": 0,
     "tuner.secrets": 0,
     "tuner.threads": 0,
+    "tuner.diskspace": 0,
     "tuner.metrics": 1,
     "tuner.data": 2,
     "tuner.evaluation": 3,

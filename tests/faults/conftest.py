@@ -23,7 +23,8 @@ CLASSES = (
     "backend-never-healthy", "http-5xx-storm", "timeouts", "malformed-json", "mlflow-unavailable",
     "postgres-restart", "two-runs-one-study", "slow-drip", "oversized-response", "backend-killed-mid-batch",
     "apply-breaks-constraint", "drift-since-study", "every-trial-fails", "unwritable-config-tag",
-    "config-owned-by-service-user", "planted-secret", "failed-label-import",
+    "config-owned-by-service-user", "planted-secret", "failed-label-import", "sigterm-preflight",
+    "disk-full",
 )
 _LOG = pytest.StashKey[FaultLog]()
 _SIGKILL_RUNS = pytest.StashKey[dict[str, dict[str, Any]]]()

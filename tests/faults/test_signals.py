@@ -1,10 +1,12 @@
-"""SIGTERM of `tuner run` mid-trial (SIGKILL is test_sigkill_run.py's).
+"""SIGTERM of `tuner run` mid-trial and during its preflight (SIGKILL is test_sigkill_run.py's).
 
 The fault backend stretches one trial's phase so the signal lands inside it: a
 batch whose searches wait for the test's release file, or a health wait the backend
 answers 503 for a few seconds. The first SIGTERM lets the trial end (a batch already under way
 is measured to the end; a trial not yet evaluating fails as interrupted, which does
 not count against n_trials), restores the config and exits 143; the next run resumes.
+A SIGTERM during the preflight aborts its batch at once (no trial would use its numbers):
+the backend stops, no trial starts, exit 143.
 """
 
 from __future__ import annotations
@@ -103,4 +105,40 @@ def test_sigterm_mid_health_wait_fails_the_trial_as_interrupted(tmp_path: Path, 
               **resumed(project, before, again)}
     record = fault_log.add(judge("sigterm-runner", assess(project, calibration), checks,
                                  injections={"mid-health-wait": {}}))
+    assert_survived(record)
+
+
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_during_the_preflight_aborts_its_batch(tmp_path: Path, calibration: Calibration,
+                                                        fault_log: FaultLog, sig: signal.Signals, code: int) -> None:
+    # The preflight's backend (life 1) holds every search until the release file exists, which the
+    # test writes only after the run ended: the tuner's abort is the only way its batch ends early.
+    # Before the abort, each held query took the whole retry schedule (4 attempts of timeout_s) and
+    # the run ended on the failed preflight with exit 2.
+    project = Project.create(tmp_path / "term-preflight", study="term-preflight", n_trials=4,
+                             plan={"1": {"hold_until": RELEASE}})
+    run = project.start("run", "--no-cache")
+    try:
+        wait_until(lambda: project.serving(1) or not run.alive(), "the preflight's batch is under way")
+        assert run.alive(), "the run ended before its preflight searched"
+        run.send_signal(sig)
+        first = run.wait()
+    finally:
+        run.kill_quietly()
+        project.release()
+    before, lives = project.trials(), project.lives()
+    again = project.tuner("run", "--n-trials", "1", "--no-cache")
+    checks = {
+        f"exit {code} (128 + {sig.name})": first.returncode == code,
+        "no traceback, no error line": "Traceback" not in first.output and "error:" not in first.stderr,
+        f"said the preflight was aborted by {sig.name}": "preflight: batch aborted after" in first.stdout
+        and f"interrupted by {sig.name}; stopped before the first trial" in first.stdout,
+        "stopped by signal, no trial": "stopped by signal" in first.stdout and states(before) == [],
+        "the backend was started once, for the preflight": lives == 1,
+        "no restore journal left": not project.journal_left(),
+        "locks free after the signal": project.locks_free(),
+        "the next run measures the baseline": again.returncode == 0 and states(project.trials()) == ["COMPLETE"],
+    }
+    record = fault_log.add(judge("sigterm-preflight", assess(project, calibration), checks,
+                                 injections={f"run, {sig.name}": {}}))
     assert_survived(record)

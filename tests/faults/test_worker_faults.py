@@ -1,4 +1,4 @@
-"""SIGKILL and SIGTERM of a `tuner worker` mid-trial (PostgreSQL storage).
+"""SIGKILL and SIGTERM of a `tuner worker` mid-trial, SIGTERM in its preflight (PostgreSQL storage).
 
 One worker (replica 0) runs the study; trial 1's searches wait for the test's release
 file, so the signal lands while the replica's config copy holds that trial's values.
@@ -8,6 +8,8 @@ file, so the signal lands while the replica's config copy holds that trial's val
   params and completes the study.
 - SIGTERM: the worker finishes the trial under way, restores its copy, stops its
   backend and exits 143 (stopped by SIGTERM); the next start completes the study.
+- SIGTERM during the replica's preflight: its batch is aborted at once, the backend
+  stopped, no trial starts, exit 143 (class sigterm-preflight, as `tuner run`'s).
 
 The original config is never patched by a worker; it and the replica copy must both
 equal the original at the end.
@@ -120,4 +122,34 @@ def test_sigterm_of_a_worker_mid_trial(tmp_path: Path, pg_storage: tuple[str, st
         "the study reached n_trials": states(project.trials()) == ["COMPLETE"] * N_TRIALS,
         "the original config was never patched": project.config.read_bytes() == project.original,
     }))
+    assert_survived(record)
+
+
+def test_sigterm_of_a_worker_during_its_preflight(tmp_path: Path, pg_storage: tuple[str, str],
+                                                  calibration: Calibration, fault_log: FaultLog) -> None:
+    # The replica's preflight backend (life 1) holds every search until the release file exists, which
+    # the test writes only after the worker ended: only the tuner's abort ends that batch early.
+    project = Project.create(tmp_path / "term-worker-preflight", study="term-worker-preflight", n_trials=N_TRIALS,
+                             storage=pg_storage[0], plan={"1": {"hold_until": RELEASE}})
+    worker = project.start(*WORKER)
+    try:
+        wait_until(lambda: project.serving(1) or not worker.alive(), "the replica's preflight batch is under way")
+        assert worker.alive(), "the worker ended before its preflight searched"
+        worker.send_signal(signal.SIGTERM)
+        done = worker.wait()
+    finally:
+        worker.kill_quietly()
+        project.release()
+    before, lives = project.trials(), project.lives()
+    again = project.tuner(*WORKER)
+    record = fault_log.add(judge("sigterm-preflight", assess(project, calibration), {
+        "exit 143 (128 + SIGTERM, as tuner run)": done.returncode == 143,
+        "said the preflight was aborted by the signal": "preflight: batch aborted after" in done.output
+        and "stopped before the first trial" in done.output,
+        "no trial ran, the backend started once": states(before) == [] and lives == 1,
+        "the replica's copy as found": replica_copy(project).read_bytes() == project.original,
+        "locks free": project.locks_free(),
+        "the next worker exits 0": again.returncode == 0,
+        "the study reached n_trials": states(project.trials()) == ["COMPLETE"] * N_TRIALS,
+    }, injections={"worker preflight": {}}))
     assert_survived(record)

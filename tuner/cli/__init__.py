@@ -59,14 +59,26 @@ _register_all()
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Console-script entry point: run the app, map TunerError to a one-line error."""
+    """Console-script entry point: run the app, map TunerError (and any error a full disk
+    caused, tuner.diskspace) to a one-line error."""
     from tuner.threads import limit_blas_threads
 
     limit_blas_threads()
     try:
         app(args=argv)
     except TunerError as exc:
-        from tuner.secrets import redact_text
+        _fail(exc)
+    except Exception as exc:
+        from tuner.diskspace import disk_full
 
-        typer.secho(f"error: {redact_text(str(exc))}", err=True, fg=typer.colors.RED)  # last line of defence
-        sys.exit(exc.exit_code)
+        full = disk_full(exc)  # a command that does not name what it writes: one line all the same
+        if full is None:
+            raise
+        _fail(full)
+
+
+def _fail(exc: TunerError) -> None:
+    from tuner.secrets import redact_text
+
+    typer.secho(f"error: {redact_text(str(exc))}", err=True, fg=typer.colors.RED)  # last line of defence
+    sys.exit(exc.exit_code)

@@ -43,6 +43,7 @@ from typing import Any, Literal
 from tuner.data.labelfiles import GRADES, Judgment, LabelFormat, detect_format, read_judgments
 from tuner.data.qrels import GradeMap
 from tuner.data.unjudged import export_unjudged
+from tuner.diskspace import disk_full
 from tuner.errors import InputError, LabelError, TunerError
 
 _SCHEMA = """
@@ -213,7 +214,13 @@ class LabelStore:
             raise LabelError(f"{self.path}: cannot open label database ({exc}); check the path and permissions") from exc
         try:
             yield con
-        except sqlite3.DatabaseError as exc:
+        except (sqlite3.DatabaseError, OSError) as exc:
+            # a full disk hides behind SQLite's "cannot rollback" of the transaction it rolled back itself
+            full = disk_full(exc, self.path)
+            if full is not None:
+                raise full from exc
+            if isinstance(exc, OSError):
+                raise
             raise LabelError(f"{self.path}: label database error ({exc}); is it a fusion-tuner label DB?") from exc
         finally:
             con.close()

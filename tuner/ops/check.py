@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from tuner.errors import TunerError
 from tuner.study.preflight import (
     Finding,
     PreflightReport,
@@ -22,6 +23,8 @@ from tuner.study.preflight import (
 )
 
 if TYPE_CHECKING:
+    from tuner.evaluation.client import Abort
+    from tuner.study.stop import StopFlag
     from tuner.study.wiring import Prepared
 
 
@@ -67,10 +70,13 @@ def live_preflight(
     start: Callable[[], None],
     full: bool = False,
     seed: int = 0,
+    abort: Abort | None = None,
 ) -> PreflightReport:
     """Evaluate the config as found and add the batch checks to ``report``.
 
     ``start`` brings the backend up on the config as found and waits until healthy.
+    ``abort`` ends the batches (the evaluation, fusion replay's explained one) as it ends
+    a trial's: BatchAborted with its reason (tuner.evaluation.batch).
     """
     from tuner.evaluation import run_batch
     from tuner.evaluation.probe import fetch_raw
@@ -78,7 +84,7 @@ def live_preflight(
     exp = prepared.experiment
     queries, used_seed = (prepared.queries, None) if full else sample_queries(prepared.queries, seed=seed)
     start()
-    result = run_batch(exp.evaluation, queries, prepared.qrels, order_seed=seed)
+    result = run_batch(exp.evaluation, queries, prepared.qrels, order_seed=seed, abort=abort)
     report.n_checked, report.sample_seed = len(queries), used_seed
     if used_seed is not None:
         report.findings.insert(0, Finding(
@@ -95,22 +101,25 @@ def live_preflight(
     report.extend(check_oos_movable(result, exp.constraints, tuned_keys=[p.path for p in prepared.space.params],
                                     gates=list(prepared.gates.values())))
     if prepared.replay is not None:
-        report.extend([replay_finding(prepared, queries, seed)])
+        report.extend([replay_finding(prepared, queries, seed, abort=abort)])
     return report
 
 
-def replay_finding(prepared: Prepared, queries: Any, seed: int) -> Finding:
+def replay_finding(prepared: Prepared, queries: Any, seed: int, *, abort: Abort | None = None) -> Finding:
     """Fusion replay checked before the first trial: the queries run once, explained, on
     the config as found, and every answer replayed at the setting the backend served
     (tuner.study.replay_measure.served_problem). A stop when it cannot be replayed."""
     from tuner.errors import TunerError
+    from tuner.evaluation.client import BatchAborted
     from tuner.evaluation.explain_batch import run_explained
     from tuner.study.replay_measure import served_problem
 
     exp, plan = prepared.experiment, prepared.replay
     try:
         batch = run_explained(exp.evaluation, queries, prepared.qrels, request_fields=plan.config.request,
-                              explain_path=plan.config.explain, order_seed=seed)
+                              explain_path=plan.config.explain, order_seed=seed, abort=abort)
+    except BatchAborted:
+        raise  # a stop or a dead backend: no finding about the config
     except TunerError as exc:
         return Finding("replay", "stop", f"fusion replay: {str(exc).splitlines()[0]}")
     problem = served_problem(batch, exp.evaluation.top_k, plan)
@@ -139,14 +148,42 @@ def gate_values(prepared: Prepared) -> dict[str, Any]:
 
 
 def preflight_on_target(prepared: Prepared, report: PreflightReport, target: Any, wait: Callable[[], None], *,
-                        note: Callable[[str], None] = lambda text: None, full: bool = False) -> PreflightReport:
+                        note: Callable[[str], None] = lambda text: None, full: bool = False,
+                        stop: StopFlag | None = None) -> PreflightReport:
     """``live_preflight`` on a `Target` (started here): every finding goes to ``note``;
-    a stop raises PreflightError after the backend is stopped again."""
+    a stop finding raises PreflightError after the backend is stopped again.
+
+    Its batch is aborted as a trial's is (tuner.study.wiring.build_runner): at once when
+    the backend dies, and when ``stop`` is set (SIGTERM, Ctrl-C) with no grace, since
+    no trial will use its numbers. A stop request, whenever it came, returns the report
+    as far as it got with the backend stopped; the caller sees ``stop.is_set()`` and
+    starts no trial."""
+    from tuner.evaluation.batch import any_abort
+
+    def stop_reason() -> str | None:
+        return stop.reason if stop is not None and stop.is_set() else None
+
     note("preflight: evaluating the config as found")
     try:
-        live_preflight(prepared, report, start=lambda: (target.start(), wait()), full=full)
-        for finding in report.findings:
-            note(finding.note)
+        live_preflight(prepared, report, start=lambda: (target.start(), wait()), full=full,
+                       abort=any_abort(target.failure, stop_reason))
+    except TunerError as exc:
+        target.close()
+        if stop_reason() is None:
+            raise
+        # the stop (or, as it came, a query's failure) ended the batch: a stop, not a finding
+        note(f"preflight: {str(exc).splitlines()[0]}; stopped before the first trial, the config files were not touched")
+        return report
+    except BaseException:
+        target.close()
+        raise
+    for finding in report.findings:
+        note(finding.note)
+    if stop_reason() is not None:  # it came as the batch ended: the run stops all the same
+        target.close()
+        note(f"preflight: {stop_reason()}; stopped before the first trial, the config files were not touched")
+        return report
+    try:
         report.raise_for_stops()
     except BaseException:
         target.close()

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from optuna.trial import FrozenTrial
 
 from tuner.dburl import redact
-from tuner.errors import StudyError, TargetError, TunerError
+from tuner.errors import DiskFull, StudyError, TargetError, TunerError
 from tuner.evaluation.holdout import record_split
 from tuner.ops.check import preflight_on_target, static_preflight
 from tuner.ops.dashboard_specs import dashboard_commands
@@ -91,13 +91,35 @@ def run_experiment(
     stop = stop or StopFlag()
     observer = observer or StudyObserver()
     experiment = experiment.bind_port()
-    # Nothing is read from the journal or patched before both locks are ours.
-    with patch_rights(experiment.storage, experiment.study, experiment.target.config_files, mode="exclusive",
-                      command="tuner run") as lease:
-        for line in lease.notes:
-            observer.note(line)
-        return _run_locked(experiment, lease, n_trials=n_trials, timeout=timeout, stop=stop, observer=observer,
-                           use_cache=use_cache, skip_checks=skip_checks)
+    try:
+        # Nothing is read from the journal or patched before both locks are ours.
+        with patch_rights(experiment.storage, experiment.study, experiment.target.config_files, mode="exclusive",
+                          command="tuner run") as lease:
+            for line in lease.notes:
+                observer.note(line)
+            return _run_locked(experiment, lease, n_trials=n_trials, timeout=timeout, stop=stop, observer=observer,
+                               use_cache=use_cache, skip_checks=skip_checks)
+    except Exception as exc:
+        full = disk_full_in_state(exc, experiment)
+        if full is None:
+            raise
+        raise full from exc
+
+
+def disk_full_in_state(exc: BaseException, experiment: Experiment) -> DiskFull | None:
+    """The one-line DiskFull of a run that ``exc`` ended, when a full
+    filesystem caused it (SQLite's "database or disk is full" under Optuna's
+    StorageInternalError, or ENOSPC), else None. It says whether the config files are
+    back as found: the restore runs before any error leaves the run, and the restore
+    journal is removed only once every file is back."""
+    from tuner.diskspace import disk_full
+    from tuner.study.locks import sqlite_path
+
+    journal = experiment.journal_path
+    restored = ("the config files are restored" if not journal.exists() else
+                f"a restore journal is left ({journal}): the next `tuner run` or `tuner apply` restores the config")
+    return disk_full(exc, experiment.state_dir, sqlite_path(experiment.storage),
+                     fix=f"{restored}; free space on it or point state_dir (and a SQLite storage) at a larger disk")
 
 
 def _run_locked(
@@ -152,11 +174,15 @@ def _run_locked(
     helpers = start_helpers(prepared) if n_trials != 0 else None  # they import during the preflight
     if n_trials != 0:
         try:
-            preflight_on_target(prepared, preflight, target, wait, note=observer.note)
+            preflight_on_target(prepared, preflight, target, wait, note=observer.note, stop=stop)
         except BaseException:
             assert helpers is not None
             helpers.close()
             raise
+        if stop.is_set():  # a stop during the preflight: its batch aborted, the backend stopped, no trial starts
+            assert helpers is not None
+            helpers.close()
+            return _stopped_in_preflight(experiment, prepared, study, stale, maximize)
     from tuner.secrets import redact_mapping
 
     study.set_user_attr(ATTR_PREFLIGHT, redact_mapping(preflight.to_dict()))  # findings may quote a raw response
@@ -225,8 +251,25 @@ def _run_locked(
                 runner.applier.close()
             target.close()
             tracker.end_study(status=status, summary=summary_metrics(study, maximize=maximize))
+    summary = _summary(experiment, prepared, study, result, restored=restored, error=error, maximize=maximize)
+    if prepared.split is not None and summary.best is not None and error is None and result.stopped_by != "signal":
+        summary.holdout = _validate(experiment, summary, observer)
+    _publish(runner, study, experiment, summary)
+    return summary
+
+
+def _stopped_in_preflight(experiment: Experiment, prepared: Prepared, study: Any, stale: list[int],
+                          maximize: bool) -> RunSummary:
+    """The summary of a run stopped (SIGTERM, Ctrl-C) before its first trial: nothing was
+    patched (a journal left by a killed run was replayed by ``prepare``), no MLflow run made."""
+    result = RunResult(experiment.study, stopped_by="signal", stale_failed=stale)
+    return _summary(experiment, prepared, study, result, restored=[], error=None, maximize=maximize)
+
+
+def _summary(experiment: Experiment, prepared: Prepared, study: Any, result: RunResult, *, restored: list[Path],
+             error: str | None, maximize: bool) -> RunSummary:
     trials = study.get_trials(deepcopy=False)
-    summary = RunSummary(
+    return RunSummary(
         study_name=experiment.study,
         result=result,
         best=best_feasible_trial(trials, maximize=maximize),
@@ -238,10 +281,6 @@ def _run_locked(
         restored=restored,
         error=error,
     )
-    if prepared.split is not None and summary.best is not None and error is None and result.stopped_by != "signal":
-        summary.holdout = _validate(experiment, summary, observer)
-    _publish(runner, study, experiment, summary)
-    return summary
 
 
 def _publish(runner: Any, study: Any, experiment: Experiment, summary: RunSummary) -> None:

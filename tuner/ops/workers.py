@@ -184,10 +184,13 @@ def _run_replica(
     replica.up(note)
     try:
         # each replica checks its own backend (its copy of the config, its port)
-        preflight_on_target(prepared, preflight, target, wait, note=note)
-        target.start()
-        adopt_backend(runner, exp.target.config_files, wait, note=note)
-        result = loop.run(n_trials=None, timeout=timeout_s if timeout_s is not None else exp.timeout_s)
+        preflight_on_target(prepared, preflight, target, wait, note=note, stop=stop)
+        if stop.is_set():  # a stop during the preflight: its batch aborted, the backend stopped, no trial starts
+            result.stopped_by = "signal"
+        else:
+            target.start()
+            adopt_backend(runner, exp.target.config_files, wait, note=note)
+            result = loop.run(n_trials=None, timeout=timeout_s if timeout_s is not None else exp.timeout_s)
         status = "KILLED" if result.stopped_by == "signal" else "FINISHED"
     except StudyError as exc:
         error = str(exc)
