@@ -160,6 +160,7 @@ def check_experiment(experiment: Any, *, full: bool = False, seed: int = 0) -> t
     Never replays or touches a restore journal: one that exists belongs to a killed
     run, which the next `tuner run` replays. Returns the
     report and the experiment's own warnings (space vs config, sampler)."""
+    from tuner.config.journal import pending, recover_hint
     from tuner.study.wiring import prepare
     from tuner.targets.factory import make_target
     from tuner.targets.health import wait_target_healthy
@@ -167,10 +168,9 @@ def check_experiment(experiment: Any, *, full: bool = False, seed: int = 0) -> t
     experiment = experiment.bind_port()
     prepared = prepare(experiment, recover_journal=False)
     report = static_preflight(prepared)
-    if experiment.journal_path.exists():
-        report.findings.insert(0, Finding(
-            "journal", "warn", f"a restore journal exists ({experiment.journal_path}): a run is live or was killed, "
-            "so the config files may hold a trial's values rather than the original"))
+    found = pending(experiment.journal_path)
+    if found is not None:
+        report.findings.insert(0, Finding("journal", "warn", found.line(recover_hint(experiment.source))))
     if any(f.code == "template_field" for f in report.stops):
         return report, prepared.warnings  # every request would fail: nothing to send
     from tuner.study.file_locks import config_locks
