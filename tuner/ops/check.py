@@ -138,13 +138,42 @@ def gate_values(prepared: Prepared) -> dict[str, Any]:
     return {space[n].path: current[n] for n in names if n in current}
 
 
+def start_on_files(prepared: Prepared, target: Any, wait: Callable[[], Any], *,
+                   note: Callable[[str], None] = lambda text: None, fresh: bool = False) -> None:
+    """Start the backend so that it serves the config files as found before anything is
+    measured: a backend already up before the start (a compose service's containers) is
+    restarted when a restore journal was just replayed, or when its health answer does
+    not prove (``target.reload.fingerprint``) that it serves the file on disk -- it may
+    still serve a killed run's trial config. ``fresh``: the caller has just brought the
+    backend up on the files (a worker's compose replica, `up` after its leftovers ended)."""
+    from tuner.targets.reload import serves_files
+
+    up = [] if fresh else target.up_before_start()
+    target.start()
+    health = wait()
+    if not up:
+        return
+    exp = prepared.experiment
+    if prepared.replayed is None and serves_files(health, exp.target.reload, exp.target.config_files):
+        return
+    why = ("a restore journal was replayed" if prepared.replayed is not None
+           else "nothing proves it serves the config files as found (target.reload.fingerprint)")
+    note(f"restarting the backend ({', '.join(up)} was already up) before the preflight: {why}, and it may still "
+         "serve a killed run's trial config")
+    target.restart()
+    wait()
+
+
 def preflight_on_target(prepared: Prepared, report: PreflightReport, target: Any, wait: Callable[[], None], *,
-                        note: Callable[[str], None] = lambda text: None, full: bool = False) -> PreflightReport:
-    """``live_preflight`` on a `Target` (started here): every finding goes to ``note``;
-    a stop raises PreflightError after the backend is stopped again."""
+                        note: Callable[[str], None] = lambda text: None, full: bool = False,
+                        fresh: bool = False) -> PreflightReport:
+    """``live_preflight`` on a `Target` (started here, serving the files as found:
+    `start_on_files`): every finding goes to ``note``; a stop raises PreflightError
+    after the backend is stopped again."""
     note("preflight: evaluating the config as found")
     try:
-        live_preflight(prepared, report, start=lambda: (target.start(), wait()), full=full)
+        live_preflight(prepared, report, start=lambda: start_on_files(prepared, target, wait, note=note, fresh=fresh),
+                       full=full)
         for finding in report.findings:
             note(finding.note)
         report.raise_for_stops()

@@ -186,7 +186,8 @@ def _run_replica(
     replica.up(note)
     try:
         # each replica checks its own backend (its copy of the config, its port)
-        preflight_on_target(prepared, preflight, target, wait, note=note)
+        preflight_on_target(prepared, preflight, target, wait, note=note,
+                            fresh=bool(getattr(replica, "brought_up", False)))
         target.start()
         adopt_backend(runner, exp.target.config_files, wait, note=note)
         result = loop.run(n_trials=None, timeout=timeout_s if timeout_s is not None else exp.timeout_s)
