@@ -81,3 +81,15 @@ def test_a_journal_an_older_tuner_wrote_names_no_owner_but_still_reads(tmp_path:
     assert "owner" not in payload
     found = pending(journal)
     assert found is not None and found.owner == "a tuner command"
+
+
+def test_a_reader_names_an_unreadable_journal_instead_of_failing(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from tuner.cli.study_common import pending_journal_line
+
+    journal = tmp_path / "restore-journal.json"
+    journal.write_text("{not json")
+    line = pending_journal_line(SimpleNamespace(journal_path=journal, source="exp.yaml"))
+    assert line is not None and line.startswith("restore journal pending but unreadable: ")
+    assert "restore the config by hand" in line

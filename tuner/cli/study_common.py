@@ -36,8 +36,12 @@ def pending_journal_line(experiment: Any) -> str | None:
     """The one line saying a restore journal is pending (tuner.config.journal.Pending.line),
     or None when there is none."""
     from tuner.config.journal import pending, recover_hint
+    from tuner.errors import TargetError
 
-    found = pending(experiment.journal_path)
+    try:
+        found = pending(experiment.journal_path)
+    except TargetError as exc:  # a reader still shows what it reads; the journal's problem is the line
+        return f"restore journal pending but unreadable: {exc}"
     return None if found is None else found.line(recover_hint(experiment.source))
 
 
