@@ -211,6 +211,16 @@ def test_start_starts_stopped_containers_and_stop_stops_only_those() -> None:
     assert engine.calls[-1] == ("stop", "a") and len(engine.calls) == 2
 
 
+def test_up_before_start_names_the_running_containers_start_leaves_as_they_are() -> None:
+    # What a running container serves is unknown (a killed run's trial config): the run
+    # restarts it before its preflight (tuner.ops.check.start_on_files).
+    engine = FakeEngine(("proj", box("a", status="exited")), ("proj", box("b")), ("proj", box("m", "mlflow")))
+    t = target(engine)
+    assert t.up_before_start() == [engine.by_id["b"].name]
+    t.start()
+    assert t.up_before_start() == [engine.by_id["b"].name]  # the one start started is known
+
+
 def test_problem_is_none_for_running_and_starting_containers() -> None:
     assert problem(box("a")) is None
     assert problem(box("a", health="starting")) is None

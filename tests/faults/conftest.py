@@ -1,6 +1,6 @@
 """The fault suite's collector and its summary: one line per fault class at the end of
 the session, e.g. ``fault sigterm-runner: injected 2, survived 2, trials lost 0, configs
-left patched 0`` (faultlib has the definitions). Each scenario asserts its own record,
+left patched 0, served other than the file 0`` (faultlib has the definitions). Each scenario asserts its own record,
 so the suite fails when a fault class regresses; the summary says how badly.
 
 test_sigkill_run.py (another suite's scenario, not changed here) is summarised as the
@@ -24,7 +24,7 @@ CLASSES = (
     "postgres-restart", "two-runs-one-study", "slow-drip", "oversized-response", "backend-killed-mid-batch",
     "apply-breaks-constraint", "drift-since-study", "every-trial-fails", "unwritable-config-tag",
     "config-owned-by-service-user", "planted-secret", "failed-label-import", "sigterm-preflight",
-    "disk-full",
+    "disk-full", "sigkill-apply", "sigkill-runner-served", "sigkill-docker-runner-served",
 )
 _LOG = pytest.StashKey[FaultLog]()
 _SIGKILL_RUNS = pytest.StashKey[dict[str, dict[str, Any]]]()
@@ -105,5 +105,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         terminalreporter.write_line(line)
     lost = sum(r.trials_lost for r in log.records)
     patched = sum(r.configs_left_patched for r in log.records)
-    terminalreporter.write_line(f"fault suite total: trials lost {lost}, configs left patched {patched}")
+    served = sum(r.served_not_the_file for r in log.records)
+    terminalreporter.write_line(f"fault suite total: trials lost {lost}, configs left patched {patched}, "
+                                f"served other than the file {served}")
 

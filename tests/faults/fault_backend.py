@@ -20,6 +20,10 @@ restore). PLAN maps a life number (or "*", every life) to its faults::
     {"3": {"hold_until": "PATH"}}   # every search waits until PATH exists (the test releases it)
     {"3": {"malformed": "truncated"}}  # 200 with a broken body: truncated | html | wrong-shape
 
+``/health`` and the start event report ``config_fingerprint``, the sha256 of CONFIG's
+bytes as read at start-up (as the reference backend does), so a test can tell which file
+a life serves.
+
 Every start and search is appended to ``DIR/events.jsonl`` (one write per line), so a
 test can wait for "life 3 is serving" before it signals the tuner. The plan's faults
 are what the tuner must survive, the events are how the suite times them.
@@ -61,10 +65,11 @@ def read_depth(config: Path) -> int:
 class Life:
     """One start of the backend: its number, config and faults, and a search counter."""
 
-    def __init__(self, state: Path, number: int, depth: int, faults: dict[str, Any]) -> None:
+    def __init__(self, state: Path, number: int, depth: int, faults: dict[str, Any], fingerprint: str = "") -> None:
         self.state = state
         self.number = number
         self.depth = depth
+        self.fingerprint = fingerprint
         self.faults = faults
         self.started = time.monotonic()
         self.searches = 0
@@ -120,7 +125,8 @@ def make_handler(life: Life) -> type[BaseHTTPRequestHandler]:
             if self.path.split("?")[0] != "/health":
                 self._send(404, b'{"detail": "not found"}')
             elif life.healthy():
-                self._send(200, json.dumps({"status": "ok", "life": life.number, "depth": life.depth}).encode())
+                self._send(200, json.dumps({"status": "ok", "life": life.number, "depth": life.depth,
+                                                  "config_fingerprint": life.fingerprint}).encode())
             else:
                 self._send(503, b'{"status": "starting"}')
 
@@ -178,10 +184,13 @@ class Server(ThreadingHTTPServer):
 
 def serve(config: Path, port: int, state: Path, plan: dict[str, Any]) -> Server:
     """A started server for one life (the caller runs ``serve_forever``)."""
+    import hashlib
+
     number = next_life(state)
-    life = Life(state, number, read_depth(config), faults_for(plan, number))
+    raw = config.read_bytes()
+    life = Life(state, number, read_depth(config), faults_for(plan, number), hashlib.sha256(raw).hexdigest())
     server = Server(("127.0.0.1", port), make_handler(life))
-    life.log("start", depth=life.depth, faults=life.faults, config=str(config))
+    life.log("start", depth=life.depth, faults=life.faults, config=str(config), config_fingerprint=life.fingerprint)
     return server
 
 

@@ -16,6 +16,9 @@ What counts (the definitions the suite reports on):
 - a config is LEFT PATCHED when its bytes differ from the original once the faulted
   process (and, after a SIGKILL, the next start or the worker's reaper) is done; the
   replica copies of `tuner worker` count too;
+- a backend SERVED OTHER THAN THE FILE when, after a recovery (the next start after a
+  SIGKILL, `tuner apply --recover`), what it serves -- the config fingerprint its
+  health answer reports -- is not the sha256 of the config file on disk;
 - an ORPHAN is a live process whose command line names the project's directory (the
   tuner, its backends, a worker's reaper): nothing may be left behind;
 - a fault is SURVIVED when its checks hold (the tuner ended the way it should: a clean
@@ -68,6 +71,7 @@ class FaultRecord:
     survived: int = 0
     trials_lost: int = 0
     configs_left_patched: int = 0
+    served_not_the_file: int = 0
     problems: list[str] = field(default_factory=list)
 
     def add(self, other: FaultRecord) -> None:
@@ -75,15 +79,18 @@ class FaultRecord:
         self.survived += other.survived
         self.trials_lost += other.trials_lost
         self.configs_left_patched += other.configs_left_patched
+        self.served_not_the_file += other.served_not_the_file
         self.problems += other.problems
 
     def line(self) -> str:
         return (f"fault {self.name}: injected {self.injected}, survived {self.survived}, "
-                f"trials lost {self.trials_lost}, configs left patched {self.configs_left_patched}")
+                f"trials lost {self.trials_lost}, configs left patched {self.configs_left_patched}, "
+                f"served other than the file {self.served_not_the_file}")
 
     @property
     def clean(self) -> bool:
-        return self.survived == self.injected and not self.trials_lost and not self.configs_left_patched
+        return (self.survived == self.injected and not self.trials_lost and not self.configs_left_patched
+                and not self.served_not_the_file)
 
 
 class FaultLog:
@@ -115,13 +122,16 @@ class Damage:
     lost: list[str] = field(default_factory=list)
     patched: list[str] = field(default_factory=list)
     orphans: list[str] = field(default_factory=list)
+    served: list[str] = field(default_factory=list)  # recoveries after which the backend served another config
 
     def merged(self, other: Damage) -> Damage:
-        return Damage(self.lost + other.lost, self.patched + other.patched, self.orphans + other.orphans)
+        return Damage(self.lost + other.lost, self.patched + other.patched, self.orphans + other.orphans,
+                      self.served + other.served)
 
     def problems(self) -> list[str]:
         return ([f"lost: {x}" for x in self.lost] + [f"left patched: {x}" for x in self.patched]
-                + [f"left running: {x}" for x in self.orphans])
+                + [f"left running: {x}" for x in self.orphans]
+                + [f"served other than the file: {x}" for x in self.served])
 
 
 def judge(name: str, damage: Damage, checks: Mapping[str, bool],
@@ -133,7 +143,8 @@ def judge(name: str, damage: Damage, checks: Mapping[str, bool],
     injections = injections or {name: {}}
     shared = [f"check failed: {k}" for k, ok in checks.items() if not ok] + damage.problems()
     record = FaultRecord(name, injected=len(injections), trials_lost=len(damage.lost),
-                         configs_left_patched=len(damage.patched), problems=list(shared))
+                         configs_left_patched=len(damage.patched), served_not_the_file=len(damage.served),
+                         problems=list(shared))
     for label, own in injections.items():
         failed = [f"check failed ({label}): {k}" for k, ok in own.items() if not ok]
         record.problems += failed

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from tuner.cli.study_common import ExperimentArg, SkipChecksOption, quiet_libraries
+from tuner.cli.study_common import ExperimentArg, SkipChecksOption, quiet_libraries, warn_pending_journal
 
 
 def register(app: typer.Typer) -> None:
@@ -24,6 +24,9 @@ def apply_command(
     skip_checks: SkipChecksOption = False,
     force: Annotated[bool, typer.Option("--force", help=(
         "Write even keys edited by hand since the study measured them (drift)."))] = False,
+    recover: Annotated[bool, typer.Option("--recover", help=(
+        "Only replay a restore journal a killed command left (originals back) and restart the backend on them."))]
+    = False,
 ) -> None:
     """Write the best feasible (or --trial N) config into the target; re-check it, roll back if it does not hold."""
     from tuner.config.experiment import load_experiment
@@ -33,11 +36,19 @@ def apply_command(
     quiet_libraries()
     exp = load_experiment(experiment)
     if dry_run:  # reads only: never takes a lock, never replays a journal
+        warn_pending_journal(console, exp)
         _apply(console, exp, trial=trial, dry_run=True, tolerance=tolerance, skip_checks=skip_checks, force=force)
         return
     with apply_rights(exp) as lease:
         for line in lease.notes:
             console.print(f"[yellow]{line}[/]", soft_wrap=True)
+        if recover:
+            from tuner.ops.apply import recover_apply
+
+            console.print(recover_apply(exp, on_step=lambda s: console.print(s, style="dim", soft_wrap=True,
+                                                                             highlight=False, markup=False)),
+                          style="bold", soft_wrap=True, highlight=False, markup=False)
+            return
         _apply(console, exp, trial=trial, dry_run=False, tolerance=tolerance, skip_checks=skip_checks, force=force)
 
 
@@ -45,7 +56,13 @@ def _apply(console: Console, exp: Any, *, trial: int | None, dry_run: bool, tole
            skip_checks: bool, force: bool) -> None:
     from tuner.ops.apply import apply_plan, plan_apply
 
-    plan = plan_apply(exp, trial_number=trial, recover_journal=not dry_run)
+    def replayed(line: str) -> None:  # a killed command's journal: say what came back, and serve it
+        from tuner.ops.apply import restart_on_files
+
+        console.print(line, style="bold yellow", soft_wrap=True, highlight=False, markup=False)
+        restart_on_files(exp, on_step=lambda s: console.print(f"[dim]{s}[/]"))
+
+    plan = plan_apply(exp, trial_number=trial, recover_journal=not dry_run, on_replay=replayed)
     for line in plan.prepared.patcher.notes:
         console.print(f"[yellow]{line}[/]", soft_wrap=True, highlight=False)
     if dry_run:  # the static checks cost nothing: say what a real apply would refuse

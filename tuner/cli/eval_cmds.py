@@ -105,10 +105,9 @@ def eval_command(
         if started is not None:  # its backend, started here on the config as found (tuner.ops.backend)
             from tuner.ops.backend import served_as_found
 
-            if started.journal_path.exists():
-                console.print(f"[yellow]warning:[/] a restore journal exists ({started.journal_path}): a run is live "
-                              "or was killed, so the config files may hold a trial's values rather than the original; "
-                              "`tuner run` restores them", highlight=False)
+            from tuner.cli.study_common import warn_pending_journal
+
+            warn_pending_journal(console, started)
             backend = served_as_found(started, command="tuner eval")
     else:
         if queries is None:

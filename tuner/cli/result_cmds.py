@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from tuner.cli.study_common import ExperimentArg, quiet_libraries
+from tuner.cli.study_common import ExperimentArg, quiet_libraries, warn_pending_journal
 
 
 def register(app: typer.Typer) -> None:
@@ -30,6 +30,7 @@ def best_command(
 
     console = Console()
     exp = load_experiment(experiment, check_paths=False)
+    warn_pending_journal(console, exp)
     frame = analysis.trials_frame(load_study(exp).get_trials(deepcopy=False))
     analysis.require_trials(frame, exp.study)
     maximize = exp.objective.direction == "maximize"
@@ -86,6 +87,7 @@ def report_command(
 
     console = Console()
     exp = load_experiment(experiment, check_paths=False)
+    warn_pending_journal(console, exp)
     quiet_libraries()
     study = load_study(exp)
     frame = analysis.trials_frame(study.get_trials(deepcopy=False))

@@ -1,11 +1,12 @@
 """What the study commands (run, best, report, apply, demo) share: the experiment
-argument, the --skip-checks option and quieting the libraries' INFO logging."""
+argument, the --skip-checks option, quieting the libraries' INFO logging and the line
+every reader of the config prints while a restore journal is pending."""
 
 from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -29,3 +30,23 @@ def quiet_libraries() -> None:
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     warnings.filterwarnings("ignore", module="mlflow")
 
+
+
+def pending_journal_line(experiment: Any) -> str | None:
+    """The one line saying a restore journal is pending (tuner.config.journal.Pending.line),
+    or None when there is none."""
+    from tuner.config.journal import pending, recover_hint
+    from tuner.errors import TargetError
+
+    try:
+        found = pending(experiment.journal_path)
+    except TargetError as exc:  # a reader still shows what it reads; the journal's problem is the line
+        return f"restore journal pending but unreadable: {exc}"
+    return None if found is None else found.line(recover_hint(experiment.source))
+
+
+def warn_pending_journal(console: Any, experiment: Any) -> None:
+    """Print the pending-journal line (loud, whole, never folded) when there is one."""
+    line = pending_journal_line(experiment)
+    if line is not None:
+        console.print(f"warning: {line}", style="bold red", soft_wrap=True, highlight=False, markup=False)

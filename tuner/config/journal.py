@@ -8,12 +8,16 @@ crash.
 
 Public API::
 
-    Journal(path)
+    Journal(path, owner=None)                     # owner: "tuner apply of trial #3 (study demo)"
         .active -> bool
         .begin(files) -> None                     # record the originals (once)
         .originals() -> dict[Path, bytes]; .metas() -> dict[Path, FileMeta]
         .restore() -> list[Path]                  # originals back, journal removed
     recover(journal_path) -> list[Path]           # replay a journal left by a crash
+    pending(journal_path) -> Pending | None       # what a journal on disk would restore
+        .line(resolve) -> str                     # the one loud line of a reader
+        .replayed_line(restored) -> str           # what a replay restored, from whose journal
+    recover_hint(experiment_file) -> str          # the command that resolves a pending journal
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import json
 import os
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -46,8 +51,11 @@ class Journal:
     older tuner's) restores the bytes and keeps the files' current owner and mode.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, owner: str | None = None) -> None:
         self.path = Path(path)
+        #: the command (and trial) whose writes this journal undoes, recorded by `begin`
+        #: so the reader of a journal a crash left can say whose it is
+        self.owner = owner
 
     @property
     def active(self) -> bool:
@@ -75,7 +83,8 @@ class Journal:
                     **({"uid": meta.uid, "gid": meta.gid, "mode": meta.mode} if meta is not None else {}),
                 }
             )
-        payload = {"version": JOURNAL_VERSION, "created_at": time.time(), "pid": os.getpid(), "files": entries}
+        payload = {"version": JOURNAL_VERSION, "created_at": time.time(), "pid": os.getpid(),
+                   **({"owner": self.owner} if self.owner else {}), "files": entries}
         self.path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(self.path, json.dumps(payload, indent=1).encode("utf-8"), mode=0o600)
 
@@ -146,3 +155,83 @@ def recover(journal_path: Path) -> list[Path]:
     was no journal).
     """
     return Journal(journal_path).restore()
+
+
+@dataclass(frozen=True)
+class Pending:
+    """A restore journal on disk, as a reader sees it (nothing replayed)."""
+
+    path: Path
+    owner: str  # whose writes it undoes ("tuner apply of trial #3 (study demo)"; "a tuner" when not recorded)
+    pid: int | None
+    created_at: float | None
+    files: list[Path]
+    differ: list[Path]  # the files whose bytes are not the originals now
+    alive: bool  # its writer still runs (a live run's journal, not a crash's)
+
+    def _whose(self) -> str:
+        when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(self.created_at)) if self.created_at else "?"
+        state = "still running" if self.alive else "no longer running"
+        return f"{self.owner} (pid {self.pid if self.pid is not None else '?'}, {state}; journal written {when})"
+
+    def _what(self) -> str:
+        if not self.differ:
+            return f"{_names(self.files)} (already the original bytes; only owner or mode may change)"
+        return f"{_names(self.differ)} (now holding other bytes than the original)"
+
+    def line(self, resolve: str) -> str:
+        """The one line every command that reads the config prints while this journal is
+        on disk: the journal, whose it is, what a replay would restore, what resolves it."""
+        head = f"restore journal pending: {display_path(self.path)}, left by {self._whose()}"
+        if self.alive:
+            return (f"{head}: the config files hold its writes until it ends and restores {_names(self.files)}; "
+                    f"if that process is not a tuner any more, {resolve}")
+        return f"{head}: the config files and what the backend serves may be its unchecked writes; a replay " \
+               f"restores {self._what()}; {resolve}"
+
+    def replayed_line(self, restored: Sequence[Path]) -> str:
+        """What the replay of this journal did (after ``recover``)."""
+        done = (f"restored {_names(restored)} (original bytes, owner and mode)" if restored
+                else f"{_names(self.files)} already held the originals, nothing rewritten")
+        return f"replayed the restore journal {display_path(self.path)} left by {self._whose()}: {done}"
+
+
+def recover_hint(experiment_file: Path | str) -> str:
+    """The command that resolves a pending journal (for `Pending.line`)."""
+    return (f"`tuner apply {experiment_file} --recover` replays it and restarts the backend on the originals "
+            "(so does the next `tuner run` or `tuner apply`)")
+
+
+def _names(files: Sequence[Path]) -> str:
+    return ", ".join(display_path(Path(f)) for f in files) or "no file"
+
+
+def _alive(pid: int | None) -> bool:
+    if pid is None or pid == os.getpid():
+        return False  # this process replays only journals a dead process left
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def pending(journal_path: Path) -> Pending | None:
+    """The journal at ``journal_path`` as a reader sees it, or None when there is none.
+    Reads only; TargetError when it cannot be read (the fix is to restore by hand)."""
+    journal = Journal(journal_path)
+    if not journal.active:
+        return None
+    payload = journal._load()
+    originals = journal.originals()
+    differ = [p for p, data in originals.items() if not p.exists() or p.read_bytes() != data]
+    pid = payload.get("pid")
+    pid = int(pid) if isinstance(pid, int) else None
+    created = payload.get("created_at")
+    return Pending(
+        path=journal.path, owner=str(payload.get("owner") or "a tuner command"), pid=pid,
+        created_at=float(created) if isinstance(created, (int, float)) else None,
+        files=list(originals), differ=differ, alive=_alive(pid),
+    )

@@ -11,6 +11,16 @@ crash mid-apply is undone by the next `tuner run` / `tuner apply`), restarts the
 backend, waits for health, re-evaluates the query set and compares the objective with
 the trial's value. Outside the tolerance -- or when the backend does not come up or the
 evaluation fails -- it rolls back: originals back, backend restarted on them.
+
+The crash window: from the write to the verdict (restart, health wait, re-evaluation,
+comparison) the files hold the unchecked trial config and the journal is on disk;
+everything that can be done before the write is (static checks, backups, target and
+evaluator built), and the journal goes only after the verdict. A SIGKILL inside it
+leaves the journal pending: every reader says so, and `recover_apply` (`tuner apply
+--recover`) or the next `tuner run` / `tuner apply` replays it and restarts the backend
+on the originals before measuring anything.
+
+    recover_apply(experiment, on_step=None) -> str   # replay a pending journal, restart on it
 """
 
 from __future__ import annotations
@@ -82,15 +92,19 @@ def apply_rights(experiment: Experiment) -> Any:
                         command="tuner apply")
 
 
-def plan_apply(experiment: Experiment, *, trial_number: int | None = None, recover_journal: bool = True) -> ApplyPlan:
+def plan_apply(experiment: Experiment, *, trial_number: int | None = None, recover_journal: bool = True,
+               on_replay: Callable[[str], None] = lambda line: None) -> ApplyPlan:
     """Render the chosen trial onto the config files as they are now (nothing written).
 
     ``recover_journal``: replay a restore journal left by a crash first; only a caller
     holding `apply_rights` may (a dry run must not: the journal may be a live run's, and
-    its originals are the right base to render from anyway)."""
+    its originals are the right base to render from anyway). ``on_replay`` gets the line
+    saying what the replay restored, at once (before anything else can stop the plan)."""
     study = load_study(experiment)
     maximize = experiment.objective.direction == "maximize"
     prepared = prepare(experiment, recover_journal=recover_journal)
+    if prepared.replayed:
+        on_replay(prepared.replayed)
     problem = labels_mismatch(study, experiment, prepared.labels_fingerprint)
     if problem is not None:  # the trials were ranked, and their scores measured, on other labels
         raise LabelError(problem)
@@ -188,11 +202,17 @@ def apply_plan(
     exp = plan.experiment.bind_port()
     prepared = plan.prepared
     patcher = prepared.patcher
+    if patcher.journal is not None:  # a crash inside the window below leaves a journal naming this apply
+        patcher.journal.owner = f"tuner apply of trial #{plan.trial_number} (study {exp.study!r})"
     on_step("backing up the config files")
     backups = backup_configs(patcher.files, exp.state_dir / "backups")
     result = ApplyResult(plan, applied=False, backups=backups)
     target = make_target(exp.target, exp.state_dir)
     health = exp.target.health
+    # Built before the write: the crash window (write .. verdict) holds only what needs
+    # the new config served.
+    evaluator = LiveEvaluator(exp, prepared.queries, prepared.qrels, prepared.labels_fingerprint)
+    evaluator.abort = target.failure  # a backend that dies mid-batch ends it at once
 
     def restart_and_wait() -> None:
         target.restart()
@@ -205,8 +225,6 @@ def apply_plan(
             on_step("restarting the backend")
             restart_and_wait()
             on_step("re-evaluating the query set")
-            evaluator = LiveEvaluator(exp, prepared.queries, prepared.qrels, prepared.labels_fingerprint)
-            evaluator.abort = target.failure  # a backend that dies mid-batch ends it at once
             batch = evaluator.evaluate(order_seed=0, on_result=lambda qid, row: None)
             measured = float(batch.metrics[plan.objective])
             stops = [] if skip_checks else [f for f in check_batch(batch, exp.evaluation) if f.level == "stop"]
@@ -262,7 +280,41 @@ def violated_constraints(constraints: Any, metrics: Any) -> list[str]:
 
 
 def _commit(patcher: Any) -> None:
-    """Keep the written config: drop the restore journal instead of replaying it."""
+    """Keep the written config: drop the restore journal instead of replaying it (the
+    directory synced, so a power loss cannot bring it back to undo a checked apply)."""
+    from tuner.files import fsync_dir
+
     journal = getattr(patcher, "journal", None)
     if journal is not None and journal.path.exists():
         journal.path.unlink()
+        fsync_dir(journal.path.parent)
+
+
+def restart_on_files(experiment: Experiment, on_step: Callable[[str], None] = lambda step: None) -> None:
+    """Restart the backend on the config files as they are now and wait until healthy:
+    after a replay, a backend left up may still serve the killed command's config."""
+    from tuner.targets.factory import make_target
+    from tuner.targets.health import wait_target_healthy
+
+    exp = experiment.bind_port()
+    on_step("restarting the backend on the restored config")
+    target = make_target(exp.target, exp.state_dir)
+    try:
+        target.restart()
+        wait_target_healthy(exp.target.health, target)
+    finally:
+        target.close()
+
+
+def recover_apply(experiment: Experiment, on_step: Callable[[str], None] = lambda step: None) -> str:
+    """`tuner apply --recover` (the caller holds `apply_rights`): replay a pending
+    restore journal, restart the backend on the restored files and wait until healthy.
+    Returns the line saying what it did."""
+    from tuner.config.journal import pending, recover
+
+    found = pending(experiment.journal_path)
+    if found is None:
+        return f"no restore journal pending ({experiment.journal_path}): nothing to recover"
+    line = found.replayed_line(recover(experiment.journal_path))
+    restart_on_files(experiment, on_step)
+    return f"{line}; the backend was restarted on them and is healthy"

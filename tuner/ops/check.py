@@ -147,10 +147,37 @@ def gate_values(prepared: Prepared) -> dict[str, Any]:
     return {space[n].path: current[n] for n in names if n in current}
 
 
+def start_on_files(prepared: Prepared, target: Any, wait: Callable[[], Any], *,
+                   note: Callable[[str], None] = lambda text: None, fresh: bool = False) -> None:
+    """Start the backend so that it serves the config files as found before anything is
+    measured: a backend already up before the start (a compose service's containers) is
+    restarted when a restore journal was just replayed, or when its health answer does
+    not prove (``target.reload.fingerprint``) that it serves the file on disk -- it may
+    still serve a killed run's trial config. ``fresh``: the caller has just brought the
+    backend up on the files (a worker's compose replica, `up` after its leftovers ended)."""
+    from tuner.targets.reload import serves_files
+
+    up = [] if fresh else target.up_before_start()
+    target.start()
+    health = wait()
+    if not up:
+        return
+    exp = prepared.experiment
+    if prepared.replayed is None and serves_files(health, exp.target.reload, exp.target.config_files):
+        return
+    why = ("a restore journal was replayed" if prepared.replayed is not None
+           else "nothing proves it serves the config files as found (target.reload.fingerprint)")
+    note(f"restarting the backend ({', '.join(up)} was already up) before the preflight: {why}, and it may still "
+         "serve a killed run's trial config")
+    target.restart()
+    wait()
+
+
 def preflight_on_target(prepared: Prepared, report: PreflightReport, target: Any, wait: Callable[[], None], *,
                         note: Callable[[str], None] = lambda text: None, full: bool = False,
-                        stop: StopFlag | None = None) -> PreflightReport:
-    """``live_preflight`` on a `Target` (started here): every finding goes to ``note``;
+                        stop: StopFlag | None = None, fresh: bool = False) -> PreflightReport:
+    """``live_preflight`` on a `Target` (started here, serving the files as found:
+    `start_on_files`; ``fresh`` as there): every finding goes to ``note``;
     a stop finding raises PreflightError after the backend is stopped again.
 
     Its batch is aborted as a trial's is (tuner.study.wiring.build_runner): at once when
@@ -165,7 +192,8 @@ def preflight_on_target(prepared: Prepared, report: PreflightReport, target: Any
 
     note("preflight: evaluating the config as found")
     try:
-        live_preflight(prepared, report, start=lambda: (target.start(), wait()), full=full,
+        live_preflight(prepared, report, full=full,
+                       start=lambda: start_on_files(prepared, target, wait, note=note, fresh=fresh),
                        abort=any_abort(target.failure, stop_reason))
     except TunerError as exc:
         target.close()
@@ -197,6 +225,7 @@ def check_experiment(experiment: Any, *, full: bool = False, seed: int = 0) -> t
     Never replays or touches a restore journal: one that exists belongs to a killed
     run, which the next `tuner run` replays. Returns the
     report and the experiment's own warnings (space vs config, sampler)."""
+    from tuner.config.journal import pending, recover_hint
     from tuner.study.wiring import prepare
     from tuner.targets.factory import make_target
     from tuner.targets.health import wait_target_healthy
@@ -204,10 +233,9 @@ def check_experiment(experiment: Any, *, full: bool = False, seed: int = 0) -> t
     experiment = experiment.bind_port()
     prepared = prepare(experiment, recover_journal=False)
     report = static_preflight(prepared)
-    if experiment.journal_path.exists():
-        report.findings.insert(0, Finding(
-            "journal", "warn", f"a restore journal exists ({experiment.journal_path}): a run is live or was killed, "
-            "so the config files may hold a trial's values rather than the original"))
+    found = pending(experiment.journal_path)
+    if found is not None:
+        report.findings.insert(0, Finding("journal", "warn", found.line(recover_hint(experiment.source))))
     if any(f.code == "template_field" for f in report.stops):
         return report, prepared.warnings  # every request would fail: nothing to send
     from tuner.study.file_locks import config_locks

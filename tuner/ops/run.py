@@ -129,8 +129,10 @@ def _run_locked(
     prepared = prepare(experiment)
     for line in prepared.patcher.notes:  # a config written in place (its owner kept)
         observer.note(line)
-    for line in prepared.recovered:
-        observer.note(f"restored {line} from a restore journal left by an interrupted run")
+    if prepared.replayed:  # what a killed command left, put back before anything reads the config
+        observer.note(prepared.replayed)
+    if prepared.patcher.journal is not None:  # whose writes a journal this run leaves would undo
+        prepared.patcher.journal.owner = f"tuner run of study {experiment.study!r}"
     preflight = static_preflight(prepared, skip=skip_checks)
     preflight.raise_for_stops()
     paths = StudyPaths(experiment.state_dir, experiment.study)

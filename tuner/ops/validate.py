@@ -91,6 +91,10 @@ def _validate_holdout(
         raise StudyError(f"study {experiment.study!r} has no baseline trial; set baseline: true and run it first")
     exp = experiment.bind_port()
     prepared = prepare(exp)
+    if prepared.replayed:
+        on_step(prepared.replayed)
+    if prepared.patcher.journal is not None:
+        prepared.patcher.journal.owner = f"tuner validate of study {experiment.study!r}"
     for line in prepared.patcher.notes:
         on_step(line)
     all_queries = prepared.all_queries if prepared.all_queries is not None else prepared.queries

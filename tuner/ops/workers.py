@@ -122,8 +122,10 @@ def _run_replica(
     from tuner.targets.reaper import PidRecordingTarget, start_reaper
 
     prepared = prepare(exp)
-    for line in prepared.recovered:
-        note(f"restored {line} from a restore journal left by a killed worker")
+    if prepared.replayed:
+        note(prepared.replayed)
+    if prepared.patcher.journal is not None:
+        prepared.patcher.journal.owner = f"tuner worker --replica {replica.index} of study {exp.study!r}"
     for line in prepared.patcher.notes:
         note(line)
     preflight = static_preflight(prepared, skip=skip_checks)
@@ -184,7 +186,8 @@ def _run_replica(
     replica.up(note)
     try:
         # each replica checks its own backend (its copy of the config, its port)
-        preflight_on_target(prepared, preflight, target, wait, note=note, stop=stop)
+        preflight_on_target(prepared, preflight, target, wait, note=note, stop=stop,
+                            fresh=bool(getattr(replica, "brought_up", False)))
         if stop.is_set():  # a stop during the preflight: its batch aborted, the backend stopped, no trial starts
             result.stopped_by = "signal"
         else:

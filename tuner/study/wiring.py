@@ -81,6 +81,9 @@ class Prepared:
     gates: dict[str, GateRange] = field(default_factory=dict)  # post-retrieval param -> its range, solved per trial
     dataset_note: str | None = None  # what dataset.unjudged_queries did (tuner.data.dataset.judged_subset)
     replay: Any = None  # tuner.study.fusion_search.ReplayPlan: fusion params replayed per trial (replay:)
+    #: what the replay of a crash's restore journal restored, from whose journal (one line;
+    #: None: no journal was replayed). A backend left up may still serve the crash's config.
+    replayed: str | None = None
 
 
 def prepare(experiment: Experiment, *, recover_journal: bool = True) -> Prepared:
@@ -89,12 +92,13 @@ def prepare(experiment: Experiment, *, recover_journal: bool = True) -> Prepared
     label store has none for the dataset; a label file changed since its import stops
     here, see `load_dataset`), and split off the holdout queries."""
     from tuner.config.configpatch import ConfigPatcher
-    from tuner.config.journal import recover
+    from tuner.config.journal import pending, recover
     from tuner.config.space.loading import load_space
     from tuner.evaluation.holdout import tune_split
     from tuner.study.threshold import check_gate_mapping, solvable_gates
 
-    recovered = recover(experiment.journal_path) if recover_journal else []
+    found = pending(experiment.journal_path) if recover_journal else None
+    recovered = recover(experiment.journal_path) if found is not None else []
     space = load_space(experiment.search_space, experiment.target.config_files)
     # ConfigError now, not after the first trial; solvable_gates goes in sorted name order.
     gates = dict(zip(sorted(space.post_retrieval), solvable_gates(space), strict=True))
@@ -122,7 +126,8 @@ def prepare(experiment: Experiment, *, recover_journal: bool = True) -> Prepared
         warnings.append(dataset_note)
     queries, split = tune_split(all_queries, experiment.holdout)
     return Prepared(experiment, space, patcher, queries, qrels, labels_fp, warnings, recovered,
-                    all_queries=all_queries, split=split, gates=gates, dataset_note=dataset_note, replay=replay)
+                    all_queries=all_queries, split=split, gates=gates, dataset_note=dataset_note, replay=replay,
+                    replayed=found.replayed_line(recovered) if found is not None else None)
 
 
 def load_dataset(experiment: Experiment) -> tuple[QuerySet, dict[str, dict[str, int]], str, str | None]:

@@ -21,6 +21,13 @@ class Target(ABC):
     def start(self) -> None:
         """Make sure the backend runs (start it if it does not). Idempotent."""
 
+    def up_before_start(self) -> list[str]:
+        """What of the backend already runs before `start` (names), started by no one this
+        process knows of: what it serves is unknown (a killed run's trial, a hand edit),
+        so a run restarts it before it measures the config as found. Default: nothing
+        (a process target's backend never outlives its run; `start` ends a leftover)."""
+        return []
+
     @abstractmethod
     def restart(self) -> None:
         """Restart the backend so it reads its config files again. Returns at once;

@@ -207,6 +207,10 @@ class DockerTarget(Target):
 
     # -- Target
 
+    def up_before_start(self) -> list[str]:
+        """The service's containers already running: `start` leaves them as they are."""
+        return [c.name for c in self.containers() if c.status == "running" and c.id not in self._started_by_us]
+
     def start(self) -> None:
         containers = self.containers()
         self._check_mounts(containers)

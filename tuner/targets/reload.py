@@ -11,6 +11,7 @@ without ``target.reload``).
     restart_reason(served, new, restart_keys) -> str | None   # pure: why this change needs a restart
     expected_fingerprint(texts, file_index) -> str            # pure: sha256 hex of a file's utf-8 bytes
     normalize_fingerprint(value) -> str                       # "sha256:ABC.." -> "abc.."
+    serves_files(health, reload, config_files) -> bool        # the health answer proves the file is served
     ConfigApplier(target, wait_healthy, reload, health, config_files, served)
         .apply(texts, phase) -> Applied     # right after the texts were written
         .mark_served(texts) / .forget()     # the caller restarted the backend itself
@@ -102,6 +103,18 @@ def expected_fingerprint(texts: Mapping[Path, str] | Sequence[str], file_index: 
     bytes, no newline translation (ConfigPatcher.write). ``texts`` in config_files order."""
     values = list(texts.values()) if isinstance(texts, Mapping) else list(texts)
     return hashlib.sha256(values[file_index].encode("utf-8")).hexdigest()
+
+
+def serves_files(health: Any, reload: ReloadConfig | None, config_files: Sequence[Path]) -> bool:
+    """Whether a health answer proves the backend serves the config file on disk: it
+    reports (``target.reload.fingerprint``) the sha256 of its bytes."""
+    if reload is None or reload.fingerprint is None or not isinstance(health, Mapping):
+        return False
+    seen = _dotted(health, reload.fingerprint)
+    if seen is _MISSING or seen is None or reload.fingerprint_file >= len(config_files):
+        return False
+    file = Path(config_files[reload.fingerprint_file])
+    return normalize_fingerprint(seen) == hashlib.sha256(file.read_bytes()).hexdigest()
 
 
 def normalize_fingerprint(value: Any) -> str:
