@@ -134,10 +134,18 @@ class StudyLoop:
         started = self.clock()
         self.observer.study_started(self.study, planned=n_trials, timeout=timeout)
         try:
-            if self.pipeline and hasattr(self.runner, "begin"):
-                self._loop_pipelined(result, started, n_trials=n_trials, timeout=timeout)
-            else:
-                self._loop(result, started, n_trials=n_trials, timeout=timeout)
+            while True:
+                if self.pipeline and hasattr(self.runner, "begin"):
+                    self._loop_pipelined(result, started, n_trials=n_trials, timeout=timeout)
+                else:
+                    self._loop(result, started, n_trials=n_trials, timeout=timeout)
+                # a worker that reached the study-wide count with nothing of its own in flight
+                # waits for the other workers' last trials: a killed worker's are failed when
+                # their heartbeat goes stale, and their retries are run here
+                own_limit = n_trials is not None and len(result.ran) >= n_trials
+                if (result.stopped_by != "n_trials" or own_limit or self.replica is None
+                        or self.study_total is None or not self._await_other_replicas(result)):
+                    break
         finally:
             flush_started = self.clock()
             self.runner.flush()  # the last trial's reports and MLflow run
@@ -179,6 +187,35 @@ class StudyLoop:
         if self.study_total is not None and retry_transient(lambda: count_counted(self.study)) >= self.study_total:
             return "n_trials"
         return None
+
+    def _await_other_replicas(self, result: RunResult) -> bool:
+        """The study-wide count is reached (this worker has no trial in flight), but it
+        counts trials other workers are running: wait until they end, or go stale (their
+        worker was killed; failed here, and their retries queued). True when some went
+        stale: the count dropped, so go on. Without the wait the last live worker left a
+        killed one's trials RUNNING, never retried. Two live workers cannot wait on each
+        other: each waits only once its own trials have ended."""
+        interval = _heartbeat_interval(self.study)
+        if interval is None:  # no heartbeats: a dead worker's trials can never be told apart
+            return False
+        told = False
+        while not self.stop.is_set():
+            others = retry_transient(lambda: [
+                t.number for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+                if t.system_attrs.get(ATTR_REPLICA) not in (None, self.replica)])
+            if not others:
+                return False
+            failed = retry_transient(lambda: fail_stale_heartbeats(self.study))
+            if failed:
+                result.stale_failed.extend(failed)
+                return True
+            if not told:
+                self.observer.note(f"study-wide trial count reached; waiting for trial(s) "
+                                   f"{', '.join(f'#{n}' for n in others)} of other workers (a killed worker's are "
+                                   "failed and retried once its heartbeat is stale)")
+                told = True
+            self.stop.wait(min(interval, 5.0))
+        return False
 
     def _raise_if_budget_spent(self, result: RunResult) -> None:
         why = self.budget.exceeded()
@@ -319,6 +356,12 @@ def heartbeat(storage: optuna.storages.BaseStorage, trial_id: int) -> Iterator[N
     finally:
         stop.set()
         thread.join()
+
+
+def _heartbeat_interval(study: optuna.Study) -> float | None:
+    storage: Any = study._storage
+    get = getattr(storage, "get_heartbeat_interval", None)
+    return get() if get is not None else None
 
 
 def fail_stale_heartbeats(study: optuna.Study) -> list[int]:

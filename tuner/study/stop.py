@@ -22,6 +22,10 @@ class StopFlag:
     def is_set(self) -> bool:
         return self._event.is_set()
 
+    def wait(self, timeout: float) -> bool:
+        """Sleep up to ``timeout`` seconds, waking at once when the flag is set."""
+        return self._event.wait(timeout)
+
 
 class TrialInterrupted(TunerError):
     """A stop was requested before the trial reached its evaluation."""
