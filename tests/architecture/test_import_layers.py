@@ -20,6 +20,7 @@ LAYERS = {
     "tuner.secrets": 0,
     "tuner.threads": 0,
     "tuner.diskspace": 0,
+    "tuner.pids": 0,
     "tuner.metrics": 1,
     "tuner.data": 2,
     "tuner.evaluation": 3,

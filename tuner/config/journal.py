@@ -34,6 +34,7 @@ from typing import Any
 
 from tuner.errors import TargetError
 from tuner.files import FileMeta, atomic_write, display_path, fsync_dir, write_as
+from tuner.pids import pid_alive
 
 JOURNAL_VERSION = 1
 
@@ -209,13 +210,7 @@ def _names(files: Sequence[Path]) -> str:
 def _alive(pid: int | None) -> bool:
     if pid is None or pid == os.getpid():
         return False  # this process replays only journals a dead process left
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return pid_alive(pid)
 
 
 def pending(journal_path: Path) -> Pending | None:

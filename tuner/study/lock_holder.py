@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass
 
 from tuner.errors import StudyError
+from tuner.pids import pid_alive
 
 
 class LockHeld(StudyError):
@@ -51,13 +52,3 @@ class Holder:
                        str(data.get("mode", "exclusive")))
         except (ValueError, KeyError, TypeError):
             return None
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
