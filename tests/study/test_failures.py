@@ -83,3 +83,14 @@ def test_a_retried_infrastructure_reason_is_recognised_and_nothing_else() -> Non
     assert not is_retried_infrastructure(not_retried_reason(reason, "it is a retry already"))
     assert not is_retried_infrastructure("crash: ValueError: (retried as trial #7)")
     assert not is_retried_infrastructure(None)
+
+
+def test_the_reason_names_the_error_that_says_what_happened() -> None:
+    # as a pre-ping under a restart chains them: the driver's error is raised while the
+    # pool's InvalidatePoolError (no message) is handled
+    driver = psycopg2.OperationalError("server closed the connection unexpectedly")
+    driver.__context__ = sa.exc.InvalidatePoolError()
+    exc = chained(optuna.exceptions.StorageInternalError("An exception is raised during the commit."),
+                  sa.exc.OperationalError("SELECT 1", {}, driver), driver)
+    assert classify_failure(exc).reason == ("infrastructure: the study's storage failed: StorageInternalError "
+                                            "(OperationalError: server closed the connection unexpectedly)")

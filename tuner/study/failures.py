@@ -77,7 +77,9 @@ def classify_failure(exc: BaseException) -> Failure:
         return Failure("early_stop", str(exc))
     storage = storage_errors(exc)
     if storage and not _data_error_in(exc):
-        inner = storage[-1]  # the driver's error says what happened to the connection
+        # the innermost with words in it (the driver's) says what happened to the connection;
+        # a pool's own bookkeeping error (InvalidatePoolError "()") says nothing
+        inner = next((e for e in reversed(storage) if any(c.isalpha() for c in str(e))), storage[-1])
         named = _named(inner) if inner is exc else f"{type(exc).__name__} ({_named(inner)})"
         return Failure("infrastructure", f"{INFRASTRUCTURE}: the study's storage failed: {named}")
     if isinstance(exc, optuna.TrialPruned):

@@ -59,11 +59,9 @@ def queue_retry(study: optuna.Study, trial_id: int, suggested: Mapping[str, Any]
         return InfraFailure(frozen.number, variant, why_not=(
             f"it is a retry already, {len(history) - 1} of workers.max_retry={max_retry}"))
     fixed = frozen.system_attrs.get(FIXED_PARAMS)
+    # a sampled trial that failed before its params were drawn queues a trial without
+    # params: the sampler draws them when it is asked
     params = {n: frozen.params[n] for n in suggested if n in frozen.params and n in frozen.distributions}
-    if not params and not fixed:
-        # a sampled trial that failed before its params were suggested: a new trial draws new ones
-        return InfraFailure(frozen.number, variant, why_not="no params were drawn before the failure; "
-                                                            "the sampler's next trial stands for it")
     system: dict[str, Any] = {FAILED_TRIAL: frozen.system_attrs.get(FAILED_TRIAL, frozen.number),
                               RETRY_HISTORY: history}
     if fixed:
