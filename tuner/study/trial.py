@@ -5,7 +5,9 @@
 
 `TrialRunner.run(trial)` never lets an expected failure escape: a backend that never
 becomes healthy, a crash, too many failed queries or an interrupt all end as a FAIL
-outcome with a one-line reason (the study loop then applies its failure budget).
+outcome with a one-line reason (the study loop then applies its failure budget). Which
+reason, and whether the study's storage failed under the trial (``infrastructure``: the
+loop queues its params again), is decided by tuner.study.failures.classify_failure.
 Only a second Ctrl-C (KeyboardInterrupt) propagates, after the trial is recorded.
 
 Critical path and bookkeeping. Everything Optuna needs before ``tell`` (metrics,
