@@ -19,6 +19,7 @@ restore). PLAN maps a life number (or "*", every life) to its faults::
     {"3": {"stall_s": 3}}           # every search waits 3 s first ("stall_first": N: the first N only)
     {"3": {"hold_until": "PATH"}}   # every search waits until PATH exists (the test releases it)
     {"3": {"malformed": "truncated"}}  # 200 with a broken body: truncated | html | wrong-shape
+    {"depth=7": {"hold_until": "PATH"}}  # the faults of every life whose config has fusion.depth 7
 
 ``/health`` and the start event report ``config_fingerprint``, the sha256 of CONFIG's
 bytes as read at start-up (as the reference backend does), so a test can tell which file
@@ -110,8 +111,8 @@ def next_life(state: Path) -> int:
         os.close(fd)
 
 
-def faults_for(plan: dict[str, Any], life: int) -> dict[str, Any]:
-    return {**plan.get("*", {}), **plan.get(str(life), {})}
+def faults_for(plan: dict[str, Any], life: int, depth: int | None = None) -> dict[str, Any]:
+    return {**plan.get("*", {}), **plan.get(f"depth={depth}", {}), **plan.get(str(life), {})}
 
 
 def make_handler(life: Life) -> type[BaseHTTPRequestHandler]:
@@ -188,7 +189,8 @@ def serve(config: Path, port: int, state: Path, plan: dict[str, Any]) -> Server:
 
     number = next_life(state)
     raw = config.read_bytes()
-    life = Life(state, number, read_depth(config), faults_for(plan, number), hashlib.sha256(raw).hexdigest())
+    depth = read_depth(config)
+    life = Life(state, number, depth, faults_for(plan, number, depth), hashlib.sha256(raw).hexdigest())
     server = Server(("127.0.0.1", port), make_handler(life))
     life.log("start", depth=life.depth, faults=life.faults, config=str(config), config_fingerprint=life.fingerprint)
     return server

@@ -271,6 +271,106 @@ def terminate_connections(storage_url: str, application_name: str) -> int:
         engine.dispose()
 
 
+class PgOutage:
+    """A PostgreSQL restart as its clients see it, for one test's connections: a TCP proxy
+    in front of the server (``url`` is the storage URL through it). ``down()`` cuts every
+    connection through it (and ends them on the server with ``pg_terminate_backend``) and
+    from then on closes each new connection at once, as a server that is away does;
+    ``up()`` lets them through again. ``refused`` counts connections turned away: a
+    test waits for the tuner to have met the outage before it ends it. The shared
+    server itself is never restarted (other suites use it)."""
+
+    def __init__(self, storage_url: str, application_name: str) -> None:
+        import socket
+
+        import sqlalchemy as sa
+
+        target = sa.engine.make_url(storage_url)
+        self._target = (target.host or "127.0.0.1", int(target.port or 5432))
+        self._storage_url, self._app = storage_url, application_name
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.url = target.set(host="127.0.0.1", port=self._listener.getsockname()[1]).render_as_string(
+            hide_password=False)
+        self._lock = threading.Lock()
+        self._pairs: list[tuple[Any, Any]] = []
+        self._down = False
+        self.refused = 0
+        self.cut = 0
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def down(self) -> int:
+        """Cut every connection and turn new ones away; returns how many were cut."""
+        with self._lock:
+            self._down = True
+            pairs, self._pairs = self._pairs, []
+        for pair in pairs:
+            for sock in pair:
+                _close(sock)
+        self.cut += len(pairs) + terminate_connections(self._storage_url, self._app)
+        return self.cut
+
+    def up(self) -> None:
+        with self._lock:
+            self._down = False
+
+    def close(self) -> None:
+        self.down()
+        _close(self._listener)
+
+    def _accept(self) -> None:
+        import socket
+
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            with self._lock:
+                down = self._down
+                if down:
+                    self.refused += 1
+            if down:
+                _close(client)
+                continue
+            try:
+                server = socket.create_connection(self._target, timeout=10)
+                server.settimeout(None)
+            except OSError:
+                _close(client)
+                continue
+            with self._lock:
+                self._pairs.append((client, server))
+            for a, b in ((client, server), (server, client)):
+                threading.Thread(target=_pipe, args=(a, b), daemon=True).start()
+
+
+def _pipe(src: Any, dst: Any) -> None:
+    try:
+        while True:
+            data = src.recv(65536)
+            if not data:
+                break
+            dst.sendall(data)
+    except OSError:
+        pass
+    finally:
+        _close(src)
+        _close(dst)
+
+
+def _close(sock: Any) -> None:
+    import socket
+
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    try:
+        sock.close()
+    except OSError:
+        pass
+
+
 # ---------------------------------------------------------------- the project
 
 

@@ -8,19 +8,31 @@ storage URL gives every tuner connection (conftest.pg_storage), with
 server is away. Cut once while trial 1 evaluates (its searches wait for the test's
 release file) and once while the backend restarts on the original config at the end
 (the restore life answers /health 503 for a few seconds).
+
+A cut alone is ridden through (the pool's pre-ping reconnects); a restart also keeps the
+server away for seconds, which is what failed a shortlist variant's trial in issue 27
+item 5. `faultlib.PgOutage` does both for one test's connections: a proxy in front of
+the server cuts them and turns new ones away until the tuner has met the outage while
+the variant's trial records its result. That trial fails for an infrastructure reason,
+is queued again with the same params and variant, and completes; the end summary lists
+it.
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from faults.faultlib import (
+    N_QUERIES,
     RELEASE,
     Calibration,
     FaultLog,
+    PgOutage,
     Project,
     assert_survived,
     assess,
@@ -103,7 +115,11 @@ def test_a_run_survives_a_postgres_restart_mid_trial(tmp_path: Path, pg_storage:
         "no traceback": "Traceback" not in done.stderr,
         "trial 1 COMPLETE, or FAIL with a one-line reason": states(trials)[1] == "COMPLETE"
         or (reason != "" and "\n" not in reason),
-        "the other trials COMPLETE": [s for i, s in enumerate(states(trials)) if i != 1] == ["COMPLETE"] * 3,
+        # failed by the storage, trial 1 is queued again (issue 27 item 5): its retry is one of them
+        "trial 1 retried if the storage failed it": not reason.startswith("infrastructure")
+        or "(retried as trial #" in reason,
+        "the other trials COMPLETE": [s for i, s in enumerate(states(trials)) if i != 1]
+        == ["COMPLETE"] * (N_TRIALS - (states(trials)[1] == "COMPLETE")),
         "locks free": project.locks_free(),
     }, injections={"run, mid-trial": {}}))
     assert_survived(record)
@@ -128,4 +144,149 @@ def test_a_run_survives_a_postgres_restart_at_the_restore(tmp_path: Path, pg_sto
         "every trial COMPLETE": states(project.trials()) == ["COMPLETE"] * N_TRIALS,
         "locks free": project.locks_free(),
     }, injections={"run, at the restore": {}}))
+    assert_survived(record)
+
+
+VARIANT = "linear-minmax-balanced"
+VARIANT_DEPTH = 7
+INFRA_LINE = "trials failed for an infrastructure reason (the study's storage, not their config): #1 ({v}) retried as #"
+
+
+@pytest.fixture
+def pg_outage(pg_storage: tuple[str, str]) -> Iterator[PgOutage]:
+    """The test's PostgreSQL behind a proxy that can take it away (closed after the test:
+    the study is read through it)."""
+    outage = PgOutage(*pg_storage)
+    yield outage
+    outage.close()
+
+
+def outage_mid_variant(tmp_path: Path, outage: PgOutage, study: str, command: tuple[str, ...]) -> dict[str, Any]:
+    """Run ``command`` on a project whose trial 1 is a queued shortlist variant; while its
+    searches are held, take the database away (connections cut, new ones turned away),
+    let the searches go, and bring the database back 3 s after its batch is answered: the
+    variant's trial records its result meanwhile. One trial at a time (pipeline: false):
+    the pipelined loop ends a trial on its helper thread, which may still be riding out
+    the outage in the trial before's tell, so the variant's end could fall after it."""
+    project = Project.create(tmp_path / study, study=study, n_trials=N_TRIALS, storage=outage.url,
+                             shortlist=[{"name": VARIANT, "fusion.depth": VARIANT_DEPTH}], pipeline=False,
+                             plan={"3": {"hold_until": RELEASE}})
+    proc = project.start(*command)
+    try:
+        wait_until(lambda: project.serving(3) or not proc.alive(), "trial 1 (the variant) is evaluating")
+        time.sleep(1.0)  # the trials either side of it are asked and told by now
+        cut = outage.down()
+        project.release()
+        wait_until(lambda: sum(e["event"] == "search" and e["life"] == 3 for e in project.events()) >= N_QUERIES
+                   or not proc.alive(), "the variant's batch is answered")
+        time.sleep(3.0)  # its result is recorded meanwhile (well within the 9 s the loop's own calls ride out)
+        outage.up()
+        done = proc.wait()
+    finally:
+        proc.kill_quietly()
+        project.release()
+        outage.up()
+    return {"project": project, "done": done, "cut": cut}
+
+
+def judge_variant_retried(run: dict[str, Any], calibration: Calibration, label: str) -> Any:
+    project, done = run["project"], run["done"]
+    trials = project.trials()
+    by_number = {t.number: t for t in trials}
+    first = by_number.get(1)
+    reason = str(first.user_attrs.get("fail_reason", "")) if first is not None else ""
+    retry = next((t for t in trials if t.system_attrs.get("failed_trial") == 1), None)
+    line = INFRA_LINE.format(v=VARIANT)
+    return judge("postgres-restart", assess(project, calibration), {
+        "no traceback": "Traceback" not in done.stderr,
+        "exit 0": done.returncode == 0,
+        "locks free": project.locks_free(),
+    }, injections={label: {
+        "connections cut": run["cut"] > 0,
+        "the variant's trial failed for an infrastructure reason": first is not None
+        and first.state.name == "FAIL" and first.user_attrs.get("variant") == VARIANT
+        and reason.startswith("infrastructure: the study's storage failed: "),
+        "its reason names the retry": retry is not None and reason.endswith(f"(retried as trial #{retry.number})"),
+        "the retry is the variant, COMPLETE": retry is not None and retry.state.name == "COMPLETE"
+        and retry.user_attrs.get("variant") == VARIANT
+        and assignment_depth(retry) == VARIANT_DEPTH,
+        "the summary lists it": retry is not None and f"{line}{retry.number}" in done.output,
+        "n_trials COMPLETE besides it": states(trials).count("COMPLETE") == N_TRIALS,
+    }})
+
+
+def assignment_depth(trial: Any) -> int | None:
+    from tuner.study.attrs import assignment_of
+
+    depth = assignment_of(trial).get("fusion.depth")
+    return None if depth is None else int(depth)
+
+
+def test_a_variant_failed_by_a_postgres_restart_is_retried_by_the_run(
+        tmp_path: Path, pg_outage: PgOutage, calibration: Calibration, fault_log: FaultLog) -> None:
+    run = outage_mid_variant(tmp_path, pg_outage, "pg-variant-run", ("run", "--no-cache"))
+    record = fault_log.add(judge_variant_retried(run, calibration, "run, the variant's trial"))
+    assert_survived(record)
+
+
+def test_a_variant_failed_by_a_postgres_restart_is_retried_by_a_worker(
+        tmp_path: Path, pg_outage: PgOutage, calibration: Calibration, fault_log: FaultLog) -> None:
+    # a grace far above the outage: the worker's own trial must not look stale meanwhile
+    run = outage_mid_variant(tmp_path, pg_outage, "pg-variant-worker",
+                             ("worker", "--replica", "0", "--heartbeat", "1", "--grace", "30"))
+    record = fault_log.add(judge_variant_retried(run, calibration, "worker, the variant's trial"))
+    assert_survived(record)
+
+
+def variant_life(project: Project) -> int | None:
+    """The backend life serving the variant's config (the first one), once it searches."""
+    lives = [e["life"] for e in project.events() if e["event"] == "start" and e.get("depth") == VARIANT_DEPTH]
+    return lives[0] if lives and project.serving(lives[0]) else None
+
+
+def test_a_variant_failed_by_a_postgres_restart_is_retried_among_two_workers(
+        tmp_path: Path, pg_outage: PgOutage, calibration: Calibration, fault_log: FaultLog) -> None:
+    # issue 27 item 5 as reported: two workers on the study, the database away while the
+    # shortlist variant's trial (whichever worker runs it) records its result
+    project = Project.create(tmp_path / "pg-variant-2w", study="pg-variant-2w", n_trials=N_TRIALS,
+                             storage=pg_outage.url, shortlist=[{"name": VARIANT, "fusion.depth": VARIANT_DEPTH}],
+                             pipeline=False, plan={f"depth={VARIANT_DEPTH}": {"hold_until": RELEASE}})
+    workers = [project.start("worker", "--replica", str(r), "--heartbeat", "1", "--grace", "30") for r in (0, 1)]
+    try:
+        life = wait_until(lambda: variant_life(project) or not all(w.alive() for w in workers),
+                          "the variant's trial is evaluating")
+        time.sleep(1.0)
+        cut = pg_outage.down()
+        project.release()
+        wait_until(lambda: sum(e["event"] == "search" and e["life"] == life for e in project.events()) >= N_QUERIES
+                   or not all(w.alive() for w in workers), "the variant's batch is answered")
+        time.sleep(3.0)  # its result is recorded meanwhile (the workers' heartbeats are turned away too)
+        pg_outage.up()
+        dones = [w.wait() for w in workers]
+    finally:
+        for w in workers:
+            w.kill_quietly()
+        project.release()
+        pg_outage.up()
+    trials = project.trials()
+    firsts = [t for t in trials if t.user_attrs.get("variant") == VARIANT and "failed_trial" not in t.system_attrs]
+    first = firsts[0] if firsts else None
+    reason = str(first.user_attrs.get("fail_reason", "")) if first is not None else ""
+    retry = next((t for t in trials if first is not None and t.system_attrs.get("failed_trial") == first.number), None)
+    listed = retry is not None and any(f"#{first.number} ({VARIANT}) retried as #{retry.number}" in d.output
+                                       and "trials failed for an infrastructure reason" in d.output for d in dones)
+    record = fault_log.add(judge("postgres-restart", assess(project, calibration), {
+        "no traceback": not any("Traceback" in d.stderr for d in dones),
+        "both workers exit 0": [d.returncode for d in dones] == [0, 0],
+        "locks free": project.locks_free(),
+    }, injections={"two workers, the variant's trial": {
+        "connections cut": cut > 0,
+        "the variant's trial failed for an infrastructure reason": first is not None and first.state.name == "FAIL"
+        and reason.startswith("infrastructure: the study's storage failed: "),
+        "its reason names the retry": retry is not None and reason.endswith(f"(retried as trial #{retry.number})"),
+        "the retry is the variant, COMPLETE": retry is not None and retry.state.name == "COMPLETE"
+        and retry.user_attrs.get("variant") == VARIANT and assignment_depth(retry) == VARIANT_DEPTH,
+        "a worker's summary lists it": listed,
+        "n_trials COMPLETE": states(trials).count("COMPLETE") >= N_TRIALS,
+    }}))
     assert_survived(record)

@@ -119,6 +119,11 @@ def _print_summary(console: Console, exp: Any, summary: Any) -> None:
         + f" in {fmt_duration(result.elapsed_s)}, stopped by {result.stopped_by}; {summary.n_trials_total} trials in total",
         soft_wrap=True,
     )
+    from tuner.study.retry import infra_summary
+
+    infra = infra_summary(result.infra_failed)
+    if infra:
+        console.print(infra, style="yellow", soft_wrap=True, markup=False)
     if not result.ran and result.stopped_by == "n_trials":
         console.print(f"the study already has the experiment's n_trials ({exp.n_trials}); "
                       "pass --n-trials N to run N more", soft_wrap=True)

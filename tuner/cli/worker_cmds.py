@@ -121,6 +121,11 @@ def worker_command(
     console.print(f"replica {replica}: {len(ran)} trial(s) {ran}, stopped by "
                   f"{summary.result.stopped_by}; config restored: "
                   f"{', '.join(map(str, summary.restored)) or 'unchanged'}")
+    from tuner.study.retry import infra_summary
+
+    infra = infra_summary(summary.result.infra_failed)
+    if infra:
+        console.print(f"replica {replica}: {infra}", soft_wrap=True, markup=False)
     if summary.error:
         console.print(f"[red]error: {summary.error}[/]", soft_wrap=True)
         raise typer.Exit(1)

@@ -221,6 +221,7 @@ def _run_locked(
         maximize=maximize,
         lease=lease,
         pipeline=experiment.pipeline,
+        max_retry=experiment.workers.max_retry,  # of a trial the study's storage failed under
     )
     result = RunResult(experiment.study, stale_failed=stale)
     error: str | None = None

@@ -176,7 +176,7 @@ def _run_replica(
         budget=FailureBudget(exp.failure_budget.max_consecutive, exp.failure_budget.max_total),
         stop=stop, observer=observer, maximize=maximize,
         study_total=n_trials or exp.n_trials, replica=replica.index, lease=lease,
-        pipeline=exp.pipeline,
+        pipeline=exp.pipeline, max_retry=settings.max_retry,
     )
     reaper = start_reaper(replica.pid_file, exp.journal_path)
     result = RunResult(exp.study)

@@ -19,10 +19,12 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner.errors import StudyError
-from tuner.study.attrs import ATTR_VARIANT
+from tuner.study.attrs import ATTR_FAIL_REASON, ATTR_VARIANT
+from tuner.study.failures import not_retried_reason, retried_reason
 from tuner.study.feasibility import best_feasible_trial
 from tuner.study.outcome import TrialOutcome
 from tuner.study.queue import count_counted
+from tuner.study.retry import InfraFailure, queue_retry
 from tuner.study.stop import StopFlag
 from tuner.study.storage import ATTR_REPLICA, is_transient_storage_error, retry_transient
 
@@ -60,7 +62,10 @@ class FailureBudget:
         if outcome.state in ("COMPLETE", "PRUNED"):
             self.consecutive = 0
             return
-        if outcome.interrupted:
+        # an interrupted trial did not run; an infrastructure failure whose params were
+        # queued again is stood for by its retry, which counts once when it ends: a database
+        # blip never spends the budget (one that keeps failing does, once retries run out)
+        if outcome.interrupted or outcome.retried_as is not None:
             return
         self.consecutive += 1
         self.total += 1
@@ -86,9 +91,16 @@ class RunResult:
     ran: list[TrialOutcome] = field(default_factory=list)
     stopped_by: str = "n_trials"  # n_trials | timeout | signal | failure_budget | lock_lost
     stale_failed: list[int] = field(default_factory=list)
+    # trials the study's storage failed under (tuner.study.failures), retried or not
+    infra_failed: list[InfraFailure] = field(default_factory=list)
     elapsed_s: float = 0.0
     flush_s: float = 0.0  # waiting for the last trials' bookkeeping at the end
     ended_at: float = 0.0  # time.perf_counter() when the loop ended (for benchmarks lining up their samples)
+
+    @property
+    def counted(self) -> int:
+        """Trials of this run that use up its own n_trials: not those whose retry stands for them."""
+        return sum(o.retried_as is None for o in self.ran)
 
 
 class Clock(Protocol):
@@ -123,6 +135,9 @@ class StudyLoop:
     pipeline: bool = False
     #: what the last ``run`` did so far (kept when it raises, for the summary)
     result: RunResult | None = None
+    #: retries of one trial the study's storage failed under (workers.max_retry; shared with
+    #: the heartbeat retry of a dead worker's trial); None: no bound
+    max_retry: int | None = 2
 
     def run(self, *, n_trials: int | None, timeout: float | None) -> RunResult:
         """Run up to ``n_trials`` trials (None: until stopped) for at most ``timeout`` s.
@@ -142,7 +157,7 @@ class StudyLoop:
                 # a worker that reached the study-wide count with nothing of its own in flight
                 # waits for the other workers' last trials: a killed worker's are failed when
                 # their heartbeat goes stale, and their retries are run here
-                own_limit = n_trials is not None and len(result.ran) >= n_trials
+                own_limit = n_trials is not None and result.counted >= n_trials
                 if (result.stopped_by != "n_trials" or own_limit or self.replica is None
                         or self.study_total is None or not self._await_other_replicas(result)):
                     break
@@ -172,7 +187,7 @@ class StudyLoop:
         StudyError when the study lock is lost."""
         if self.stop.is_set():
             return "signal"
-        if n_trials is not None and len(result.ran) + in_flight >= n_trials:
+        if n_trials is not None and result.counted + in_flight >= n_trials:
             return "n_trials"
         if timeout is not None and self.clock() - started >= timeout:
             return "timeout"
@@ -298,6 +313,8 @@ class StudyLoop:
 
     def _tell(self, trial: optuna.Trial, outcome: TrialOutcome) -> None:
         told = time.perf_counter()
+        if outcome.infrastructure and outcome.state == "FAIL":
+            self._retry(trial, outcome)  # before the tell: a finished trial's reason cannot change
 
         def tell() -> None:
             if trial.number not in {t.number for t in self.study.get_trials(deepcopy=False, states=_FINISHED)}:
@@ -311,6 +328,31 @@ class StudyLoop:
             retry_transient(tell)
         # Loop-side costs, kept on the outcome only (the trial is finished by now).
         outcome.phase_seconds["tell"] = time.perf_counter() - told
+
+    def _retry(self, trial: optuna.Trial, outcome: TrialOutcome) -> None:
+        """A trial the study's storage failed under: queue its params again (the same
+        variant), and say so in its fail_reason; when it cannot be, say so out loud."""
+        try:
+            failure = retry_transient(lambda: queue_retry(self.study, trial._trial_id, outcome.suggested,
+                                                          max_retry=self.max_retry))
+        except Exception as exc:  # noqa: BLE001 - the database is still away: said, never raised here
+            failure = InfraFailure(trial.number, None, why_not=(
+                f"the retry could not be queued: {type(exc).__name__}: {str(exc).strip()}".splitlines()[0]))
+        reason = outcome.fail_reason or "infrastructure"
+        if failure.retried_as is not None:
+            outcome.fail_reason = retried_reason(reason, failure.retried_as)
+            outcome.retried_as = failure.retried_as
+        else:
+            outcome.fail_reason = not_retried_reason(reason, failure.why_not or "unknown")
+            what = f"trial #{trial.number}" + (f" (variant {failure.variant})" if failure.variant else "")
+            self.observer.note(f"warning: {what} failed because the study's storage failed, and was NOT retried: "
+                               f"{failure.why_not}; it counts as a failed trial")
+        try:
+            retry_transient(lambda: trial.set_user_attr(ATTR_FAIL_REASON, outcome.fail_reason))
+        except Exception:  # noqa: BLE001 - the tell below meets the same error and reports it
+            pass
+        if self.result is not None:
+            self.result.infra_failed.append(failure)
 
     def _one_trial(self) -> TrialOutcome:
         trial, ask_s, beats = self._ask()

@@ -37,6 +37,14 @@ class TrialOutcome:
     inputs: InputsFingerprint | None = None
     backend_fingerprint: str | None = None
     interrupted: bool = False
+    # the study's storage failed under it (tuner.study.failures, kind "infrastructure"):
+    # nothing is known about its config, so the loop queues its params again
+    infrastructure: bool = False
+    # the trial number its params were queued again as (an infrastructure failure retried,
+    # tuner.study.retry); it then counts in neither n_trials nor the failure budget
+    retried_as: int | None = None
+    # the Optuna params as suggested (what a retry queues again)
+    suggested: dict[str, Any] = field(default_factory=dict)
     # why the batch stopped before its last query (the OOS early stop of an infeasible trial)
     early_stop: str | None = None
     early_stop_detail: str | None = None  # the whole story, for the trial's note

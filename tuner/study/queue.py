@@ -15,6 +15,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner.study.attrs import ATTR_FAIL_REASON, ATTR_VARIANT
+from tuner.study.failures import is_retried_infrastructure
 from tuner.study.storage import ATTR_ENQUEUED, storage_lock
 
 INTERRUPTED = "interrupted"
@@ -65,13 +66,14 @@ def counts_toward_total(trial: FrozenTrial) -> bool:
     """Whether a trial uses up one of the study's ``n_trials``: COMPLETE and PRUNED
     ones, and FAILed ones the trial runner failed for a reason. Interrupted trials
     (Ctrl-C, a killed run or worker; no reason, or ``interrupted``/``stale``) never
-    ran to the end and are not counted: their retries are."""
+    ran to the end and are not counted: their retries are. Nor is a trial the study's
+    storage failed under whose params were queued again (tuner.study.failures): its retry is."""
     if trial.state in (TrialState.COMPLETE, TrialState.PRUNED):
         return True
     if trial.state != TrialState.FAIL:
         return False
     reason = str(trial.user_attrs.get(ATTR_FAIL_REASON, ""))
-    return bool(reason) and not reason.startswith((INTERRUPTED, STALE))
+    return bool(reason) and not reason.startswith((INTERRUPTED, STALE)) and not is_retried_infrastructure(reason)
 
 
 def count_finished(study: optuna.Study) -> int:

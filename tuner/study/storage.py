@@ -172,10 +172,15 @@ def is_transient_storage_error(exc: BaseException) -> bool:
     return False
 
 
-def retry_transient(fn: Callable[[], T], *, attempts: int = 5, first_wait_s: float = 0.2) -> T:
+def retry_transient(fn: Callable[[], T], *, attempts: int = 8, first_wait_s: float = 0.2,
+                    max_wait_s: float = 2.0) -> T:
     """``fn()``, again after a transient database error (is_transient_storage_error), up to
-    ``attempts`` times with doubling waits; any other error, or the last one, is raised.
-    ``fn`` must be safe to repeat (idempotent writes)."""
+    ``attempts`` times with doubling waits of at most ``max_wait_s``; any other error, or
+    the last one, is raised. ``fn`` must be safe to repeat (idempotent writes).
+
+    The defaults wait 9 s in all (0.2, 0.4, 0.8, 1.6, then 2 s): a PostgreSQL restart keeps
+    the server away for seconds, and 5 attempts (3 s) left a worker's loop raising a
+    traceback while the database came back (the fault suite's two-worker restart)."""
     wait = first_wait_s
     for attempt in range(1, attempts + 1):
         try:
@@ -184,7 +189,7 @@ def retry_transient(fn: Callable[[], T], *, attempts: int = 5, first_wait_s: flo
             if attempt == attempts or not is_transient_storage_error(exc):
                 raise
         time.sleep(wait)
-        wait *= 2
+        wait = min(wait * 2, max_wait_s)
     raise AssertionError("unreachable")
 
 

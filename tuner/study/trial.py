@@ -5,7 +5,9 @@
 
 `TrialRunner.run(trial)` never lets an expected failure escape: a backend that never
 becomes healthy, a crash, too many failed queries or an interrupt all end as a FAIL
-outcome with a one-line reason (the study loop then applies its failure budget).
+outcome with a one-line reason (the study loop then applies its failure budget). Which
+reason, and whether the study's storage failed under the trial (``infrastructure``: the
+loop queues its params again), is decided by tuner.study.failures.classify_failure.
 Only a second Ctrl-C (KeyboardInterrupt) propagates, after the trial is recorded.
 
 Critical path and bookkeeping. Everything Optuna needs before ``tell`` (metrics,
@@ -41,11 +43,11 @@ from typing import Any, Literal
 import optuna
 from optuna.distributions import BaseDistribution
 
-from tuner.errors import BackendExited, EvaluationError, HealthTimeout, TargetError, TunerError
 from tuner.report.tracking import Tracker
 from tuner.study.attrs import ATTR_ASSIGNMENT, ATTR_CACHED_FROM, set_record
 from tuner.study.bookkeeping import Bookkeeper, OptunaArtifacts
 from tuner.study.cache_lookup import CacheLookup
+from tuner.study.failures import classify_failure
 from tuner.study.interfaces import BatchEvaluator, ConfigWriter, Constraint, InputsLike, Objective, OnResult, SpaceLike
 from tuner.study.notes import Links
 from tuner.study.outcome import (
@@ -208,6 +210,7 @@ class TrialRunner(CacheLookup, TrialRecording, TrialScoring, ReplayMeasure):
                 # it records them and writes the file byte for byte.
                 out.assignment = self._as_found(out.assignment)
                 job.suggested = dict(trial.params)
+                out.suggested = dict(job.suggested)
                 job.solving = {n: g for n, g in self.gates.items() if n not in out.assignment}
                 job.replaying = self._replays(out.assignment)
                 set_record(trial, ATTR_ASSIGNMENT, jsonable(out.assignment))
@@ -363,18 +366,19 @@ class TrialRunner(CacheLookup, TrialRecording, TrialScoring, ReplayMeasure):
         out, exc = job.out, job.error
         if callable(job.result):
             job.result = None  # a deferred batch that never finished scoring
-        if isinstance(exc, TrialInterrupted):
-            self._fail(out, str(exc))
-            out.interrupted = True
-        elif isinstance(exc, OOSBudgetExceeded):
+        assert exc is not None
+        failure = classify_failure(exc)  # the one place a failure gets its kind and reason
+        if failure.kind == "early_stop":
+            assert isinstance(exc, OOSBudgetExceeded)
             self._complete_early_stop(job.trial, out, exc)
-        elif isinstance(exc, optuna.TrialPruned):
-            self._fail(out, str(exc) or "pruned")
+            return
+        # a crash in a collaborator fails this trial, not the study; a storage failure
+        # (infrastructure) is queued again by the loop
+        self._fail(out, failure.reason)
+        out.interrupted = failure.kind == "interrupted"
+        out.infrastructure = failure.kind == "infrastructure"
+        if failure.kind == "pruned":
             out.state = "PRUNED"
-        elif isinstance(exc, (HealthTimeout, BackendExited, TargetError, EvaluationError, TunerError)):
-            self._fail(out, f"{type(exc).__name__}: {exc}")
-        else:  # a crash in a collaborator fails this trial, not the study
-            self._fail(out, f"crash: {type(exc).__name__}: {exc}")
 
     def _fail(self, out: TrialOutcome, reason: str) -> None:
         out.state = "FAIL"
