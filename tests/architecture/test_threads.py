@@ -39,3 +39,28 @@ def test_a_count_the_user_set_is_left_alone() -> None:
     limited, threads = probe(OPENBLAS_NUM_THREADS="2")
     assert not limited
     assert 1 not in threads or (os.cpu_count() or 1) < 2  # OpenBLAS took the user's 2
+
+
+COMMAND = """
+import json
+from tuner.cli import main
+try:
+    main(["version"])
+except SystemExit:
+    pass
+from threadpoolctl import threadpool_info
+print(json.dumps([p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"]))
+"""
+
+
+def test_a_tuner_command_runs_with_one_blas_thread() -> None:
+    """The CLI limits the threads before any command (not before `tuner --help`, which
+    loads no numpy)."""
+    clean = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",
+                                                               "MKL_NUM_THREADS")}
+    out = subprocess.run([sys.executable, "-c", COMMAND], env=clean, capture_output=True, text=True, check=True,
+                         timeout=120).stdout
+    threads = json.loads(out.strip().splitlines()[-1])
+    if not threads:
+        pytest.skip("numpy here loads no BLAS library that threadpoolctl can see")
+    assert set(threads) == {1}

@@ -53,6 +53,10 @@ def version() -> None:
 @app.callback()
 def _root() -> None:
     """Tune a hybrid search backend overnight with Optuna."""
+    # Here, not in main(): the limit imports numpy, which `tuner --help` does without.
+    from tuner.threads import limit_blas_threads
+
+    limit_blas_threads()
 
 
 _register_all()
@@ -60,10 +64,8 @@ _register_all()
 
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point: run the app, map TunerError (and any error a full disk
-    caused, tuner.diskspace) to a one-line error."""
-    from tuner.threads import limit_blas_threads
-
-    limit_blas_threads()
+    caused, tuner.diskspace) to a one-line error. Every command first limits the process to
+    one BLAS thread (tuner.threads)."""
     try:
         app(args=argv)
     except TunerError as exc:

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
@@ -215,6 +214,8 @@ def _with_dataset_flags(exp: Any, queries: Path | None, dataset_id: str | None, 
 
 
 def _spec(spec_file: Path | None, base: Any = None, **flags: Any) -> Any:
+    from pydantic import ValidationError
+
     from tuner.config.yamlfile import load_model
     from tuner.evaluation import EvalSpec, RequestMapping
 

@@ -2,6 +2,8 @@
 
 This is how a user checks a backend's exported run without serving it, and how the
 scorecard is compared with trec_eval on the same files (same order, same -l).
+The scorecard (numpy, pandas) is imported by the functions that score: every other
+command loads this module too.
 """
 
 from __future__ import annotations
@@ -9,18 +11,19 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import pandas as pd
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from tuner import metrics
 from tuner.data.qrels import IDENTITY, GradeMap, read_qrels
 from tuner.data.runs import ORDERS, Run, read_run
 from tuner.errors import InputError
 from tuner.files import atomic_write_text
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 COVERAGE_DEPTHS = (10, 20)
 QUERY_SETS = ("qrels", "common")
@@ -64,6 +67,10 @@ def score(
 
     Scores are read at full precision, never rounded. -l N: binary metrics count grade >= N as relevant.
     """
+    import pandas as pd
+
+    from tuner import metrics
+
     console = Console()
     if list_metrics:
         console.print(_metrics_table())
@@ -102,6 +109,10 @@ def _query_ids(labels: dict[str, dict[str, int]], ranked: Run, queries: str) -> 
 
 def _report(scores: pd.DataFrame, coverage: pd.DataFrame, qrels: Path, run: Path, ranked: Run, order: str,
             gains: str, mapping: GradeMap, unlabelled: list[str]) -> dict[str, Any]:
+    import pandas as pd
+
+    from tuner import metrics
+
     return {
         "scorecard_version": metrics.SCORECARD_VERSION,
         "formula": metrics.SCORECARD_FORMULA,
@@ -132,6 +143,8 @@ def _write_json(path: Path, report: dict[str, Any]) -> None:
 
 
 def _print(console: Console, report: dict[str, Any], per_query: pd.DataFrame | None) -> None:
+    from tuner.metrics import PRIMARY_METRIC
+
     caption = (f"{report['run']} ({report['run_format']}, {report['order']} order) · {report['n_queries']} queries · "
                f"gains {report['gains']} · relevant: grade >= {report['relevance_level']} · "
                f"grade map {report['grade_map']} · {report['scorecard_version']}")
@@ -139,7 +152,7 @@ def _print(console: Console, report: dict[str, Any], per_query: pd.DataFrame | N
     table.add_column("metric")
     table.add_column("mean", justify="right")
     for name, value in report["aggregate"].items():
-        style = "bold" if name == metrics.PRIMARY_METRIC else None
+        style = "bold" if name == PRIMARY_METRIC else None
         table.add_row(name, f"{value:.4f}", style=style)
     for name, value in report["coverage"].items():
         table.add_row(name, "n/a" if math.isnan(value) else f"{value:.4f}", style="dim")
@@ -164,6 +177,8 @@ def _per_query_table(scores: pd.DataFrame) -> Table:
 
 
 def _metrics_table() -> Table:
+    from tuner import metrics
+
     table = Table(title=f"Metrics ({metrics.SCORECARD_VERSION}); write FAMILY@k, e.g. NDCG@23. "
                         "L = --relevance-level (trec_eval -l), default 1")
     for column in ("family", "cutoff", "gains", "-l", "trec_eval", "definition"):

@@ -5,6 +5,7 @@ every reader of the config prints while a restore journal is pending."""
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -18,12 +19,13 @@ SkipChecksOption = Annotated[bool, typer.Option(
 
 def quiet_libraries() -> None:
     # MLflow and alembic log INFO lines on every store open; the display says enough.
-    # mlflow sets its logger's level when imported, so import it before lowering it.
+    # mlflow sets its logger's level from MLFLOW_LOGGING_LEVEL when imported, which the
+    # commands that track do later (a user's own level wins).
     import warnings
 
-    import mlflow  # noqa: F401
     import optuna
 
+    os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
     for name in ("mlflow", "alembic", "optuna"):
         logging.getLogger(name).setLevel(logging.WARNING)
     optuna.logging.set_verbosity(optuna.logging.WARNING)

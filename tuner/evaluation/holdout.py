@@ -31,15 +31,16 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
 from tuner.data.dataset import Query
 from tuner.errors import ConfigError, EvaluationError, StudyError
-from tuner.metrics.significance import Test
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # an experiment file's holdout: section is read without pandas and scipy
+    import pandas as pd
+
     from tuner.evaluation.result import BatchResult
+    from tuner.metrics.significance import Test
 
 TUNE = "tune"
 HOLDOUT = "holdout"

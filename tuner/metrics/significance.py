@@ -32,7 +32,6 @@ from typing import Literal
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 Test = Literal["permutation", "wilcoxon"]
 _BLOCK = 1_000  # resamples per block: bounds memory at _BLOCK * n floats
@@ -123,6 +122,8 @@ def sign_flip_test(
 
 def wilcoxon_test(baseline: Sequence[float], candidate: Sequence[float]) -> float:
     """Two-sided p-value of scipy's Wilcoxon signed-rank test (zero differences dropped)."""
+    from scipy import stats  # a second of imports, for this test only
+
     d = _diffs(baseline, candidate)
     if np.count_nonzero(d) == 0:
         return 1.0

@@ -1,0 +1,83 @@
+"""A command imports what it uses, when it uses it: `tuner --help`, `tuner score` and
+`tuner best` run in a fresh interpreter, and the libraries loaded by the time each one
+exits are checked against the heavy ones it has no use for (measured with
+`python -X importtime -m tuner ...`: each costs from a tenth of a second to seconds of
+start-up on every call, `tuner --help` included). A library that creeps back into a
+module on these paths, at its top or in a package ``__init__``, fails here by name.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import optuna
+from optuna.distributions import CategoricalDistribution
+from optuna.trial import TrialState, create_trial
+from support.reference_experiment import write_reference_experiment
+
+# Run `python -m tuner ARGS` in this interpreter and write, at its exit, its exit code and
+# every module it loaded (sys.modules sees imports made through importlib too, which
+# -X importtime does not list).
+PROBE = """
+import json, runpy, sys
+out, sys.argv = sys.argv[1], ["tuner", *sys.argv[2:]]
+code = 0
+try:
+    runpy.run_module("tuner", run_name="__main__", alter_sys=True)
+except SystemExit as exc:
+    code = exc.code
+with open(out, "w") as f:
+    json.dump({"code": code, "modules": sorted(sys.modules)}, f)
+"""
+
+# What no command needs before it has read its files.
+HEAVY_EVERYWHERE = {"scipy", "mlflow", "optuna_dashboard", "matplotlib", "docker", "aiohttp", "httpx"}
+# What a command needs only once it evaluates, scores or opens a study.
+HEAVY_FOR_HELP = HEAVY_EVERYWHERE | {"pandas", "numpy", "pyarrow", "optuna", "sqlalchemy", "alembic", "pydantic"}
+
+
+def loaded(tmp_path: Path, *args: str) -> set[str]:
+    """The top-level packages `tuner ARGS` loaded (the command must succeed)."""
+    out = tmp_path / "modules.json"
+    done = subprocess.run([sys.executable, "-c", PROBE, str(out), *args], capture_output=True, text=True,
+                          env={**os.environ, "COLUMNS": "120"}, timeout=300)
+    assert done.returncode == 0, done.stderr
+    probe = json.loads(out.read_text())
+    assert probe["code"] in (0, None), done.stdout + done.stderr
+    return {name.partition(".")[0] for name in probe["modules"]}
+
+
+def test_help_loads_none_of_the_heavy_libraries(tmp_path: Path) -> None:
+    packages = loaded(tmp_path, "--help")
+    assert {"tuner", "typer"} <= packages
+    assert packages & HEAVY_FOR_HELP == set()
+
+
+def test_score_loads_the_scorecard_and_nothing_of_studies_or_services(tmp_path: Path) -> None:
+    qrels = tmp_path / "qrels.txt"
+    qrels.write_text("q1 0 a 2\nq1 0 b 0\nq2 0 c 1\n")
+    run = tmp_path / "run.trec"
+    run.write_text("q1 Q0 a 1 2.0 t\nq1 Q0 b 2 1.0 t\nq2 Q0 d 1 3.0 t\n")
+    packages = loaded(tmp_path, "score", "--qrels", str(qrels), "--run", str(run))
+    assert {"numpy", "pandas"} <= packages  # the scorecard: the probe sees what a command imports late
+    # (pydantic comes with typer, which coerces a command's arguments through it)
+    assert packages & (HEAVY_EVERYWHERE | {"optuna", "sqlalchemy", "alembic"}) == set()
+
+
+def test_best_reads_the_experiment_and_the_study_without_stats_tracking_or_plots(tmp_path: Path) -> None:
+    db = tmp_path / "optuna.db"
+    study = optuna.create_study(study_name="light", storage=f"sqlite:///{db}", direction="maximize")
+    for number, value in enumerate((0.30, 0.35)):
+        study.add_trial(create_trial(
+            state=TrialState.COMPLETE, value=value, params={"fusion.method": "rrf"},
+            distributions={"fusion.method": CategoricalDistribution(["rrf", "linear"])},
+            user_attrs={"variant": "baseline" if number == 0 else ""}))
+    exp = write_reference_experiment(tmp_path, study="light", n_trials=2, storage=f"sqlite:///{db}",
+                                     holdout={"fraction": 0.3})  # the holdout section once pulled in scipy
+    packages = loaded(tmp_path, "best", str(exp))
+    assert {"optuna", "pandas", "pydantic"} <= packages
+    assert packages & HEAVY_EVERYWHERE == set()
