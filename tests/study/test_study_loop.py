@@ -54,6 +54,29 @@ def test_baseline_and_shortlist_enqueued_once_across_resume(tmp_path: Path) -> N
     assert backend.restarts == 4 - sum(o.cache_hit for o in result.ran)
 
 
+def test_a_queued_variant_a_killed_run_left_running_is_queued_again_not_lost(tmp_path: Path) -> None:
+    runner, _, _, _ = make_runner(tmp_path)
+    storage = sqlite_storage(tmp_path)
+    study = open_study("s", storage, sampler=sampler())
+    enqueue_initial(study, [Variant("baseline", {"x": 0.8, "k": 20}), Variant("short-1", {"x": 0.3, "k": 40})])
+    killed = study.ask()  # the baseline, taken from the queue by a run then killed with SIGKILL
+    assert killed.user_attrs["variant"] == "baseline"
+    killed.suggest_float("x", 0.0, 1.0)  # it had drawn one of its params
+
+    resumed = open_study("s", storage, sampler=sampler())
+    requeued: dict[int, int] = {}
+    assert fail_stale_trials(resumed, requeued=requeued) == [0]
+    assert requeued == {0: 2}  # after short-1, still waiting as #1
+    stale = resumed.get_trials()[0]
+    assert stale.state == TrialState.FAIL
+    assert stale.user_attrs["fail_reason"].startswith("stale") and "queued again as trial #2" in stale.user_attrs["fail_reason"]
+    StudyLoop(resumed, runner).run(n_trials=2, timeout=None)
+    done = [t for t in resumed.get_trials() if t.state == TrialState.COMPLETE]
+    assert sorted(t.user_attrs["variant"] for t in done) == ["baseline", "short-1"]
+    baseline = next(t for t in done if t.user_attrs["variant"] == "baseline")
+    assert baseline.params["x"] == 0.8 and baseline.params["k"] == 20  # the variant's own params, not resampled
+
+
 def test_failure_budget_stops_the_study_with_a_clear_message(tmp_path: Path) -> None:
     runner, _, _, _ = make_runner(tmp_path, crash_when=lambda c: "exit code 3" if c["fusion"]["k"] >= 30 else None)
     study = open_study("s", sqlite_storage(tmp_path), sampler=sampler())

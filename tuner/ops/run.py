@@ -153,7 +153,11 @@ def _run_locked(
     study.set_user_attr(ATTR_CONSTRAINTS, [c.name for c in experiment.constraints])
     if prepared.split is not None:
         record_split(study, prepared.split)
-    stale = fail_stale_trials(study)
+    requeued: dict[int, int] = {}
+    stale = fail_stale_trials(study, requeued=requeued)
+    if stale:
+        again = "".join(f"; #{n} was a queued variant: queued again as trial #{r}" for n, r in sorted(requeued.items()))
+        observer.note(f"trials {stale} were left running by a killed run: failed as stale{again}")
     record_config_seen(study, prepared)
     enqueue_initial(study, initial_variants(prepared))
     if n_trials is None:

@@ -16,6 +16,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from tuner.study.attrs import ATTR_FAIL_REASON, ATTR_VARIANT
 from tuner.study.failures import is_retried_infrastructure
+from tuner.study.retry import queue_retry
 from tuner.study.storage import ATTR_ENQUEUED, storage_lock
 
 INTERRUPTED = "interrupted"
@@ -41,15 +42,27 @@ def enqueue_initial(study: optuna.Study, variants: Sequence[Variant]) -> int:
     return len(variants)
 
 
-def fail_stale_trials(study: optuna.Study) -> list[int]:
-    """Mark trials left RUNNING by a killed run as FAIL, so they neither block nor count.
+def fail_stale_trials(study: optuna.Study, *, requeued: dict[int, int] | None = None) -> list[int]:
+    """Mark trials left RUNNING by a killed run as FAIL, so they neither block nor count;
+    returns their numbers.
 
-    Only for a process holding the study lock exclusively (tuner.study.locks): then no
-    other process has a live trial. Workers fail stale trials by heartbeat instead.
+    A queued baseline or shortlist variant among them is queued again (same params and
+    variant name, as tuner.study.retry queues a trial the storage failed under), so a
+    SIGKILL never loses it: its number and its retry's go into ``requeued``. A sampled
+    trial is not: the sampler proposes again. Only for a process holding the study lock
+    exclusively (tuner.study.locks): then no other process has a live trial. Workers fail
+    stale trials by heartbeat instead (Optuna's retry callback queues a copy of each).
     """
     stale = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
     for t in stale:
-        study._storage.set_trial_user_attr(t._trial_id, ATTR_FAIL_REASON, f"{STALE}: left running by an interrupted run")
+        reason = f"{STALE}: left running by an interrupted run"
+        if t.user_attrs.get(ATTR_VARIANT):
+            retry = queue_retry(study, t._trial_id, t.params, max_retry=None)
+            if retry.retried_as is not None:
+                reason += f" (variant {retry.variant} queued again as trial #{retry.retried_as})"
+                if requeued is not None:
+                    requeued[t.number] = retry.retried_as
+        study._storage.set_trial_user_attr(t._trial_id, ATTR_FAIL_REASON, reason)
         study.tell(t.number, state=TrialState.FAIL)
     return [t.number for t in stale]
 
