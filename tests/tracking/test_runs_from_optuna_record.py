@@ -117,7 +117,8 @@ def killed(tmp_path: Path, tracking_uri: str) -> dict[str, Any]:
 
 def trial_runs(client: MlflowClient) -> dict[int, Any]:
     experiment = client.get_experiment_by_name("fusion-tuner")
-    runs = client.search_runs([experiment.experiment_id], f"tags.`{TAG_STUDY}` = '{STUDY}' and tags.`{TAG_ROLE}` = 'trial'")
+    runs = client.search_runs([experiment.experiment_id],
+                              f"tags.`{TAG_STUDY}` = '{STUDY}' and tags.`{TAG_ROLE}` = 'trial'")
     return {int(r.data.tags[TAG_TRIAL]): r for r in runs}
 
 
@@ -216,3 +217,29 @@ def test_the_record_from_optuna_is_the_one_the_live_path_logs(killed: dict[str, 
         else:
             assert recovered.config_texts == live.config_texts
             assert recovered.reports == {k: p for k, p in live.reports.items() if p.is_file()} == live.reports
+
+
+def test_a_workers_trial_finds_its_config_snapshot_in_its_replicas_folder(tmp_path: Path) -> None:
+    """`tuner worker` keeps trial folders per replica (replicas/N/trials/<study>/<n>/),
+    with the replica's copy of the config (config.replica-2.yaml)."""
+    from optuna.distributions import FloatDistribution
+
+    from tuner.study.attrs import ATTR_ASSIGNMENT, ATTR_METRICS, record_key
+
+    trial = optuna.trial.create_trial(
+        state=TrialState.COMPLETE, value=0.5, params={"x": 0.5}, distributions={"x": FloatDistribution(0, 1)},
+        user_attrs={"feasible": True, "cache_hit": False},
+        system_attrs={record_key(ATTR_ASSIGNMENT): {"fusion.x": 0.5},
+                      record_key(ATTR_METRICS): {"Primary_Metric_Score": 0.5}})
+    trial.number = 3
+    replicas = [tmp_path / "replicas" / str(n) / "trials" / STUDY for n in (1, 2)]
+    (replicas[1] / "3").mkdir(parents=True)
+    (replicas[1] / "3" / "config.replica-2.yaml").write_text("fusion:\n  x: 0.5\n")
+    records = OptunaRecords([trial], trials_dirs=replicas, config_names=["config.yaml"],
+                            objective="Primary_Metric_Score", constraints=[])
+    record = records[3]
+    assert record.config_texts == {"config/config.replica-2.yaml": "fusion:\n  x: 0.5\n"}
+    assert (record.state, record.value, record.feasible) == ("COMPLETE", 0.5, True)
+    assert dict(record.params) == {"fusion.x": 0.5}
+    assert record.metrics == {"Primary_Metric_Score": 0.5, "objective": 0.5, "feasible": 1.0}
+    assert "were lost" not in (record.summary or "")
