@@ -243,3 +243,24 @@ def test_a_workers_trial_finds_its_config_snapshot_in_its_replicas_folder(tmp_pa
     assert dict(record.params) == {"fusion.x": 0.5}
     assert record.metrics == {"Primary_Metric_Score": 0.5, "objective": 0.5, "feasible": 1.0}
     assert "were lost" not in (record.summary or "")
+
+
+def test_runs_an_older_tuner_failed_as_interrupted_are_completed_at_the_next_start(killed: dict[str, Any]) -> None:
+    """The study of the issue: the tuner before this fix failed every run left open
+    (trials 46-48 FAILED although Optuna had them COMPLETE); the next start repairs them."""
+    client = MlflowClient(killed["uri"])
+    MlflowTracker(killed["uri"], "fusion-tuner").close_stale_runs(STUDY, live_trials=set())  # no records: as before
+    assert {n: r.info.status for n, r in trial_runs(client).items()} == {n: "FAILED" for n in (1, 2, 3, 4, 5, 7, 99)}
+
+    note, trials = restart(killed)
+    runs = trial_runs(client)
+    assert {n: r.info.status for n, r in runs.items()} == {1: "FINISHED", 2: "FINISHED", 3: "KILLED", 4: "FAILED",
+                                                           5: "FINISHED", 6: "FINISHED", 7: "FAILED", 99: "FAILED"}
+    assert note == ("MLflow runs left open by a killed run: trials [1, 2, 5] COMPLETE, [3] PRUNED, [4] FAIL completed "
+                    "from the Optuna record; trials [6] COMPLETE had no MLflow run: made from the Optuna record")
+    best = best_feasible_trial(trials)
+    assert best is not None and runs[best.number].data.metrics["objective"] == pytest.approx(best.value)
+    assert runs[4].data.tags[TAG_FAIL_REASON].startswith("BackendExited")
+    assert runs[7].data.tags[TAG_FAIL_REASON] == INTERRUPTED
+    for n in (1, 2, 5, 6):
+        assert runs[n].data.tags[TAG_STATE] == "COMPLETE" and TAG_FAIL_REASON not in runs[n].data.tags

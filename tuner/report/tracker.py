@@ -64,7 +64,8 @@ class TrialRecord:
 class StaleRuns:
     """What `Tracker.close_stale_runs` did, by trial number."""
 
-    # a run left RUNNING, completed from the trial's record (number -> its state)
+    # a run left RUNNING (or failed as interrupted by an older tuner) whose trial Optuna
+    # finished, completed from the trial's record (number -> its state)
     recorded: Mapping[int, str] = field(default_factory=dict)
     # a finished trial that had no run: one made from its record (number -> its state)
     created: Mapping[int, str] = field(default_factory=dict)

@@ -188,7 +188,8 @@ class MlflowTracker(Tracker):
         and status `finish_trial` gives it. Any other ends FAILED, tagged
         ``tuner.state=FAIL`` with the reason INTERRUPTED. A trial of ``finished`` with no
         run at all that began after the study's parent run was made (killed before its
-        run was created) gets one, made from its record. When no trial is live, no
+        run was created) gets one, made from its record; one whose run an older tuner
+        failed as interrupted has it completed from its record. When no trial is live, no
         process works on the study, so a RUNNING parent run is a killed run's too: it
         ends FAILED and its ``tuner.interrupted_runs`` tag counts the kill (the next
         `start_study` reopens it as every resume does). The parent this tracker opened
@@ -210,7 +211,8 @@ class MlflowTracker(Tracker):
             self._log(run.info.run_id, tags={TAG_STATE: "FAIL", TAG_FAIL_REASON: INTERRUPTED})
             self.client.set_terminated(run.info.run_id, status=_MLFLOW_STATUS["FAIL"])
             interrupted.append(number)
-        created = self._make_missing_runs(study_name, finished, live) if finished else {}
+        repaired, created = self._settle_finished(study_name, finished, live) if finished else ({}, {})
+        recorded.update(repaired)
         if not live:
             for run in self._running_runs(study_name, role="study"):
                 if run.info.run_id == self.parent_run_id:
@@ -220,20 +222,32 @@ class MlflowTracker(Tracker):
                 self.client.set_terminated(run.info.run_id, status=_MLFLOW_STATUS["FAIL"])
         return StaleRuns(recorded=recorded, created=created, interrupted=tuple(sorted(interrupted)))
 
-    def _make_missing_runs(self, study_name: str, finished: Mapping[int, TrialRecord],
-                           live: Collection[int]) -> dict[int, str]:
-        """A run, made from its record, for each trial of ``finished`` that has none and
-        began after the study's parent run was made (a trial of the study before it
-        was tracked here gets none); number -> state."""
+    def _settle_finished(self, study_name: str, finished: Mapping[int, TrialRecord],
+                         live: Collection[int]) -> tuple[dict[int, str], dict[int, str]]:
+        """The runs of trials in ``finished`` that MLflow lacks or has wrong: a run an
+        earlier start failed as interrupted although Optuna had finished its trial (the
+        tuner did so before it completed such runs from the record) is completed from
+        its record; a trial with no run that began after the study's parent run was
+        made gets one (a trial of the study before it was tracked here gets none).
+        Returns (repaired, created), number -> state."""
         parent = self.parent_run_id or self.find_parent_run(study_name)
         if parent is None:
-            return {}  # never tracked in this experiment
+            return {}, {}  # never tracked in this experiment
         tracked_since = self.client.get_run(parent).info.start_time or 0
         runs = self.client.search_runs(
             [self.experiment_id],
             filter_string=f"tags.`{TAG_STUDY}` = '{quote(study_name)}' and tags.`{TAG_ROLE}` = 'trial'",
             max_results=50000,
         )
+        repaired: dict[int, str] = {}
+        for run in runs:
+            number = as_int(run.data.tags.get(TAG_TRIAL))
+            if (run.info.status == _MLFLOW_STATUS["FAIL"] and run.data.tags.get(TAG_FAIL_REASON) == INTERRUPTED
+                    and number in finished and number not in live):
+                if not finished[number].fail_reason:
+                    self.client.delete_tag(run.info.run_id, TAG_FAIL_REASON)  # it was not interrupted
+                self.finish_trial(run.info.run_id, finished[number])
+                repaired[number] = finished[number].state
         have = {as_int(run.data.tags.get(TAG_TRIAL)) for run in runs}
         created: dict[int, str] = {}
         for number in sorted(set(finished) - have - set(live)):
@@ -243,7 +257,7 @@ class MlflowTracker(Tracker):
             run_id = self._create_trial_run(parent, study_name, number, record.params, start_time=record.started_ms)
             self.finish_trial(run_id, record)
             created[number] = record.state
-        return created
+        return repaired, created
 
     def _running_runs(self, study_name: str, *, role: str) -> list[Any]:
         return list(self.client.search_runs(
