@@ -204,6 +204,10 @@ def test_the_record_from_optuna_is_the_one_the_live_path_logs(killed: dict[str, 
     records = OptunaRecords(trials, trials_dirs=[killed["tmp_path"] / "trials"], config_names=["config.yaml"],
                             objective="Primary_Metric_Score", constraints=CONSTRAINTS)
     assert list(records) == [0, 1, 2, 3, 4, 5, 6]  # the RUNNING trial is not finished
+    # the run id each trial recorded: none for 0 (untracked) and 6 (the store refused its run)
+    runs = trial_runs(MlflowClient(killed["uri"]))
+    assert {n: records[n].run_id for n in records} == {n: runs[n].info.run_id if n in runs else None for n in records}
+    assert records[0].run_id is None and records[6].run_id is None
     for n, live in killed["live"].items():
         recovered = records[n]
         same = ("number", "state", "params", "metrics", "fail_reason", "value", "feasible")

@@ -224,36 +224,43 @@ class MlflowTracker(Tracker):
 
     def _settle_finished(self, study_name: str, finished: Mapping[int, TrialRecord],
                          live: Collection[int]) -> tuple[dict[int, str], dict[int, str]]:
-        """The runs of trials in ``finished`` that MLflow lacks or has wrong: a run an
+        """The runs of trials in ``finished`` that MLflow has wrong or lacks: a run an
         earlier start failed as interrupted although Optuna had finished its trial (the
         tuner did so before it completed such runs from the record) is completed from
-        its record; a trial with no run that began after the study's parent run was
-        made gets one (a trial of the study before it was tracked here gets none).
-        Returns (repaired, created), number -> state."""
+        its record; a trial that recorded no run id, began after the study's parent run
+        was made (a trial of the study before it was tracked here gets none) and has no
+        run gets one. Returns (repaired, created), number -> state. Two searches and one
+        per trial without a run id: a resumed study of hundreds of trials is not read
+        back run by run."""
         parent = self.parent_run_id or self.find_parent_run(study_name)
         if parent is None:
             return {}, {}  # never tracked in this experiment
-        tracked_since = self.client.get_run(parent).info.start_time or 0
-        runs = self.client.search_runs(
-            [self.experiment_id],
-            filter_string=f"tags.`{TAG_STUDY}` = '{quote(study_name)}' and tags.`{TAG_ROLE}` = 'trial'",
-            max_results=50000,
-        )
         repaired: dict[int, str] = {}
-        for run in runs:
+        for run in self.client.search_runs(
+            [self.experiment_id],
+            filter_string=(f"tags.`{TAG_STUDY}` = '{quote(study_name)}' and tags.`{TAG_ROLE}` = 'trial'"
+                           f" and attributes.status = 'FAILED' and tags.`{TAG_FAIL_REASON}` = '{quote(INTERRUPTED)}'"),
+            max_results=50000,
+        ):
             number = as_int(run.data.tags.get(TAG_TRIAL))
-            if (run.info.status == _MLFLOW_STATUS["FAIL"] and run.data.tags.get(TAG_FAIL_REASON) == INTERRUPTED
-                    and number in finished and number not in live):
+            if number is not None and number in finished and number not in live:
                 if not finished[number].fail_reason:
                     self.client.delete_tag(run.info.run_id, TAG_FAIL_REASON)  # it was not interrupted
                 self.finish_trial(run.info.run_id, finished[number])
                 repaired[number] = finished[number].state
-        have = {as_int(run.data.tags.get(TAG_TRIAL)) for run in runs}
+        tracked_since = self.client.get_run(parent).info.start_time or 0
         created: dict[int, str] = {}
-        for number in sorted(set(finished) - have - set(live)):
+        for number in sorted(set(finished) - set(live) - set(repaired)):
             record = finished[number]
-            if record.started_ms is None or record.started_ms < tracked_since:
+            if record.run_id is not None or record.started_ms is None or record.started_ms < tracked_since:
                 continue
+            if self.client.search_runs(
+                [self.experiment_id],
+                filter_string=(f"tags.`{TAG_STUDY}` = '{quote(study_name)}' and tags.`{TAG_ROLE}` = 'trial'"
+                               f" and tags.`{TAG_TRIAL}` = '{number}'"),
+                max_results=1,
+            ):
+                continue  # made after its record (the bookkeeping retries a run the store refused)
             run_id = self._create_trial_run(parent, study_name, number, record.params, start_time=record.started_ms)
             self.finish_trial(run_id, record)
             created[number] = record.state

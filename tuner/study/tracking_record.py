@@ -31,6 +31,7 @@ from tuner.study.attrs import (
     ATTR_EARLY_STOP,
     ATTR_FAIL_REASON,
     ATTR_GATES_MOVED,
+    ATTR_MLFLOW_RUN,
     ATTR_PHASES,
     ATTR_REPLAY,
     assignment_of,
@@ -135,8 +136,10 @@ def record_from_trial(trial: FrozenTrial, *, objective: str, constraints: Sequen
     note += "\n" + recovery_line(lost, snapshot_lost=out.state == "COMPLETE" and not config_texts)
     record = tracking_record(out, config_texts, constraints=constraints, note=note)
     started = trial.datetime_start
+    run_id = trial.user_attrs.get(ATTR_MLFLOW_RUN)
     return TrialRecord(**{**record.__dict__, "tags": {**record.tags, TAG_RECOVERED: RECOVERED},
-                          "started_ms": round(started.timestamp() * 1000) if started is not None else None})
+                          "started_ms": round(started.timestamp() * 1000) if started is not None else None,
+                          "run_id": run_id if isinstance(run_id, str) and run_id else None})
 
 
 def recovery_line(lost: Sequence[str], *, snapshot_lost: bool) -> str:
