@@ -24,7 +24,7 @@ CLASSES = (
     "postgres-restart", "two-runs-one-study", "slow-drip", "oversized-response", "backend-killed-mid-batch",
     "apply-breaks-constraint", "drift-since-study", "every-trial-fails", "unwritable-config-tag",
     "config-owned-by-service-user", "planted-secret", "failed-label-import", "sigterm-preflight",
-    "disk-full", "sigkill-apply", "sigkill-runner-served", "sigkill-docker-runner-served",
+    "disk-full", "sigkill-apply", "sigkill-runner-served", "sigkill-docker-runner-served", "sigkill-runner-mlflow",
 )
 _LOG = pytest.StashKey[FaultLog]()
 _SIGKILL_RUNS = pytest.StashKey[dict[str, dict[str, Any]]]()

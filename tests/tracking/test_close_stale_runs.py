@@ -37,7 +37,7 @@ def test_runs_of_dead_trials_are_closed_as_failed_and_live_ones_kept(tmp_path: P
     tracker = tracker_at(tmp_path)
     client = MlflowClient(tracker.tracking_uri)
 
-    assert tracker.close_stale_runs("s", live_trials={1}) == [0]
+    assert tracker.close_stale_runs("s", live_trials={1}).interrupted == (0,)
 
     dead = client.get_run(runs[0])
     assert dead.info.status == "FAILED" and dead.info.end_time is not None
@@ -58,17 +58,17 @@ def test_with_no_live_trial_the_parent_is_closed_and_reopened_by_the_next_run(tm
     tracker = tracker_at(tmp_path)
     client = MlflowClient(tracker.tracking_uri)
 
-    assert tracker.close_stale_runs("s", live_trials=set()) == [0, 1]
+    assert tracker.close_stale_runs("s", live_trials=set()).interrupted == (0, 1)
     assert {client.get_run(r).info.status for r in runs.values()} == {"FAILED"}
     closed = client.get_run(parent)
     assert closed.info.status == "FAILED" and closed.data.tags[TAG_INTERRUPTED] == "1"
-    assert tracker.close_stale_runs("s", live_trials=set()) == []  # nothing left open
+    assert not tracker.close_stale_runs("s", live_trials=set())  # nothing left open
 
     # The next run resumes the study in the same parent run.
     assert tracker.start_study("s", params={"sampler": "tpe"}, tags={}) == parent
     assert client.get_run(parent).info.status == "RUNNING"
     # Called after start_study, the parent this tracker reopened stays open.
-    assert tracker.close_stale_runs("s", live_trials=set()) == []
+    assert not tracker.close_stale_runs("s", live_trials=set())
     assert client.get_run(parent).info.status == "RUNNING"
     tracker.end_study(status="FINISHED", summary={})
     finished = client.get_run(parent)
@@ -76,4 +76,4 @@ def test_with_no_live_trial_the_parent_is_closed_and_reopened_by_the_next_run(tm
 
 
 def test_null_tracker_has_nothing_to_close() -> None:
-    assert NullTracker().close_stale_runs("s", live_trials=set()) == []
+    assert not NullTracker().close_stale_runs("s", live_trials=set())

@@ -30,6 +30,7 @@ from tuner.study.loop import FailureBudget, RunResult, StudyLoop, StudyObserver
 from tuner.study.paths import StudyPaths
 from tuner.study.queue import enqueue_initial, fail_stale_trials, remaining_trials, replay_trials_left
 from tuner.study.stop import StopFlag
+from tuner.study.tracking_record import close_killed_runs
 from tuner.study.storage import ATTR_ARTIFACT_DIR, ATTR_CONSTRAINTS, ATTR_OBJECTIVE, ATTR_PREFLIGHT, open_study
 from tuner.study.wiring import (
     Prepared,
@@ -37,6 +38,7 @@ from tuner.study.wiring import (
     apply_mode_line,
     build_runner,
     initial_variants,
+    links_for,
     make_tracker,
     prepare,
     record_config_seen,
@@ -194,10 +196,14 @@ def _run_locked(
     study.set_user_attr(ATTR_PREFLIGHT, redact_mapping(preflight.to_dict()))  # findings may quote a raw response
 
     tracker = make_tracker(experiment, on_warning=observer.note)
-    # This run holds the study alone: an MLflow run still RUNNING belongs to a killed one.
-    closed = tracker.close_stale_runs(experiment.study, live_trials=set())
+    # This run holds the study alone: an MLflow run still RUNNING belongs to a killed one,
+    # completed from Optuna's record when the killed run had told Optuna the trial.
+    closed = close_killed_runs(tracker, study, trials_dirs=[paths.trials_dir],
+                               config_names=[p.name for p in experiment.target.config_files],
+                               objective=experiment.objective.metric, constraints=experiment.constraints,
+                               links=links_for(experiment, study, tracker))
     if closed:
-        observer.note(f"closed the MLflow runs of trials {closed} as FAILED: left running by a killed run")
+        observer.note(closed)
     tracker.start_study(
         experiment.study,
         params={

@@ -108,10 +108,12 @@ def _run_replica(
     from tuner.study.paths import StudyPaths
     from tuner.study.queue import enqueue_initial, enqueue_once
     from tuner.study.storage import ATTR_CONSTRAINTS, ATTR_OBJECTIVE, open_study
+    from tuner.study.tracking_record import close_killed_runs
     from tuner.study.wiring import (
         adopt_backend,
         build_runner,
         initial_variants,
+        links_for,
         make_tracker,
         prepare,
         record_config_seen,
@@ -158,9 +160,16 @@ def _run_replica(
         # Runs of trials no live worker holds any more (failed by heartbeat) are closed.
         fail_stale_heartbeats(study)
         live = {t.number for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))}
-        closed = tracker.close_stale_runs(exp.study, live_trials=live)
+        # A killed worker's trials: completed from Optuna's record when it had told Optuna.
+        # Each replica keeps its trials' folders in its own state dir.
+        replica_dirs = sorted(d for d in (original.state_dir / "replicas").glob("*") if d.is_dir())
+        closed = close_killed_runs(
+            tracker, study, live_trials=live, killed="a killed worker",
+            trials_dirs=[StudyPaths(d, exp.study).trials_dir for d in replica_dirs],
+            config_names=[p.name for p in original.target.config_files], objective=exp.objective.metric,
+            constraints=exp.constraints, links=links_for(exp, study, tracker))
         if closed:
-            note(f"closed the MLflow runs of trials {closed} as FAILED: their worker was killed")
+            note(closed)
         tracker.start_study(exp.study, params={"sampler": exp.sampler.type, "workers": "yes"},
                             tags={"tuner.experiment_file": str(exp.source), "tuner.optuna_storage": redact(exp.storage),
                                   "tuner.preflight": preflight.verdict})

@@ -56,6 +56,27 @@ class TrialRecord:
     summary: str | None = None  # short Markdown, the top of the run's description
     # the trial's duration (tuner.study.outcome.trial_seconds): the run ends this long after it started
     duration_s: float | None = None
+    # Read back from a finished trial (tuner.study.tracking_record): when it began (ms since
+    # the epoch; a run made for it after the fact starts then), and the run id it recorded
+    # (None: it recorded none, e.g. the store failed when the run was to be made)
+    started_ms: int | None = None
+    run_id: str | None = None
+
+
+@dataclass(frozen=True)
+class StaleRuns:
+    """What `Tracker.close_stale_runs` did, by trial number."""
+
+    # a run left RUNNING (or failed as interrupted by an older tuner) whose trial Optuna
+    # finished, completed from the trial's record (number -> its state)
+    recorded: Mapping[int, str] = field(default_factory=dict)
+    # a finished trial that had no run: one made from its record (number -> its state)
+    created: Mapping[int, str] = field(default_factory=dict)
+    # a run left RUNNING by a trial that never finished: FAILED as INTERRUPTED (ascending)
+    interrupted: tuple[int, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.recorded or self.created or self.interrupted)
 
 
 class Tracker(ABC):
@@ -85,10 +106,14 @@ class Tracker(ABC):
     def end_study(self, *, status: str, summary: Mapping[str, float]) -> None:
         """Close the parent run with the study's summary metrics."""
 
-    def close_stale_runs(self, study_name: str, live_trials: Collection[int]) -> list[int]:
-        """Close the runs a killed run left open (see MlflowTracker); returns the trial
-        numbers closed. Trackers without runs have nothing to close."""
-        return []
+    def close_stale_runs(self, study_name: str, live_trials: Collection[int],
+                         finished: Mapping[int, TrialRecord] | None = None) -> StaleRuns:
+        """Close the runs a killed run left open (see MlflowTracker): a trial in
+        ``finished`` (the study's finished trials, their records as the live path
+        builds them) is completed from its record, and gets a run if it has none; any
+        other trial not in ``live_trials`` fails as interrupted. Trackers without runs
+        have nothing to close."""
+        return StaleRuns()
 
     def run_url(self, run_id: str, base_url: str) -> str | None:
         """The page of run ``run_id`` in the tracking UI at ``base_url``; None without one."""
@@ -119,5 +144,6 @@ class NullTracker(Tracker):
     def end_study(self, *, status: str, summary: Mapping[str, float]) -> None:
         return None
 
-    def close_stale_runs(self, study_name: str, live_trials: Collection[int]) -> list[int]:
-        return []
+    def close_stale_runs(self, study_name: str, live_trials: Collection[int],
+                         finished: Mapping[int, TrialRecord] | None = None) -> StaleRuns:
+        return StaleRuns()

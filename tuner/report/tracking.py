@@ -61,6 +61,7 @@ from tuner.report.tracker import (
     TAG_STUDY,
     TAG_TRIAL,
     NullTracker,
+    StaleRuns,
     Tracker,
     TrialRecord,
     TrialState,
@@ -69,7 +70,7 @@ from tuner.report.tracker import (
 __all__ = [
     "EXPERIMENT_KIND", "INTERRUPTED", "PARAM_VALUE_LIMIT", "TAG_CACHE_HIT", "TAG_EXPERIMENT_KIND",
     "TAG_FAIL_REASON", "TAG_INTERRUPTED", "TAG_NOTE", "TAG_ROLE", "TAG_STATE", "TAG_STUDY", "TAG_TRIAL",
-    "MlflowTracker", "NullTracker", "Tracker", "TrialRecord", "TrialState",
+    "MlflowTracker", "NullTracker", "StaleRuns", "Tracker", "TrialRecord", "TrialState",
     "default_artifact_root", "flat_params", "mlflow_name", "safe_value", "trial_run_name",
 ]
 
@@ -173,26 +174,45 @@ class MlflowTracker(Tracker):
                 shutil.rmtree(local, ignore_errors=True)
         return len(runs)
 
-    def close_stale_runs(self, study_name: str, live_trials: Collection[int]) -> list[int]:
-        """Close the MLflow runs of ``study_name`` that a killed run left RUNNING.
+    def close_stale_runs(self, study_name: str, live_trials: Collection[int],
+                         finished: Mapping[int, TrialRecord] | None = None) -> StaleRuns:
+        """Close the MLflow runs of ``study_name`` that a killed run left RUNNING, and make
+        the runs its finished trials lack, so MLflow agrees with the Optuna study.
 
-        Every RUNNING trial run whose trial number is not in ``live_trials`` (the trials
-        a live process still runs) ends FAILED, tagged ``tuner.state=FAIL`` with the
-        reason INTERRUPTED; returns their trial numbers, ascending. When no trial is
-        live, no process works on the study, so a RUNNING parent run is a killed run's
-        too: it ends FAILED and its ``tuner.interrupted_runs`` tag counts the kill (the
-        next `start_study` reopens it as every resume does). The parent this tracker
-        opened itself is never closed here.
+        ``finished`` holds the study's finished trials by number, each as the record the
+        live path logs (tuner.study.tracking_record builds them from the Optuna trials).
+        A RUNNING trial run whose trial number is not in ``live_trials`` (the trials a
+        live process still runs) is completed from its record when ``finished`` has it:
+        the killed process had told Optuna but not logged the run yet (that is
+        bookkeeping, done after ``tell``), so it gets the params, metrics, verdict, files
+        and status `finish_trial` gives it. Any other ends FAILED, tagged
+        ``tuner.state=FAIL`` with the reason INTERRUPTED. A trial of ``finished`` with no
+        run at all that began after the study's parent run was made (killed before its
+        run was created) gets one, made from its record; one whose run an older tuner
+        failed as interrupted has it completed from its record. When no trial is live, no
+        process works on the study, so a RUNNING parent run is a killed run's too: it
+        ends FAILED and its ``tuner.interrupted_runs`` tag counts the kill (the next
+        `start_study` reopens it as every resume does). The parent this tracker opened
+        itself is never closed here.
         """
         live = set(live_trials)
-        closed: list[int] = []
+        finished = finished or {}
+        recorded: dict[int, str] = {}
+        interrupted: list[int] = []
         for run in self._running_runs(study_name, role="trial"):
             number = as_int(run.data.tags.get(TAG_TRIAL))
             if number is None or number in live:
                 continue  # a live trial's, or not a run this tracker wrote
+            record = finished.get(number)
+            if record is not None:
+                self.finish_trial(run.info.run_id, record)
+                recorded[number] = record.state
+                continue
             self._log(run.info.run_id, tags={TAG_STATE: "FAIL", TAG_FAIL_REASON: INTERRUPTED})
             self.client.set_terminated(run.info.run_id, status=_MLFLOW_STATUS["FAIL"])
-            closed.append(number)
+            interrupted.append(number)
+        repaired, created = self._settle_finished(study_name, finished, live) if finished else ({}, {})
+        recorded.update(repaired)
         if not live:
             for run in self._running_runs(study_name, role="study"):
                 if run.info.run_id == self.parent_run_id:
@@ -200,7 +220,51 @@ class MlflowTracker(Tracker):
                 count = (as_int(run.data.tags.get(TAG_INTERRUPTED)) or 0) + 1
                 self._log(run.info.run_id, tags={TAG_INTERRUPTED: str(count)})
                 self.client.set_terminated(run.info.run_id, status=_MLFLOW_STATUS["FAIL"])
-        return sorted(closed)
+        return StaleRuns(recorded=recorded, created=created, interrupted=tuple(sorted(interrupted)))
+
+    def _settle_finished(self, study_name: str, finished: Mapping[int, TrialRecord],
+                         live: Collection[int]) -> tuple[dict[int, str], dict[int, str]]:
+        """The runs of trials in ``finished`` that MLflow has wrong or lacks: a run an
+        earlier start failed as interrupted although Optuna had finished its trial (the
+        tuner did so before it completed such runs from the record) is completed from
+        its record; a trial that recorded no run id, began after the study's parent run
+        was made (a trial of the study before it was tracked here gets none) and has no
+        run gets one. Returns (repaired, created), number -> state. Two searches and one
+        per trial without a run id: a resumed study of hundreds of trials is not read
+        back run by run."""
+        parent = self.parent_run_id or self.find_parent_run(study_name)
+        if parent is None:
+            return {}, {}  # never tracked in this experiment
+        repaired: dict[int, str] = {}
+        for run in self.client.search_runs(
+            [self.experiment_id],
+            filter_string=(f"tags.`{TAG_STUDY}` = '{quote(study_name)}' and tags.`{TAG_ROLE}` = 'trial'"
+                           f" and attributes.status = 'FAILED' and tags.`{TAG_FAIL_REASON}` = '{quote(INTERRUPTED)}'"),
+            max_results=50000,
+        ):
+            number = as_int(run.data.tags.get(TAG_TRIAL))
+            if number is not None and number in finished and number not in live:
+                if not finished[number].fail_reason:
+                    self.client.delete_tag(run.info.run_id, TAG_FAIL_REASON)  # it was not interrupted
+                self.finish_trial(run.info.run_id, finished[number])
+                repaired[number] = finished[number].state
+        tracked_since = self.client.get_run(parent).info.start_time or 0
+        created: dict[int, str] = {}
+        for number in sorted(set(finished) - set(live) - set(repaired)):
+            record = finished[number]
+            if record.run_id is not None or record.started_ms is None or record.started_ms < tracked_since:
+                continue
+            if self.client.search_runs(
+                [self.experiment_id],
+                filter_string=(f"tags.`{TAG_STUDY}` = '{quote(study_name)}' and tags.`{TAG_ROLE}` = 'trial'"
+                               f" and tags.`{TAG_TRIAL}` = '{number}'"),
+                max_results=1,
+            ):
+                continue  # made after its record (the bookkeeping retries a run the store refused)
+            run_id = self._create_trial_run(parent, study_name, number, record.params, start_time=record.started_ms)
+            self.finish_trial(run_id, record)
+            created[number] = record.state
+        return repaired, created
 
     def _running_runs(self, study_name: str, *, role: str) -> list[Any]:
         return list(self.client.search_runs(
@@ -234,12 +298,19 @@ class MlflowTracker(Tracker):
     def start_trial(self, number: int, params: Mapping[str, Any]) -> str:
         if self.parent_run_id is None or self.study_name is None:
             raise StudyError("MlflowTracker.start_trial called before start_study; call start_study first")
+        return self._create_trial_run(self.parent_run_id, self.study_name, number, params)
+
+    def _create_trial_run(self, parent_id: str, study_name: str, number: int, params: Mapping[str, Any], *,
+                          start_time: int | None = None) -> str:
+        """A RUNNING child run of ``parent_id`` for trial ``number`` with its params
+        (``start_time``: ms since the epoch; default now)."""
         run = self.client.create_run(
             self.experiment_id,
+            start_time=start_time,
             run_name=f"trial-{number}",
             tags={
-                _PARENT_TAG: self.parent_run_id,
-                TAG_STUDY: self.study_name,
+                _PARENT_TAG: parent_id,
+                TAG_STUDY: study_name,
                 TAG_ROLE: "trial",
                 TAG_TRIAL: str(number),
                 TAG_STATE: "RUNNING",

@@ -29,7 +29,7 @@ import optuna
 from optuna.distributions import BaseDistribution
 
 from tuner.files import atomic_write_bytes, atomic_write_text, overwrite_in_place
-from tuner.report.tracking import TAG_CACHE_HIT, Tracker, TrialRecord
+from tuner.report.tracking import Tracker
 from tuner.study.applied_params import record_applied_params
 from tuner.study.attrs import (
     ATTR_APPLIED,
@@ -57,10 +57,10 @@ from tuner.study.notes import Links, publish_study, trial_note, write_note
 from tuner.study.outcome import FUSION_PLOT_FILE, FUSION_SWEEP_FILE, SOLVED_PREFIX, SWEEP_FILE, TrialOutcome, jsonable
 from tuner.study.storage import retry_transient
 from tuner.study.sweep_table import slim_sweep
+from tuner.study.tracking_record import TAG_CACHE_NOTE, tracking_record
 
 __all__ = ["ATTR_CACHE_NOTE", "ATTR_DATA_FINGERPRINT", "TAG_CACHE_NOTE", "TrialRecording"]
 
-TAG_CACHE_NOTE = "tuner.cache_note"
 _REPORT_MAX_FILES = 20  # per-file digests in a report's context up to this many inputs
 _STUDY_NOTE_EVERY = 10  # trials between study-note refreshes (and on every new best)
 
@@ -246,7 +246,8 @@ class TrialRecording:
         note = self._trial_note(out, run_id, links=self._optuna_links(run_id))
         write_note(p.trial, note)
         if self.tracker is not None:
-            self.tracker.finish_trial(run_id, self._tracking_record(out, named, note=self._trial_note(out, run_id)))
+            record = tracking_record(out, named, constraints=self.constraints, note=self._trial_note(out, run_id))
+            self.tracker.finish_trial(run_id, record)
         if out.state == "COMPLETE" and (p.detail == "full" or p.number % _STUDY_NOTE_EVERY == 0):
             self.publish_study(p.trial.study)
         timings["track"] = time.perf_counter() - started
@@ -282,41 +283,6 @@ class TrialRecording:
             feasible=out.feasible, constraints=out.constraints, metrics=out.metrics, solved=solved,
             early_stop=out.early_stop_detail or out.early_stop, fail_reason=out.fail_reason, links=links,
             gates_moved=out.gates_moved,
-        )
-
-    def _tracking_record(self, out: TrialOutcome, named: Mapping[str, str], *, note: str | None = None) -> TrialRecord:
-        metrics = dict(out.metrics)
-        if out.value is not None:
-            metrics["objective"] = out.value
-        if out.state == "COMPLETE":
-            metrics["feasible"] = 1.0 if out.feasible else 0.0
-        by_name = {c.name: c for c in self.constraints}
-        for name, violation in out.constraints.items():
-            metric = getattr(by_name.get(name), "metric", None) or name.split()[0]
-            metrics[f"violation.{metric}"] = violation
-        if out.replay:  # fusion replay: how much was scored, and how far live was from replayed
-            metrics["replay.settings"] = float(out.replay.get("settings", out.replay["scored"]))
-            metrics["replay.settings_scored"] = float(out.replay["scored"])
-            metrics["replay.max_live_gap"] = max((abs(v["live"] - v["replayed"]) for v in out.replay["verified"]),
-                                                 default=0.0)
-        tags = {TAG_CACHE_HIT: str(out.cache_hit).lower(), "tuner.feasible": str(out.feasible).lower()}
-        if out.cache_note:
-            tags[TAG_CACHE_NOTE] = out.cache_note
-        if out.early_stop:
-            tags["tuner.early_stop"] = out.early_stop
-        return TrialRecord(
-            number=out.number,
-            state=out.state,
-            params=out.assignment,
-            metrics=metrics,
-            config_texts={f"config/{Path(n).name}": t for n, t in named.items()},
-            reports={k: Path(v) for k, v in out.reports.items()},
-            fail_reason=out.fail_reason,
-            tags=tags,
-            value=out.value,
-            feasible=out.feasible if out.state == "COMPLETE" else None,
-            duration_s=out.duration_s,
-            summary=note,  # the run's description: the trial note (links to the Optuna trial page included)
         )
 
     def _snapshot(self, texts: Mapping[Path, str]) -> str:
