@@ -27,6 +27,8 @@ class FakeStore(Tracker):
         self.release = threading.Event()
         self.refuse: set[tuple[str, int]] = set()  # (method, trial) the store rejects while up
         self.runs = 0
+        self.lose_answer: set[int] = set()  # start_trial of these makes the run, then its answer is lost
+        self.open_runs: dict[int, str] = {}
 
     def _call(self, *what: Any) -> None:
         if self.hung.is_set():
@@ -48,7 +50,15 @@ class FakeStore(Tracker):
     def start_trial(self, number: int, params: Mapping[str, Any]) -> str:
         self._call("start_trial", number)
         self.runs += 1
+        self.open_runs[number] = f"run-{number}"
+        if number in self.lose_answer:
+            self.lose_answer.discard(number)
+            raise TimeoutError("read timed out")
         return f"run-{number}"
+
+    def find_trial_run(self, number: int) -> str | None:
+        self._call("find_trial_run", number)
+        return self.open_runs.get(number)
 
     def finish_trial(self, run_id: str | None, record: TrialRecord) -> None:
         if run_id is None:
@@ -150,11 +160,23 @@ def test_a_hung_store_holds_up_neither_a_trial_nor_the_stop_and_the_missing_tria
         tracker.finish_trial(None, record(n))
     tracker.end_study(status="KILLED", summary={})
     line = within(tracker.close)
-    assert line is not None and line.startswith("warning: MLflow at http://mlflow.test is missing trials #0-3 and "
+    assert line is not None and line.startswith("MLflow at http://mlflow.test is missing trials #0-3 and "
                                                 "the study's summary:")
     assert "Optuna study" in line
     assert sum("behind" in n for n in notes) == 1
     store.release.set()
+
+
+def test_a_start_whose_answer_was_lost_reuses_its_run_when_tried_again() -> None:
+    store, notes = FakeStore(), []
+    store.lose_answer = {1}
+    tracker = make(store, notes)
+    tracker.start_study("s", params={}, tags={})
+    tracker.start_trial(1, {})
+    tracker.finish_trial(None, record(1))
+    assert tracker.close() is None
+    assert store.runs == 1  # one run for the trial, not two
+    assert store.calls[-2:] == [("find_trial_run", 1), ("finish_trial", 1, "run-1")]
 
 
 def test_nothing_is_lost_silently_when_the_queue_bound_is_hit() -> None:

@@ -219,7 +219,7 @@ def _run_replica(
                 reaper.close()
     untracked = tracker.close()  # bounded: see tuner.report.resilient
     if untracked:
-        note(untracked)
+        note(f"warning: {untracked}")
     ran = [o.number for o in result.ran]
     note(f"replica {replica.index}: ran trials {ran}; stopped by {result.stopped_by}")
     return ReplicaSummary(replica.index, exp.study, result, restored, exp.target.port, error=error)

@@ -89,7 +89,8 @@ class _Op:
     trial: int | None = None
     done: threading.Event = field(default_factory=threading.Event)
     result: Any = None
-    attempts: int = 0
+    attempts: int = 0  # failures while the store answered (reset after an outage)
+    tried: bool = False  # run before and failed: a retry
 
 
 class ResilientTracker(Tracker):
@@ -115,13 +116,14 @@ class ResilientTracker(Tracker):
         self._wake = threading.Event()  # ends a probe pause early (close)
         self._running_since: float | None = None  # when the call under way started
         self._behind_since: float | None = None  # the breaker is open since then
-        self._closing = False
+        self._retrying = False  # the call under way was tried before (worker thread)
         self._abandoned = False  # close gave up: the thread runs nothing more
         self._run_ids: dict[int, str] = {}  # trial number -> run id its start made (worker thread)
         self._not_logged: set[int] = set()  # trials whose calls were dropped (bound, or their own error)
         self._study_not_logged = False
         self._full_noted = False
         self.replayed = 0  # calls that ran after the store came back
+        self._replayed_now = 0  # the same, in this outage
         self._thread = threading.Thread(target=self._work, name="tuner-tracking", daemon=True)
         self._thread.start()
 
@@ -139,7 +141,10 @@ class ResilientTracker(Tracker):
             return None
 
         def start() -> str | None:
-            run_id = self.inner.start_trial(number, params)
+            find = getattr(self.inner, "find_trial_run", None)
+            # tried before: the store may have made the run and lost only its answer
+            run_id = find(number) if self._retrying and find is not None else None
+            run_id = run_id or self.inner.start_trial(number, params)
             if run_id is not None:
                 self._run_ids[number] = run_id
             return run_id
@@ -196,14 +201,17 @@ class ResilientTracker(Tracker):
 
     def close(self) -> str | None:
         """Give the queued calls up to ``drain_s`` (the store may come back meanwhile),
-        then stop; one line naming the trials MLflow did not get, or None."""
+        then stop; one line naming the trials MLflow did not get (a warning, without
+        the ``warning:`` prefix), or None."""
         deadline = time.monotonic() + self.drain_s
-        with self._cond:
-            self._closing = True
-            self._cond.notify_all()
-            while self._ops and time.monotonic() < deadline:
+        while True:
+            self._check_stuck()  # a call hung in the store: said once, as any time
+            with self._cond:
+                if not self._ops or time.monotonic() >= deadline:
+                    break
                 self._wake.set()  # a probe pause ends at once: retry now
                 self._cond.wait(min(0.5, max(0.0, deadline - time.monotonic())))
+        with self._cond:
             self._abandoned = True
             left = list(self._ops)
             self._ops.clear()
@@ -221,7 +229,7 @@ class ResilientTracker(Tracker):
             what.append(f"trial{'s' if len(trials) > 1 else ''} {number_ranges(trials)}")
         if study:
             what.append("the study's summary")
-        return (f"warning: MLflow at {self.where} is missing {' and '.join(what)}: the store did not take them "
+        return (f"MLflow at {self.where} is missing {' and '.join(what)}: the store did not take them "
                 f"within the {self.drain_s:g} s the end of a run gives tracking; every trial is in the Optuna study (optuna-dashboard, "
                 "`tuner best`); a trial run left RUNNING in MLflow is closed by the next `tuner run`")
 
@@ -269,13 +277,14 @@ class ResilientTracker(Tracker):
     def _check_stuck(self) -> None:
         since = self._running_since
         if since is not None and self._behind_since is None and time.monotonic() - since > self.stuck_s:
-            self._go_behind(f"a call has not returned in {self.stuck_s:g} s")
+            self._go_behind(f"a call has not returned in {self.stuck_s:g} s", since)
 
-    def _go_behind(self, reason: str) -> None:
+    def _go_behind(self, reason: str, since: float) -> None:
+        """Open the breaker (said once per outage); ``since``: when the call that failed started."""
         with self._cond:
             if self._behind_since is not None:
                 return
-            self._behind_since = time.monotonic()
+            self._behind_since, self._replayed_now = since, 0
             queued = len(self._ops)
         self._note(f"warning: MLflow tracking is behind: {self.where} does not answer ({reason}); trials go on, "
                    f"their MLflow calls are queued ({queued} so far) and replayed in order when it answers (checked "
@@ -285,8 +294,8 @@ class ResilientTracker(Tracker):
         with self._cond:
             since, self._behind_since = self._behind_since, None
         if since is not None:
-            self._note(f"MLflow tracking caught up: {self.where} answers again; the calls queued over "
-                       f"{time.monotonic() - since:.0f} s are logged")
+            self._note(f"MLflow tracking caught up: {self.where} answers again after {time.monotonic() - since:.0f} s; "
+                       f"the {self._replayed_now} calls queued meanwhile are logged")
 
     def _note(self, message: str) -> None:
         try:
@@ -305,26 +314,28 @@ class ResilientTracker(Tracker):
                     return
                 op = self._ops[0]
                 self._running_since = time.monotonic()
+                self._retrying = op.tried
             failure: Exception | None = None
             try:
                 result = op.fn()
             except Exception as exc:  # noqa: BLE001 - a tracking failure never reaches the study
                 failure = exc
             with self._cond:
-                self._running_since = None
+                started, self._running_since = self._running_since, None
                 if self._abandoned:
                     return
             if failure is None:
                 self._done(op, result)
                 continue
             op.attempts += 1
+            op.tried = True
             if self._answers():
                 if op.attempts >= ATTEMPTS:
                     self._give_up(op, failure)
                 elif not self._pause():
                     return
                 continue
-            self._go_behind(one_line(failure))
+            self._go_behind(one_line(failure), started if started is not None else time.monotonic())
             while not self._answers():
                 if not self._pause():
                     return
@@ -337,6 +348,7 @@ class ResilientTracker(Tracker):
                 self._ops.popleft()
             if self._behind_since is not None:
                 self.replayed += 1
+                self._replayed_now += 1
             empty = not self._ops
             self._cond.notify_all()
         op.done.set()
