@@ -229,9 +229,9 @@ class ResilientTracker(Tracker):
             what.append(f"trial{'s' if len(trials) > 1 else ''} {number_ranges(trials)}")
         if study:
             what.append("the study's summary")
-        return (f"MLflow at {self.where} is missing {' and '.join(what)}: the store did not take them "
-                f"within the {self.drain_s:g} s the end of a run gives tracking; every trial is in the Optuna study (optuna-dashboard, "
-                "`tuner best`); a trial run left RUNNING in MLflow is closed by the next `tuner run`")
+        return (f"MLflow at {self.where} is missing {' and '.join(what)}: the store did not take them within the "
+                f"{self.drain_s:g} s the end of a run gives tracking; every trial is in the Optuna study "
+                "(optuna-dashboard, `tuner best`); a trial run left RUNNING in MLflow is closed by the next `tuner run`")
 
     # ------------------------------------------------------------ the queue
 
@@ -387,7 +387,8 @@ class ResilientTracker(Tracker):
 def one_line(exc: BaseException) -> str:
     from tuner.secrets import redact_text
 
-    return redact_text(f"{type(exc).__name__}: {exc}".splitlines()[0])[:300]
+    text = redact_text(f"{type(exc).__name__}: {exc}".splitlines()[0])
+    return text if len(text) <= 240 else text[:237] + "..."
 
 
 def number_ranges(numbers: Collection[int]) -> str:
