@@ -270,6 +270,9 @@ def test_an_mlflow_server_that_hangs_and_comes_back_gets_every_trial(tmp_path: P
         wait_until(lambda: CAUGHT_UP in run.stdout_so_far() or not run.alive(), "tracking caught up")
         second.write_text("go\n")
         done = run.wait(240)
+    except BaseException:
+        server.kill()  # a stopped server is never left behind
+        raise
     finally:
         project.release()
         second.write_text("go\n")
