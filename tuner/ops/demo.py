@@ -144,6 +144,6 @@ def forget_demo(experiment: Any) -> None:
             else:
                 entry.unlink()
     if experiment.tracking.enabled and (experiment.project_root / "mlruns").exists():
-        tracker = make_tracker(experiment)
+        tracker = make_tracker(experiment, resilient=False)
         if isinstance(tracker, MlflowTracker):
             tracker.delete_study_runs(experiment.study)

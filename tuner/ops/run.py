@@ -268,6 +268,11 @@ def _run_locked(
     if prepared.split is not None and summary.best is not None and error is None and result.stopped_by != "signal":
         summary.holdout = _validate(experiment, summary, observer)
     _publish(runner, study, experiment, summary)
+    # MLflow calls still queued (a store that stopped answering) get a bounded wait;
+    # what it did not take is listed at the end
+    untracked = tracker.close()
+    if untracked:
+        summary.warnings.append(untracked)
     return summary
 
 

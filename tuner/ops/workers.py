@@ -226,6 +226,9 @@ def _run_replica(
             finally:
                 replica.down()
                 reaper.close()
+    untracked = tracker.close()  # bounded: see tuner.report.resilient
+    if untracked:
+        note(f"warning: {untracked}")
     ran = [o.number for o in result.ran]
     note(f"replica {replica.index}: ran trials {ran}; stopped by {result.stopped_by}")
     return ReplicaSummary(replica.index, exp.study, result, restored, exp.target.port, error=error)

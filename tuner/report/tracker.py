@@ -119,6 +119,12 @@ class Tracker(ABC):
         """The page of run ``run_id`` in the tracking UI at ``base_url``; None without one."""
         return None
 
+    def close(self) -> str | None:
+        """The end of the run: wait (bounded) for calls still under way; one line naming
+        what the store did not get, or None. Trackers that call the store inline have
+        nothing left to wait for (see tuner.report.resilient)."""
+        return None
+
     def experiment_url(self, base_url: str) -> str | None:
         """The runs table of this tracker's experiment in the UI at ``base_url``; None without one."""
         return None

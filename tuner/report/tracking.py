@@ -321,6 +321,20 @@ class MlflowTracker(Tracker):
         self._open[run.info.run_id] = _OpenRun(run.info.artifact_uri, set(logged), run.info.start_time)
         return run.info.run_id
 
+    def find_trial_run(self, number: int) -> str | None:
+        """The RUNNING run of trial ``number`` under this study's parent run, if one was
+        made: a `start_trial` that is tried again (its first answer lost with a server
+        that stopped answering) reuses it instead of making a second run."""
+        if self.parent_run_id is None or self.study_name is None:
+            return None
+        runs = self.client.search_runs(
+            [self.experiment_id],
+            filter_string=(f"tags.`{_PARENT_TAG}` = '{self.parent_run_id}' and tags.`{TAG_TRIAL}` = '{number}'"
+                           f" and tags.`{TAG_STUDY}` = '{quote(self.study_name)}' and attributes.status = 'RUNNING'"),
+            max_results=1,
+        )
+        return runs[0].info.run_id if runs else None
+
     def finish_trial(self, run_id: str | None, record: TrialRecord) -> None:
         """Log the record into the child run and close it: the params it lacks (e.g. the
         gates solved during the trial; a param logged at start keeps its value), metrics

@@ -144,7 +144,8 @@ class TrialRecording:
         user[ATTR_REPLAY] = out.replay
         user[ATTR_DURATION] = round(out.duration_s, 3)  # its phases are all timed by now (record is not in it)
         if run_id is not None:
-            # Created on the bookkeeper during restart and health wait: long done by now.
+            # Asked for on the bookkeeper during restart and health wait; a tracker waits
+            # for its store only briefly (tuner.report.resilient): None when it did not answer.
             user[ATTR_MLFLOW_RUN] = run_id.result()
         for key, value in user.items():
             if value is not None or key == ATTR_MLFLOW_RUN:

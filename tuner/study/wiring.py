@@ -17,7 +17,9 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import optuna
 
+from tuner.dburl import redact
 from tuner.errors import StudyError
+from tuner.report.resilient import ResilientTracker, fail_fast_http, store_probe
 from tuner.report.tracking import MlflowTracker, NullTracker, Tracker
 from tuner.study.bookkeeping import Bookkeeper, OptunaArtifacts
 from tuner.study.interfaces import Constraint as TrialConstraint
@@ -427,21 +429,33 @@ def links_for(exp: Experiment, study: optuna.Study, tracker: Tracker | None) -> 
     return Links(exp.tracking.optuna_dashboard_url, exp.tracking.mlflow_ui_url, study._study_id, tracker)
 
 
-def make_tracker(experiment: Experiment, on_warning: Any = None) -> Tracker:
+def make_tracker(experiment: Experiment, on_warning: Any = None, *, resilient: bool = True) -> Tracker:
     """The experiment's MLflow tracker. MLflow is bookkeeping: a store that cannot be
     opened does not stop a study (every trial is in the Optuna study all the same).
     With ``on_warning`` the tracker falls back to none and the warning says so; without
-    it the StudyError is raised (for commands whose whole job is MLflow)."""
+    it the StudyError is raised (for commands whose whole job is MLflow).
+
+    ``resilient`` (a study run): the MlflowTracker behind a `ResilientTracker`, so a
+    store that stops answering holds up neither a trial nor a stop (its notes go to
+    ``on_warning``); MLflow's own HTTP retries are then cut to none (`fail_fast_http`,
+    unless the user set MLFLOW_HTTP_REQUEST_MAX_RETRIES / _TIMEOUT): the breaker and
+    its background retry replace them."""
     if not experiment.tracking.enabled:
         return NullTracker()
     uri = experiment.tracking.mlflow_uri
     try:
         _probe_tracking_server(uri)
-        return MlflowTracker(
+        if resilient and uri.startswith(("http://", "https://")):
+            fail_fast_http()
+        tracker = MlflowTracker(
             uri,
             experiment.tracking.experiment_name or experiment.study,
             artifact_root=experiment.tracking.artifact_location,
         )
+        if not resilient:
+            return tracker
+        return ResilientTracker(tracker, probe=store_probe(uri, tracker), on_note=on_warning or (lambda message: None),
+                                where=redact(uri))
     except (StudyError, OSError) as exc:
         if on_warning is None:
             raise
