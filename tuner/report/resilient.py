@@ -35,7 +35,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tuner.report.tracker import Tracker, TrialRecord
+from tuner.report.tracker import StaleRuns, Tracker, TrialRecord
 
 #: what a stop (or the end of a run) gives queued tracking calls before it lists what
 #: was not logged and goes on
@@ -175,11 +175,13 @@ class ResilientTracker(Tracker):
     def end_study(self, *, status: str, summary: Mapping[str, float]) -> None:
         self._submit("end_study", lambda: self.inner.end_study(status=status, summary=summary))
 
-    def close_stale_runs(self, *args: Any, **kwargs: Any) -> list[int]:
+    def close_stale_runs(self, *args: Any, **kwargs: Any) -> StaleRuns:
         """``inner.close_stale_runs`` (its arguments passed as given), waited for up to
-        ``stuck_s``; [] when it has not returned by then (it still runs, in order)."""
+        ``stuck_s``; an empty StaleRuns when it has not returned by then (it still runs,
+        in order, before this run's own calls)."""
         op = self._submit("close_stale_runs", lambda: self.inner.close_stale_runs(*args, **kwargs))
-        return self._result(op, self.stuck_s) or []
+        closed = self._result(op, self.stuck_s)
+        return closed if isinstance(closed, StaleRuns) else StaleRuns()
 
     def run_url(self, run_id: str, base_url: str) -> str | None:
         return self.inner.run_url(run_id, base_url)
@@ -231,7 +233,7 @@ class ResilientTracker(Tracker):
             what.append("the study's summary")
         return (f"MLflow at {self.where} is missing {' and '.join(what)}: the store did not take them within the "
                 f"{self.drain_s:g} s the end of a run gives tracking; every trial is in the Optuna study "
-                "(optuna-dashboard, `tuner best`); a trial run left RUNNING in MLflow is closed by the next `tuner run`")
+                "(optuna-dashboard, `tuner best`), and the next `tuner run` of the study logs them in MLflow from its record")
 
     # ------------------------------------------------------------ the queue
 
