@@ -52,7 +52,7 @@ def eta_seconds(done: int, planned: int | None, elapsed: float, timeout: float |
 def fmt_duration(seconds: float | None) -> str:
     if seconds is None:
         return "?"
-    seconds = int(round(seconds))
+    seconds = int(round(seconds))  # noqa: RUF046 - numpy 1.x round() gives a float
     h, rest = divmod(seconds, 3600)
     m, s = divmod(rest, 60)
     return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s" if m else f"{s}s"
@@ -133,7 +133,8 @@ class RichProgress(StudyObserver):
             ("  ETA ", "bold"), fmt_duration(eta_seconds(self.done, self.planned, elapsed, self.timeout)),
         )
         if self.best is not None:
-            best = Text.assemble(("best feasible ", "bold"), f"#{self.best.number} {self.objective} = {self.best.values[0]:.4f}")
+            best = Text.assemble(("best feasible ", "bold"), f"#{self.best.number} {self.objective} = "
+                                                             f"{self.best.values[0]:.4f}")
         else:
             best = Text("best feasible: none yet", style="yellow")
         if self.current is not None:

@@ -112,7 +112,7 @@ class ExperimentFile(StrictModel):
         return v
 
     @model_validator(mode="after")
-    def _stop_condition(self) -> "ExperimentFile":
+    def _stop_condition(self) -> ExperimentFile:
         if self.n_trials is None and self.timeout_s is None:
             raise ValueError("give n_trials and/or timeout_s so the study knows when to stop")
         return self
@@ -142,7 +142,7 @@ class Experiment(ExperimentFile):
             )
         return out
 
-    def bind_port(self, port: int | None = None) -> "Experiment":
+    def bind_port(self, port: int | None = None) -> Experiment:
         """A copy with ``{port}`` filled in the health URL, the reload URL, the search URL and the command.
 
         ``port`` wins; else ``target.port`` (``auto``: a free loopback port, picked now).
@@ -224,8 +224,9 @@ def load_experiment(path: Path | str, *, check_paths: bool = True) -> Experiment
     ]
     for label, p in checked if check_paths else []:
         if not p.exists():
-            raise ConfigError(f"{where}: {label}: {display_path(p)} does not exist (paths are relative to {display_path(base)})")
-    for i, (written, pattern) in enumerate(zip(raw.target.inputs, target.inputs) if check_paths else []):
+            raise ConfigError(f"{where}: {label}: {display_path(p)} does not exist "
+                              f"(paths are relative to {display_path(base)})")
+    for i, (written, pattern) in enumerate(zip(raw.target.inputs, target.inputs, strict=True) if check_paths else []):
         _check_input(f"{where}: target.inputs[{i}]", written, pattern, base)
 
     fields = raw.model_dump(exclude={"project_root", "state_dir", "storage", "dataset", "target", "tracking",

@@ -35,7 +35,7 @@ class Constraint(StrictModel):
     bound: float
 
     @classmethod
-    def parse(cls, text: str) -> "Constraint":
+    def parse(cls, text: str) -> Constraint:
         m = _CONSTRAINT_RE.match(text)
         if not m:
             raise ValueError(

@@ -211,7 +211,8 @@ class LabelStore:
         try:
             con = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
         except sqlite3.Error as exc:
-            raise LabelError(f"{self.path}: cannot open label database ({exc}); check the path and permissions") from exc
+            raise LabelError(f"{self.path}: cannot open label database ({exc}); "
+                             "check the path and permissions") from exc
         try:
             yield con
         except (sqlite3.DatabaseError, OSError) as exc:
@@ -259,8 +260,9 @@ class LabelStore:
                        SELECT i.dataset_id, i.source_file,
                               CASE WHEN i.importer LIKE 'queue-%' THEN 'grader' ELSE 'file' END,
                               i.importer, ?, i.file_sha256, i.imported_at, i.id, 1
-                       FROM imports i WHERE i.id = (SELECT MAX(j.id) FROM imports j
-                                                    WHERE j.dataset_id = i.dataset_id AND j.source_file = i.source_file)""",
+                       FROM imports i WHERE i.id = (
+                           SELECT MAX(j.id) FROM imports j
+                           WHERE j.dataset_id = i.dataset_id AND j.source_file = i.source_file)""",
                     (UNKNOWN_GRADE_MAP,),
                 )
             con.execute("COMMIT")
@@ -328,7 +330,8 @@ class LabelStore:
                 added, changed, removed = _diff(old, rows)
                 if kind == "file" and prior_kind is not None and (added or changed or removed) and not replace:
                     raise LabelError(
-                        f"{shown_path(source_file)} was imported into {shown_path(self.path)} (dataset {dataset_id}) before and its judgments "
+                        f"{shown_path(source_file)} was imported into {shown_path(self.path)} "
+                        f"(dataset {dataset_id}) before and its judgments "
                         f"changed since ({added} added, {changed} changed, {removed} removed); pass --replace to "
                         "replace this file's judgments (other files' and graders' grades are kept)")
                 new = {**old, **rows} if kind == "grader" else rows
@@ -521,7 +524,8 @@ def replace_command(change: SourceChange, dataset_id: str, db: str | Path) -> st
     """The `tuner labels import --replace` command that re-imports a changed label file."""
     grade_map = (f" --grade-map {shlex.quote(change.grade_map)}"
                  if change.grade_map not in (None, UNKNOWN_GRADE_MAP) else "")
-    return (f"tuner labels import {shlex.quote(shown_path(change.path))} --replace --dataset-id {shlex.quote(dataset_id)} "
+    return (f"tuner labels import {shlex.quote(shown_path(change.path))} --replace --dataset-id "
+            f"{shlex.quote(dataset_id)} "
             f"--db {shlex.quote(shown_path(db))} "
             f"--format {change.fmt}{grade_map}")
 
@@ -532,7 +536,8 @@ def stale_labels_message(changes: Sequence[SourceChange], dataset_id: str, db: s
     what = "was never imported into" if first.never_imported else "changed since it was imported into"
     more = ""
     if len(changes) > 1:
-        more = f"; {len(changes) - 1} more label file(s) changed too: " + ", ".join(shown_path(c.path) for c in changes[1:])
+        more = (f"; {len(changes) - 1} more label file(s) changed too: "
+                + ", ".join(shown_path(c.path) for c in changes[1:]))
     return (f"labels: {shown_path(first.path)} {what} {shown_path(db)} (dataset {dataset_id}): {first.counts()}{more}; "
             f"re-import it with `{replace_command(first, dataset_id, db)}`, then start a new study "
             "(a study's trials measured on the old labels are not compared with new ones)")

@@ -202,7 +202,8 @@ def _to_outcome(exchange: Exchange, spec: EvalSpec, decoder: AnswerDecoder,
             parsed = parse_response(payload, spec.response, exchange.query_id, top_k=spec.top_k)
     except ResponseMappingError as exc:
         return FailedQuery(exchange.query_id, exchange.request_id, str(exc), exchange.attempts, exchange.latency_ms)
-    outcome = QueryResponse(exchange.query_id, exchange.request_id, parsed, exchange.latency_ms or 0.0, exchange.attempts)
+    outcome = QueryResponse(exchange.query_id, exchange.request_id, parsed, exchange.latency_ms or 0.0,
+                            exchange.attempts)
     if on_payload is not None:
         on_payload(exchange.query_id, payload, outcome)
     return outcome

@@ -113,7 +113,8 @@ def draw_split(
     for query in queries:
         strata.setdefault(stratum_of(query, stratify_by), []).append(query)
     quotas = allocate(
-        {key: len(members) for key, members in strata.items()}, fraction, tiebreak=lambda key: _rank_key(seed, "|".join(key))
+        {key: len(members) for key, members in strata.items()}, fraction,
+        tiebreak=lambda key: _rank_key(seed, "|".join(key)),
     )
     held: set[str] = set()
     for key, members in strata.items():

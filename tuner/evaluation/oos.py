@@ -103,7 +103,8 @@ def threshold_grid(
     if sweep_range is not None:
         low, high, step = (float(v) for v in sweep_range)
         if not (math.isfinite(low) and math.isfinite(high) and math.isfinite(step)) or high < low or step <= 0:
-            raise ValueError(f"threshold sweep range {sweep_range!r}: pass (low, high, step) with low <= high, step > 0")
+            raise ValueError(f"threshold sweep range {sweep_range!r}: pass (low, high, step) with low <= high, "
+                             "step > 0")
         grid = _grid(low, high, step)
     else:
         seen = np.array([c for c in confidences if c is not None], dtype=float)
@@ -120,8 +121,8 @@ def threshold_grid(
 
 
 def _grid(low: float, high: float, step: float) -> np.ndarray:
-    n = int(math.floor((high - low) / step + 1e-9)) + 1
-    decimals = max(0, -int(math.floor(math.log10(step)))) + 3
+    n = math.floor((high - low) / step + 1e-9) + 1
+    decimals = max(0, -math.floor(math.log10(step))) + 3
     return np.unique(np.round(np.append(low + step * np.arange(n), high), decimals))
 
 

@@ -202,7 +202,7 @@ def _ranked_grade_bytes(rankings: list[Sequence[str]], labels: list[Mapping[str,
     the hot path of the whole scorecard; everything after it is numpy.
     """
     chunks = []
-    for ranking, judged in zip(rankings, labels):
+    for ranking, judged in zip(rankings, labels, strict=True):
         top = ranking if len(ranking) <= width else ranking[:width]
         if len(set(top)) == len(top):
             chunks.append(bytes(map(judged.get, top, repeat(_UNJUDGED))))
@@ -233,7 +233,7 @@ def _grade_counts(labels: list[Mapping[str, int]], query_ids: tuple[str, ...], m
 
 
 def _raise_bad_grade(labels: list[Mapping[str, int]], query_ids: tuple[str, ...], max_grade: int) -> None:
-    for qid, judged in zip(query_ids, labels):
+    for qid, judged in zip(query_ids, labels, strict=True):
         for doc, grade in judged.items():
             if not (hasattr(grade, "__index__") and 0 <= operator.index(grade) <= max_grade):
                 raise InputError(

@@ -200,7 +200,8 @@ def preflight_on_target(prepared: Prepared, report: PreflightReport, target: Any
         if stop_reason() is None:
             raise
         # the stop (or, as it came, a query's failure) ended the batch: a stop, not a finding
-        note(f"preflight: {str(exc).splitlines()[0]}; stopped before the first trial, the config files were not touched")
+        note(f"preflight: {str(exc).splitlines()[0]}; stopped before the first trial, "
+             "the config files were not touched")
         return report
     except BaseException:
         target.close()

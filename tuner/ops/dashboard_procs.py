@@ -81,7 +81,8 @@ class Dashboards:
     def start(self) -> None:
         for spec in self.specs:
             if port_in_use(spec.host, spec.port):
-                raise TargetError(f"{spec.name}: port {spec.port} on {spec.host} is in use; pick another with {spec.port_flag}")
+                raise TargetError(f"{spec.name}: port {spec.port} on {spec.host} is in use; "
+                                  f"pick another with {spec.port_flag}")
         self.log_dir.mkdir(parents=True, exist_ok=True)
         try:
             self._watchdog.start(self.log_file("watchdog"))
@@ -163,7 +164,7 @@ class Dashboards:
             self._logs.clear()
             self._finalizer.detach()
 
-    def __enter__(self) -> "Dashboards":
+    def __enter__(self) -> Dashboards:
         self.start()
         return self
 

@@ -138,7 +138,7 @@ def _receive(stream: IO[bytes] | None) -> Any:
 def _serve(inp: IO[bytes], out: IO[bytes]) -> None:
     """The helper's loop: one request, one answer ((True, value) or (False, exception))."""
     # the drawing modules pr_curve_png imports on first use, imported before the first request
-    import matplotlib.backends.backend_agg  # noqa: F401
+    import matplotlib.backends.backend_agg
     import matplotlib.figure  # noqa: F401
     from PIL import Image  # noqa: F401
 

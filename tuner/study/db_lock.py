@@ -121,7 +121,7 @@ class DbLock:
                     self.lost = (f"the lock on study {self.study!r} was taken over by another process while this "
                                  f"one was silent for more than {self.stale_after_s:g} s")
                     return
-            except Exception:  # a database blip: the next beat retries; staleness is judged on the server rows
+            except Exception:  # noqa: BLE001 - a database blip: the next beat retries; staleness is judged on the server rows
                 continue
 
     def release(self) -> None:
@@ -134,7 +134,7 @@ class DbLock:
             with self._engine.begin() as conn:
                 conn.execute(text(f"DELETE FROM {TABLE} WHERE study = :s AND token = :t"),
                              {"s": self.study, "t": self.token})
-        except Exception:  # the row goes stale and is taken over; never fail a finished run on it
+        except Exception:  # noqa: BLE001 - the row goes stale and is taken over; never fail a finished run on it
             pass
         finally:
             self._engine.dispose()

@@ -28,7 +28,8 @@ class LiveEvaluator:
     """`BatchEvaluator` over the live search API (tuner.evaluation.run_batch) and the
     per-trial reports (tuner.report.write_reports)."""
 
-    def __init__(self, experiment: Experiment, queries: QuerySet, qrels: Mapping[str, Mapping[str, int]], labels_fp: str) -> None:
+    def __init__(self, experiment: Experiment, queries: QuerySet, qrels: Mapping[str, Mapping[str, int]],
+                 labels_fp: str) -> None:
         self.experiment = experiment
         self.spec = experiment.evaluation
         self.queries = queries

@@ -48,7 +48,8 @@ def fail_stale_trials(study: optuna.Study) -> list[int]:
     """
     stale = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
     for t in stale:
-        study._storage.set_trial_user_attr(t._trial_id, ATTR_FAIL_REASON, f"{STALE}: left running by an interrupted run")
+        study._storage.set_trial_user_attr(t._trial_id, ATTR_FAIL_REASON, f"{STALE}: left running by an interrupted "
+                                                                          "run")
         study.tell(t.number, state=TrialState.FAIL)
     return [t.number for t in stale]
 

@@ -140,7 +140,7 @@ class ReplayPool:
                     _send(proc.stdin, (method, part))
                 mine = work(parts[0])
                 theirs = []
-                for proc, part in zip(procs, parts[1:], strict=True):
+                for proc in procs:
                     ok, payload = _receive(proc.stdout)
                     if not ok:
                         raise payload

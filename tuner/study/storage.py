@@ -23,14 +23,14 @@ import optuna
 from sqlalchemy import text
 
 from tuner.config.workers import WorkerSettings
-
-T = TypeVar("T")
 from tuner.dburl import redact, sqlalchemy_url
 from tuner.errors import StudyError
 from tuner.study.database import rdb_storage
 
 if TYPE_CHECKING:
     from tuner.config.experiment import Experiment
+
+T = TypeVar("T")
 
 ATTR_ENQUEUED = "tuner.initial_trials_enqueued"
 ATTR_ARTIFACT_DIR = "tuner.artifact_dir"
@@ -74,7 +74,8 @@ def open_study(
         from tuner.dburl import redact
 
         where = redact(storage) if isinstance(storage, str) else "its storage"
-        raise StudyError(f"study {name!r} in {where}: cannot open: {exc}; check storage in the experiment file") from exc
+        raise StudyError(f"study {name!r} in {where}: cannot open: {exc}; "
+                         "check storage in the experiment file") from exc
     if study.direction.name.lower() != direction:
         raise StudyError(
             f"study {name!r} exists with direction {study.direction.name.lower()}, the experiment asks {direction};"

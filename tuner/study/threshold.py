@@ -106,9 +106,9 @@ class GateRange:
         if not (math.isfinite(self.low) and math.isfinite(self.high)) or self.high < self.low:
             raise ConfigError(f"{self.param}: post-retrieval range [{self.low}, {self.high}] is empty; set low <= high")
         step = self.step or resolution
-        n = int(math.floor((self.high - self.low) / step + 1e-9)) + 1
+        n = math.floor((self.high - self.low) / step + 1e-9) + 1
         grid = self.low + step * np.arange(n)
-        decimals = max(0, -int(math.floor(math.log10(step)))) + 3
+        decimals = max(0, -math.floor(math.log10(step))) + 3
         ends = [self.high]
         if self.found is not None and self.low <= self.found <= self.high:
             ends.append(self.found)  # off the step grid too: the value kept must be a candidate
@@ -320,7 +320,8 @@ def _violations(columns: Mapping[str, np.ndarray], constraints: Sequence[Constra
         return np.zeros(n)
     bounds = [_metric_bound(c) for c in constraints]
     if any(b is None for b in bounds):
-        records = [dict(zip(columns, row, strict=True)) for row in zip(*(v.tolist() for v in columns.values()))]
+        rows = zip(*(v.tolist() for v in columns.values()), strict=True)
+        records = [dict(zip(columns, row, strict=True)) for row in rows]
         return np.array([max(c.violation(r) for c in constraints) for r in records])
     out = None
     for b in bounds:

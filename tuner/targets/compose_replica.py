@@ -141,7 +141,8 @@ class ComposeReplica(Replica):
         if spec is None:
             known = ", ".join(sorted(model.get("services") or {})) or "none"
             raise TargetError(f"target.docker.service {self.service!r} is not a service of"
-                              f" {', '.join(map(str, self.compose_files))} (its services: {known}); fix the service name")
+                              f" {', '.join(map(str, self.compose_files))} (its services: {known}); "
+                              "fix the service name")
         if spec.get("image") or not spec.get("build"):
             return None
         return f"{self.base_project}-{self.service}"
@@ -156,7 +157,7 @@ class ComposeReplica(Replica):
     def _down_quietly(self) -> None:
         try:
             self.down()
-        except Exception:  # the error that brought us here is the one worth showing
+        except Exception:  # noqa: BLE001 - the error that brought us here is the one worth showing
             pass
 
     def _end_leftovers(self, note: Note) -> None:
@@ -243,7 +244,8 @@ def replica_project(experiment: Any, index: int) -> str:
     if not _PROJECT_NAME.match(project):
         raise ConfigError(
             f"workers.replica_name {template!r} gives {project!r} for replica {index}, which is not a compose project"
-            " name (lower-case letters, digits, '-' and '_', starting with a letter or digit); fix workers.replica_name")
+            " name (lower-case letters, digits, '-' and '_', starting with a letter or digit); "
+            "fix workers.replica_name")
     if project == name:
         raise ConfigError(f"workers.replica_name {template!r} gives the target's own project {name!r}: replicas"
                           " must never take over the user's stack; keep {replica} in it, e.g. '{name}-r{replica}'")

@@ -131,7 +131,7 @@ class _ReaperHandle:
         os.close(self.write_fd)
         try:
             self.proc.wait(timeout=30)
-        except Exception:  # the reaper is best effort; it never holds the worker up
+        except Exception:  # noqa: BLE001 - the reaper is best effort; it never holds the worker up
             pass
 
 

@@ -34,7 +34,7 @@ def sticks_to_shares(us: Sequence[float], total: float = 1.0, decimals: int | No
     if decimals is not None:
         head = [round(s, decimals) for s in shares[:-1]]
         # The last share absorbs rounding so the written weights sum to total exactly.
-        shares = head + [max(round(total - sum(head), decimals), 0.0)]
+        shares = [*head, max(round(total - sum(head), decimals), 0.0)]
     return shares
 
 
