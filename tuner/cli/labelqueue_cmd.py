@@ -32,7 +32,7 @@ def _dataset(exp: Experiment) -> tuple[QuerySet, LabelStore]:
     from tuner.data.labels import LabelStore
 
     queries = load_queryset(exp.dataset.queries, exp.dataset.dataset_id)
-    return queries, LabelStore(exp.dataset.labels_db)
+    return queries, LabelStore(exp.dataset.labels_path)
 
 
 def queue_command(
@@ -95,5 +95,5 @@ def queue_import_command(
     if summary.n_conflicts:
         from tuner.cli.eval_cmds import conflicts_line
 
-        console.print(conflicts_line(summary.n_conflicts, queries.dataset_id, exp.dataset.labels_db), highlight=False,
+        console.print(conflicts_line(summary.n_conflicts, queries.dataset_id, exp.dataset.labels_path), highlight=False,
                       soft_wrap=True)

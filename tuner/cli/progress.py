@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import optuna
 from optuna.trial import FrozenTrial
@@ -22,6 +23,9 @@ from rich.text import Text
 from tuner.ops import analysis
 from tuner.study.loop import StudyObserver
 from tuner.study.outcome import TrialOutcome
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 _PHASE_LABEL = {
     "suggest": "sampling parameters",
@@ -174,7 +178,7 @@ def trial_line(outcome: TrialOutcome, objective: str, *, constrained: bool = Tru
     return Text.assemble(*parts)
 
 
-def summary_tables(frame, *, objective: str, maximize: bool) -> list[Table]:  # type: ignore[no-untyped-def]
+def summary_tables(frame: pd.DataFrame, *, objective: str, maximize: bool) -> list[Table]:
     """The end-of-run tables: best feasible vs baseline on each scorecard metric."""
     best = analysis.best_feasible(frame, maximize=maximize)
     base = analysis.baseline_row(frame)

@@ -41,7 +41,7 @@ def validate_command(
     if updates:
         config = config.model_copy(update=updates)
     console = Console()
-    run = validate_holdout(exp, holdout=config, trial_number=trial, n_resamples=resamples, test=test,  # type: ignore[arg-type]
+    run = validate_holdout(exp, holdout=config, trial_number=trial, n_resamples=resamples, test=test,
                            on_step=lambda s: console.print(f"[dim]{s}[/]"))
     console.print(run.report.to_markdown(), markup=False, highlight=False)
     for warning in run.report.warnings:

@@ -126,7 +126,7 @@ class ConfigPatcher:
 
     def base_texts(self) -> list[str]:
         """The texts edits apply to: the journaled originals while a journal is active."""
-        originals = self.journal.originals() if self.journal_active else {}  # type: ignore[union-attr]
+        originals = self.journal.originals() if self.journal is not None and self.journal.active else {}
         out = []
         for f in self.files:
             data = originals.get(f.resolve())

@@ -9,6 +9,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator
 
 from tuner.config.strict import StrictModel
+from tuner.errors import ConfigError
 
 
 class LabelSource(StrictModel):
@@ -45,3 +46,10 @@ class DatasetConfig(StrictModel):
         description="In-scope queries with no judgment at all: drop them (counted and said), keep them (each "
         "scores 0 whatever the config) or stop with an error.",
     )
+
+    @property
+    def labels_path(self) -> Path:
+        """``labels_db`` as load_experiment resolves it (default ``<state_dir>/labels.db``)."""
+        if self.labels_db is None:
+            raise ConfigError("dataset.labels_db is not resolved; load the experiment with load_experiment")
+        return self.labels_db

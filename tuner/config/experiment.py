@@ -50,10 +50,11 @@ from tuner.config.strict import StrictModel
 from tuner.config.target import TargetConfig
 from tuner.config.tracking import TrackingConfig
 from tuner.config.workers import WorkerSettings
-from tuner.config.yamlfile import display_path, load_model, read_yaml
+from tuner.config.yamlfile import load_model, read_yaml
 from tuner.errors import ConfigError
 from tuner.evaluation.holdout import HoldoutConfig
 from tuner.evaluation.spec import EvalSpec
+from tuner.files import display_path
 
 __all__ = [
     "Experiment",
@@ -149,10 +150,13 @@ class Experiment(ExperimentFile):
         Without any port the experiment is returned unchanged.
         """
         if port is None:
-            port = free_port() if self.target.port == "auto" else self.target.port  # type: ignore[assignment]
+            port = free_port() if self.target.port == "auto" else self.target.port
         if port is None:
             return self
-        fill = lambda s: s.replace(_PLACEHOLDER_PORT, str(port))  # noqa: E731
+
+        def fill(text: str) -> str:
+            return text.replace(_PLACEHOLDER_PORT, str(port))
+
         health = self.target.health.model_copy(update={"url": fill(self.target.health.url)})
         update: dict[str, Any] = {"port": port, "health": health}
         reload = self.target.reload

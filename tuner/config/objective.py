@@ -42,7 +42,7 @@ class Constraint(StrictModel):
                 f"cannot parse constraint {text!r}: write 'METRIC <= NUMBER' or 'METRIC >= NUMBER', "
                 "e.g. 'OOS_FP_Rate <= 0.10'"
             )
-        return cls(metric=m.group(1), op=m.group(2), bound=float(m.group(3)))  # type: ignore[arg-type]
+        return cls(metric=m.group(1), op=m.group(2), bound=float(m.group(3)))
 
     @property
     def name(self) -> str:

@@ -95,6 +95,8 @@ CREATE TABLE source_labels (
 SourceKind = Literal["file", "grader"]
 #: the grade map of a source adopted from a label DB written before sources were recorded
 UNKNOWN_GRADE_MAP = "?"
+#: a source's recorded importer that names its file format
+_FORMATS: dict[str, LabelFormat] = {"qrels": "qrels", "jsonl": "jsonl", "csv": "csv"}
 
 
 @dataclass(frozen=True)
@@ -440,10 +442,10 @@ class LabelStore:
             path = Path(source.source_file)
             if source.file_sha256 is None or not path.is_file():
                 continue  # labels given through the API, or a file since removed: nothing to compare
-            known = source.grade_map not in (None, UNKNOWN_GRADE_MAP)
-            gmap = GradeMap.parse(source.grade_map) if known else None  # type: ignore[arg-type]
-            fmt = source.importer if source.importer in ("qrels", "jsonl", "csv") else detect_format(path)
-            change = self._change(dataset_id, path, fmt, gmap, source.grade_map, source)  # type: ignore[arg-type]
+            text = source.grade_map
+            gmap = GradeMap.parse(text) if text is not None and text != UNKNOWN_GRADE_MAP else None
+            fmt = _FORMATS.get(source.importer) or detect_format(path)
+            change = self._change(dataset_id, path, fmt, gmap, source.grade_map, source)
             if change is not None:
                 out.append(change)
         return out

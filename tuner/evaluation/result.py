@@ -159,7 +159,8 @@ def evaluate_responses(
     ``threshold_in_effect`` is recorded on the result as given."""
     builder = ResultBuilder(queries, qrels, gains=gains, metrics=metrics, sweep_thresholds=sweep_thresholds,
                             threshold_in_effect=threshold_in_effect)
-    for outcome in [*responses, *failed]:
+    outcomes: list[QueryResponse | FailedQuery] = [*responses, *failed]
+    for outcome in outcomes:
         builder.add(outcome)
     return builder.finish()
 

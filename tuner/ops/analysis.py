@@ -22,7 +22,8 @@ import pandas as pd
 from tuner.errors import StudyError
 from tuner.files import atomic_write_text, atomic_write_with
 from tuner.metrics.scorecard import PRIMARY_METRIC, PRIMARY_SCORECARD
-from tuner.ops.verdicts import CONSTRAINT_PREFIX, JUDGED, parse_constraint, verdicts
+from tuner.ops.verdicts import CONSTRAINT_PREFIX, parse_constraint, verdicts
+from tuner.ops.verdicts import JUDGED as JUDGED  # re-exported: the CLI's tables name the column
 from tuner.study.attrs import (
     ATTR_CACHE_HIT,
     ATTR_DURATION,

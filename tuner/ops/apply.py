@@ -230,7 +230,7 @@ def apply_plan(
             stops = [] if skip_checks else [f for f in check_batch(batch, exp.evaluation) if f.level == "stop"]
             violated = violated_constraints(exp.constraints, batch.metrics)
         except TunerError as exc:
-            problem = f"{type(exc).__name__}: {exc}"
+            problem: str | None = f"{type(exc).__name__}: {exc}"
         except BaseException:
             patcher.restore()  # Ctrl-C or a bug: never leave a half-checked config behind
             raise

@@ -67,7 +67,7 @@ def live_preflight(
     prepared: Prepared,
     report: PreflightReport,
     *,
-    start: Callable[[], None],
+    start: Callable[[], object],
     full: bool = False,
     seed: int = 0,
     abort: Abort | None = None,
@@ -173,7 +173,7 @@ def start_on_files(prepared: Prepared, target: Any, wait: Callable[[], Any], *,
     wait()
 
 
-def preflight_on_target(prepared: Prepared, report: PreflightReport, target: Any, wait: Callable[[], None], *,
+def preflight_on_target(prepared: Prepared, report: PreflightReport, target: Any, wait: Callable[[], object], *,
                         note: Callable[[str], None] = lambda text: None, full: bool = False,
                         stop: StopFlag | None = None, fresh: bool = False) -> PreflightReport:
     """``live_preflight`` on a `Target` (started here, serving the files as found:

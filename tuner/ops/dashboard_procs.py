@@ -246,7 +246,7 @@ def _end_groups(pgids: Sequence[int], grace_s: float, *, reap: Callable[[], obje
         _signal_group(pgid, signal.SIGKILL)
 
 
-def _child_setup(mask: set[signal.Signals]) -> Callable[[], None]:
+def _child_setup(mask: set[int | signal.Signals]) -> Callable[[], None]:
     """preexec_fn of a UI: the parent's signal mask back (it is held while spawning, and
     exec keeps masks) and, on Linux, SIGKILL when the tuner dies."""
     prctl = _libc_prctl()
@@ -273,7 +273,7 @@ def _libc_prctl() -> Callable[..., int] | None:
 
 
 @contextlib.contextmanager
-def _signals_held() -> Iterator[set[signal.Signals]]:
+def _signals_held() -> Iterator[set[int | signal.Signals]]:
     """Defer SIGINT and SIGTERM in this thread; yields the mask to restore."""
     previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
     try:

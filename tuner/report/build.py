@@ -195,8 +195,8 @@ def _label_distribution(result: BatchResult) -> dict[str, Any]:
     returned = {**{f"L{g}": 0 for g in range(scorecard.MAX_GRADE + 1)}, "U": 0}
     in_scope = result.per_query.index[result.per_query["scope"] == "in"]
     for qid in in_scope:
-        for grade in _grades(result, qid)[:SNAPSHOT_DEPTH]:
-            returned[label_token(grade)] += 1
+        for hit_grade in _grades(result, qid)[:SNAPSHOT_DEPTH]:
+            returned[label_token(hit_grade)] += 1
     judged_queries = sum(1 for qid in in_scope if result.qrels.get(qid))
     return {
         "labels": cached,

@@ -50,7 +50,7 @@ def fusion_sweep_png(table: pd.DataFrame, *, objective: str = "objective",
         method = table.get("fusion.method", pd.Series(["?"] * len(table))).astype(str).to_numpy()
         groups = _groups(table, method)
         cmap = colormaps["viridis"]
-        ks = sorted({k for kind, k in groups if kind == "rrf"})
+        ks = sorted({k for kind, k in groups if kind == "rrf"}, key=_order)
         ordered = sorted(groups.items(), key=lambda g: (g[0][0] != "rrf", str(g[0][0]), _order(g[0][1])))
         for (kind, key), rows in ordered:
             rows = rows[np.argsort(x[rows], kind="stable")]

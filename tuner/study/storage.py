@@ -17,7 +17,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import optuna
 from sqlalchemy import text
@@ -52,7 +52,7 @@ def open_study(
     maximize: bool = True,
 ) -> optuna.Study:
     """Create the study, or load it when one of that name exists (resume)."""
-    direction = "maximize" if maximize else "minimize"
+    direction: Literal["minimize", "maximize"] = "maximize" if maximize else "minimize"
     if isinstance(storage, str):
         from tuner.study.database import rdb_storage
 
@@ -196,7 +196,7 @@ def storage_lock(storage: optuna.storages.BaseStorage, name: str, timeout_s: flo
     # study._storage wraps the RDBStorage in a cache layer; the engine sits underneath.
     engine = getattr(getattr(storage, "_backend", storage), "engine", None)
     dialect = engine.dialect.name if engine is not None else "none"
-    if dialect not in ("postgresql", "mysql"):
+    if engine is None or dialect not in ("postgresql", "mysql"):
         yield
         return
     key = int.from_bytes(hashlib.blake2b(name.encode(), digest_size=8).digest(), "big", signed=True)

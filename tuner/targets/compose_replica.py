@@ -31,11 +31,14 @@ import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tuner.errors import ConfigError, TargetError
 from tuner.targets.reaper import RECORD_NAME, read_json, wait_for_reaper, write_json
 from tuner.targets.replica import Note, Replica
+
+if TYPE_CHECKING:
+    from tuner.targets.docker_engine import DockerAPI
 
 ENV_CONFIG = "TUNER_REPLICA_CONFIG"
 ENV_PORT = "TUNER_REPLICA_PORT"
@@ -61,7 +64,7 @@ class ComposeReplica(Replica):
     port: int | None = None
     env: dict[str, str] = field(default_factory=dict)  # what compose gets besides this process's environment
     stop_timeout_s: float = 10.0
-    api: Any = None  # a tuner.targets.docker_engine.DockerAPI; the docker SDK when None
+    api: DockerAPI | None = None  # None: the docker SDK
     compose_command: list[str] | None = None  # None: found by tuner.targets.compose.compose_command
     brought_up: bool = field(default=False, repr=False)  # down() touches only what up() started
 

@@ -111,7 +111,7 @@ def unmounted_configs(config_files: Sequence[Path], mounts: Sequence[tuple[str, 
 def file_mounts(config_files: Sequence[Path], mounts: Sequence[tuple[str, str]]) -> list[tuple[Path, str]]:
     """(config file, container path) of the config files bind-mounted as a single file
     (the mount's source is the file itself, not a directory holding it)."""
-    out = []
+    out: list[tuple[Path, str]] = []
     for f in config_files:
         real = Path(os.path.realpath(f))
         out.extend((Path(f), dst) for src, dst in mounts if src and Path(os.path.realpath(src)) == real)

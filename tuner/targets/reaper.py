@@ -20,9 +20,12 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tuner.targets.replica import Note
+
+if TYPE_CHECKING:
+    import subprocess
 
 RECORD_NAME = "compose.json"
 REAPING_NAME = "reaping.pid"
@@ -124,7 +127,7 @@ def start_reaper(pid_file: Path, journal: Path) -> Any:
 
 @dataclass
 class _ReaperHandle:
-    proc: Any
+    proc: subprocess.Popen[bytes]
     write_fd: int
 
     def close(self) -> None:

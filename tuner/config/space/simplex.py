@@ -108,7 +108,7 @@ class SimplexParam(ParamKind):
         weights themselves. Any other value, proportional or not, is a change."""
         if isinstance(value, Mapping) and isinstance(found, Mapping) and value.keys() == found.keys():
             try:
-                shares = self.decode(shares_to_sticks(self._weights(found)))
+                shares: Mapping[str, Any] = self.decode(shares_to_sticks(self._weights(found)))
             except ValueError:  # weights that sum to 0: no shares to compare with
                 shares = found
             for proposed in (found, shares):
