@@ -7,6 +7,8 @@ and exit codes; library code raises, never prints or exits.
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class TunerError(Exception):
     """Base of every error fusion-tuner raises on purpose."""
@@ -32,6 +34,9 @@ class EvaluationError(TunerError):
 
 class FailureBudgetExceeded(EvaluationError):
     """Too many queries of one batch failed."""
+
+    #: the batch's failed queries (tuner.evaluation.outcomes.FailedQuery), set by the batch
+    failed: list[Any]
 
 
 class ResponseMappingError(EvaluationError):

@@ -111,9 +111,9 @@ def create_app(state: ServiceState, on_load_failure: Callable[[], None]) -> Star
     async def search(request: Request) -> JSONResponse:
         request_id = request.headers.get(REQUEST_ID_HEADER) or uuid.uuid4().hex
         headers = {REQUEST_ID_HEADER: request_id}
-        body, problem = await _parse_body(request)
-        if problem is not None:
-            return JSONResponse({**problem, "request_id": request_id}, status_code=422, headers=headers)
+        body = await _parse_body(request)
+        if not isinstance(body, SearchBody):  # the problem, as JSON
+            return JSONResponse({**body, "request_id": request_id}, status_code=422, headers=headers)
         served = state.current  # once: this request runs on this snapshot to the end
         if served is None:
             return JSONResponse({"detail": "index is loading; retry when /health is 200", "request_id": request_id},
@@ -142,18 +142,19 @@ def create_app(state: ServiceState, on_load_failure: Callable[[], None]) -> Star
     )
 
 
-async def _parse_body(request: Request) -> tuple[SearchBody | None, dict[str, Any] | None]:
+async def _parse_body(request: Request) -> SearchBody | dict[str, Any]:
+    """The request's body, or what is wrong with it (the 422 answer's fields)."""
     try:
         payload = await request.json()
     except ValueError:
-        return None, {"detail": "body is not valid JSON: send {\"query\": ..., \"top_k\": ...}"}
+        return {"detail": "body is not valid JSON: send {\"query\": ..., \"top_k\": ...}"}
     if not isinstance(payload, dict):
-        return None, {"detail": "body must be a JSON object {\"query\": ..., \"top_k\": ...}"}
+        return {"detail": "body must be a JSON object {\"query\": ..., \"top_k\": ...}"}
     try:
-        return SearchBody.model_validate(payload), None
+        return SearchBody.model_validate(payload)
     except ValidationError as exc:
         errors = [_describe(e) for e in exc.errors()]
-        return None, {"detail": errors[0], "errors": errors}
+        return {"detail": errors[0], "errors": errors}
 
 
 def _describe(err: Any) -> str:

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import itertools
 import json
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -77,7 +78,7 @@ class RunSource(_SourceBase):
     path: Path | None = None  # else data.runs[<source name>]
 
 
-SourceConfig = Annotated[Union[Bm25Source, DenseSource, RunSource], Field(discriminator="type")]
+SourceConfig = Annotated[Bm25Source | DenseSource | RunSource, Field(discriminator="type")]
 
 
 class FusionConfig(_Model):
@@ -108,7 +109,7 @@ class FallbackConfig(_Model):
     @field_validator("windows_days")
     @classmethod
     def _strictly_increasing(cls, value: list[int]) -> list[int]:
-        if any(b <= a for a, b in zip(value, value[1:])):
+        if any(b <= a for a, b in itertools.pairwise(value)):
             raise ValueError(f"must be strictly increasing, e.g. [30, 90] (got {value})")
         return value
 
@@ -258,7 +259,8 @@ def _cross_check(cfg: Config) -> tuple[tuple[str, ...], str] | None:
             if src.path is not None and name in cfg.data.runs:
                 return ("sources", name, "path"), f"set either sources.{name}.path or data.runs.{name}, not both"
             if src.path is None and name not in cfg.data.runs:
-                return ("sources", name), f"a run source needs a TREC run file: set data.runs.{name} or sources.{name}.path"
+                return ("sources", name), (f"a run source needs a TREC run file: set data.runs.{name} "
+                                           f"or sources.{name}.path")
             if src.enabled and not cfg.run_path(name).is_file():
                 key = ("sources", name, "path") if src.path is not None else ("data", "runs", name)
                 return key, f"run file not found: {cfg.run_path(name)}"

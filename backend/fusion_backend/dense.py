@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -121,7 +121,7 @@ class SentenceEmbedder:
         return np.asarray(vec, dtype=np.float32)
 
 
-def _sentence_model(embedder: str):  # type: ignore[no-untyped-def]
+def _sentence_model(embedder: str) -> Any:  # a SentenceTransformer (an optional, untyped dependency)
     from sentence_transformers import SentenceTransformer  # optional dependency
 
     return SentenceTransformer(embedder.removeprefix(ST_PREFIX))

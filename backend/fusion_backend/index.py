@@ -11,9 +11,11 @@ unchanged keeps the loaded index and only builds a new searcher over it.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -72,7 +74,7 @@ def load_index(cfg: Config) -> SearchIndex:
     for name, src in cfg.sources.items():
         if isinstance(src, Bm25Source) and src.enabled:
             directory, hits[name] = _component(cache, "bm25", lexical.cache_fields(src, corpus.content_hash),
-                                               lambda out, s=src: lexical.build(corpus, s, out))
+                                               functools.partial(lexical.build, corpus, src))
             bm25[name] = Bm25Retriever(directory, len(corpus))
         elif isinstance(src, RunSource) and src.enabled:
             doc_index = doc_index or {d: i for i, d in enumerate(corpus.doc_ids)}
@@ -110,7 +112,8 @@ def _file_identity(path: Path) -> list[object]:
     return [str(path), st.st_size, st.st_mtime_ns]
 
 
-def _component(cache: Path, kind: str, fields: dict[str, object], build) -> tuple[Path, bool]:  # type: ignore[no-untyped-def]
+def _component(cache: Path, kind: str, fields: dict[str, object],
+               build: Callable[[Path], None]) -> tuple[Path, bool]:
     t0 = time.perf_counter()
     directory, hit = cached_component(cache, kind, fields, build)
     log.info("%s index %s in %.2f s (%s)", kind, "loaded from cache" if hit else "built",

@@ -108,7 +108,7 @@ class ServiceState:
                 self.load()
             except BackendError as exc:
                 self.error = str(exc)
-            except Exception as exc:  # noqa: BLE001  (a crash must still stop the server)
+            except Exception as exc:  # a crash must still stop the server
                 log.exception("index load crashed")
                 self.error = f"index load crashed: {type(exc).__name__}: {exc}"
             if self.error is not None:
@@ -130,7 +130,7 @@ class ServiceState:
         except ReloadRefused as exc:
             log.warning("reload (%s) refused [%d]: %s", trigger, exc.status, exc)
             return exc.status, {"error": str(exc)}
-        except Exception as exc:  # noqa: BLE001  (a bad reload must never take the server down)
+        except Exception as exc:  # a bad reload must never take the server down
             log.exception("reload (%s) crashed; %s", trigger, _KEPT)
             return 500, {"error": f"reload crashed: {type(exc).__name__}: {exc} ({_KEPT}; see the service log)"}
         log.info("reload (%s): serving config %s; changed: %s; index rebuilt: %s; %.3f s", trigger,

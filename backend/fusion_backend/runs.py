@@ -59,7 +59,12 @@ def read_run(path: Path, doc_index: dict[str, int]) -> RunTable:
     for qid, entries in per_query.items():
         entries.sort(reverse=True)  # score desc, then docno desc (trec_eval's order)
         seen: set[str] = set()
-        entries = [e for e in entries if not (e[1] in seen or seen.add(e[1]))]  # keep a doc's best line
+        best = []  # keep a doc's best line
+        for e in entries:
+            if e[1] not in seen:
+                seen.add(e[1])
+                best.append(e)
+        entries = best
         rankings[qid] = (
             np.fromiter((doc_index[d] for _, d in entries), dtype=np.int64, count=len(entries)),
             np.fromiter((s for s, _ in entries), dtype=np.float64, count=len(entries)),

@@ -133,7 +133,8 @@ class Searcher:
         days = meta.days
         return {
             "sources": list(self._sources),
-            "fusion": {"method": cfg.fusion.method, "rrf_k": cfg.fusion.rrf_k, "normalization": cfg.fusion.normalization,
+            "fusion": {"method": cfg.fusion.method, "rrf_k": cfg.fusion.rrf_k,
+                       "normalization": cfg.fusion.normalization,
                        "weights": dict(self._weights), "normalize_weights": cfg.fusion.normalize_weights},
             "recency": {"half_life_days": cfg.recency.half_life_days, "weight": cfg.recency.weight, "today": today},
             "confidence": {"threshold": cfg.confidence.threshold, "top_m": cfg.confidence.top_m},
@@ -174,13 +175,13 @@ class Searcher:
         conf = confidence(cosines[docs], self._cfg.confidence.top_m)
         cited = scores >= self._cfg.citation.min_score - _EPS
         docs, scores = docs[cited], scores[cited]
-        raw = {n: dict(zip(c.docs.tolist(), c.scores.tolist())) for n, c in cands.items()}
+        raw = {n: dict(zip(c.docs.tolist(), c.scores.tolist(), strict=True)) for n, c in cands.items()}
         rank = {n: {d: r for r, d in enumerate(c.docs.tolist(), 1)} for n, c in cands.items()}
         meta = self._index.docs
         hits = [
             Hit(meta.doc_ids[d], meta.titles[d], meta.dates[d], float(s), {n: raw[n].get(d) for n in raw},
                 {n: rank[n].get(d) for n in rank}, float(cosines[d]))
-            for d, s in zip(docs[:top_k].tolist(), scores[:top_k].tolist())
+            for d, s in zip(docs[:top_k].tolist(), scores[:top_k].tolist(), strict=True)
         ]
         reason = handoff_reason(conf, self._cfg.confidence.threshold, self._cfg.citation.min_score, bool(hits))
         return SearchOutcome(hits, conf, reason is not None, level, reason)

@@ -54,7 +54,7 @@ def trials_table(console: Console, title: str, rows: Sequence[pd.Series], *, bas
     for i, row in enumerate(listed):
         is_base = base is not None and i == 0
         cells = [Text(f"#{int(row['number'])}"), Text(_num(row["value"]))]
-        if show_delta:
+        if show_delta and base is not None:  # show_delta implies a base
             cells.append(Text(_u(console, "—")) if is_base else _delta(row["value"], base["value"]))
         by_name = {v.name: v for v in verdicts(row)}
         for name in constraint_names:

@@ -54,8 +54,12 @@ def _stop_on_signals() -> Iterator[_StopRequest]:
 
 def dashboard_command(
     experiment: Annotated[Path, typer.Argument(help="Experiment file (experiments/*.yaml).", show_default=False)],
-    optuna_port: Annotated[int, typer.Option("--optuna-port", help="Port of optuna-dashboard on 127.0.0.1.")] = DEFAULT_OPTUNA_PORT,
-    mlflow_port: Annotated[int, typer.Option("--mlflow-port", help="Port of the MLflow UI on 127.0.0.1.")] = DEFAULT_MLFLOW_PORT,
+    optuna_port: Annotated[
+        int, typer.Option("--optuna-port", help="Port of optuna-dashboard on 127.0.0.1.")
+    ] = DEFAULT_OPTUNA_PORT,
+    mlflow_port: Annotated[
+        int, typer.Option("--mlflow-port", help="Port of the MLflow UI on 127.0.0.1.")
+    ] = DEFAULT_MLFLOW_PORT,
     deadline: Annotated[float, typer.Option("--deadline", help="Seconds to wait for both UIs to answer.")] = 90.0,
 ) -> None:
     """Serve optuna-dashboard (study storage + artifacts) and the MLflow UI (tracking

@@ -18,7 +18,8 @@ def register(app: typer.Typer) -> None:
 
 
 def demo_command(
-    fresh: Annotated[bool, typer.Option("--fresh", help="Delete the demo's study, data and MLflow runs first.")] = False,
+    fresh: Annotated[bool, typer.Option("--fresh", help="Delete the demo's study, data and MLflow runs "
+                                                        "first.")] = False,
     n_trials: Annotated[int | None, typer.Option("--n-trials", min=1, help=(
         "Trials to run now (default: complete the demo's 20).")) ] = None,
 ) -> None:

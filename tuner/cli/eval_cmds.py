@@ -42,25 +42,37 @@ def eval_command(
     port: Annotated[int | None, typer.Option(
         "--port", help="With --experiment: measure a backend already running on this port (filling {port} in "
         "its URLs) instead of starting one.")] = None,
-    url: Annotated[str | None, typer.Option("--url", help="Search endpoint, e.g. http://127.0.0.1:8080/search.")] = None,
+    url: Annotated[str | None, typer.Option("--url", help="Search endpoint, e.g. "
+                                                          "http://127.0.0.1:8080/search.")] = None,
     spec_file: Annotated[Path | None, typer.Option(
         "--spec", help="YAML EvalSpec: request (url, method, headers, body template, pass_extra), response "
         "(results_path, doc_id, score, title, confidence, handoff, fallback_level), top_k, concurrency, ...")] = None,
     labels_db: Annotated[Path | None, typer.Option(
         "--labels-db", help=f"Label cache (SQLite); default {DEFAULT_DB}, or the experiment's.")] = None,
-    dataset_id: Annotated[str | None, typer.Option("--dataset-id", help="Dataset id of the labels (default: the query file's stem).")] = None,
-    out: Annotated[Path | None, typer.Option("--out", help="Report directory (default .tuner/reports/<dataset>-<time>).")] = None,
+    dataset_id: Annotated[str | None, typer.Option("--dataset-id", help="Dataset id of the labels (default: "
+                                                                        "the query file's stem).")] = None,
+    out: Annotated[Path | None, typer.Option("--out", help="Report directory (default "
+                                                           ".tuner/reports/<dataset>-<time>).")] = None,
     top_k: Annotated[int | None, typer.Option("--top-k", min=1, help="Results to ask for per query.")] = None,
     concurrency: Annotated[int | None, typer.Option("--concurrency", min=1, help="Requests in flight at once.")] = None,
-    timeout_s: Annotated[float | None, typer.Option("--timeout", min=0.001, help="Seconds per request attempt.")] = None,
-    retries: Annotated[int | None, typer.Option("--retries", min=0, max=10, help="Retries on transport errors / 5xx.")] = None,
+    timeout_s: Annotated[
+        float | None, typer.Option("--timeout", min=0.001, help="Seconds per request attempt.")
+    ] = None,
+    retries: Annotated[
+        int | None, typer.Option("--retries", min=0, max=10, help="Retries on transport errors / 5xx.")
+    ] = None,
     max_failed: Annotated[float | None, typer.Option(
         "--max-failed", min=0, help="Failure budget: a fraction (<1) or a count (>=1) of queries.")] = None,
     gains: Annotated[str | None, typer.Option("--gains", help="linear (grade) or exp (2^grade - 1).")] = None,
-    confidence: Annotated[str | None, typer.Option("--confidence-field", help="Response path of the confidence value.")] = None,
+    confidence: Annotated[
+        str | None, typer.Option("--confidence-field", help="Response path of the confidence value.")
+    ] = None,
     handoff: Annotated[str | None, typer.Option("--handoff-field", help="Response path of the handoff flag.")] = None,
-    fallback: Annotated[str | None, typer.Option("--fallback-field", help="Response path of the fallback level.")] = None,
-    order_seed: Annotated[int | None, typer.Option("--order-seed", help="Shuffle the query order with this seed.")] = None,
+    fallback: Annotated[
+        str | None, typer.Option("--fallback-field", help="Response path of the fallback level.")
+    ] = None,
+    order_seed: Annotated[int | None, typer.Option("--order-seed", help="Shuffle the query order with this "
+                                                                        "seed.")] = None,
     config_snapshot: Annotated[Path | None, typer.Option(
         "--config-snapshot", help="A text file (e.g. the backend's config.yaml) to record in the report.")] = None,
     title: Annotated[str, typer.Option("--title", help="Report title.")] = "Batch evaluation",
@@ -92,7 +104,8 @@ def eval_command(
     known = set(scorecard_keys())  # a typo in a gate fails before any traffic
     for gate in gates:
         if gate.metric not in known:
-            raise InputError(f"gate {gate.describe()}: unknown metric {gate.metric!r}; known: {', '.join(sorted(known))}")
+            raise InputError(f"gate {gate.describe()}: unknown metric {gate.metric!r}; known: "
+                             f"{', '.join(sorted(known))}")
     flags = dict(url=url, top_k=top_k, concurrency=concurrency, timeout_s=timeout_s, retries=retries,
                  max_failed=max_failed, gains=gains, confidence=confidence, handoff=handoff, fallback=fallback)
     snapshot = _read_snapshot(config_snapshot)
@@ -102,9 +115,8 @@ def eval_command(
         spec, query_set, qrels, fingerprint, labels_db, queries, note, policy, started = _from_experiment(
             experiment, port, spec_file, flags, queries=queries, dataset_id=dataset_id, labels_db=labels_db)
         if started is not None:  # its backend, started here on the config as found (tuner.ops.backend)
-            from tuner.ops.backend import served_as_found
-
             from tuner.cli.study_common import warn_pending_journal
+            from tuner.ops.backend import served_as_found
 
             warn_pending_journal(console, started)
             backend = served_as_found(started, command="tuner eval")
@@ -184,7 +196,8 @@ def _from_experiment(path: Path, port: int | None, spec_file: Path | None, flags
         if start:
             raise InputError(f"{path}: the search URL has a {{port}} placeholder but target.port is not set; set "
                              "target.port (a number or auto), or pass --port N of a running backend")
-        raise InputError(f"{path}: the search URL has a {{port}} placeholder; pass --port N (the running backend's port)")
+        raise InputError(f"{path}: the search URL has a {{port}} placeholder; pass --port N "
+                         "(the running backend's port)")
     spec = _spec(spec_file, base=exp.evaluation, **flags)
     query_set, qrels, fingerprint, note = load_dataset(exp)
     return (spec, query_set, qrels, fingerprint, exp.dataset.labels_db, exp.dataset.queries, note,
@@ -248,7 +261,8 @@ def _spec(spec_file: Path | None, base: Any = None, **flags: Any) -> Any:
 def _existing_db(db: Path) -> Path:
     # opening a missing path would create an empty database and hide a typo
     if not db.is_file():
-        raise InputError(f"{db}: no label database here; create it with `tuner labels import FILE --db {db} --dataset-id ID`")
+        raise InputError(f"{db}: no label database here; create it with `tuner labels import FILE --db {db} "
+                         "--dataset-id ID`")
     return db
 
 
@@ -287,7 +301,8 @@ def labels_import(
     file: Annotated[Path, typer.Argument(help="Label file: TREC qrels, JSONL judgments or CSV.")],
     dataset_id: Annotated[str, typer.Option("--dataset-id", help="Dataset the labels belong to (the query set's id).")],
     db: Annotated[Path, typer.Option("--db", help="Label cache (SQLite).")] = DEFAULT_DB,
-    fmt: Annotated[str | None, typer.Option("--format", help="qrels | jsonl | csv (default: from the extension).")] = None,
+    fmt: Annotated[str | None, typer.Option("--format", help="qrels | jsonl | csv (default: "
+                                                             "from the extension).")] = None,
     grade_map: Annotated[str | None, typer.Option(
         "--grade-map", help="Map source grades onto 0..3, e.g. '1:3,2:2,3:1,4:1,-1:0' ('-1:unjudged' drops).")] = None,
     replace: Annotated[bool, typer.Option(
@@ -326,7 +341,8 @@ def conflicts_line(n: int, dataset_id: str, db: Path) -> str:
 
 @labels_app.command("stats")
 def labels_stats(
-    dataset_id: Annotated[str | None, typer.Option("--dataset-id", help="Dataset to describe (default: list datasets).")] = None,
+    dataset_id: Annotated[str | None, typer.Option("--dataset-id", help="Dataset to describe (default: "
+                                                                        "list datasets).")] = None,
     db: Annotated[Path, typer.Option("--db", help="Label cache (SQLite).")] = DEFAULT_DB,
     per_query: Annotated[bool, typer.Option("--per-query", help="Also print the label counts of every query.")] = False,
     conflicts: Annotated[bool, typer.Option(

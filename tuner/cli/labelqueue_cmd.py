@@ -7,10 +7,15 @@ registered first).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
+
+if TYPE_CHECKING:
+    from tuner.config.experiment import Experiment
+    from tuner.data.dataset import QuerySet
+    from tuner.data.labels import LabelStore
 
 ExperimentArg = Annotated[Path, typer.Argument(help="Experiment file (experiments/*.yaml).", show_default=False)]
 
@@ -22,12 +27,12 @@ def register(app: typer.Typer) -> None:
     labels_app.command("queue-import")(queue_import_command)
 
 
-def _dataset(exp):  # noqa: ANN001, ANN202 - an Experiment
+def _dataset(exp: Experiment) -> tuple[QuerySet, LabelStore]:
     from tuner.data.dataset import load_queryset
     from tuner.data.labels import LabelStore
 
     queries = load_queryset(exp.dataset.queries, exp.dataset.dataset_id)
-    return queries, LabelStore(exp.dataset.labels_db)
+    return queries, LabelStore(exp.dataset.labels_path)
 
 
 def queue_command(
@@ -62,7 +67,8 @@ def queue_command(
                   soft_wrap=True)
     if skipped:
         console.print(f"[yellow]trials {skipped} have no JSON report (cache hits of old runs?) and were skipped[/]")
-    console.print(f"fill in 'relevance' (0..3; leave blank to skip), then `tuner labels queue-import {experiment} {out}`",
+    console.print("fill in 'relevance' (0..3; leave blank to skip), "
+                  f"then `tuner labels queue-import {experiment} {out}`",
                   soft_wrap=True)
 
 
@@ -89,5 +95,5 @@ def queue_import_command(
     if summary.n_conflicts:
         from tuner.cli.eval_cmds import conflicts_line
 
-        console.print(conflicts_line(summary.n_conflicts, queries.dataset_id, exp.dataset.labels_db), highlight=False,
+        console.print(conflicts_line(summary.n_conflicts, queries.dataset_id, exp.dataset.labels_path), highlight=False,
                       soft_wrap=True)

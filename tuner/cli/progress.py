@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import optuna
 from optuna.trial import FrozenTrial
@@ -22,6 +23,9 @@ from rich.text import Text
 from tuner.ops import analysis
 from tuner.study.loop import StudyObserver
 from tuner.study.outcome import TrialOutcome
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 _PHASE_LABEL = {
     "suggest": "sampling parameters",
@@ -52,7 +56,7 @@ def eta_seconds(done: int, planned: int | None, elapsed: float, timeout: float |
 def fmt_duration(seconds: float | None) -> str:
     if seconds is None:
         return "?"
-    seconds = int(round(seconds))
+    seconds = int(round(seconds))  # noqa: RUF046 - numpy 1.x round() gives a float
     h, rest = divmod(seconds, 3600)
     m, s = divmod(rest, 60)
     return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s" if m else f"{s}s"
@@ -133,7 +137,8 @@ class RichProgress(StudyObserver):
             ("  ETA ", "bold"), fmt_duration(eta_seconds(self.done, self.planned, elapsed, self.timeout)),
         )
         if self.best is not None:
-            best = Text.assemble(("best feasible ", "bold"), f"#{self.best.number} {self.objective} = {self.best.values[0]:.4f}")
+            best = Text.assemble(("best feasible ", "bold"), f"#{self.best.number} {self.objective} = "
+                                                             f"{self.best.values[0]:.4f}")
         else:
             best = Text("best feasible: none yet", style="yellow")
         if self.current is not None:
@@ -173,7 +178,7 @@ def trial_line(outcome: TrialOutcome, objective: str, *, constrained: bool = Tru
     return Text.assemble(*parts)
 
 
-def summary_tables(frame, *, objective: str, maximize: bool) -> list[Table]:  # type: ignore[no-untyped-def]
+def summary_tables(frame: pd.DataFrame, *, objective: str, maximize: bool) -> list[Table]:
     """The end-of-run tables: best feasible vs baseline on each scorecard metric."""
     best = analysis.best_feasible(frame, maximize=maximize)
     base = analysis.baseline_row(frame)

@@ -78,7 +78,8 @@ def best_command(
 
 def report_command(
     experiment: ExperimentArg,
-    out: Annotated[Path | None, typer.Option("--out", help="Output folder (default <state_dir>/reports/<study>).")] = None,
+    out: Annotated[Path | None, typer.Option("--out", help="Output folder (default "
+                                                           "<state_dir>/reports/<study>).")] = None,
 ) -> None:
     """All trials to CSV and Markdown, plus PNG plots (history, importances, score vs OOS)."""
     from tuner.config.experiment import load_experiment

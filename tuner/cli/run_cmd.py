@@ -55,7 +55,8 @@ def run_command(
         "Trials to run now (default: what the study still lacks of the experiment's n_trials)."))] = None,
     timeout: Annotated[float | None, typer.Option("--timeout", min=1, help=(
         "Seconds for this run; no new trial starts after it (default: the experiment's timeout_s)."))] = None,
-    no_cache: Annotated[bool, typer.Option("--no-cache", help="Re-run identical configs instead of reusing results.")] = False,
+    no_cache: Annotated[bool, typer.Option("--no-cache", help="Re-run identical configs instead of reusing "
+                                                              "results.")] = False,
     skip_checks: SkipChecksOption = False,
 ) -> None:
     """Create or resume the experiment's study and run trials (Ctrl-C / SIGTERM stop cleanly).
@@ -116,7 +117,8 @@ def _print_summary(console: Console, exp: Any, summary: Any) -> None:
     console.print(
         f"[bold]study {summary.study_name}[/]: this run {ran}"
         + (f" ({cached} from the result cache)" if cached else "")
-        + f" in {fmt_duration(result.elapsed_s)}, stopped by {result.stopped_by}; {summary.n_trials_total} trials in total",
+        + f" in {fmt_duration(result.elapsed_s)}, stopped by {result.stopped_by}; "
+          f"{summary.n_trials_total} trials in total",
         soft_wrap=True,
     )
     from tuner.study.retry import infra_summary

@@ -34,12 +34,14 @@ def register(app: typer.Typer) -> None:
 
 
 def score(
-    qrels: Annotated[Path | None, typer.Option("--qrels", help="TREC qrels: 'qid iter docno grade' (or 'qid docno grade').")] = None,
+    qrels: Annotated[Path | None, typer.Option("--qrels", help="TREC qrels: 'qid iter docno grade' "
+                                                               "(or 'qid docno grade').")] = None,
     run: Annotated[Path | None, typer.Option("--run", help="TREC run ('qid Q0 docno rank score tag'), JSONL "
         "({query_id, results: [{doc_id, score}]} per line, or one {qid, docid, rank, score} hit per line) or a "
         "JSON array of {hits: [{qid, docid, rank, score}]} per query; told apart by content.")] = None,
     metric_names: Annotated[str | None, typer.Option(
-        "--metrics", help="Comma-separated metrics, e.g. NDCG@10,P@5,ERR@20 (default: primary + secondary scorecard).")] = None,
+        "--metrics", help="Comma-separated metrics, e.g. NDCG@10,P@5,ERR@20 (default: "
+                          "primary + secondary scorecard).")] = None,
     gains: Annotated[str, typer.Option("--gains", help="Gain scheme: linear (grade) or exp (2^grade - 1).")] = "linear",
     relevance_level: Annotated[int, typer.Option(
         "--relevance-level", "-l", help="trec_eval -l: binary metrics (P, Recall, Success, MRR, AP) count "
@@ -56,7 +58,8 @@ def score(
         "--queries", help="qrels: every labelled query (a query missing from the run scores 0, like trec_eval -c); "
         "common: only queries in both files (trec_eval's default).")] = "qrels",
     per_query: Annotated[bool, typer.Option("--per-query", help="Also print one row per query.")] = False,
-    json_out: Annotated[Path | None, typer.Option("--json", help="Write the scores (aggregate + per query) to this JSON file.")] = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write the scores (aggregate + per query) to this "
+                                                                 "JSON file.")] = None,
     list_metrics: Annotated[bool, typer.Option("--list-metrics", help="List the metric families and exit.")] = False,
 ) -> None:
     """Score a run file offline against graded qrels and print the scorecard.

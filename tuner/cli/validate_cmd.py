@@ -17,11 +17,14 @@ def register(app: typer.Typer) -> None:
 
 def validate_command(
     experiment: ExperimentArg,
-    trial: Annotated[int | None, typer.Option("--trial", help="Validate this trial instead of the best feasible.")] = None,
+    trial: Annotated[int | None, typer.Option("--trial", help="Validate this trial instead of the best "
+                                                              "feasible.")] = None,
     fraction: Annotated[float | None, typer.Option("--fraction", help="Holdout share (default: the experiment's "
                                                   "holdout.fraction, else 0.3).")] = None,
     seed: Annotated[int | None, typer.Option("--seed", help="Split seed (default: the experiment's).")] = None,
-    resamples: Annotated[int, typer.Option("--resamples", min=100, help="Bootstrap / randomisation resamples.")] = 10_000,
+    resamples: Annotated[
+        int, typer.Option("--resamples", min=100, help="Bootstrap / randomisation resamples.")
+    ] = 10_000,
     test: Annotated[str, typer.Option("--test", help="permutation (paired randomisation) | wilcoxon")] = "permutation",
 ) -> None:
     """Re-evaluate the baseline and the best feasible trial on the held-out queries: per-metric
@@ -38,7 +41,7 @@ def validate_command(
     if updates:
         config = config.model_copy(update=updates)
     console = Console()
-    run = validate_holdout(exp, holdout=config, trial_number=trial, n_resamples=resamples, test=test,  # type: ignore[arg-type]
+    run = validate_holdout(exp, holdout=config, trial_number=trial, n_resamples=resamples, test=test,
                            on_step=lambda s: console.print(f"[dim]{s}[/]"))
     console.print(run.report.to_markdown(), markup=False, highlight=False)
     for warning in run.report.warnings:

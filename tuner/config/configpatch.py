@@ -126,7 +126,7 @@ class ConfigPatcher:
 
     def base_texts(self) -> list[str]:
         """The texts edits apply to: the journaled originals while a journal is active."""
-        originals = self.journal.originals() if self.journal_active else {}  # type: ignore[union-attr]
+        originals = self.journal.originals() if self.journal is not None and self.journal.active else {}
         out = []
         for f in self.files:
             data = originals.get(f.resolve())
@@ -297,7 +297,8 @@ def _set(doc: CommentedMap, dotted: str, value: Any, name: str) -> None:
     if isinstance(node, Mapping):
         key: Any = leaf if leaf in node else str(leaf)
         if key not in node:
-            raise ConfigError(f"{name}: {dotted}: no such key{did_you_mean(dotted, all_paths(doc))} (only existing keys are patched)")
+            raise ConfigError(f"{name}: {dotted}: no such key{did_you_mean(dotted, all_paths(doc))} "
+                              "(only existing keys are patched)")
     elif isinstance(node, list) and isinstance(leaf, int) and 0 <= leaf < len(node):
         key = leaf
     else:
@@ -311,13 +312,17 @@ def _merge(old: Any, new: Any, where: str) -> Any:
     if _equal(old, new):
         return old
     if isinstance(old, CommentedSeq) and isinstance(new, Sequence) and not isinstance(new, str):
-        items = [_merge(old[i], v, where) if i < len(old) else _scalar_like(old[-1] if old else None, v) for i, v in enumerate(new)]
+        items = [
+            _merge(old[i], v, where) if i < len(old) else _scalar_like(old[-1] if old else None, v)
+            for i, v in enumerate(new)
+        ]
         old[:] = items
         return old
     if isinstance(old, CommentedMap) and isinstance(new, Mapping):
         for k, v in new.items():
             if k not in old:
-                raise ConfigError(f"{where}.{k}: no such key{did_you_mean(str(k), old)} (only existing keys are patched)")
+                raise ConfigError(f"{where}.{k}: no such key{did_you_mean(str(k), old)} "
+                                  "(only existing keys are patched)")
             old[k] = _merge(old[k], v, f"{where}.{k}")
         return old
     return _scalar_like(old, new)

@@ -9,6 +9,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator
 
 from tuner.config.strict import StrictModel
+from tuner.errors import ConfigError
 
 
 class LabelSource(StrictModel):
@@ -34,11 +35,21 @@ class LabelSource(StrictModel):
 
 class DatasetConfig(StrictModel):
     queries: Path
-    dataset_id: str | None = Field(default=None, description="Default: derived from the query file by tuner.data.dataset.")
+    dataset_id: str | None = Field(default=None, description="Default: derived from the query file by "
+                                                             "tuner.data.dataset.")
     labels_db: Path | None = None
-    labels: list[LabelSource] = Field(default_factory=list, description="Imported when labels_db has no labels for the dataset; a file changed since its import stops the commands.")
+    labels: list[LabelSource] = Field(default_factory=list, description="Imported when labels_db has no labels for the "
+                                                                        "dataset; a file changed since its import "
+                                                                        "stops the commands.")
     unjudged_queries: Literal["drop", "keep", "error"] = Field(
         default="drop",
         description="In-scope queries with no judgment at all: drop them (counted and said), keep them (each "
         "scores 0 whatever the config) or stop with an error.",
     )
+
+    @property
+    def labels_path(self) -> Path:
+        """``labels_db`` as load_experiment resolves it (default ``<state_dir>/labels.db``)."""
+        if self.labels_db is None:
+            raise ConfigError("dataset.labels_db is not resolved; load the experiment with load_experiment")
+        return self.labels_db

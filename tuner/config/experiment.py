@@ -50,10 +50,11 @@ from tuner.config.strict import StrictModel
 from tuner.config.target import TargetConfig
 from tuner.config.tracking import TrackingConfig
 from tuner.config.workers import WorkerSettings
-from tuner.config.yamlfile import display_path, load_model, read_yaml
+from tuner.config.yamlfile import load_model, read_yaml
 from tuner.errors import ConfigError
 from tuner.evaluation.holdout import HoldoutConfig
 from tuner.evaluation.spec import EvalSpec
+from tuner.files import display_path
 
 __all__ = [
     "Experiment",
@@ -112,7 +113,7 @@ class ExperimentFile(StrictModel):
         return v
 
     @model_validator(mode="after")
-    def _stop_condition(self) -> "ExperimentFile":
+    def _stop_condition(self) -> ExperimentFile:
         if self.n_trials is None and self.timeout_s is None:
             raise ValueError("give n_trials and/or timeout_s so the study knows when to stop")
         return self
@@ -142,17 +143,20 @@ class Experiment(ExperimentFile):
             )
         return out
 
-    def bind_port(self, port: int | None = None) -> "Experiment":
+    def bind_port(self, port: int | None = None) -> Experiment:
         """A copy with ``{port}`` filled in the health URL, the reload URL, the search URL and the command.
 
         ``port`` wins; else ``target.port`` (``auto``: a free loopback port, picked now).
         Without any port the experiment is returned unchanged.
         """
         if port is None:
-            port = free_port() if self.target.port == "auto" else self.target.port  # type: ignore[assignment]
+            port = free_port() if self.target.port == "auto" else self.target.port
         if port is None:
             return self
-        fill = lambda s: s.replace(_PLACEHOLDER_PORT, str(port))  # noqa: E731
+
+        def fill(text: str) -> str:
+            return text.replace(_PLACEHOLDER_PORT, str(port))
+
         health = self.target.health.model_copy(update={"url": fill(self.target.health.url)})
         update: dict[str, Any] = {"port": port, "health": health}
         reload = self.target.reload
@@ -224,8 +228,9 @@ def load_experiment(path: Path | str, *, check_paths: bool = True) -> Experiment
     ]
     for label, p in checked if check_paths else []:
         if not p.exists():
-            raise ConfigError(f"{where}: {label}: {display_path(p)} does not exist (paths are relative to {display_path(base)})")
-    for i, (written, pattern) in enumerate(zip(raw.target.inputs, target.inputs) if check_paths else []):
+            raise ConfigError(f"{where}: {label}: {display_path(p)} does not exist "
+                              f"(paths are relative to {display_path(base)})")
+    for i, (written, pattern) in enumerate(zip(raw.target.inputs, target.inputs, strict=True) if check_paths else []):
         _check_input(f"{where}: target.inputs[{i}]", written, pattern, base)
 
     fields = raw.model_dump(exclude={"project_root", "state_dir", "storage", "dataset", "target", "tracking",

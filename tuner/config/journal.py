@@ -94,7 +94,8 @@ class Journal:
         for e in self._load()["files"]:
             data = base64.b64decode(e["content_b64"])
             if _sha256(data) != e["sha256"]:
-                raise TargetError(f"{display_path(self.path)}: journal entry for {e['path']} is corrupt (sha256 mismatch)")
+                raise TargetError(f"{display_path(self.path)}: journal entry for {e['path']} is corrupt "
+                                  "(sha256 mismatch)")
             out[Path(e["path"])] = data
         return out
 
@@ -121,7 +122,8 @@ class Journal:
         try:
             payload = json.loads(self.path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
-            raise TargetError(f"{display_path(self.path)}: unreadable restore journal ({exc}); restore the config by hand") from exc
+            raise TargetError(f"{display_path(self.path)}: unreadable restore journal ({exc}); "
+                              "restore the config by hand") from exc
         if payload.get("version") != JOURNAL_VERSION:
             raise TargetError(f"{display_path(self.path)}: unknown journal version {payload.get('version')!r}")
         return payload

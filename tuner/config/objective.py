@@ -35,14 +35,14 @@ class Constraint(StrictModel):
     bound: float
 
     @classmethod
-    def parse(cls, text: str) -> "Constraint":
+    def parse(cls, text: str) -> Constraint:
         m = _CONSTRAINT_RE.match(text)
         if not m:
             raise ValueError(
                 f"cannot parse constraint {text!r}: write 'METRIC <= NUMBER' or 'METRIC >= NUMBER', "
                 "e.g. 'OOS_FP_Rate <= 0.10'"
             )
-        return cls(metric=m.group(1), op=m.group(2), bound=float(m.group(3)))  # type: ignore[arg-type]
+        return cls(metric=m.group(1), op=m.group(2), bound=float(m.group(3)))
 
     @property
     def name(self) -> str:

@@ -28,7 +28,7 @@ each trial, and the best ``verify_top`` settings are served and measured live.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import Field, field_validator
 
@@ -36,7 +36,7 @@ from tuner.config.strict import StrictModel
 
 #: the fusion model's roles (tuner.evaluation.fusion_replay.FusionSetting fields)
 Role = Literal["method", "rrf_k", "weights", "normalization", "recency_weight", "recency_half_life_days", "top_m"]
-ROLES: tuple[str, ...] = Role.__args__  # type: ignore[attr-defined]
+ROLES: tuple[str, ...] = get_args(Role)
 #: the kind of search-space param each role takes
 ROLE_KINDS: dict[str, tuple[str, ...]] = {
     "method": ("categorical",), "normalization": ("categorical",), "weights": ("simplex",),

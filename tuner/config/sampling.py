@@ -102,7 +102,8 @@ class QMCSamplerConfig(_SamplerBase):
 
 SamplerConfig = Annotated[
     Union[  # noqa: UP007
-        TPESamplerConfig, RandomSamplerConfig, GPSamplerConfig, NSGAIISamplerConfig, CmaEsSamplerConfig, QMCSamplerConfig
+        TPESamplerConfig, RandomSamplerConfig, GPSamplerConfig, NSGAIISamplerConfig, CmaEsSamplerConfig,
+        QMCSamplerConfig,
     ],
     Field(discriminator="type"),
 ]

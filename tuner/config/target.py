@@ -109,7 +109,7 @@ class ReloadConfig(StrictModel):
         return v
 
     @model_validator(mode="after")
-    def _one_way(self) -> "ReloadConfig":
+    def _one_way(self) -> ReloadConfig:
         if self.http is None and self.signal is None:
             raise ValueError("give how the backend reloads: http: {url: ...} or signal: SIGHUP "
                              "(or remove target.reload to restart every trial)")
@@ -140,7 +140,7 @@ class TargetConfig(StrictModel):
         "fingerprint the health JSON reports; absent: restart every trial."))
 
     @model_validator(mode="after")
-    def _section_for_apply(self) -> "TargetConfig":
+    def _section_for_apply(self) -> TargetConfig:
         if self.apply == "process" and self.process is None:
             raise ValueError("apply: process needs a process: section with a command")
         if self.apply == "docker" and self.docker is None:

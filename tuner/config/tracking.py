@@ -10,6 +10,7 @@ from typing import Literal
 from pydantic import Field
 
 from tuner.config.strict import StrictModel
+from tuner.errors import ConfigError
 
 
 class TrackingConfig(StrictModel):
@@ -27,3 +28,10 @@ class TrackingConfig(StrictModel):
         default="slim",
         description="slim: per trial the scorecard, per-query metrics, config, sweep and a short summary; the "
                     "baseline and each new best feasible trial keep every query's top-k snapshot (full) either way.")
+
+    @property
+    def store_uri(self) -> str:
+        """``mlflow_uri`` as load_experiment resolves it (default ``sqlite:///<root>/mlruns/mlflow.db``)."""
+        if self.mlflow_uri is None:
+            raise ConfigError("tracking.mlflow_uri is not resolved; load the experiment with load_experiment")
+        return self.mlflow_uri

@@ -34,7 +34,7 @@ class WorkerSettings(StrictModel):
     max_retry: int = Field(2, ge=0, description="retries of one crashed trial before it stays failed")
 
     @model_validator(mode="after")
-    def _consistent(self) -> "WorkerSettings":
+    def _consistent(self) -> WorkerSettings:
         if self.grace_period_s is not None and self.grace_period_s <= self.heartbeat_interval_s:
             raise ValueError(
                 f"grace_period_s ({self.grace_period_s}) must exceed heartbeat_interval_s "

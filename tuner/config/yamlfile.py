@@ -134,10 +134,9 @@ def _doc_keys(doc: Any, loc: Sequence[str | int], keep_missing_leaf: bool) -> li
     keys: list[str | int] = []
     node = doc
     for i, seg in enumerate(loc):
-        if isinstance(node, Mapping) and seg in node:
-            keys.append(seg)
-            node = node[seg]
-        elif isinstance(node, list) and isinstance(seg, int) and 0 <= seg < len(node):
+        in_mapping = isinstance(node, Mapping) and seg in node
+        in_list = isinstance(node, list) and isinstance(seg, int) and 0 <= seg < len(node)
+        if in_mapping or in_list:
             keys.append(seg)
             node = node[seg]
         elif keep_missing_leaf and i == len(loc) - 1 and isinstance(node, Mapping):
@@ -199,7 +198,8 @@ def _expand(text: str, env: Mapping[str, str], fail: Callable[[str], NoReturn]) 
         body = match.group(1)
         parsed = _ENV_BODY.fullmatch(body)
         if parsed is None:
-            fail(f"${{{body}}} is not a variable reference (write ${{NAME}} or ${{NAME:-default}}; $${{ for a literal ${{)")
+            fail(f"${{{body}}} is not a variable reference (write ${{NAME}} or ${{NAME:-default}}; "
+                 "$${ for a literal ${)")
         name, default = parsed.group(1), parsed.group(2)
         value = env.get(name)
         if not value and default is not None:

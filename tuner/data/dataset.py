@@ -76,10 +76,12 @@ class QuerySet:
     def __post_init__(self) -> None:
         object.__setattr__(self, "_by_id", {q.query_id: q for q in self.queries})
         if len(self._by_id) != len(self.queries):
-            raise InputError(f"query set {self.dataset_id!r}: query ids are not unique; give each query its own query_id")
+            raise InputError(f"query set {self.dataset_id!r}: query ids are not unique; "
+                             "give each query its own query_id")
 
     def __repr__(self) -> str:
-        return f"QuerySet(dataset_id={self.dataset_id!r}, n={len(self.queries)}, content_hash={self.content_hash[:12]!r})"
+        return (f"QuerySet(dataset_id={self.dataset_id!r}, n={len(self.queries)}, "
+                f"content_hash={self.content_hash[:12]!r})")
 
     def __len__(self) -> int:
         return len(self.queries)
@@ -182,7 +184,8 @@ def _parse_line(line: str, where: str) -> dict[str, Any]:
     try:
         rec = json.loads(line)
     except json.JSONDecodeError as exc:
-        raise InputError(f"{where}: malformed JSON ({exc.msg} at column {exc.colno}); write one JSON object per line") from exc
+        raise InputError(f"{where}: malformed JSON ({exc.msg} at column {exc.colno}); "
+                         "write one JSON object per line") from exc
     if not isinstance(rec, dict):
         raise InputError(f"{where}: expected a JSON object, got {type(rec).__name__}; write one object per line")
     return rec
@@ -199,7 +202,8 @@ def _to_query(rec: dict[str, Any], where: str) -> Query:
     qid = str(qid)
     text = rec["query"]
     if not isinstance(text, str) or not text.strip():
-        raise InputError(f"{where}: empty query text for query {qid}; give the query a non-empty 'query' string or remove it")
+        raise InputError(f"{where}: empty query text for query {qid}; "
+                         "give the query a non-empty 'query' string or remove it")
     for key in ("query_type", "source"):
         if not isinstance(rec[key], str) or not rec[key].strip():
             raise InputError(f"{where}: {key} of query {qid} must be a non-empty string, got {rec[key]!r}")

@@ -102,7 +102,7 @@ def expand(patterns: Iterable[str | Path]) -> list[Path]:
 
 
 def _files_below(directory: Path) -> list[Path]:
-    out = []
+    out: list[Path] = []
     for dirpath, dirnames, filenames in os.walk(directory):
         dirnames.sort()
         out.extend(Path(dirpath) / name for name in sorted(filenames))

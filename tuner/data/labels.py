@@ -95,6 +95,8 @@ CREATE TABLE source_labels (
 SourceKind = Literal["file", "grader"]
 #: the grade map of a source adopted from a label DB written before sources were recorded
 UNKNOWN_GRADE_MAP = "?"
+#: a source's recorded importer that names its file format
+_FORMATS: dict[str, LabelFormat] = {"qrels": "qrels", "jsonl": "jsonl", "csv": "csv"}
 
 
 @dataclass(frozen=True)
@@ -211,7 +213,8 @@ class LabelStore:
         try:
             con = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
         except sqlite3.Error as exc:
-            raise LabelError(f"{self.path}: cannot open label database ({exc}); check the path and permissions") from exc
+            raise LabelError(f"{self.path}: cannot open label database ({exc}); "
+                             "check the path and permissions") from exc
         try:
             yield con
         except (sqlite3.DatabaseError, OSError) as exc:
@@ -259,8 +262,9 @@ class LabelStore:
                        SELECT i.dataset_id, i.source_file,
                               CASE WHEN i.importer LIKE 'queue-%' THEN 'grader' ELSE 'file' END,
                               i.importer, ?, i.file_sha256, i.imported_at, i.id, 1
-                       FROM imports i WHERE i.id = (SELECT MAX(j.id) FROM imports j
-                                                    WHERE j.dataset_id = i.dataset_id AND j.source_file = i.source_file)""",
+                       FROM imports i WHERE i.id = (
+                           SELECT MAX(j.id) FROM imports j
+                           WHERE j.dataset_id = i.dataset_id AND j.source_file = i.source_file)""",
                     (UNKNOWN_GRADE_MAP,),
                 )
             con.execute("COMMIT")
@@ -328,7 +332,8 @@ class LabelStore:
                 added, changed, removed = _diff(old, rows)
                 if kind == "file" and prior_kind is not None and (added or changed or removed) and not replace:
                     raise LabelError(
-                        f"{shown_path(source_file)} was imported into {shown_path(self.path)} (dataset {dataset_id}) before and its judgments "
+                        f"{shown_path(source_file)} was imported into {shown_path(self.path)} "
+                        f"(dataset {dataset_id}) before and its judgments "
                         f"changed since ({added} added, {changed} changed, {removed} removed); pass --replace to "
                         "replace this file's judgments (other files' and graders' grades are kept)")
                 new = {**old, **rows} if kind == "grader" else rows
@@ -437,10 +442,10 @@ class LabelStore:
             path = Path(source.source_file)
             if source.file_sha256 is None or not path.is_file():
                 continue  # labels given through the API, or a file since removed: nothing to compare
-            known = source.grade_map not in (None, UNKNOWN_GRADE_MAP)
-            gmap = GradeMap.parse(source.grade_map) if known else None  # type: ignore[arg-type]
-            fmt = source.importer if source.importer in ("qrels", "jsonl", "csv") else detect_format(path)
-            change = self._change(dataset_id, path, fmt, gmap, source.grade_map, source)  # type: ignore[arg-type]
+            text = source.grade_map
+            gmap = GradeMap.parse(text) if text is not None and text != UNKNOWN_GRADE_MAP else None
+            fmt = _FORMATS.get(source.importer) or detect_format(path)
+            change = self._change(dataset_id, path, fmt, gmap, source.grade_map, source)
             if change is not None:
                 out.append(change)
         return out
@@ -521,7 +526,8 @@ def replace_command(change: SourceChange, dataset_id: str, db: str | Path) -> st
     """The `tuner labels import --replace` command that re-imports a changed label file."""
     grade_map = (f" --grade-map {shlex.quote(change.grade_map)}"
                  if change.grade_map not in (None, UNKNOWN_GRADE_MAP) else "")
-    return (f"tuner labels import {shlex.quote(shown_path(change.path))} --replace --dataset-id {shlex.quote(dataset_id)} "
+    return (f"tuner labels import {shlex.quote(shown_path(change.path))} --replace --dataset-id "
+            f"{shlex.quote(dataset_id)} "
             f"--db {shlex.quote(shown_path(db))} "
             f"--format {change.fmt}{grade_map}")
 
@@ -532,7 +538,8 @@ def stale_labels_message(changes: Sequence[SourceChange], dataset_id: str, db: s
     what = "was never imported into" if first.never_imported else "changed since it was imported into"
     more = ""
     if len(changes) > 1:
-        more = f"; {len(changes) - 1} more label file(s) changed too: " + ", ".join(shown_path(c.path) for c in changes[1:])
+        more = (f"; {len(changes) - 1} more label file(s) changed too: "
+                + ", ".join(shown_path(c.path) for c in changes[1:]))
     return (f"labels: {shown_path(first.path)} {what} {shown_path(db)} (dataset {dataset_id}): {first.counts()}{more}; "
             f"re-import it with `{replace_command(first, dataset_id, db)}`, then start a new study "
             "(a study's trials measured on the old labels are not compared with new ones)")

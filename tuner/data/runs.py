@@ -182,7 +182,8 @@ def _same_form(form: tuple[str, str] | None, kind: str, where: str, unit: str) -
     if form is None:
         return kind, where
     if kind != form[0]:
-        raise InputError(f"{where}: a {kind} {unit} after {form[0]} {unit}s (first at {form[1]}); use one form per file")
+        raise InputError(f"{where}: a {kind} {unit} after {form[0]} {unit}s (first at {form[1]}); "
+                         "use one form per file")
     return form
 
 

@@ -66,6 +66,11 @@ class AnswerDecoder:
 # --------------------------------------------------------------------------- building
 
 
+def _absent(_node: Any) -> Any:
+    """The getter of a hit field the mapping does not name."""
+    return None
+
+
 def _typed(mapping: ResponseMapping, top_k: int | None) -> tuple[type, Callable[[Any], ParsedResponse]] | None:
     """The answer's struct type and the function reading a decoded answer, or None when
     the mapping needs the general path."""
@@ -80,11 +85,11 @@ def _typed(mapping: ResponseMapping, top_k: int | None) -> tuple[type, Callable[
         return None  # one path inside another, or one field read twice
     direct = hit_paths == {name: name for name in _HIT_FIELDS}  # the answer's hits are Hit structs as they are
     hit_type = Hit if direct else _struct("MappedHit", hit_tree, {"doc_id": str})
-    top_type = _struct("Answer", top_tree, {"results": list[hit_type] | None})  # type: ignore[valid-type]
+    top_type = _struct("Answer", top_tree, {"results": list[hit_type] | None})  # type: ignore[valid-type]  # built at run time
     get_results = _getter(top_tree, "results")
     get_top = [(name, _getter(top_tree, name)) for name in top_paths]
     get_doc, get_score, get_title = (
-        _getter(hit_tree, name) if name in hit_paths else (lambda _node: None) for name in _HIT_FIELDS
+        _getter(hit_tree, name) if name in hit_paths else _absent for name in _HIT_FIELDS
     )
 
     def read(answer: Any) -> ParsedResponse:

@@ -21,8 +21,8 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from typing import Any, Literal, TypeVar, overload
 
 from tuner.data.dataset import Query, QuerySet
 from tuner.errors import FailureBudgetExceeded, ResponseMappingError
@@ -49,6 +49,57 @@ __all__ = [
     "ABORT_POLL_S", "Abort", "BatchAborted", "BatchTiming", "OnResult", "StopAfterGrace", "any_abort",
     "evaluate_responses", "run_batch", "run_batch_async",
 ]
+
+
+@overload
+def run_batch(
+    spec: EvalSpec,
+    queries: QuerySet,
+    qrels: Mapping[str, Mapping[str, int]],
+    *,
+    order_seed: int | None = None,
+    on_result: OnResult | None = None,
+    metrics: Sequence[str] | None = None,
+    abort: Abort | None = None,
+    timing: BatchTiming | None = None,
+    defer: Literal[False] = False,
+    on_payload: OnPayload | None = None,
+    templates: RequestTemplates | None = None,
+) -> BatchResult: ...
+
+
+@overload
+def run_batch(
+    spec: EvalSpec,
+    queries: QuerySet,
+    qrels: Mapping[str, Mapping[str, int]],
+    *,
+    order_seed: int | None = None,
+    on_result: OnResult | None = None,
+    metrics: Sequence[str] | None = None,
+    abort: Abort | None = None,
+    timing: BatchTiming | None = None,
+    defer: Literal[True],
+    on_payload: OnPayload | None = None,
+    templates: RequestTemplates | None = None,
+) -> ResultBuilder: ...
+
+
+@overload
+def run_batch(
+    spec: EvalSpec,
+    queries: QuerySet,
+    qrels: Mapping[str, Mapping[str, int]],
+    *,
+    order_seed: int | None = None,
+    on_result: OnResult | None = None,
+    metrics: Sequence[str] | None = None,
+    abort: Abort | None = None,
+    timing: BatchTiming | None = None,
+    defer: bool = False,
+    on_payload: OnPayload | None = None,
+    templates: RequestTemplates | None = None,
+) -> BatchResult | ResultBuilder: ...
 
 
 def run_batch(
@@ -87,6 +138,57 @@ class BatchTiming:
     def __init__(self) -> None:
         self.handling_s = 0.0
         self.window_s = 0.0
+
+
+@overload
+async def run_batch_async(
+    spec: EvalSpec,
+    queries: QuerySet,
+    qrels: Mapping[str, Mapping[str, int]],
+    *,
+    order_seed: int | None = None,
+    on_result: OnResult | None = None,
+    metrics: Sequence[str] | None = None,
+    abort: Abort | None = None,
+    timing: BatchTiming | None = None,
+    defer: Literal[False] = False,
+    on_payload: OnPayload | None = None,
+    templates: RequestTemplates | None = None,
+) -> BatchResult: ...
+
+
+@overload
+async def run_batch_async(
+    spec: EvalSpec,
+    queries: QuerySet,
+    qrels: Mapping[str, Mapping[str, int]],
+    *,
+    order_seed: int | None = None,
+    on_result: OnResult | None = None,
+    metrics: Sequence[str] | None = None,
+    abort: Abort | None = None,
+    timing: BatchTiming | None = None,
+    defer: Literal[True],
+    on_payload: OnPayload | None = None,
+    templates: RequestTemplates | None = None,
+) -> ResultBuilder: ...
+
+
+@overload
+async def run_batch_async(
+    spec: EvalSpec,
+    queries: QuerySet,
+    qrels: Mapping[str, Mapping[str, int]],
+    *,
+    order_seed: int | None = None,
+    on_result: OnResult | None = None,
+    metrics: Sequence[str] | None = None,
+    abort: Abort | None = None,
+    timing: BatchTiming | None = None,
+    defer: bool = False,
+    on_payload: OnPayload | None = None,
+    templates: RequestTemplates | None = None,
+) -> BatchResult | ResultBuilder: ...
 
 
 async def run_batch_async(
@@ -150,8 +252,8 @@ async def run_batch_async(
         # Finished tasks queue up in the order they end (as asyncio.as_completed), and so
         # does the watcher when its abort check gives a reason: whichever comes first wins.
         arrived: asyncio.Queue[asyncio.Task[Any]] = asyncio.Queue()
-        for task in tasks:
-            task.add_done_callback(arrived.put_nowait)
+        for each in tasks:
+            each.add_done_callback(arrived.put_nowait)
         watcher = None if abort is None else asyncio.create_task(_watch(abort))
         if watcher is not None:
             watcher.add_done_callback(arrived.put_nowait)
@@ -179,9 +281,9 @@ async def run_batch_async(
                 finally:
                     timing.handling_s += clock() - began
         finally:
-            pending = [*tasks, *([watcher] if watcher is not None else [])]
-            for task in pending:
-                task.cancel()
+            pending: list[asyncio.Task[Any]] = [*tasks, *([watcher] if watcher is not None else [])]
+            for each in pending:
+                each.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
             timing.window_s = client.window_s
 
@@ -202,7 +304,8 @@ def _to_outcome(exchange: Exchange, spec: EvalSpec, decoder: AnswerDecoder,
             parsed = parse_response(payload, spec.response, exchange.query_id, top_k=spec.top_k)
     except ResponseMappingError as exc:
         return FailedQuery(exchange.query_id, exchange.request_id, str(exc), exchange.attempts, exchange.latency_ms)
-    outcome = QueryResponse(exchange.query_id, exchange.request_id, parsed, exchange.latency_ms or 0.0, exchange.attempts)
+    outcome = QueryResponse(exchange.query_id, exchange.request_id, parsed, exchange.latency_ms or 0.0,
+                            exchange.attempts)
     if on_payload is not None:
         on_payload(exchange.query_id, payload, outcome)
     return outcome
@@ -272,7 +375,7 @@ def budget_error(failed: Sequence[FailedQuery], n_queries: int, spec: EvalSpec) 
         f"(max_failed_queries={spec.max_failed_queries:g}); first reasons: {reasons}; "
         "fix the backend or the response mapping, or raise max_failed_queries"
     )
-    err.failed = list(failed)  # type: ignore[attr-defined]
+    err.failed = list(failed)
     return err
 
 
@@ -280,18 +383,18 @@ def _clip(text: str, limit: int = 160) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _run_sync(coro: Awaitable[T]) -> T:
+def _run_sync(coro: Coroutine[Any, Any, T]) -> T:
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return asyncio.run(coro)  # type: ignore[arg-type]
+        return asyncio.run(coro)
     # Called from inside an event loop (a notebook, an async caller): a loop cannot be
     # nested, so run ours on a short-lived thread and hand back its result or error.
     box: dict[str, Any] = {}
 
     def target() -> None:
         try:
-            box["value"] = asyncio.run(coro)  # type: ignore[arg-type]
+            box["value"] = asyncio.run(coro)
         except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
             box["error"] = exc
 

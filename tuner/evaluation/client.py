@@ -93,6 +93,10 @@ class _Deadline(Exception):
     """The whole-request deadline passed (as opposed to one read's timeout)."""
 
 
+#: failures worth another attempt: a transport failure, or the whole-request deadline
+_RETRY_ON: tuple[type[BaseException], ...] = (_Deadline, *_RETRIED)
+
+
 @dataclass(frozen=True, slots=True)
 class _Answer:
     status: int
@@ -198,17 +202,17 @@ class SearchClient:
             latency_ms = (self._last_read - started) * 1000.0
             if isinstance(failure, _TooLarge):
                 return self._failed(request, attempts, latency_ms, failure.status, self._too_large_reason(failure))
-            if isinstance(failure, (_Deadline, *_RETRIED)):
+            if isinstance(failure, _RETRY_ON):
                 if attempts < max_attempts:
                     await asyncio.sleep(self._backoff(attempts))
                     continue
                 return self._failed(request, attempts, latency_ms, None, self._transport_reason(failure, attempts))
             if failure is not None:  # too many redirects, a bad URL: the next attempt fares no better
                 name, detail = type(failure).__name__, str(failure)
-                unparsed = isinstance(failure, aiohttp.ClientResponseError)
-                if unparsed and not isinstance(failure, aiohttp.TooManyRedirects):
+                unparsed = failure if isinstance(failure, aiohttp.ClientResponseError) else None
+                if unparsed is not None and not isinstance(unparsed, aiohttp.TooManyRedirects):
                     # an answer that does not parse as HTTP (aiohttp labels it 400 itself: not the server's status)
-                    name, detail = "RemoteProtocolError", failure.message
+                    name, detail = "RemoteProtocolError", unparsed.message
                 return self._failed(request, attempts, latency_ms, None,
                                     f"{name} (not retried): {one_line(detail or name)}")
             status = answer.status
@@ -278,7 +282,7 @@ class SearchClient:
         if reason:
             raise BatchAborted(f"batch aborted: {one_line(reason)}", one_line(reason))
 
-    def _transport_reason(self, exc: Exception, attempts: int) -> str:
+    def _transport_reason(self, exc: BaseException, attempts: int) -> str:
         if isinstance(exc, _Deadline):
             return (f"DeadlineTimeout after {attempts} attempt(s): the whole-request deadline of "
                     f"{self._deadline_s:g} s (evaluation.deadline_s: connect + send + every read) passed before "

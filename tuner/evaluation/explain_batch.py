@@ -76,7 +76,7 @@ def run_explained(
             f"{len(missing)} answer(s) have no explanation at {explain_path!r} (query {sorted(missing)[0]}); "
             f"the backend must answer the replay.request fields with its per-source candidate lists "
             "(reference backend: \"explain\": true); fix replay.explain / replay.request, or drop replay:")
-    out.failed = builder.failed_outcomes()  # type: ignore[union-attr]
+    out.failed = builder.failed_outcomes()
     return out
 
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -114,7 +114,8 @@ def draw_split(
     for query in queries:
         strata.setdefault(stratum_of(query, stratify_by), []).append(query)
     quotas = allocate(
-        {key: len(members) for key, members in strata.items()}, fraction, tiebreak=lambda key: _rank_key(seed, "|".join(key))
+        {key: len(members) for key, members in strata.items()}, fraction,
+        tiebreak=lambda key: _rank_key(seed, "|".join(key)),
     )
     held: set[str] = set()
     for key, members in strata.items():
@@ -127,7 +128,8 @@ def draw_split(
     return Split(tune=tune, holdout=holdout, seed=seed, fraction=fraction)
 
 
-def allocate(sizes: dict[tuple[str, ...], int], fraction: float, tiebreak=None) -> dict[tuple[str, ...], int]:
+def allocate(sizes: dict[tuple[str, ...], int], fraction: float,
+             tiebreak: Callable[[tuple[str, ...]], bytes] | None = None) -> dict[tuple[str, ...], int]:
     """Largest-remainder rounding of ``n * fraction`` per stratum.
 
     The quotas sum to ``round(total * fraction)`` (ties of the total rounded half up)

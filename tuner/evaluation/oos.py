@@ -23,6 +23,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 import pandas as pd
+from numpy.typing import ArrayLike
 
 #: step of the default sweep grid (0.00, 0.02, ..., 1.00 for confidences in [0, 1])
 DEFAULT_STEP = 0.02
@@ -80,7 +81,7 @@ def oos_rates(is_oos: np.ndarray, answered: np.ndarray) -> dict[str, np.ndarray]
     }
 
 
-def handoff_metrics(is_oos: Sequence[bool], answered: Sequence[bool]) -> dict[str, float]:
+def handoff_metrics(is_oos: ArrayLike, answered: ArrayLike) -> dict[str, float]:
     """The OOS / handoff scorecard for one batch."""
     rates = oos_rates(np.asarray(is_oos, dtype=bool), np.asarray(answered, dtype=bool))
     return {name: float(value) for name, value in rates.items()}
@@ -103,7 +104,8 @@ def threshold_grid(
     if sweep_range is not None:
         low, high, step = (float(v) for v in sweep_range)
         if not (math.isfinite(low) and math.isfinite(high) and math.isfinite(step)) or high < low or step <= 0:
-            raise ValueError(f"threshold sweep range {sweep_range!r}: pass (low, high, step) with low <= high, step > 0")
+            raise ValueError(f"threshold sweep range {sweep_range!r}: pass (low, high, step) with low <= high, "
+                             "step > 0")
         grid = _grid(low, high, step)
     else:
         seen = np.array([c for c in confidences if c is not None], dtype=float)
@@ -120,8 +122,8 @@ def threshold_grid(
 
 
 def _grid(low: float, high: float, step: float) -> np.ndarray:
-    n = int(math.floor((high - low) / step + 1e-9)) + 1
-    decimals = max(0, -int(math.floor(math.log10(step)))) + 3
+    n = math.floor((high - low) / step + 1e-9) + 1
+    decimals = max(0, -math.floor(math.log10(step))) + 3
     return np.unique(np.round(np.append(low + step * np.arange(n), high), decimals))
 
 
@@ -132,13 +134,13 @@ def _round_step(at_least: float) -> float:
 
 
 def threshold_sweep(
-    is_oos: Sequence[bool],
+    is_oos: ArrayLike,
     confidence: Sequence[float | None],
     n_results: Sequence[int],
-    primary_scores: Sequence[float] | None = None,
+    primary_scores: ArrayLike | None = None,
     thresholds: Sequence[float] | None = None,
     *,
-    observed_scores: Sequence[float] | None = None,
+    observed_scores: ArrayLike | None = None,
 ) -> pd.DataFrame | None:
     """What the OOS metrics would be if the backend answered exactly when
     ``confidence >= t`` (and it has results), for each threshold ``t``.

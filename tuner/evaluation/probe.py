@@ -24,14 +24,16 @@ def fetch_raw(spec: EvalSpec, query: Query) -> str:
     req = prepare_request(spec, query, f"preflight-{uuid.uuid4()}")
     deadline = time.monotonic() + spec.request_deadline_s  # a dripping body must not hold the preflight
     try:
-        with httpx.Client(timeout=spec.timeout_s, verify=shared_ssl_context()) as client:
-            with client.stream(req.method, req.url, headers=dict(req.headers), json=req.json,
-                               params=req.params) as response:
-                body = b""
-                for chunk in response.iter_bytes():
-                    body += chunk
-                    if len(body) >= _LIMIT or time.monotonic() > deadline:
-                        break
+        with (
+            httpx.Client(timeout=spec.timeout_s, verify=shared_ssl_context()) as client,
+            client.stream(req.method, req.url, headers=dict(req.headers), json=req.json,
+                          params=req.params) as response,
+        ):
+            body = b""
+            for chunk in response.iter_bytes():
+                body += chunk
+                if len(body) >= _LIMIT or time.monotonic() > deadline:
+                    break
         return f"HTTP {response.status_code} {body[:_LIMIT].decode('utf-8', 'replace')}"
     except httpx.HTTPError as exc:
         return f"no response ({type(exc).__name__}: {exc})"

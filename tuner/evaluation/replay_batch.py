@@ -29,6 +29,7 @@ from functools import cached_property
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from tuner.errors import ResponseMappingError
 from tuner.evaluation.fusion_replay import (
@@ -79,7 +80,7 @@ class _Flat:
 class ReplayBatch:
     """The explained answers of one batch, replayed as arrays (module doc)."""
 
-    def __init__(self, explained: Mapping[str, Explained], query_ids: Sequence[str], graded: Sequence[bool],
+    def __init__(self, explained: Mapping[str, Explained], query_ids: Sequence[str], graded: ArrayLike,
                  qrels: Mapping[str, Mapping[str, int]], top_k: int) -> None:
         self.query_ids = list(query_ids)
         self.graded = np.asarray(graded, dtype=bool)

@@ -159,7 +159,8 @@ def evaluate_responses(
     ``threshold_in_effect`` is recorded on the result as given."""
     builder = ResultBuilder(queries, qrels, gains=gains, metrics=metrics, sweep_thresholds=sweep_thresholds,
                             threshold_in_effect=threshold_in_effect)
-    for outcome in [*responses, *failed]:
+    outcomes: list[QueryResponse | FailedQuery] = [*responses, *failed]
+    for outcome in outcomes:
         builder.add(outcome)
     return builder.finish()
 
@@ -231,11 +232,14 @@ class ResultBuilder:
                 "record a FailedQuery for every query that got no response"
             )
         outcomes = [by_id[q] for q in ids]
-        hits = {qid: (o.response.hits if isinstance(o, QueryResponse) else ()) for qid, o in zip(ids, outcomes)}
+        hits = {
+            qid: (o.response.hits if isinstance(o, QueryResponse) else ())
+            for qid, o in zip(ids, outcomes, strict=True)
+        }
         labels = {qid: dict(self.qrels[qid]) for qid in ids if qid in self.qrels}
-        info = _info_frame_from_rows([_info_row(q, o) for q, o in zip(qs, outcomes)], ids)
+        info = _info_frame_from_rows([_info_row(q, o) for q, o in zip(qs, outcomes, strict=True)], ids)
         unjudged = [  # in-scope answers only
-            u for q, o in zip(qs, outcomes) if q.scope != "oos" and isinstance(o, QueryResponse)
+            u for q, o in zip(qs, outcomes, strict=True) if q.scope != "oos" and isinstance(o, QueryResponse)
             for u in _unjudged_of(q.query_id, o.response.hits, labels.get(q.query_id, {}))
         ]
         return score_result(

@@ -56,9 +56,9 @@ __all__ = [
     "prepare",
     "primary_metric_score",
     "resolve",
+    "score_arrays",
     "score_batch",
     "score_prepared",
     "score_rankings",
-    "score_arrays",
     "score_rankings_with_coverage",
 ]

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from itertools import repeat
+from typing import NoReturn
 
 import numpy as np
 
@@ -191,7 +192,12 @@ def check_relevance_level(level: int, max_grade: int = MAX_GRADE) -> int:
 def _check_unique(query_ids: tuple[str, ...]) -> None:
     if len(set(query_ids)) != len(query_ids):
         seen: set[str] = set()
-        dup = next(q for q in query_ids if q in seen or seen.add(q))
+        dup = ""
+        for q in query_ids:
+            if q in seen:
+                dup = q
+                break
+            seen.add(q)
         raise InputError(f"query id {dup!r} is listed twice in query_ids; give each query once")
 
 
@@ -202,7 +208,7 @@ def _ranked_grade_bytes(rankings: list[Sequence[str]], labels: list[Mapping[str,
     the hot path of the whole scorecard; everything after it is numpy.
     """
     chunks = []
-    for ranking, judged in zip(rankings, labels):
+    for ranking, judged in zip(rankings, labels, strict=True):
         top = ranking if len(ranking) <= width else ranking[:width]
         if len(set(top)) == len(top):
             chunks.append(bytes(map(judged.get, top, repeat(_UNJUDGED))))
@@ -215,7 +221,14 @@ def _grades_without_repeats(ranking: Sequence[str], judged: Mapping[str, int]) -
     # A repeated document is not credited twice: later copies count as judged
     # irrelevant, so a backend cannot inflate precision by echoing a hit.
     seen: set[str] = set()
-    return [0 if doc in seen or seen.add(doc) else judged.get(doc, _UNJUDGED) for doc in ranking]
+    grades = []
+    for doc in ranking:
+        if doc in seen:
+            grades.append(0)
+        else:
+            seen.add(doc)
+            grades.append(judged.get(doc, _UNJUDGED))
+    return grades
 
 
 def _grade_counts(labels: list[Mapping[str, int]], query_ids: tuple[str, ...], max_grade: int) -> np.ndarray:
@@ -232,14 +245,16 @@ def _grade_counts(labels: list[Mapping[str, int]], query_ids: tuple[str, ...], m
     return per_grade.reshape(len(labels), max_grade + 1)
 
 
-def _raise_bad_grade(labels: list[Mapping[str, int]], query_ids: tuple[str, ...], max_grade: int) -> None:
-    for qid, judged in zip(query_ids, labels):
+def _raise_bad_grade(labels: list[Mapping[str, int]], query_ids: tuple[str, ...], max_grade: int) -> NoReturn:
+    for qid, judged in zip(query_ids, labels, strict=True):
         for doc, grade in judged.items():
             if not (hasattr(grade, "__index__") and 0 <= operator.index(grade) <= max_grade):
                 raise InputError(
                     f"query {qid!r} doc {doc!r}: grade {grade!r} is not an integer in 0..{max_grade}; "
                     "map the source grades onto 0..3 (e.g. --grade-map '1:3,2:2,3:1,4:1,-1:0')"
                 )
+    # not reached: the caller saw a grade that bytes() refuses, and the loop names it
+    raise InputError(f"a grade is not an integer in 0..{max_grade}; map the source grades onto 0..3")
 
 
 def _ideal_grades(grade_counts: np.ndarray, ideal_depth: int | None) -> np.ndarray:

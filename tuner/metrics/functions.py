@@ -44,7 +44,9 @@ def _per_position(k: int | None, batch: RankingBatch) -> int:
 def _safe_div(num: np.ndarray, den: np.ndarray) -> np.ndarray:
     """num / den, 0 where den == 0 (a query with nothing relevant scores 0)."""
     den = np.asarray(den, dtype=np.float64)
-    return np.divide(num, den, out=np.zeros(np.broadcast(num, den).shape), where=den > 0)
+    out = np.zeros(np.broadcast(num, den).shape)
+    np.divide(num, den, out=out, where=den > 0)
+    return out
 
 
 def _first_rank(hits: np.ndarray) -> np.ndarray:
@@ -123,7 +125,7 @@ def recall(batch: RankingBatch, k: int | None) -> np.ndarray:
 
 
 def _success_at_least(batch: RankingBatch, k: int | None, min_grade: int) -> np.ndarray:
-    return (batch.top(k) >= min_grade).any(axis=1).astype(np.float64)
+    return np.asarray((batch.top(k) >= min_grade).any(axis=1), dtype=np.float64)
 
 
 def success(batch: RankingBatch, k: int | None) -> np.ndarray:

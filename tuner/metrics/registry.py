@@ -113,7 +113,7 @@ def resolve(name: str) -> Metric:
     each name is parsed once)."""
     match = _NAME.match(name.strip())
     family = _FAMILIES.get(match["family"]) if match else None
-    if family is None:
+    if match is None or family is None:
         raise InputError(f"unknown metric {name!r}{_suggest(name)}; list them with `tuner score --list-metrics`")
     k = int(match["k"]) if match["k"] is not None else None
     if k is None and family.name == "MAP":

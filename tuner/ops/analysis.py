@@ -22,13 +22,14 @@ import pandas as pd
 from tuner.errors import StudyError
 from tuner.files import atomic_write_text, atomic_write_with
 from tuner.metrics.scorecard import PRIMARY_METRIC, PRIMARY_SCORECARD
-from tuner.ops.verdicts import CONSTRAINT_PREFIX, JUDGED, parse_constraint, verdicts
+from tuner.ops.verdicts import CONSTRAINT_PREFIX, parse_constraint, verdicts
+from tuner.ops.verdicts import JUDGED as JUDGED  # re-exported: the CLI's tables name the column
 from tuner.study.attrs import (
     ATTR_CACHE_HIT,
     ATTR_DURATION,
     ATTR_EARLY_STOP,
-    ATTR_GATES_MOVED,
     ATTR_FAIL_REASON,
+    ATTR_GATES_MOVED,
     ATTR_JUDGED,
     ATTR_PHASES,
     ATTR_VARIANT,
@@ -285,7 +286,8 @@ def study_markdown(
     lines = [f"# Study `{study_name}`", ""]
     counts = frame["state"].value_counts().to_dict() if not frame.empty else {}
     lines.append(
-        f"{len(frame)} trials: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) + f"; objective {objective} "
+        f"{len(frame)} trials: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) + "; objective "
+                                                                                              f"{objective} "
         f"({'maximise' if maximize else 'minimise'})."
     )
     lines.append("")
@@ -303,10 +305,12 @@ def study_markdown(
                  for d in deltas(best, base, objective=objective)]
             )
             lines += [f"Against the baseline (trial #{int(base['number'])}):", "", markdown_table(rows)]
-    lines += ["## Feasible trials (best first)", "", markdown_table(summary_table(feasible_ranked(frame, maximize=maximize)))]
+    lines += ["## Feasible trials (best first)", "",
+              markdown_table(summary_table(feasible_ranked(frame, maximize=maximize)))]
     lines += ["## Infeasible trials", "", markdown_table(summary_table(infeasible_trials(frame)))]
     failed = frame[frame["state"] != "COMPLETE"] if not frame.empty else frame
-    lines += ["## Failed / pruned trials", "", markdown_table(failed[["number", "state", "fail_reason"]] if not failed.empty else failed)]
+    lines += ["## Failed / pruned trials", "",
+              markdown_table(failed[["number", "state", "fail_reason"]] if not failed.empty else failed)]
     if importances:
         imp = pd.DataFrame([{"parameter": k, "importance": v} for k, v in importances.items()])
         lines += ["## Parameter importances", "", markdown_table(imp)]
@@ -389,7 +393,8 @@ def plot_score_vs_oos(
     feasible, infeasible = _split(frame)
     if oos_metric in frame.columns:
         ax.scatter(feasible[oos_metric], feasible["value"], marker="o", color="tab:blue", label="feasible", zorder=3)
-        ax.scatter(infeasible[oos_metric], infeasible["value"], marker="x", color="tab:red", label="infeasible", zorder=3)
+        ax.scatter(infeasible[oos_metric], infeasible["value"], marker="x", color="tab:red", label="infeasible",
+                   zorder=3)
         for _, row in feasible.iterrows():
             ax.annotate(str(int(row["number"])), (row[oos_metric], row["value"]), fontsize=6, alpha=0.7)
     if oos_limit is not None:

@@ -159,7 +159,7 @@ def _same(a: Any, b: Any) -> bool:
     if isinstance(a, dict) and isinstance(b, dict):
         return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
     return bool(a == b)
 
 
@@ -230,7 +230,7 @@ def apply_plan(
             stops = [] if skip_checks else [f for f in check_batch(batch, exp.evaluation) if f.level == "stop"]
             violated = violated_constraints(exp.constraints, batch.metrics)
         except TunerError as exc:
-            problem = f"{type(exc).__name__}: {exc}"
+            problem: str | None = f"{type(exc).__name__}: {exc}"
         except BaseException:
             patcher.restore()  # Ctrl-C or a bug: never leave a half-checked config behind
             raise

@@ -67,7 +67,7 @@ def live_preflight(
     prepared: Prepared,
     report: PreflightReport,
     *,
-    start: Callable[[], None],
+    start: Callable[[], object],
     full: bool = False,
     seed: int = 0,
     abort: Abort | None = None,
@@ -173,7 +173,7 @@ def start_on_files(prepared: Prepared, target: Any, wait: Callable[[], Any], *,
     wait()
 
 
-def preflight_on_target(prepared: Prepared, report: PreflightReport, target: Any, wait: Callable[[], None], *,
+def preflight_on_target(prepared: Prepared, report: PreflightReport, target: Any, wait: Callable[[], object], *,
                         note: Callable[[str], None] = lambda text: None, full: bool = False,
                         stop: StopFlag | None = None, fresh: bool = False) -> PreflightReport:
     """``live_preflight`` on a `Target` (started here, serving the files as found:
@@ -200,7 +200,8 @@ def preflight_on_target(prepared: Prepared, report: PreflightReport, target: Any
         if stop_reason() is None:
             raise
         # the stop (or, as it came, a query's failure) ended the batch: a stop, not a finding
-        note(f"preflight: {str(exc).splitlines()[0]}; stopped before the first trial, the config files were not touched")
+        note(f"preflight: {str(exc).splitlines()[0]}; stopped before the first trial, "
+             "the config files were not touched")
         return report
     except BaseException:
         target.close()

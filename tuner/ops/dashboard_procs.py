@@ -81,7 +81,8 @@ class Dashboards:
     def start(self) -> None:
         for spec in self.specs:
             if port_in_use(spec.host, spec.port):
-                raise TargetError(f"{spec.name}: port {spec.port} on {spec.host} is in use; pick another with {spec.port_flag}")
+                raise TargetError(f"{spec.name}: port {spec.port} on {spec.host} is in use; "
+                                  f"pick another with {spec.port_flag}")
         self.log_dir.mkdir(parents=True, exist_ok=True)
         try:
             self._watchdog.start(self.log_file("watchdog"))
@@ -163,7 +164,7 @@ class Dashboards:
             self._logs.clear()
             self._finalizer.detach()
 
-    def __enter__(self) -> "Dashboards":
+    def __enter__(self) -> Dashboards:
         self.start()
         return self
 
@@ -245,7 +246,7 @@ def _end_groups(pgids: Sequence[int], grace_s: float, *, reap: Callable[[], obje
         _signal_group(pgid, signal.SIGKILL)
 
 
-def _child_setup(mask: set[signal.Signals]) -> Callable[[], None]:
+def _child_setup(mask: set[int | signal.Signals]) -> Callable[[], None]:
     """preexec_fn of a UI: the parent's signal mask back (it is held while spawning, and
     exec keeps masks) and, on Linux, SIGKILL when the tuner dies."""
     prctl = _libc_prctl()
@@ -272,7 +273,7 @@ def _libc_prctl() -> Callable[..., int] | None:
 
 
 @contextlib.contextmanager
-def _signals_held() -> Iterator[set[signal.Signals]]:
+def _signals_held() -> Iterator[set[int | signal.Signals]]:
     """Defer SIGINT and SIGTERM in this thread; yields the mask to restore."""
     previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
     try:

@@ -62,7 +62,8 @@ class TrialReport:
     depth: int | None = None  # a slim trial report lists unjudged hits down to this rank only
 
 
-def pick_trials(trials: Sequence[Any], *, top_n: int, maximize: bool = True, include_baseline: bool = True) -> list[Any]:
+def pick_trials(trials: Sequence[Any], *, top_n: int, maximize: bool = True,
+                include_baseline: bool = True) -> list[Any]:
     """The ``top_n`` best feasible trials (COMPLETE, every constraint <= 0), best first,
     plus the baseline (variant "baseline") when it is not among them."""
     frame = analysis.trials_frame(trials)

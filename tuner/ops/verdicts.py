@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import numbers
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 import pandas as pd
 
@@ -80,5 +80,5 @@ def _num(value: float) -> str:
     return f"{value:.4f}" if value == 0 or abs(value) >= 5e-5 else f"{value:.1e}"
 
 
-def _is_number(value: Any) -> bool:
+def _is_number(value: Any) -> TypeGuard[float]:
     return isinstance(value, numbers.Real) and not isinstance(value, bool) and not math.isnan(float(value))

@@ -44,8 +44,10 @@ DETAILS: tuple[str, ...] = ("slim", "full")
 #: a slim report lists the unjudged hits down to this rank (what the label queue pools by default)
 SLIM_UNJUDGED_DEPTH = 10
 SLIM_NOTE = ("slim report: no per-query top-20 snapshots, unjudged hits only down to rank "
-             f"{SLIM_UNJUDGED_DEPTH} (counts of all are kept; per-query rows are in the per-query CSV), and no PR-curve "
-             "PNG (oos.threshold_sweep keeps the rows around the threshold in effect); the baseline, the best trials and `tuner apply` keep the full "
+             f"{SLIM_UNJUDGED_DEPTH} (counts of all are kept; per-query rows are in the per-query CSV), "
+             "and no PR-curve "
+             "PNG (oos.threshold_sweep keeps the rows around the threshold in effect); the baseline, the best trials "
+             "and `tuner apply` keep the full "
              "reports")
 #: per-query CSV columns of a slim report (then Judged@10, the scorecard's primary metrics and labels_top10)
 SLIM_CSV_COLUMNS: tuple[str, ...] = ("query_type", "source", "scope", "status", "handoff", "handoff_reason",
@@ -146,7 +148,9 @@ def _context(result: BatchResult, ctx: ReportContext) -> dict[str, Any]:
         "labels_fingerprint": ctx.labels_fingerprint,
         "labels_db": ctx.labels_db,
         "gains": result.gains,
-        "gain_values": {f"L{g}": float(v) for g, v in enumerate(scorecard.gain_table(result.gains, scorecard.MAX_GRADE))},
+        "gain_values": {
+            f"L{g}": float(v) for g, v in enumerate(scorecard.gain_table(result.gains, scorecard.MAX_GRADE))
+        },
         "scorecard_version": result.scorecard_version,
         "scorecard_formula": scorecard.SCORECARD_FORMULA,
         "url": secrets.redact_url(ctx.url, names) if ctx.url is not None else None,
@@ -191,8 +195,8 @@ def _label_distribution(result: BatchResult) -> dict[str, Any]:
     returned = {**{f"L{g}": 0 for g in range(scorecard.MAX_GRADE + 1)}, "U": 0}
     in_scope = result.per_query.index[result.per_query["scope"] == "in"]
     for qid in in_scope:
-        for grade in _grades(result, qid)[:SNAPSHOT_DEPTH]:
-            returned[label_token(grade)] += 1
+        for hit_grade in _grades(result, qid)[:SNAPSHOT_DEPTH]:
+            returned[label_token(hit_grade)] += 1
     judged_queries = sum(1 for qid in in_scope if result.qrels.get(qid))
     return {
         "labels": cached,
@@ -240,9 +244,9 @@ def _group_summary(frame: pd.DataFrame, primary: Sequence[str]) -> dict[str, Any
     in_scope = frame[frame["scope"] == "in"]
     oos = frame[frame["scope"] == "oos"]
     row: dict[str, Any] = {
-        "n_queries": int(len(frame)),
-        "n_in_scope": int(len(in_scope)),
-        "n_oos": int(len(oos)),
+        "n_queries": len(frame),
+        "n_in_scope": len(in_scope),
+        "n_oos": len(oos),
     }
     for name in [PRIMARY, *primary, "Judged@10"]:
         row[name] = float(in_scope[name].mean()) if len(in_scope) and name in in_scope else None

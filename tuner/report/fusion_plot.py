@@ -20,7 +20,8 @@ import pandas as pd
 DPI = 80
 
 
-def fusion_sweep_png(table: pd.DataFrame, *, objective: str = "objective", title: str = "Fusion settings scored") -> bytes:
+def fusion_sweep_png(table: pd.DataFrame, *, objective: str = "objective",
+                     title: str = "Fusion settings scored") -> bytes:
     """PNG bytes of ``table`` (tuner.study.fusion_search.sweep_frame: one row per setting,
     ``objective``, ``feasible`` and ``rank`` columns, the params flattened)."""
     from matplotlib import colormaps
@@ -49,8 +50,9 @@ def fusion_sweep_png(table: pd.DataFrame, *, objective: str = "objective", title
         method = table.get("fusion.method", pd.Series(["?"] * len(table))).astype(str).to_numpy()
         groups = _groups(table, method)
         cmap = colormaps["viridis"]
-        ks = sorted({k for kind, k in groups if kind == "rrf"})
-        for (kind, key), rows in sorted(groups.items(), key=lambda g: (g[0][0] != "rrf", str(g[0][0]), _order(g[0][1]))):
+        ks = sorted({k for kind, k in groups if kind == "rrf"}, key=_order)
+        ordered = sorted(groups.items(), key=lambda g: (g[0][0] != "rrf", str(g[0][0]), _order(g[0][1])))
+        for (kind, key), rows in ordered:
             rows = rows[np.argsort(x[rows], kind="stable")]
             if kind == "rrf":
                 shade = 0.15 + 0.7 * (ks.index(key) / max(len(ks) - 1, 1))

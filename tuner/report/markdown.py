@@ -111,7 +111,8 @@ def _scorecard(report: Mapping[str, Any]) -> str:
     out = ["## Scorecard", "Ranking metrics are means over in-scope queries; a handed-off or failed query scores 0."]
     for title, key in (("Primary", "primary"), ("Secondary", "secondary"), ("Out of scope / handoff", "oos"),
                        ("Operations and coverage", "operations")):
-        out.append(f"### {title}\n\n" + table(["metric", "value"], [(m, _metric_value(m, card.get(m))) for m in groups[key]]))
+        rows = [(m, _metric_value(m, card.get(m))) for m in groups[key]]
+        out.append(f"### {title}\n\n" + table(["metric", "value"], rows))
     if card.get("N_Repeated_Hits"):
         out.append(_REPEATS_NOTE.format(n=int(card["N_Repeated_Hits"])))
     return "\n\n".join(out)

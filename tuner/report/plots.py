@@ -48,7 +48,7 @@ def pr_curve_png(sweep: pd.DataFrame, *, title: str = "Handoff detection", thres
             ax.set_prop_cycle(None)  # the colours start over, as on a fresh axes
         _draw(fig, left, right, sweep, title, threshold)
         fig.canvas.draw()
-        rgba = np.asarray(fig.canvas.buffer_rgba())  # type: ignore[attr-defined]
+        rgba = np.asarray(fig.canvas.buffer_rgba())
         image = Image.fromarray(rgba[..., :3]).quantize(colors=PALETTE_COLOURS, method=Image.Quantize.FASTOCTREE)
     buf = io.BytesIO()
     image.save(buf, format="PNG", dpi=(DPI, DPI))  # optimize=True: 1 KB less, 10x the time

@@ -31,6 +31,7 @@ import struct
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from typing import IO, Any
 
 #: the helper's niceness increment: the backend and the tuner's event loop come first
@@ -138,7 +139,7 @@ def _receive(stream: IO[bytes] | None) -> Any:
 def _serve(inp: IO[bytes], out: IO[bytes]) -> None:
     """The helper's loop: one request, one answer ((True, value) or (False, exception))."""
     # the drawing modules pr_curve_png imports on first use, imported before the first request
-    import matplotlib.backends.backend_agg  # noqa: F401
+    import matplotlib.backends.backend_agg
     import matplotlib.figure  # noqa: F401
     from PIL import Image  # noqa: F401
 
@@ -146,7 +147,7 @@ def _serve(inp: IO[bytes], out: IO[bytes]) -> None:
     from tuner.report.writer import write_reports
     from tuner.secrets import remember
 
-    calls = {"write_reports": write_reports, "pr_curve_png": pr_curve_png}
+    calls: dict[str, Callable[..., Any]] = {"write_reports": write_reports, "pr_curve_png": pr_curve_png}
     while True:
         try:
             name, args, kwargs, secrets = _receive(inp)

@@ -85,8 +85,9 @@ def write_reports(
         pr_curve_png=None if result.threshold_sweep is None or action == "omit" else out / f"{stem}_pr_curve.png",
     )
     if paths.pr_curve_png is not None and result.threshold_sweep is not None and action == "draw":
-        atomic_write_bytes(paths.pr_curve_png, pr_curve_png(result.threshold_sweep, title=f"Handoff: {result.dataset_id}",
-                                                            threshold=result.threshold_in_effect))
+        png = pr_curve_png(result.threshold_sweep, title=f"Handoff: {result.dataset_id}",
+                           threshold=result.threshold_in_effect)
+        atomic_write_bytes(paths.pr_curve_png, png)
     csv_text = per_query_table(result, detail).to_csv(
         index=True, lineterminator="\n", float_format=SLIM_CSV_FLOAT_FORMAT if detail == "slim" else None)
     atomic_write_text(paths.per_query_csv, scrub_known(csv_text))

@@ -43,7 +43,8 @@ class Bookkeeper:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tuner-bookkeeper") if threaded else None
         # short jobs a trial waits for before ``tell`` (its MLflow run id): never queued
         # behind earlier trials' reports
-        self._eager = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tuner-bookkeeper-eager") if threaded else None
+        self._eager = (ThreadPoolExecutor(max_workers=1, thread_name_prefix="tuner-bookkeeper-eager")
+                       if threaded else None)
         self._pending: list[Future[Any]] = []
         self._queued: list[Future[Any]] = []  # the main lane's, unfinished as last seen
         self.max_behind = max(1, max_behind)
@@ -132,7 +133,8 @@ class OptunaArtifacts:
         artifact_id = str(uuid.uuid4())
         meta = ArtifactMeta(artifact_id=artifact_id, filename=filename,
                             mimetype=mimetype or "application/octet-stream", encoding=encoding)
-        trial.storage.set_trial_system_attr(trial._trial_id, ARTIFACTS_ATTR_PREFIX + artifact_id, json.dumps(asdict(meta)))
+        trial.storage.set_trial_system_attr(trial._trial_id, ARTIFACTS_ATTR_PREFIX + artifact_id,
+                                            json.dumps(asdict(meta)))
         return artifact_id
 
     def write(self, artifact_id: str, path: Path) -> None:

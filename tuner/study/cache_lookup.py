@@ -13,7 +13,7 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tuner.data.inputs import changed_files, describe_files
 from tuner.errors import TargetError
@@ -36,6 +36,9 @@ class CacheLookup:
     backend_fingerprint_field: str | None
     backend_fingerprint: str | None
     touched_backend: bool
+
+    if TYPE_CHECKING:  # TrialRunner's methods used here (declared for the type checker only)
+        def _named_texts(self, texts: Mapping[Path, str]) -> dict[str, str]: ...
 
     def _cache_key(self, texts: Mapping[Path, str], solving: Mapping[str, Any] | None = None) -> CacheKey:
         spec = self.evaluator.spec_fingerprint

@@ -11,10 +11,13 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from tuner.errors import StudyError
 from tuner.study.lock_holder import Holder, LockHeld
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
 
 Mode = Literal["exclusive", "shared"]
 HEARTBEAT_S = 10.0
@@ -44,7 +47,7 @@ class DbLock:
         self.heartbeat_s = heartbeat_s
         self.stale_after_s = max(stale_after_s, 3 * heartbeat_s)
         self.lost: str | None = None
-        self._engine: Any = None
+        self._engine: Engine | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -54,11 +57,11 @@ class DbLock:
         from tuner.dburl import redact
 
         try:
-            self._engine = sa.create_engine(self.url, pool_size=1, max_overflow=1, pool_pre_ping=True)
-            with self._engine.begin() as conn:
+            self._engine = engine = sa.create_engine(self.url, pool_size=1, max_overflow=1, pool_pre_ping=True)
+            with engine.begin() as conn:
                 notes = self._claim(conn)
         except LockHeld:
-            self._engine.dispose()
+            engine.dispose()
             raise
         except sa.exc.SQLAlchemyError as exc:
             if self._engine is not None:
@@ -112,16 +115,17 @@ class DbLock:
     def _beat(self) -> None:
         from sqlalchemy import text
 
+        engine = self._acquired()
         while not self._stop.wait(self.heartbeat_s):
             try:
-                with self._engine.begin() as conn:
+                with engine.begin() as conn:
                     n = conn.execute(text(f"UPDATE {TABLE} SET heartbeat = :b WHERE study = :s AND token = :t"),
                                      {"b": time.time(), "s": self.study, "t": self.token}).rowcount
                 if n == 0:
                     self.lost = (f"the lock on study {self.study!r} was taken over by another process while this "
                                  f"one was silent for more than {self.stale_after_s:g} s")
                     return
-            except Exception:  # a database blip: the next beat retries; staleness is judged on the server rows
+            except Exception:  # noqa: BLE001 - a database blip: the next beat retries; staleness is judged on the server rows
                 continue
 
     def release(self) -> None:
@@ -130,14 +134,21 @@ class DbLock:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
+        engine = self._acquired()
         try:
-            with self._engine.begin() as conn:
+            with engine.begin() as conn:
                 conn.execute(text(f"DELETE FROM {TABLE} WHERE study = :s AND token = :t"),
                              {"s": self.study, "t": self.token})
-        except Exception:  # the row goes stale and is taken over; never fail a finished run on it
+        except Exception:  # noqa: BLE001 - the row goes stale and is taken over; never fail a finished run on it
             pass
         finally:
-            self._engine.dispose()
+            engine.dispose()
+
+    def _acquired(self) -> Engine:
+        """The engine ``acquire`` opened (the heartbeat and ``release`` come after it)."""
+        if self._engine is None:
+            raise StudyError(f"study lock on {self.study!r}: not acquired; call acquire() first")
+        return self._engine
 
 
 def _key(name: str) -> int:

@@ -5,10 +5,10 @@ score from one explained retrieval, scoring them, and ranking them for live veri
 search space: the replayed params in the space's condition order, each with its role in
 the fusion model. Its grid takes each categorical's choices, each numeric range at
 ``points`` values (geometric on a log range, on the declared step otherwise) and each
-weights simplex on a lattice of ``weight_step``, unless ``grid`` declares a param's values; conditions (``when:``) are honoured, so
-``fusion.rrf_k`` varies only where ``fusion.method`` is ``rrf``. ``search`` scores the
-whole grid when it has at most ``max_settings`` settings, else ``max_settings`` settings
-proposed by a seeded TPE over the same params (their declared distributions).
+weights simplex on a lattice of ``weight_step``, unless ``grid`` declares a param's values;
+conditions (``when:``) are honoured, so ``fusion.rrf_k`` varies only where ``fusion.method``
+is ``rrf``. ``search`` scores the whole grid when it has at most ``max_settings`` settings,
+else ``max_settings`` settings proposed by a seeded TPE over the same params (their declared distributions).
 
 A setting is scored by a callable (the trial's: replay every query, evaluate the
 responses like a live batch, solve the gates) returning a ``Scored``; ``ranked`` orders
@@ -147,13 +147,13 @@ class ReplayPlan:
         if spec.log:
             grid = np.geomspace(low, high, n)
         elif spec.step:
-            count = int(math.floor((high - low) / spec.step + 1e-9)) + 1
+            count = math.floor((high - low) / spec.step + 1e-9) + 1
             idx = np.arange(count) if count <= n else np.unique(np.round(np.linspace(0, count - 1, n)))
             grid = low + spec.step * idx
         else:
             grid = np.linspace(low, high, n)
         if spec.type == "int":
-            return sorted({int(round(v)) for v in grid})
+            return sorted({int(round(v)) for v in grid})  # noqa: RUF046 - numpy 1.x round() gives a float
         return sorted({round(float(v), 10) for v in grid})
 
     def grid(self, given: Mapping[str, Any], limit: int | None = None) -> list[dict[str, Any]] | None:

@@ -73,6 +73,9 @@ class BatchEvaluator(Protocol):
         query's top-k snapshot, the unjudged hits and the PR-curve PNG); ``pr_curve``:
         tuner.report.writer.pr_curve_action ("keep": a superseded best keeps its curve)."""
 
+    def close(self) -> None:
+        """End what the evaluator started (its report helper process)."""
+
 
 @dataclass(frozen=True)
 class Constraint:

@@ -14,7 +14,7 @@ import hashlib
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from tuner.errors import EvaluationError
 from tuner.study.preflight import PreflightReport
@@ -23,12 +23,18 @@ from tuner.study.stop import StopFlag, TrialInterrupted
 if TYPE_CHECKING:
     from tuner.config.experiment import Experiment
     from tuner.data.dataset import QuerySet
+    from tuner.evaluation.client import Abort
+    from tuner.evaluation.mapping import RequestTemplates
+    from tuner.report.build import Detail
+    from tuner.report.report_worker import ReportWorker
+    from tuner.report.writer import PrCurve
 
 class LiveEvaluator:
     """`BatchEvaluator` over the live search API (tuner.evaluation.run_batch) and the
     per-trial reports (tuner.report.write_reports)."""
 
-    def __init__(self, experiment: Experiment, queries: QuerySet, qrels: Mapping[str, Mapping[str, int]], labels_fp: str) -> None:
+    def __init__(self, experiment: Experiment, queries: QuerySet, qrels: Mapping[str, Mapping[str, int]],
+                 labels_fp: str) -> None:
         self.experiment = experiment
         self.spec = experiment.evaluation
         self.queries = queries
@@ -40,16 +46,16 @@ class LiveEvaluator:
         self.labels_fingerprint = labels_fp
         self.spec_fingerprint = spec_fingerprint(self.spec)
         self.last_search_seconds = 0.0
-        self._templates: Any = None  # the queries' requests, built at the first evaluate
+        self._templates: RequestTemplates | None = None  # the queries' requests, built at the first evaluate
         #: of that window, the event loop's time on the answers (decode, map, score): tuner time
         self.last_handling_seconds = 0.0
         #: the preflight of the run (tuner.study.preflight), recorded in every report's context
         self.preflight: PreflightReport | None = None
         #: the batch's abort check and the run's stop flag (build_runner sets both)
-        self.abort: Any = None
+        self.abort: Abort | None = None
         self.stop: StopFlag | None = None
         #: writes the trials' reports in a helper process (tuner.report.report_worker); close() ends it
-        self.report_worker: Any = None
+        self.report_worker: ReportWorker | None = None
 
     def evaluate(self, *, order_seed: int, on_result: Any, defer: bool = False) -> Any:
         """The batch's BatchResult; with ``defer``, a callable that finishes its scoring and
@@ -112,7 +118,7 @@ class LiveEvaluator:
             "markdown": out_dir / "report.md",
             "per_query_csv": out_dir / "report_per_query.csv",
         }
-        if getattr(result, "threshold_sweep", None) is not None and pr_curve_action(detail) != "omit":  # type: ignore[arg-type]
+        if getattr(result, "threshold_sweep", None) is not None and pr_curve_action(cast("Detail", detail)) != "omit":
             paths["pr_curve_png"] = out_dir / "report_pr_curve.png"
         return paths
 
@@ -132,9 +138,11 @@ class LiveEvaluator:
             extra={**self._preflight_context(), **context},
         )
         write = self.report_worker.write_reports if self.report_worker is not None else write_reports
-        written = {k: Path(v) for k, v in _fields(write(result, out_dir, context=ctx, config_snapshot=config_snapshot,
-                                                        detail=detail, markdown="slim", pr_curve=pr_curve)).items()
-                   if v is not None}
+        # the protocol's plain strings: write_reports checks the detail (check_detail), a trial passes
+        # pr_curve "keep" or None
+        paths = write(result, out_dir, context=ctx, config_snapshot=config_snapshot,
+                      detail=cast("Detail", detail), markdown="slim", pr_curve=cast("PrCurve | None", pr_curve))
+        written = {k: Path(v) for k, v in _fields(paths).items() if v is not None}
         if pr_curve is None and written != self.report_paths(result, out_dir, detail=detail):
             raise EvaluationError(
                 f"report files {sorted(map(str, written.values()))} differ from the paths recorded on the trial;"

@@ -28,7 +28,7 @@ class Holder:
     mode: str = "exclusive"
 
     @classmethod
-    def me(cls, command: str, mode: str = "exclusive") -> "Holder":
+    def me(cls, command: str, mode: str = "exclusive") -> Holder:
         return cls(os.getpid(), socket.gethostname(), command, time.time(), mode)
 
     def describe(self) -> str:
@@ -45,7 +45,7 @@ class Holder:
         return json.dumps(self.__dict__)
 
     @classmethod
-    def from_text(cls, text: str) -> "Holder | None":
+    def from_text(cls, text: str) -> Holder | None:
         try:
             data = json.loads(text)
             return cls(int(data["pid"]), str(data["host"]), str(data["command"]), float(data["since"]),

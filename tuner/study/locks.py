@@ -67,7 +67,7 @@ class StudyLease:
 
     study: str
     notes: list[str] = field(default_factory=list)
-    _db: "DbLock | None" = None
+    _db: DbLock | None = None
 
     def lost(self) -> str | None:
         """Why the lock is no longer ours (a database lock taken over while this process
@@ -77,7 +77,7 @@ class StudyLease:
     @classmethod
     @contextlib.contextmanager
     def acquire(cls, storage_url: str, study: str, *, mode: Mode, command: str,
-                heartbeat_s: float = HEARTBEAT_S, stale_after_s: float = STALE_AFTER_S) -> Iterator["StudyLease"]:
+                heartbeat_s: float = HEARTBEAT_S, stale_after_s: float = STALE_AFTER_S) -> Iterator[StudyLease]:
         key = (storage_url, study)
         with _held_lock:
             held = _held_studies.get(key)
@@ -103,7 +103,7 @@ class StudyLease:
 
     @staticmethod
     @contextlib.contextmanager
-    def _acquire(lease: "StudyLease", storage_url: str, study: str, *, mode: Mode, command: str,
+    def _acquire(lease: StudyLease, storage_url: str, study: str, *, mode: Mode, command: str,
                  heartbeat_s: float, stale_after_s: float) -> Iterator[None]:
         db = sqlite_path(storage_url)
         fix = fix_for(mode)
@@ -129,9 +129,11 @@ def patch_rights(storage_url: str, study: str, config_files: Sequence[Path], *, 
                  command: str) -> Iterator[StudyLease]:
     """The study lock, then the lock of every config file: what a process must hold
     before it replays a restore journal or patches a config."""
-    with StudyLease.acquire(storage_url, study, mode=mode, command=command) as lease:
-        with config_locks(config_files, command=command, notes=lease.notes):
-            yield lease
+    with (
+        StudyLease.acquire(storage_url, study, mode=mode, command=command) as lease,
+        config_locks(config_files, command=command, notes=lease.notes),
+    ):
+        yield lease
 
 
 def study_holders(storage_url: str, study: str) -> list[Holder]:

@@ -74,7 +74,8 @@ class FailureBudget:
     def exceeded(self) -> str | None:
         """Why the budget is spent, or None."""
         if self.max_consecutive is not None and self.consecutive >= self.max_consecutive:
-            return f"{self.consecutive} consecutive failed trials (failure_budget.max_consecutive={self.max_consecutive})"
+            return (f"{self.consecutive} consecutive failed trials "
+                    f"(failure_budget.max_consecutive={self.max_consecutive})")
         if self.max_total is not None and self.total >= self.max_total:
             return f"{self.total} failed trials in this run (failure_budget.max_total={self.max_total})"
         return None
@@ -386,7 +387,7 @@ def heartbeat(storage: optuna.storages.BaseStorage, trial_id: int) -> Iterator[N
         while True:
             try:
                 beat.record_heartbeat(trial_id)
-            except Exception:  # a blip of the database must not kill the trial; the next beat retries
+            except Exception:  # noqa: BLE001 - a blip of the database must not kill the trial; the next beat retries
                 pass
             if stop.wait(interval):
                 return

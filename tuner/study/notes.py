@@ -12,12 +12,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner.study.attrs import ATTR_EARLY_STOP, ATTR_MLFLOW_RUN, ATTR_VARIANT, metrics_of, named_constraints
 from tuner.study.feasibility import best_feasible_trial, is_feasible, summary_of
+
+if TYPE_CHECKING:
+    from tuner.report.tracker import Tracker
 
 _TOP = 5  # feasible trials listed in the study note
 
@@ -32,7 +35,7 @@ class Links:
     optuna_url: str
     mlflow_url: str
     study_id: int
-    tracker: Any = None  # tuner.report.tracker.Tracker
+    tracker: Tracker | None = None
 
     def trial(self, number: int) -> str:
         return f"{self.optuna_url.rstrip('/')}/studies/{self.study_id}/trials?numbers={number}"

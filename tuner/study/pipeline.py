@@ -41,11 +41,14 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import optuna
 
 from tuner.study.outcome import TrialOutcome
+
+if TYPE_CHECKING:
+    from tuner.study.trial import TrialJob, TrialRunner
 
 SWITCH_INTERVAL_S = 0.0005
 # starts with "interrupted" (tuner.study.queue.INTERRUPTED): it never uses up one of n_trials
@@ -58,7 +61,7 @@ class Slot:
     """A trial between ``ask`` and ``tell``: the runner's job and its heartbeat."""
 
     trial: optuna.Trial
-    job: Any  # tuner.study.trial.TrialJob
+    job: TrialJob
     ask_s: float
     beats: ExitStack
     measured: bool = False  # its measure stage has started
@@ -68,7 +71,7 @@ class Slot:
 class PipelinedLoop:
     """One run of the pipelined loop; see the module docstring."""
 
-    runner: Any  # TrialRunner: begin / measure / end / abort
+    runner: TrialRunner  # begin / measure / end / abort
     ask: Callable[[], tuple[optuna.Trial, float, ExitStack]]  # a new trial, the ask's seconds, its heartbeat
     tell: Callable[[Slot, TrialOutcome], None]
     why_stop: Callable[[int], str | None]  # with this many trials in flight: why not begin another

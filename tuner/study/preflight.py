@@ -196,7 +196,8 @@ def check_constraints(constraints: Sequence[Any], queries: QuerySet) -> list[Fin
                 "few_oos", "stop",
                 f"constraint {c.name!r} rests on {n_oos} out-of-scope queries: {c.metric} moves in steps of "
                 f"{1 / n_oos:.2f}, so one query decides feasibility; add OOS queries (at least {MIN_OOS_QUERIES}, "
-                f"{math.ceil(1 / c.bound) if c.bound > 0 else MIN_OOS_QUERIES}+ for this bound) or remove the constraint"))
+                f"{math.ceil(1 / c.bound) if c.bound > 0 else MIN_OOS_QUERIES}+ for this bound) or remove the "
+                "constraint"))
         elif c.op == "<=" and 0 < c.bound < 1 / n_oos:
             out.append(Finding(
                 "coarse_oos", "warn",
@@ -327,7 +328,8 @@ def _check_handoff(result: BatchResult, gate_values: Mapping[str, Any], gates_so
                         "trial and `tuner eval` measure this config")]
     if share > MOST:
         return [Finding("handoff", "stop", f"{fact}{cause}: the scores would measure the gate, not the ranking; "
-                        "lower that setting in the config, or solve it per trial (post_retrieval / gate: in the space)")]
+                        "lower that setting in the config, or solve it per trial (post_retrieval / gate: "
+                        "in the space)")]
     if share > HANDOFF_WARN:
         return [Finding("handoff", "warn", f"{fact}{cause}; each handed-off query scores 0")]
     return [Finding("handoff", "info", fact + cause)]

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import optuna
 from optuna.distributions import BaseDistribution
@@ -107,6 +107,10 @@ class TrialRecording:
     _best_known: bool
     _full_best: _Pending | None  # the best so far whose files are full (its batch kept to rewrite them slim)
     _details: dict[int, tuple[str, bool]]  # a trial's report detail, chosen once (a record may be retried)
+
+    if TYPE_CHECKING:  # TrialRunner's methods used here (declared for the type checker only)
+        def _dir(self, number: int) -> Path: ...
+        def _named_texts(self, texts: Mapping[Path, str]) -> dict[str, str]: ...
 
     def _record(
         self, trial: optuna.Trial, out: TrialOutcome, texts: dict[Path, str], result: Any,

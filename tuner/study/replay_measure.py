@@ -26,14 +26,14 @@ how many were scored, and replayed vs live for each verified one; the trial's
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tuner.errors import EvaluationError
 from tuner.study.fusion_search import ReplayPlan, Scored, ranked, sweep_frame
 from tuner.study.gate_arrays import HitArrays
-from tuner.study.interfaces import BatchEvaluator, ConfigWriter, Objective
-from tuner.study.replay_pool import ReplayContext
+from tuner.study.interfaces import BatchEvaluator, ConfigWriter, Constraint, Objective
+from tuner.study.replay_pool import ReplayContext, ReplayPool
 
 
 class ReplayMeasure:
@@ -43,9 +43,9 @@ class ReplayMeasure:
     evaluator: BatchEvaluator
     writer: ConfigWriter
     objective: Objective
-    constraints: Any
+    constraints: Sequence[Constraint]
     gates: Mapping[str, Any]
-    replay_pool: Any  # tuner.study.replay_pool.ReplayPool, or None: scored in this process
+    replay_pool: ReplayPool | None  # None: scored in this process
 
     def _replays(self, assignment: Mapping[str, Any]) -> bool:
         """Whether a trial with ``assignment`` (what was suggested or queued) leaves any

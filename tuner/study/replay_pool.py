@@ -26,9 +26,12 @@ import threading
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tuner.report.report_worker import _receive, _send
+
+if TYPE_CHECKING:
+    from tuner.evaluation.replay_batch import ReplayBatch
 
 #: (objective, largest violation, tabulated columns) of one scored setting
 Score = tuple[float, float, dict[str, float]]
@@ -50,7 +53,7 @@ class ReplayContext:
     constraints: Sequence[Any]
     #: names this context to the helpers (an ``id()`` may be reused by the next trial's)
     token: str = field(default_factory=lambda: uuid.uuid4().hex)
-    _flat: Any = field(default=None, repr=False, compare=False)
+    _flat: ReplayBatch | None = field(default=None, repr=False, compare=False)
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_flat": None}  # rebuilt where it is used
@@ -140,7 +143,7 @@ class ReplayPool:
                     _send(proc.stdin, (method, part))
                 mine = work(parts[0])
                 theirs = []
-                for proc, part in zip(procs, parts[1:], strict=True):
+                for proc in procs:
                     ok, payload = _receive(proc.stdout)
                     if not ok:
                         raise payload

@@ -17,20 +17,20 @@ import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import optuna
 from sqlalchemy import text
 
 from tuner.config.workers import WorkerSettings
-
-T = TypeVar("T")
 from tuner.dburl import redact, sqlalchemy_url
 from tuner.errors import StudyError
 from tuner.study.database import rdb_storage
 
 if TYPE_CHECKING:
     from tuner.config.experiment import Experiment
+
+T = TypeVar("T")
 
 ATTR_ENQUEUED = "tuner.initial_trials_enqueued"
 ATTR_ARTIFACT_DIR = "tuner.artifact_dir"
@@ -52,7 +52,7 @@ def open_study(
     maximize: bool = True,
 ) -> optuna.Study:
     """Create the study, or load it when one of that name exists (resume)."""
-    direction = "maximize" if maximize else "minimize"
+    direction: Literal["minimize", "maximize"] = "maximize" if maximize else "minimize"
     if isinstance(storage, str):
         from tuner.study.database import rdb_storage
 
@@ -74,7 +74,8 @@ def open_study(
         from tuner.dburl import redact
 
         where = redact(storage) if isinstance(storage, str) else "its storage"
-        raise StudyError(f"study {name!r} in {where}: cannot open: {exc}; check storage in the experiment file") from exc
+        raise StudyError(f"study {name!r} in {where}: cannot open: {exc}; "
+                         "check storage in the experiment file") from exc
     if study.direction.name.lower() != direction:
         raise StudyError(
             f"study {name!r} exists with direction {study.direction.name.lower()}, the experiment asks {direction};"
@@ -200,7 +201,7 @@ def storage_lock(storage: optuna.storages.BaseStorage, name: str, timeout_s: flo
     # study._storage wraps the RDBStorage in a cache layer; the engine sits underneath.
     engine = getattr(getattr(storage, "_backend", storage), "engine", None)
     dialect = engine.dialect.name if engine is not None else "none"
-    if dialect not in ("postgresql", "mysql"):
+    if engine is None or dialect not in ("postgresql", "mysql"):
         yield
         return
     key = int.from_bytes(hashlib.blake2b(name.encode(), digest_size=8).digest(), "big", signed=True)

@@ -106,9 +106,9 @@ class GateRange:
         if not (math.isfinite(self.low) and math.isfinite(self.high)) or self.high < self.low:
             raise ConfigError(f"{self.param}: post-retrieval range [{self.low}, {self.high}] is empty; set low <= high")
         step = self.step or resolution
-        n = int(math.floor((self.high - self.low) / step + 1e-9)) + 1
+        n = math.floor((self.high - self.low) / step + 1e-9) + 1
         grid = self.low + step * np.arange(n)
-        decimals = max(0, -int(math.floor(math.log10(step)))) + 3
+        decimals = max(0, -math.floor(math.log10(step))) + 3
         ends = [self.high]
         if self.found is not None and self.low <= self.found <= self.high:
             ends.append(self.found)  # off the step grid too: the value kept must be a candidate
@@ -242,7 +242,7 @@ def moved_note(columns: Mapping[str, np.ndarray], gates: Sequence[GateRange], co
             broken.append(str(getattr(c, "name", None) or type(c).__name__))
             bound = _metric_bound(c)
             metric = bound.metric if bound is not None else getattr(c, "metric", None)
-            if metric in columns:
+            if metric is not None and metric in columns:
                 shown.append(f"{metric} = {float(columns[metric][kept]):.4g}")
     moves, as_found = [], True
     for g in gates:
@@ -318,18 +318,19 @@ def _violations(columns: Mapping[str, np.ndarray], constraints: Sequence[Constra
     n = len(next(iter(columns.values())))
     if not constraints:
         return np.zeros(n)
-    bounds = [_metric_bound(c) for c in constraints]
-    if any(b is None for b in bounds):
-        records = [dict(zip(columns, row, strict=True)) for row in zip(*(v.tolist() for v in columns.values()))]
+    bounds = [b for c in constraints if (b := _metric_bound(c)) is not None]
+    if len(bounds) < len(constraints):
+        rows = zip(*(v.tolist() for v in columns.values()), strict=True)
+        records = [dict(zip(columns, row, strict=True)) for row in rows]
         return np.array([max(c.violation(r) for c in constraints) for r in records])
-    out = None
+    out: np.ndarray | None = None
     for b in bounds:
         if b.metric not in columns:
             b.violation(dict.fromkeys(columns, 0.0))  # raises its ConfigError naming the columns
-        values = np.asarray(columns[b.metric], dtype=float)
+        values = np.asarray(columns[b.metric], dtype=np.float64)
         v = np.where(np.isnan(values), math.inf, values - b.bound if b.op == "<=" else b.bound - values)
         out = v if out is None else np.where(v > out, v, out)  # max(): the first of equals
-    return out
+    return out if out is not None else np.zeros(n)
 
 
 def _metric_bound(constraint: Any) -> MetricBound | None:
@@ -377,7 +378,7 @@ def with_found(gates: Mapping[str, GateRange], config: Mapping[str, Any]) -> dic
     for name, g in gates.items():
         value = config.get(name)
         ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-        out[name] = replace(g, found=float(value) if ok else None)
+        out[name] = replace(g, found=float(value) if ok and value is not None else None)
     return out
 
 

@@ -215,8 +215,8 @@ class TrialRunner(CacheLookup, TrialRecording, TrialScoring, ReplayMeasure):
                 job.replaying = self._replays(out.assignment)
                 set_record(trial, ATTR_ASSIGNMENT, jsonable(out.assignment))
             if self.tracker is not None:
-                job.run_id = self.bookkeeper.submit("MLflow run", self.tracker.start_trial, trial.number, out.assignment,
-                                                    eager=True)
+                job.run_id = self.bookkeeper.submit("MLflow run", self.tracker.start_trial, trial.number,
+                                                    out.assignment, eager=True)
             with self._phase(out, "render"):
                 # The retrieval runs with every solved gate at the low end of its range, so
                 # the backend gates nothing away that another candidate value would keep.

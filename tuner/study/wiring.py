@@ -149,14 +149,14 @@ def load_dataset(experiment: Experiment) -> tuple[QuerySet, dict[str, dict[str, 
     ds = experiment.dataset
     queries = load_queryset(ds.queries, ds.dataset_id)
     maps = [GradeMap({int(k): v for k, v in s.grade_map.items()}) if s.grade_map else None for s in ds.labels]
-    created = not Path(ds.labels_db).exists()
-    store = LabelStore(ds.labels_db)
+    created = not ds.labels_path.exists()
+    store = LabelStore(ds.labels_path)
     if queries.dataset_id in store.datasets():
         # labels are imported once; a label file edited since then must not go unnoticed
         declared = [DeclaredSource(s.path, s.format, m) for s, m in zip(ds.labels, maps, strict=True)]
         changes = store.source_changes(queries.dataset_id, declared)
         if changes:
-            raise LabelError(stale_labels_message(changes, queries.dataset_id, ds.labels_db))
+            raise LabelError(stale_labels_message(changes, queries.dataset_id, ds.labels_path))
     else:
         try:
             if not ds.labels:
@@ -309,7 +309,7 @@ def start_helpers(prepared: Prepared) -> Helpers:
 
         helpers.report_worker = ReportWorker()
         helpers.report_worker.start()
-    if prepared.replay is not None:
+    if prepared.replay is not None and exp.replay is not None:
         from tuner.study.replay_pool import ReplayPool, default_workers
 
         workers = default_workers() if exp.replay.workers == "auto" else int(exp.replay.workers)
@@ -442,7 +442,7 @@ def make_tracker(experiment: Experiment, on_warning: Any = None, *, resilient: b
     its background retry replace them."""
     if not experiment.tracking.enabled:
         return NullTracker()
-    uri = experiment.tracking.mlflow_uri
+    uri = experiment.tracking.store_uri
     try:
         _probe_tracking_server(uri)
         if resilient and uri.startswith(("http://", "https://")):

@@ -52,7 +52,7 @@ class Target(ABC):
         """Release resources (clients, handles). Default: stop."""
         self.stop()
 
-    def __enter__(self) -> "Target":
+    def __enter__(self) -> Target:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -20,6 +20,7 @@ import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from tuner.errors import TargetError
 from tuner.targets.docker_engine import ANSI, first_line, unreachable
@@ -27,10 +28,10 @@ from tuner.targets.docker_engine import ANSI, first_line, unreachable
 _PROJECT_CHARS = re.compile(r"[^a-z0-9_-]")
 
 
-def compose_project_name(compose_files: Sequence[Path], env: dict[str, str] | None = None) -> str | None:
+def compose_project_name(compose_files: Sequence[Path], env: Mapping[str, str] | None = None) -> str | None:
     """The project name compose itself would use: COMPOSE_PROJECT_NAME, else the
     top-level ``name:`` of the first compose file, else its directory's name."""
-    env = os.environ if env is None else env  # type: ignore[assignment]
+    env = os.environ if env is None else env
     if env.get("COMPOSE_PROJECT_NAME"):
         return env["COMPOSE_PROJECT_NAME"]
     if not compose_files:
@@ -115,7 +116,7 @@ class ComposeCLI:
         self.run("up", "-d", "--no-build", "--pull", "never", *services, port=port, timeout_s=timeout_s,
                  strict=True, build_hint=build_hint)
 
-    def config(self) -> dict:
+    def config(self) -> dict[str, Any]:
         """The resolved compose model (``config --format json``)."""
         import json
 

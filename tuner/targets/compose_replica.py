@@ -31,11 +31,14 @@ import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tuner.errors import ConfigError, TargetError
 from tuner.targets.reaper import RECORD_NAME, read_json, wait_for_reaper, write_json
 from tuner.targets.replica import Note, Replica
+
+if TYPE_CHECKING:
+    from tuner.targets.docker_engine import DockerAPI
 
 ENV_CONFIG = "TUNER_REPLICA_CONFIG"
 ENV_PORT = "TUNER_REPLICA_PORT"
@@ -61,7 +64,7 @@ class ComposeReplica(Replica):
     port: int | None = None
     env: dict[str, str] = field(default_factory=dict)  # what compose gets besides this process's environment
     stop_timeout_s: float = 10.0
-    api: Any = None  # a tuner.targets.docker_engine.DockerAPI; the docker SDK when None
+    api: DockerAPI | None = None  # None: the docker SDK
     compose_command: list[str] | None = None  # None: found by tuner.targets.compose.compose_command
     brought_up: bool = field(default=False, repr=False)  # down() touches only what up() started
 
@@ -141,7 +144,8 @@ class ComposeReplica(Replica):
         if spec is None:
             known = ", ".join(sorted(model.get("services") or {})) or "none"
             raise TargetError(f"target.docker.service {self.service!r} is not a service of"
-                              f" {', '.join(map(str, self.compose_files))} (its services: {known}); fix the service name")
+                              f" {', '.join(map(str, self.compose_files))} (its services: {known}); "
+                              "fix the service name")
         if spec.get("image") or not spec.get("build"):
             return None
         return f"{self.base_project}-{self.service}"
@@ -156,7 +160,7 @@ class ComposeReplica(Replica):
     def _down_quietly(self) -> None:
         try:
             self.down()
-        except Exception:  # the error that brought us here is the one worth showing
+        except Exception:  # noqa: BLE001 - the error that brought us here is the one worth showing
             pass
 
     def _end_leftovers(self, note: Note) -> None:
@@ -243,7 +247,8 @@ def replica_project(experiment: Any, index: int) -> str:
     if not _PROJECT_NAME.match(project):
         raise ConfigError(
             f"workers.replica_name {template!r} gives {project!r} for replica {index}, which is not a compose project"
-            " name (lower-case letters, digits, '-' and '_', starting with a letter or digit); fix workers.replica_name")
+            " name (lower-case letters, digits, '-' and '_', starting with a letter or digit); "
+            "fix workers.replica_name")
     if project == name:
         raise ConfigError(f"workers.replica_name {template!r} gives the target's own project {name!r}: replicas"
                           " must never take over the user's stack; keep {replica} in it, e.g. '{name}-r{replica}'")

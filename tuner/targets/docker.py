@@ -111,7 +111,7 @@ def unmounted_configs(config_files: Sequence[Path], mounts: Sequence[tuple[str, 
 def file_mounts(config_files: Sequence[Path], mounts: Sequence[tuple[str, str]]) -> list[tuple[Path, str]]:
     """(config file, container path) of the config files bind-mounted as a single file
     (the mount's source is the file itself, not a directory holding it)."""
-    out = []
+    out: list[tuple[Path, str]] = []
     for f in config_files:
         real = Path(os.path.realpath(f))
         out.extend((Path(f), dst) for src, dst in mounts if src and Path(os.path.realpath(src)) == real)
@@ -323,7 +323,8 @@ class DockerTarget(Target):
                 container_id, name = next(iter(waiting)), next(iter(waiting.values())).name
                 last = seen.get(container_id)
                 health = last.health if last is not None else "gone"
-                said = f"; its last health check said: {first_line(last.health_output)}" if last and last.health_output else ""
+                said = (f"; its last health check said: {first_line(last.health_output)}"
+                        if last and last.health_output else "")
                 raise HealthTimeout(
                     f"container {name} not healthy {self.config.health_deadline_s:g} s after its restart"
                     f" (health: {health}){said}; look at `docker logs {name}` or raise"

@@ -19,9 +19,10 @@ import os
 import re
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 from tuner.errors import TargetError
 
@@ -130,7 +131,7 @@ class DockerSDK(DockerAPI):
                 client = docker.from_env()
             except docker.errors.DockerException as exc:
                 raise unreachable(exc) from exc
-        self._client = client
+        self._client: Any = client  # a docker.DockerClient: the SDK has no type information
 
     @contextmanager
     def _call(self, what: str) -> Iterator[None]:
@@ -146,18 +147,18 @@ class DockerSDK(DockerAPI):
     def containers(self, project: str, service: str | None = None) -> list[ContainerState]:
         labels = [f"{LABEL_PROJECT}={project}"] + ([f"{LABEL_SERVICE}={service}"] if service else [])
         with self._call(f"listing containers of compose project {project!r}"):
-            found = self._client.containers.list(all=True, filters={"label": labels})  # type: ignore[attr-defined]
+            found = self._client.containers.list(all=True, filters={"label": labels})
         return sorted((state_from_inspect(c.attrs) for c in found), key=lambda s: s.name)
 
     def projects(self) -> list[str]:
         with self._call("listing compose projects"):
-            found = self._client.containers.list(all=True, filters={"label": [LABEL_PROJECT]})  # type: ignore[attr-defined]
+            found = self._client.containers.list(all=True, filters={"label": [LABEL_PROJECT]})
         return sorted({c.labels.get(LABEL_PROJECT, "") for c in found} - {""})
 
     def inspect(self, container_id: str) -> ContainerState | None:
         try:
             with self._call(f"inspect of container {container_id[:12]}"):
-                return state_from_inspect(self._client.api.inspect_container(container_id))  # type: ignore[attr-defined]
+                return state_from_inspect(self._client.api.inspect_container(container_id))
         except TargetError as exc:
             if isinstance(exc.__cause__, self._errors.NotFound):
                 return None
@@ -165,23 +166,23 @@ class DockerSDK(DockerAPI):
 
     def restart(self, container_id: str, timeout_s: int) -> None:
         with self._call(f"restart of container {container_id[:12]}"):
-            self._client.api.restart(container_id, timeout=timeout_s)  # type: ignore[attr-defined]
+            self._client.api.restart(container_id, timeout=timeout_s)
 
     def start(self, container_id: str) -> None:
         with self._call(f"start of container {container_id[:12]}"):
-            self._client.api.start(container_id)  # type: ignore[attr-defined]
+            self._client.api.start(container_id)
 
     def stop(self, container_id: str, timeout_s: int) -> None:
         with self._call(f"stop of container {container_id[:12]}"):
-            self._client.api.stop(container_id, timeout=timeout_s)  # type: ignore[attr-defined]
+            self._client.api.stop(container_id, timeout=timeout_s)
 
     def kill(self, container_id: str, signal: str) -> None:
         with self._call(f"{signal} to container {container_id[:12]}"):
-            self._client.api.kill(container_id, signal=signal)  # type: ignore[attr-defined]
+            self._client.api.kill(container_id, signal=signal)
 
     def logs(self, container_id: str, tail: int, since: float | None = None, until: float | None = None) -> str:
         with self._call(f"logs of container {container_id[:12]}"):
-            raw = self._client.api.logs(  # type: ignore[attr-defined]
+            raw = self._client.api.logs(
                 container_id, stdout=True, stderr=True, tail=tail, since=since or None, until=until or None
             )
         return raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else str(raw)
@@ -189,17 +190,17 @@ class DockerSDK(DockerAPI):
     def exit_codes(self, container_id: str, since: float) -> list[int]:
         with self._call(f"events of container {container_id[:12]}"):
             # With `until` the engine closes the stream after replaying past events.
-            events = self._client.api.events(  # type: ignore[attr-defined]
+            events = self._client.api.events(
                 since=since, until=time.time(), filters={"container": container_id, "event": "die"}, decode=True
             )
             codes = [int(e.get("Actor", {}).get("Attributes", {}).get("exitCode", -1)) for e in events]
         return codes
 
     def close(self) -> None:
-        self._client.close()  # type: ignore[attr-defined]
+        self._client.close()
 
 
-def state_from_inspect(attrs: dict) -> ContainerState:
+def state_from_inspect(attrs: dict[str, Any]) -> ContainerState:
     """A `ContainerState` from the JSON of `docker inspect` (engine API)."""
     state = attrs.get("State") or {}
     health = state.get("Health") or None
@@ -223,12 +224,12 @@ def state_from_inspect(attrs: dict) -> ContainerState:
     )
 
 
-def _host_ports(bindings: Mapping[str, object]) -> tuple[int, ...]:
+def _host_ports(bindings: Mapping[str, Sequence[Mapping[str, Any] | None] | None]) -> tuple[int, ...]:
     """Host ports of ``HostConfig.PortBindings`` (what the container is configured to
     publish, known before it runs)."""
     out = set()
     for binds in bindings.values():
-        for b in binds or []:  # type: ignore[attr-defined]
+        for b in binds or []:
             port = str((b or {}).get("HostPort") or "")
             if port.isdigit():
                 out.add(int(port))

@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 from tenacity import (
@@ -38,7 +38,6 @@ from tenacity import (
 )
 
 from tuner.errors import BackendExited, HealthTimeout, TargetError
-from tuner.targets.base import Target
 
 _POLL_S = 0.05
 _MAX_REQUEST_TIMEOUT_S = 5.0
@@ -50,11 +49,18 @@ class _NotHealthy(Exception):
         self.status = status
 
 
+class Watched(Protocol):
+    """What a health wait asks of the backend it waits for (a Target, or a wrapper of one)."""
+
+    def failure(self) -> str | None:
+        """Why the backend cannot come up (it exited, ...), or None while it may."""
+
+
 def wait_healthy(
     url: str,
     *,
     deadline_s: float,
-    target: Target | None = None,
+    target: Watched | None = None,
     interval_s: float = 0.2,
     max_interval_s: float = 2.0,
     client: httpx.Client | None = None,
@@ -122,7 +128,7 @@ def wait_healthy(
             http.close()
 
 
-def wait_target_healthy(health: Any, target: Target | None) -> dict[str, Any]:
+def wait_target_healthy(health: Any, target: Watched | None) -> dict[str, Any]:
     """``wait_healthy`` with an experiment's ``target.health`` settings (url, deadline,
     interval): the one health wait of run, worker, check, apply and validate. Backs off
     to at most 0.25 s between polls (or the configured interval when longer)."""

@@ -83,7 +83,8 @@ class ProcessTarget(Target):
         unfilled = [a for a in self.argv if "{port}" in a]
         if unfilled:
             raise ConfigError(
-                f"target.process.command uses {{port}} but no port is set (set target.port or call bind_port): {unfilled[0]}"
+                "target.process.command uses {port} but no port is set (set target.port or call bind_port): "
+                f"{unfilled[0]}"
             )
         self.cwd = Path(fill_placeholders(str(config.cwd), values)) if config.cwd else None
         self.env = {k: fill_placeholders(v, values) for k, v in config.env.items()}

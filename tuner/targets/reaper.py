@@ -20,9 +20,12 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tuner.targets.replica import Note
+
+if TYPE_CHECKING:
+    import subprocess
 
 RECORD_NAME = "compose.json"
 REAPING_NAME = "reaping.pid"
@@ -124,14 +127,14 @@ def start_reaper(pid_file: Path, journal: Path) -> Any:
 
 @dataclass
 class _ReaperHandle:
-    proc: Any
+    proc: subprocess.Popen[bytes]
     write_fd: int
 
     def close(self) -> None:
         os.close(self.write_fd)
         try:
             self.proc.wait(timeout=30)
-        except Exception:  # the reaper is best effort; it never holds the worker up
+        except Exception:  # noqa: BLE001 - the reaper is best effort; it never holds the worker up
             pass
 
 

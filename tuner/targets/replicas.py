@@ -48,7 +48,7 @@ def replica_of(experiment: Any, index: int) -> tuple[Any, Replica]:
     replica: Replica
     if target.apply == "docker":
         replica = make_compose_replica(experiment, index, copies, state_dir, port)
-        update["docker"] = target.docker.model_copy(update={"project": replica.project})  # type: ignore[attr-defined]
+        update["docker"] = target.docker.model_copy(update={"project": replica.project})
     else:
         replica = Replica(index, copies, state_dir)
     bound = experiment.model_copy(update={"target": target.model_copy(update=update), "state_dir": state_dir})

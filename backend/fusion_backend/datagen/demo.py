@@ -52,7 +52,7 @@ def _judgments(query_id: str, query: DemoQuery, products: list[Product], doc_tok
         return []
     words = set(analyze(query.text)) & distinctive
     out = []
-    for product, tokens in zip(products, doc_tokens):
+    for product, tokens in zip(products, doc_tokens, strict=True):
         g = grade(query.intent, product, NOW)
         if g > 0 or words & tokens:
             out.append(Judgment(query_id, product.doc_id, g))

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Literal
 
 from .catalog import NOW, Product
 from .draw import Draw
@@ -32,7 +33,7 @@ from .vocabulary import CATEGORIES, MATERIALS, PRODUCT_TYPES, STYLES, colour_for
 class DemoQuery:
     text: str
     query_type: str
-    scope: str  # "in" | "oos"
+    scope: Literal["in", "oos"]
     intent: Intent | None  # None for out-of-scope queries
     extra: dict[str, object]
 
@@ -125,10 +126,8 @@ def _long_tail(p: Product, draw: Draw) -> tuple[str, Intent]:
     }
     template = draw.pick(LONG_TAIL_TEMPLATES)
     text = template.format(feature=p.feature, **context, **w)
-    stated = {"colour": p.colour, "feature": p.feature}
-    if "{style}" in template:
-        stated["style"] = p.style
-    return text, Intent(p.type, **stated)
+    style = p.style if "{style}" in template else None
+    return text, Intent(p.type, colour=p.colour, feature=p.feature, style=style)
 
 
 def _exact(p: Product, draw: Draw) -> tuple[str, Intent]:

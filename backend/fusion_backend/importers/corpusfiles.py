@@ -90,7 +90,7 @@ def _tsv_document(path: Path, number: int, parts: list[str], columns: list[str] 
                                  f"{len(parts)}", "give every line one value per header column")
     if columns is None:
         columns = ["id", "text"] if len(parts) == 2 else ["id", "title", "text"]
-    row = dict(zip(columns, (" ".join(p.split()) for p in parts)))
+    row = dict(zip(columns, (" ".join(p.split()) for p in parts), strict=True))
     if not parts[0].strip():
         raise DataFormatError.at(path, number, "empty doc_id", "start every line with the document id")
     return Document(parts[0].strip(), row.get("title", ""), row.get("text", row.get("contents", "")))

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 from .cacm import load_cacm_queries
 from .dataset import Dataset, Document, Judgment, Query
@@ -95,7 +96,7 @@ def import_cranfield(src: Path, *, grade_map: GradeMap | None = None,
     documents = load_documents(require_file(src, DOCS_FILE))
     queries, original_ids = load_queries(require_file(src, QUERIES_FILE), short_max_words)
     judgments = load_qrels(require_file(src, QRELS_FILE), grade_map, len(queries))
-    manifest: dict = {
+    manifest: dict[str, Any] = {
         "source": str(src),
         "grade_mapping": {"name": grade_map.name, "codes": grade_map.describe()},
         "query_id_rule": f"position in {QUERIES_FILE} (1..{len(queries)}), as {QRELS_FILE} numbers them",

@@ -79,10 +79,7 @@ def find_edited(out_dir: Path, ready: Mapping[str, str]) -> list[Edited]:
 def refusal(out_dir: Path, edited: list[Edited]) -> DataFormatError:
     """The one-line stop: which files, what overwriting them would change, and ``--force``."""
     where = ", ".join(str(out_dir / e.name) for e in edited)
-    if len(edited) == 1:
-        changes = edited[0].changes
-    else:
-        changes = "; ".join(f"in {e.name} {e.changes}" for e in edited)
+    changes = edited[0].changes if len(edited) == 1 else "; ".join(f"in {e.name} {e.changes}" for e in edited)
     unrecorded = [e.name for e in edited if not e.recorded]
     why = "edited since the last import"
     if unrecorded:

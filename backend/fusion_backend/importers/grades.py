@@ -31,7 +31,8 @@ class GradeMap:
             known = ", ".join(f"{k}->{v}" for k, v in sorted(self.mapping.items()))
             example = ",".join([f"{raw}:0", *(f"{k}:{v}" for k, v in sorted(self.mapping.items()))])
             raise DataFormatError.at(path, line, f"relevance code {raw} has no grade in the {self.name} mapping "
-                                     f"({known})", f'pass --grade-map with an entry for it, e.g. --grade-map "{example}"'
+                                     f"({known})", 'pass --grade-map with an entry for it, '
+                                                   f'e.g. --grade-map "{example}"'
                                      ) from None
 
     def describe(self) -> dict[str, int]:

@@ -69,11 +69,11 @@ def plan_sources(runs: Mapping[str, str], *, with_lexical: bool, has_text: bool)
         raise DataFormatError.at("--with-lexical" if runs else "--docs", None, problem, fix)
     taken = set(runs)
     bm25 = _free("bm25", taken) if lexical else None
-    dense = _free("dense", taken | {bm25})
+    dense = _free("dense", taken if bm25 is None else taken | {bm25})
     return Sources(dict(runs), bm25, dense, lexical)
 
 
-def _free(preferred: str, taken: set[str | None]) -> str:
+def _free(preferred: str, taken: set[str]) -> str:
     return next(n for n in (preferred, f"{preferred}_local", f"{preferred}_local2") if n not in taken)
 
 

@@ -8,8 +8,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from tuner.config.space.params import ParamSpec
-from tuner.config.yamlfile import did_you_mean, display_path
+from tuner.config.yamlfile import did_you_mean
 from tuner.errors import ConfigError
+from tuner.files import display_path
 
 
 def _where(path: Path, p: ParamSpec) -> str:

@@ -17,8 +17,9 @@ from tuner.config.space.kind import ParamKind
 from tuner.config.space.params import Param, ParamSpec
 from tuner.config.space.scalars import FixedParam
 from tuner.config.space.searchspace import SearchSpace
-from tuner.config.yamlfile import display_path, line_of, load_model, read_yaml
+from tuner.config.yamlfile import line_of, load_model, read_yaml
 from tuner.errors import ConfigError
+from tuner.files import display_path
 
 
 class SpaceFile(BaseModel):

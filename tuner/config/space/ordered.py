@@ -7,6 +7,7 @@ proposed.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from typing import Any, ClassVar, Literal
 
@@ -91,7 +92,7 @@ class OrderedParam(ParamKind):
         if isinstance(value, str) or not isinstance(value, Sequence) or len(value) != self.length:
             raise ValueError(f"expected a list of {self.length} numbers, got {value!r}")
         vals = [float(v) for v in value]
-        if any(b <= a for a, b in zip(vals, vals[1:], strict=False)):
+        if any(b <= a for a, b in itertools.pairwise(vals)):
             raise ValueError(f"{list(value)} is not strictly increasing (ordered groups only propose increasing lists)")
         out: dict[str, Any] = {f"{name}:first": int(vals[0]) if self.integer else vals[0]}
         for i in range(1, self.length):

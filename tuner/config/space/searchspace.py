@@ -25,8 +25,9 @@ from tuner.config.space.checks import check_gates, condition_order
 from tuner.config.space.distributions import queued_params, widened
 from tuner.config.space.params import ParamSpec
 from tuner.config.space.values import matches
-from tuner.config.yamlfile import did_you_mean, display_path
+from tuner.config.yamlfile import did_you_mean
 from tuner.errors import ConfigError
+from tuner.files import display_path
 
 Assignment = dict[str, Any]
 

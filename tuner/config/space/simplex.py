@@ -34,7 +34,7 @@ def sticks_to_shares(us: Sequence[float], total: float = 1.0, decimals: int | No
     if decimals is not None:
         head = [round(s, decimals) for s in shares[:-1]]
         # The last share absorbs rounding so the written weights sum to total exactly.
-        shares = head + [max(round(total - sum(head), decimals), 0.0)]
+        shares = [*head, max(round(total - sum(head), decimals), 0.0)]
     return shares
 
 
@@ -108,7 +108,7 @@ class SimplexParam(ParamKind):
         weights themselves. Any other value, proportional or not, is a change."""
         if isinstance(value, Mapping) and isinstance(found, Mapping) and value.keys() == found.keys():
             try:
-                shares = self.decode(shares_to_sticks(self._weights(found)))
+                shares: Mapping[str, Any] = self.decode(shares_to_sticks(self._weights(found)))
             except ValueError:  # weights that sum to 0: no shares to compare with
                 shares = found
             for proposed in (found, shares):
