@@ -30,8 +30,8 @@ from tuner.study.loop import FailureBudget, RunResult, StudyLoop, StudyObserver
 from tuner.study.paths import StudyPaths
 from tuner.study.queue import enqueue_initial, fail_stale_trials, remaining_trials, replay_trials_left
 from tuner.study.stop import StopFlag
-from tuner.study.tracking_record import close_killed_runs
 from tuner.study.storage import ATTR_ARTIFACT_DIR, ATTR_CONSTRAINTS, ATTR_OBJECTIVE, ATTR_PREFLIGHT, open_study
+from tuner.study.tracking_record import close_killed_runs
 from tuner.study.wiring import (
     Prepared,
     adopt_backend,

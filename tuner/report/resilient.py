@@ -233,7 +233,8 @@ class ResilientTracker(Tracker):
             what.append("the study's summary")
         return (f"MLflow at {self.where} is missing {' and '.join(what)}: the store did not take them within the "
                 f"{self.drain_s:g} s the end of a run gives tracking; every trial is in the Optuna study "
-                "(optuna-dashboard, `tuner best`), and the next `tuner run` of the study logs them in MLflow from its record")
+                "(optuna-dashboard, `tuner best`), and the next `tuner run` of the study logs them in MLflow from its "
+                "record")
 
     # ------------------------------------------------------------ the queue
 
