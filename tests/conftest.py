@@ -4,11 +4,31 @@ Tests that need a service which may be missing on a user's machine (Docker engin
 PostgreSQL, Chromium, ../shared data) call ``need(condition, reason)``: it skips
 with the reason, or fails when TUNER_REQUIRE_INTEGRATION=1 (CI sets it after
 provisioning those services).
+
+The fast tier: a test that uses one of ``INTEGRATION_FIXTURES`` (directly or through
+another fixture) is marked ``integration`` at collection, so ``./dev test -m "not
+integration"`` leaves out everything that needs Docker, PostgreSQL, Chromium or
+../shared data. A new test that needs such a service asks for the fixture.
+
+Parallel runs: ``./dev test`` runs pytest-xdist with ``--dist loadscope``: a module's
+tests run on one worker, so module fixtures (a study run once, a compose stack) are made
+once and a new test file needs no mark. (Not ``loadgroup``: pytest-xdist 3.8 renames
+node ids to group them, which pytest 9 ignores, so every test would be its own unit.)
+
+Every reference backend the session starts (directly, through `tuner`, in any xdist
+worker) shares one index cache through $FUSION_BACKEND_INDEX_CACHE, set here: the
+cache is content-addressed, so the seeded demo corpus's dense index is built once per
+run instead of once per test project. Set the variable yourself to keep the cache
+between runs; a test about the cache itself uses the ``own_index_cache`` fixture.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,6 +39,106 @@ sys.path.insert(0, str(REPO / "tests"))
 from support.integration import DATASETS, SHARED, integration_required, need  # noqa: E402
 
 __all__ = ["DATASETS", "SHARED", "integration_required", "need"]
+
+INDEX_CACHE_ENV = "FUSION_BACKEND_INDEX_CACHE"  # fusion_backend.index.INDEX_CACHE_ENV
+
+
+# Where xdist workers leave the fault suite's records for the controller's summary
+# (faults/conftest.py writes them, pytest_terminal_summary below merges them).
+FAULT_RECORDS_ENV = "TUNER_TEST_FAULT_RECORDS"
+_MADE_DIRS = pytest.StashKey[list[tuple[str, str]]]()
+
+INTEGRATION_FIXTURES = frozenset({"docker_engine", "chromium_browser", "pg_dsn", "datasets_dir"})
+
+
+def _is_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+def _distributed(config: pytest.Config) -> bool:
+    return getattr(config.option, "dist", "no") != "no"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # The first process of the run (the xdist controller, or the only one) makes the
+    # directories; xdist workers inherit the variables from it and every subprocess from them.
+    config.stash[_MADE_DIRS] = []
+    wanted = [(INDEX_CACHE_ENV, "fusion-tuner-test-index-cache-")]
+    if _distributed(config) and not _is_worker(config):
+        wanted.append((FAULT_RECORDS_ENV, "fusion-tuner-test-fault-records-"))
+    for env, prefix in wanted:
+        if not os.environ.get(env):
+            made = tempfile.mkdtemp(prefix=prefix)
+            os.environ[env] = made
+            config.stash[_MADE_DIRS].append((env, made))
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    for env, made in config.stash.get(_MADE_DIRS, []):
+        shutil.rmtree(made, ignore_errors=True)
+        if os.environ.get(env) == made:
+            del os.environ[env]
+
+
+def xdist_unit_of(item: pytest.Item) -> str:
+    """The unit --dist loadscope hands to one worker: the test's module (or class)."""
+    return item.nodeid.rsplit("::", 1)[0]
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if INTEGRATION_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.integration)
+    if _distributed(config):
+        # Workers take the modules in collection order: the long ones (a slow or
+        # integration test in them) first, so that short ones fill the end of the run
+        # instead of one long module running alone after everything else.
+        long = {xdist_unit_of(i) for i in items if i.get_closest_marker("slow") or i.get_closest_marker("integration")}
+        items.sort(key=lambda i: xdist_unit_of(i) not in long)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int,
+                            config: pytest.Config) -> None:
+    """Under xdist: the fault suite's summary from every worker's records (without xdist
+    faults/conftest.py prints it itself)."""
+    folder = os.environ.get(FAULT_RECORDS_ENV)
+    if _is_worker(config) or not folder or not any(Path(folder).glob("*.json")):
+        return
+    from faults.faultlib import read_worker_records, write_summary
+
+    classes, log = read_worker_records(Path(folder))
+    write_summary(terminalreporter, log, classes)
+
+
+@pytest.fixture(scope="session")
+def docker_engine() -> None:
+    """A Docker engine, docker-compose and the base image (bash .ci/provision-10-docker.sh),
+    or skip/fail with the reason: what every test that runs containers asks for."""
+    sys.path.insert(0, str(REPO / "tests" / "docker"))
+    from docker_stack import docker_unavailable
+
+    reason = docker_unavailable()
+    need(reason is None, reason or "")
+
+
+@pytest.fixture(scope="session")
+def chromium_browser() -> None:
+    """Debian's headless chromium, its chromedriver and selenium (bash
+    .ci/provision-20-chromium.sh), or skip/fail with the reason."""
+    sys.path.insert(0, str(REPO / "tests" / "browser"))
+    from browser_support import chromium_available
+
+    reason = chromium_available()
+    need(reason is None, reason or "")
+
+
+@pytest.fixture
+def own_index_cache(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The backends this test starts (and ``load_index`` in it) use their config's
+    ``data.index_cache``, not the session's shared cache: for tests of the cache itself."""
+    monkeypatch.delenv(INDEX_CACHE_ENV, raising=False)
+    yield
 
 
 @pytest.fixture(scope="session")

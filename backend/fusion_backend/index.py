@@ -4,6 +4,9 @@ Each component is cached under ``data.index_cache`` keyed by the corpus content 
 plus the settings it depends on (BM25: k1, b; dense: embedder, dims), so restarting
 with different fusion, threshold, depth or enabled keys reuses everything and changing
 k1 rebuilds only BM25. Run files are small and read on every start.
+$FUSION_BACKEND_INDEX_CACHE, when set, names the cache directory instead of
+``data.index_cache``: the cache is content-addressed, so one directory can serve every
+config of a machine (the test suite shares one across all the backends it starts).
 
 ``index_signature`` names everything ``load_index`` reads: a reload whose signature is
 unchanged keeps the loaded index and only builds a new searcher over it.
@@ -14,6 +17,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -30,6 +34,8 @@ from .lexical import Bm25Retriever
 from .runs import RunTable, read_run
 
 log = logging.getLogger("fusion_backend")
+
+INDEX_CACHE_ENV = "FUSION_BACKEND_INDEX_CACHE"
 
 
 @dataclass(frozen=True)
@@ -60,7 +66,7 @@ def load_index(cfg: Config) -> SearchIndex:
     """Build or load every component ``cfg`` needs; raises CorpusError / IndexBuildError."""
     started = time.perf_counter()
     corpus = read_corpus(cfg.data.corpus)
-    cache = cfg.data.index_cache
+    cache = cache_dir(cfg)
     hits: dict[str, bool] = {}
 
     dense_name, dense_src = cfg.dense_source()
@@ -93,7 +99,7 @@ def index_signature(cfg: Config) -> str:
     identity), the cache directory, the dense source's name and cache fields, each
     enabled BM25 source's name and cache fields, each enabled run source's name and
     file. Keep it in step with ``load_index``: equal signatures load equal indexes."""
-    body: dict[str, object] = {"corpus": _file_identity(cfg.data.corpus), "cache": str(cfg.data.index_cache)}
+    body: dict[str, object] = {"corpus": _file_identity(cfg.data.corpus), "cache": str(cache_dir(cfg))}
     dense_name, dense_src = cfg.dense_source()
     body["dense"] = [dense_name, dense.cache_fields(dense_src, corpus_hash="")]
     body["bm25"] = {n: lexical.cache_fields(s, corpus_hash="") for n, s in cfg.sources.items()
@@ -101,6 +107,14 @@ def index_signature(cfg: Config) -> str:
     body["runs"] = {n: _file_identity(cfg.run_path(n)) for n, s in cfg.sources.items()
                     if isinstance(s, RunSource) and s.enabled}
     return json.dumps(body, sort_keys=True)
+
+
+def cache_dir(cfg: Config) -> Path:
+    """Where the index components live: $FUSION_BACKEND_INDEX_CACHE when set (non-empty),
+    else ``data.index_cache``. An environment setting, not a config key, so the config's
+    hash and fingerprint do not depend on the machine's cache location."""
+    override = os.environ.get(INDEX_CACHE_ENV)
+    return Path(override).resolve() if override else cfg.data.index_cache
 
 
 def _file_identity(path: Path) -> list[object]:

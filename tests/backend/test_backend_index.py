@@ -14,7 +14,7 @@ from backend_testdata import DOCS, write_corpus
 from fusion_backend.config import load_config
 from fusion_backend.corpus import read_corpus
 from fusion_backend.errors import CorpusError
-from fusion_backend.index import load_index
+from fusion_backend.index import INDEX_CACHE_ENV, load_index
 from fusion_backend.index_cache import STALE_TMP_SECONDS, cached_component
 from fusion_backend.text import analyze
 from support.backend import write_backend_config
@@ -41,7 +41,7 @@ def test_lsa_query_embedding_matches_scikit_learn_pipeline(tmp_path: Path) -> No
     assert not index.embedder.embed("zzz qqq").any()
 
 
-def test_second_load_hits_the_cache_and_k1_rebuilds_only_bm25(tmp_path: Path) -> None:
+def test_second_load_hits_the_cache_and_k1_rebuilds_only_bm25(tmp_path: Path, own_index_cache: None) -> None:
     corpus = write_corpus(tmp_path / "corpus.jsonl")
     cache = tmp_path / "cache"
     first = load_index(load_config(write_backend_config(tmp_path / "a.yaml", corpus=corpus, index_cache=cache)))
@@ -57,7 +57,7 @@ def test_second_load_hits_the_cache_and_k1_rebuilds_only_bm25(tmp_path: Path) ->
     assert sorted(p.name.split("-")[0] for p in cache.iterdir()) == ["bm25", "bm25", "dense"]
 
 
-def test_changed_corpus_gets_a_new_index(tmp_path: Path) -> None:
+def test_changed_corpus_gets_a_new_index(tmp_path: Path, own_index_cache: None) -> None:
     corpus = write_corpus(tmp_path / "corpus.jsonl")
     path = write_backend_config(tmp_path / "a.yaml", corpus=corpus)
     load_index(load_config(path))
@@ -65,6 +65,18 @@ def test_changed_corpus_gets_a_new_index(tmp_path: Path) -> None:
     index = load_index(load_config(path))
     assert index.cache_hits == {"dense": False, "bm25": False}
     assert len(index.docs) == len(DOCS) - 1
+
+
+def test_the_environment_names_the_cache_instead_of_the_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # One cache for every config of a machine (the test suite's): the config's own
+    # data.index_cache stays empty, a second config with another cache path hits.
+    corpus = write_corpus(tmp_path / "corpus.jsonl")
+    monkeypatch.setenv(INDEX_CACHE_ENV, str(tmp_path / "machine-cache"))
+    first = load_index(load_config(write_backend_config(tmp_path / "a.yaml", corpus=corpus, index_cache=tmp_path / "a")))
+    second = load_index(load_config(write_backend_config(tmp_path / "b.yaml", corpus=corpus, index_cache=tmp_path / "b")))
+    assert first.cache_hits == {"dense": False, "bm25": False} and second.cache_hits == {"dense": True, "bm25": True}
+    assert sorted(p.name.split("-")[0] for p in (tmp_path / "machine-cache").iterdir()) == ["bm25", "dense"]
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
 
 
 def test_concurrent_builders_publish_one_directory(tmp_path: Path) -> None:

@@ -81,7 +81,7 @@ def test_unknown_body_fields_are_ignored_and_timestamps_mean_their_day(backends:
     assert ids(extra) == ids(plain) and extra["fallback_level"] == plain["fallback_level"]
 
 
-def test_health_is_503_while_loading_then_200(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_health_is_503_while_loading_then_200(tmp_path, own_index_cache) -> None:  # type: ignore[no-untyped-def]
     # A fresh cache forces a cold build (scikit-learn import + LSA fit): the port
     # answers 503 well before the index is ready.
     corpus = write_corpus(tmp_path / "corpus.jsonl")

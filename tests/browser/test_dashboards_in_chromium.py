@@ -21,7 +21,6 @@ from browser_support import (
     DashboardProcess,
     all_gone,
     chromium,
-    chromium_available,
     free_port,
     make_study_project,
     run_study,
@@ -29,7 +28,6 @@ from browser_support import (
     wait_for,
 )
 from mlflow import MlflowClient
-from support.integration import need
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -41,9 +39,7 @@ def ports() -> tuple[int, int]:
 
 
 @pytest.fixture(scope="module")
-def project(tmp_path_factory: pytest.TempPathFactory, ports: tuple[int, int]) -> Path:
-    reason = chromium_available()
-    need(reason is None, reason or "")
+def project(tmp_path_factory: pytest.TempPathFactory, ports: tuple[int, int], chromium_browser: None) -> Path:
     optuna_port, mlflow_port = ports
     p = make_study_project(tmp_path_factory.mktemp("browser"), tracking={
         "optuna_dashboard_url": f"http://127.0.0.1:{optuna_port}/dashboard/",

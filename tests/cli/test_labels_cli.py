@@ -12,7 +12,7 @@ from pathlib import Path
 
 def _tuner(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "tuner", *args], cwd=cwd, capture_output=True, text=True,
-                          env={**os.environ, "COLUMNS": "200"})
+                          env={**os.environ, "COLUMNS": "400"})  # tmp paths are long under xdist
 
 
 def test_import_replace_refusal_and_the_conflict_note(tmp_path: Path) -> None:

@@ -12,8 +12,7 @@ from pathlib import Path
 import httpx
 import optuna
 import pytest
-from docker_stack import ComposeStack, build_images, docker_unavailable
-from support.integration import need
+from docker_stack import ComposeStack, build_images
 
 from tuner.report.tracking import MlflowTracker, TrialRecord
 from tuner.targets.health import wait_healthy
@@ -58,9 +57,7 @@ def wait_http(url: str, deadline_s: float = 120) -> httpx.Response:
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ComposeStack, dict[str, str]]]:
-    reason = docker_unavailable()
-    need(reason is None, reason or "")
+def stack(tmp_path_factory: pytest.TempPathFactory, docker_engine: None) -> Iterator[tuple[ComposeStack, dict[str, str]]]:
     build_images(["backend", "tools", "postgres"])
     s = ComposeStack.create(tmp_path_factory.mktemp("stack"))
     ids = write_host_stores(s.root)

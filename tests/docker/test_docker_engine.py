@@ -13,8 +13,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from docker_stack import ComposeStack, build_images, docker_unavailable
-from support.integration import need
+from docker_stack import ComposeStack, build_images
 
 import docker
 from tuner.config.configpatch import patch_text
@@ -28,9 +27,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ComposeStack]:
-    reason = docker_unavailable()
-    need(reason is None, reason or "")
+def stack(tmp_path_factory: pytest.TempPathFactory, docker_engine: None) -> Iterator[ComposeStack]:
     build_images(["backend"])
     s = ComposeStack.create(tmp_path_factory.mktemp("compose"))
     try:

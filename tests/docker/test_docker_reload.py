@@ -19,8 +19,7 @@ from typing import Any
 
 import httpx
 import pytest
-from docker_stack import ComposeStack, build_images, docker_unavailable
-from support.integration import need
+from docker_stack import ComposeStack, build_images
 from test_docker_target_logic import FakeEngine, box
 
 from tuner.config.configpatch import ConfigPatcher
@@ -132,9 +131,7 @@ def running(stack: ComposeStack) -> Iterator[ComposeStack]:
 
 
 @pytest.fixture(scope="module")
-def images() -> dict[str, str]:
-    reason = docker_unavailable()
-    need(reason is None, reason or "")
+def images(docker_engine: None) -> dict[str, str]:
     return build_images(["backend"])
 
 

@@ -12,9 +12,8 @@ from typing import Any
 import httpx
 import optuna
 import pytest
-from docker_stack import build_images, docker_unavailable, write_queries
+from docker_stack import build_images, write_queries
 from optuna.trial import TrialState
-from support.integration import need
 from support.reference_experiment import DROP, write_reference_experiment
 from test_docker_reload import DIR_COMPOSE, DirStack, running
 from test_docker_study import ContainerProbe, _started_at
@@ -33,9 +32,7 @@ params:
 
 
 @pytest.fixture(scope="module")
-def study_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    reason = docker_unavailable()
-    need(reason is None, reason or "")
+def study_run(tmp_path_factory: pytest.TempPathFactory, docker_engine: None) -> Iterator[dict[str, Any]]:
     images = build_images(["backend"])
     stack = DirStack.create(tmp_path_factory.mktemp("docker-reload-study"))
     stack.compose_file = stack.root / "compose.yaml"

@@ -26,9 +26,8 @@ from typing import Any
 import httpx
 import optuna
 import pytest
-from docker_stack import REPO, ComposeStack, build_images, docker_unavailable, write_queries
+from docker_stack import REPO, ComposeStack, build_images, write_queries
 from optuna.trial import TrialState
-from support.integration import need
 from support.reference_experiment import DROP, write_reference_experiment
 from workers.conftest import fresh_pg_url, pg_dsn  # noqa: F401  (fixtures)
 
@@ -73,10 +72,8 @@ def write_experiment(stack: ComposeStack, *, study: str, storage: str, n_trials:
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ComposeStack]:
+def stack(tmp_path_factory: pytest.TempPathFactory, docker_engine: None) -> Iterator[ComposeStack]:
     """The user's own stack (up: replicas must leave it alone) and its data."""
-    reason = docker_unavailable()
-    need(reason is None, reason or "")
     build_images(["backend"])
     s = ComposeStack.create(tmp_path_factory.mktemp("replicas"))
     write_queries(s.root / "data")

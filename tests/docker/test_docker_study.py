@@ -14,9 +14,8 @@ from typing import Any
 import httpx
 import optuna
 import pytest
-from docker_stack import ComposeStack, build_images, docker_unavailable, write_queries
+from docker_stack import ComposeStack, build_images, write_queries
 from optuna.trial import TrialState
-from support.integration import need
 from support.reference_experiment import DROP, write_reference_experiment
 
 import docker
@@ -72,9 +71,7 @@ def write_experiment(root: Path, project: str, url: str) -> Path:
 
 
 @pytest.fixture(scope="module")
-def study_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    reason = docker_unavailable()
-    need(reason is None, reason or "")
+def study_run(tmp_path_factory: pytest.TempPathFactory, docker_engine: None) -> Iterator[dict[str, Any]]:
     build_images(["backend"])
     stack = ComposeStack.create(tmp_path_factory.mktemp("docker-study"))
     write_queries(stack.root / "data")

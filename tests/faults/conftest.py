@@ -10,13 +10,24 @@ class ``sigkill-runner`` from the data its module fixture returns.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 import pytest
 from support.integration import need
 from workers.conftest import fresh_pg_url, pg_dsn  # noqa: F401  (PostgreSQL for the worker scenarios)
 
-from faults.faultlib import Calibration, Damage, FaultLog, FaultRecord, judge, processes_naming, unrecorded_or_running
+from faults.faultlib import (
+    Calibration,
+    Damage,
+    FaultLog,
+    FaultRecord,
+    judge,
+    processes_naming,
+    unrecorded_or_running,
+    write_summary,
+    write_worker_records,
+)
 
 CLASSES = (
     "sigkill-runner", "sigterm-runner", "sigkill-worker", "sigterm-worker", "backend-crash-mid-batch",
@@ -29,6 +40,7 @@ CLASSES = (
 _LOG = pytest.StashKey[FaultLog]()
 _SIGKILL_RUNS = pytest.StashKey[dict[str, dict[str, Any]]]()
 _SIGKILL_FIXTURE = "killed_then_resumed"
+FAULT_RECORDS_ENV = "TUNER_TEST_FAULT_RECORDS"  # made by tests/conftest.py for an xdist run
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -89,23 +101,34 @@ def _sigkill_runner_record(run: dict[str, Any], failed: list[str]) -> FaultRecor
     return judge("sigkill-runner", damage, {f"test passed: {f}": False for f in failed})
 
 
-def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+def _finished_log(config: pytest.Config) -> FaultLog | None:
+    """The session's log with the sigkill-runner records added (once)."""
     log = config.stash.get(_LOG, None)
     if log is None:
-        return
-    for shape, seen in sorted(config.stash.get(_SIGKILL_RUNS, {}).items()):
+        return None
+    runs = config.stash.get(_SIGKILL_RUNS, {})
+    for shape, seen in sorted(runs.items()):
         try:
             log.add(_sigkill_runner_record(seen["run"], seen["failed"]))
         except (KeyError, AttributeError, OSError) as exc:  # that suite changed its fixture's shape
             log.add(FaultRecord("sigkill-runner", injected=1, problems=[f"{shape}: unreadable ({exc!r})"]))
-    if not log.records:
-        return
-    terminalreporter.section("fault suite")
-    for line in log.lines(CLASSES):
-        terminalreporter.write_line(line)
-    lost = sum(r.trials_lost for r in log.records)
-    patched = sum(r.configs_left_patched for r in log.records)
-    served = sum(r.served_not_the_file for r in log.records)
-    terminalreporter.write_line(f"fault suite total: trials lost {lost}, configs left patched {patched}, "
-                                f"served other than the file {served}")
+    runs.clear()
+    return log
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    # An xdist worker prints nothing: its records go to the controller, whose summary
+    # (tests/conftest.py) merges every worker's.
+    config = session.config
+    folder = os.environ.get(FAULT_RECORDS_ENV)
+    if hasattr(config, "workerinput") and folder:
+        log = _finished_log(config)
+        if log is not None and log.records:
+            write_worker_records(Path(folder), config.workerinput["workerid"], log, CLASSES)
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    log = _finished_log(config)
+    if log is not None:
+        write_summary(terminalreporter, log, CLASSES)
 

@@ -115,6 +115,42 @@ class FaultLog:
         return [got[n].line() if n in got else f"fault {n}: not run (skipped or deselected)" for n in names]
 
 
+def write_summary(terminalreporter: Any, log: FaultLog, classes: Iterable[str]) -> None:
+    """The "fault suite" section of the terminal summary: a line per class, then the totals."""
+    if not log.records:
+        return
+    terminalreporter.section("fault suite")
+    for line in log.lines(classes):
+        terminalreporter.write_line(line)
+    lost = sum(r.trials_lost for r in log.records)
+    patched = sum(r.configs_left_patched for r in log.records)
+    served = sum(r.served_not_the_file for r in log.records)
+    terminalreporter.write_line(f"fault suite total: trials lost {lost}, configs left patched {patched}, "
+                                f"served other than the file {served}")
+
+
+def write_worker_records(folder: Path, worker: str, log: FaultLog, classes: Iterable[str]) -> None:
+    """An xdist worker's records, for the controller's summary (read_worker_records)."""
+    from dataclasses import asdict
+
+    body = {"classes": list(classes), "records": [asdict(r) for r in log.records]}
+    tmp = folder / f".{worker}.json.tmp"
+    tmp.write_text(json.dumps(body))
+    tmp.rename(folder / f"{worker}.json")
+
+
+def read_worker_records(folder: Path) -> tuple[list[str], FaultLog]:
+    """Every worker's records as one log, and the fault classes in the suite's order."""
+    classes: list[str] = []
+    log = FaultLog()
+    for path in sorted(folder.glob("*.json")):
+        body = json.loads(path.read_text())
+        classes += [c for c in body["classes"] if c not in classes]
+        for record in body["records"]:
+            log.add(FaultRecord(**record))
+    return classes, log
+
+
 @dataclass
 class Damage:
     """What a faulted scenario left behind (see the module docstring)."""
