@@ -113,7 +113,7 @@ def test_sigterm_stops_the_service_promptly_with_exit_0(tmp_path, corpus_path, s
         started = time.monotonic()
         code = backend.stop()
         assert code == 0
-        assert time.monotonic() - started < 5
+        assert time.monotonic() - started < 30  # not the stop's SIGKILL fallback (generous: a busy machine)
 
 
 def test_a_failed_index_load_exits_1_after_binding(tmp_path) -> None:  # type: ignore[no-untyped-def]

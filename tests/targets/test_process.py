@@ -113,7 +113,7 @@ def test_stop_kills_a_term_ignoring_group_within_the_timeout(tmp_path: Path, con
     started = time.monotonic()
     target.stop()
     took = time.monotonic() - started
-    assert 0.5 <= took < 5.0
+    assert 0.5 <= took < 30.0  # the 0.5 s timeout, then SIGKILL (generous: a busy machine)
     assert wait_dead(leader) and wait_dead(child)
     target.stop()  # idempotent
 
