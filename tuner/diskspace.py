@@ -29,8 +29,9 @@ _SQLITE_FULL = 13  # SQLITE_FULL: "database or disk is full"
 _FULL_TEXT = "database or disk is full"
 
 
-def disk_full(exc: BaseException, *paths: str | Path | None,
-              fix: str = "free space on it or move the file to a larger disk") -> DiskFull | None:
+def disk_full(
+    exc: BaseException, *paths: str | Path | None, fix: str = "free space on it or move the file to a larger disk"
+) -> DiskFull | None:
     """The DiskFull to raise for ``exc`` when a full filesystem caused it, else None;
     ``fix`` says what to do (the message adds "then run it again")."""
     cause = _full_cause(exc)
@@ -39,11 +40,15 @@ def disk_full(exc: BaseException, *paths: str | Path | None,
     named = getattr(cause, "filename", None) if isinstance(cause, OSError) else None
     candidates = [Path(p) for p in ((named,) if named else ()) + tuple(p for p in paths if p)]
     if not candidates:
-        return DiskFull(f"a write failed: the disk is full ({_what(cause)}); free space where this command "
-                        "writes (its state_dir, label DB or study storage), then run it again")
+        return DiskFull(
+            f"a write failed: the disk is full ({_what(cause)}); free space where this command "
+            "writes (its state_dir, label DB or study storage), then run it again"
+        )
     path = min(candidates, key=_room)
-    return DiskFull(f"no space left on the filesystem at {filesystem_of(path)} writing {path} ({_what(cause)}); "
-                    f"{fix}, then run it again")
+    return DiskFull(
+        f"no space left on the filesystem at {filesystem_of(path)} writing {path} ({_what(cause)}); "
+        f"{fix}, then run it again"
+    )
 
 
 def filesystem_of(path: str | Path) -> str:
@@ -106,8 +111,11 @@ def _mount_point(path: Path) -> Path:
 def _fs_type(mount: Path) -> str:
     try:
         with open("/proc/self/mounts", encoding="utf-8", errors="replace") as f:
-            kinds = [fields[2] for fields in (line.split() for line in f)
-                     if len(fields) > 2 and fields[1].replace("\\040", " ") == str(mount)]
+            kinds = [
+                fields[2]
+                for fields in (line.split() for line in f)
+                if len(fields) > 2 and fields[1].replace("\\040", " ") == str(mount)
+            ]
     except OSError:
         return ""
     return kinds[-1] if kinds else ""  # the last mount at a point is the one seen

@@ -141,13 +141,19 @@ def in_place_reason(path: Path) -> str | None:
         why = f"in a folder this user ({_user(me)}) may not create files in"
     else:
         return None
-    return (f"{display_path(Path(path))}: {why}: it is rewritten in place (owner and mode kept, "
-            "not atomic; the restore journal covers a crash mid-write)")
+    return (
+        f"{display_path(Path(path))}: {why}: it is rewritten in place (owner and mode kept, "
+        "not atomic; the restore journal covers a crash mid-write)"
+    )
 
 
 def _replace(
-    path: Path, write: Callable[[BinaryIO], object], *, mode: int,
-    owner: tuple[int, int] | None = None, strict: bool = False,
+    path: Path,
+    write: Callable[[BinaryIO], object],
+    *,
+    mode: int,
+    owner: tuple[int, int] | None = None,
+    strict: bool = False,
 ) -> None:
     try:
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -235,7 +241,6 @@ def fsync_dir(directory: Path) -> None:
         pass
     finally:
         os.close(fd)
-
 
 
 def atomic_write_bytes(path: str | Path, data: bytes, *, mode: int | None = None) -> Path:

@@ -51,7 +51,8 @@ _URL = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.\-]*://[^\s'\"<>`]+")
 _AUTH_SCHEME = re.compile(r"\b((?i:bearer)|Basic|Digest|Token)(\s+)(?=[A-Za-z._~+/=\-]*\d)([A-Za-z0-9._~+/=\-]{8,})")
 # ``name=value`` or ``name: value``; an auth scheme before the value is part of it.
 _ASSIGNMENT = re.compile(
-    r"(?<![\w.\-])([A-Za-z_][\w.\-]*)(\s*[=:]\s*)((?:(?i:bearer|basic|token|digest)\s+)?[^\s&'\",;]+)")
+    r"(?<![\w.\-])([A-Za-z_][\w.\-]*)(\s*[=:]\s*)((?:(?i:bearer|basic|token|digest)\s+)?[^\s&'\",;]+)"
+)
 # Prose says "key: doc_id" and "keys: a, b"; as a bare word before a colon they are no secret.
 _PROSE_NAMES = frozenset({"key", "keys"})
 
@@ -262,8 +263,10 @@ def redact_mapping(mapping: Mapping[Any, Any], extra_names: Iterable[str] = ()) 
     """A copy of ``mapping``: every value under a secret name (at any depth) becomes
     REDACTED, other strings go through `redact_text`."""
     names = tuple(extra_names)
-    return {key: REDACTED if is_secret_name(str(key), names) else _redact_value(value, names)
-            for key, value in mapping.items()}
+    return {
+        key: REDACTED if is_secret_name(str(key), names) else _redact_value(value, names)
+        for key, value in mapping.items()
+    }
 
 
 def _redact_value(value: Any, names: tuple[str, ...]) -> Any:

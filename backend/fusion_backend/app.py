@@ -87,17 +87,19 @@ def create_app(state: ServiceState, on_load_failure: Callable[[], None]) -> Star
         served = state.current
         if served is None:
             return JSONResponse({"status": "loading" if state.error is None else "failed"}, status_code=503)
-        return JSONResponse({
-            "status": "ok",
-            "corpus_size": len(served.index.docs),
-            "config_hash": served.config_hash,
-            "config_fingerprint": served.config_fingerprint,
-            "reloads": state.reloads,
-            "corpus_hash": served.index.docs.content_hash,
-            "data_fingerprint": served.data_fingerprint,
-            "index_cache_hits": served.index.cache_hits,
-            "load_seconds": round(served.index.load_seconds, 4),
-        })
+        return JSONResponse(
+            {
+                "status": "ok",
+                "corpus_size": len(served.index.docs),
+                "config_hash": served.config_hash,
+                "config_fingerprint": served.config_fingerprint,
+                "reloads": state.reloads,
+                "corpus_hash": served.index.docs.content_hash,
+                "data_fingerprint": served.data_fingerprint,
+                "index_cache_hits": served.index.cache_hits,
+                "load_seconds": round(served.index.load_seconds, 4),
+            }
+        )
 
     async def admin_config(_: Request) -> JSONResponse:
         return JSONResponse(state.cfg.to_json())
@@ -116,8 +118,11 @@ def create_app(state: ServiceState, on_load_failure: Callable[[], None]) -> Star
             return JSONResponse({**body, "request_id": request_id}, status_code=422, headers=headers)
         served = state.current  # once: this request runs on this snapshot to the end
         if served is None:
-            return JSONResponse({"detail": "index is loading; retry when /health is 200", "request_id": request_id},
-                                status_code=503, headers={**headers, "Retry-After": "1"})
+            return JSONResponse(
+                {"detail": "index is loading; retry when /health is 200", "request_id": request_id},
+                status_code=503,
+                headers={**headers, "Retry-After": "1"},
+            )
         outcome = await run_in_threadpool(served.searcher.search, _to_request(body))
         answer = {
             "results": [h.to_json() for h in outcome.hits],
@@ -147,9 +152,9 @@ async def _parse_body(request: Request) -> SearchBody | dict[str, Any]:
     try:
         payload = await request.json()
     except ValueError:
-        return {"detail": "body is not valid JSON: send {\"query\": ..., \"top_k\": ...}"}
+        return {"detail": 'body is not valid JSON: send {"query": ..., "top_k": ...}'}
     if not isinstance(payload, dict):
-        return {"detail": "body must be a JSON object {\"query\": ..., \"top_k\": ...}"}
+        return {"detail": 'body must be a JSON object {"query": ..., "top_k": ...}'}
     try:
         return SearchBody.model_validate(payload)
     except ValidationError as exc:

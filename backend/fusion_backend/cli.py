@@ -73,8 +73,11 @@ def _build_index(args: argparse.Namespace) -> int:
     from .index import load_index
 
     index = load_index(load_config(args.config))
-    print(json.dumps({"corpus_size": len(index.docs), "cache_hits": index.cache_hits,
-                      "seconds": round(index.load_seconds, 3)}))
+    print(
+        json.dumps(
+            {"corpus_size": len(index.docs), "cache_hits": index.cache_hits, "seconds": round(index.load_seconds, 3)}
+        )
+    )
     return 0
 
 
@@ -93,8 +96,9 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", help="bind address (overrides server.host)")
     serve.add_argument("--port", type=int, help="port (overrides server.port)")
     serve.add_argument("--access-log", action="store_true", help="log every request (off: it costs latency)")
-    serve.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"],
-                       help="uvicorn's log level")
+    serve.add_argument(
+        "--log-level", default="warning", choices=["debug", "info", "warning", "error"], help="uvicorn's log level"
+    )
     serve.set_defaults(run=_serve)
     build = sub.add_parser("build-index", help="build the index cache for a config, then exit")
     build.set_defaults(run=_build_index)

@@ -259,8 +259,9 @@ def _cross_check(cfg: Config) -> tuple[tuple[str, ...], str] | None:
             if src.path is not None and name in cfg.data.runs:
                 return ("sources", name, "path"), f"set either sources.{name}.path or data.runs.{name}, not both"
             if src.path is None and name not in cfg.data.runs:
-                return ("sources", name), (f"a run source needs a TREC run file: set data.runs.{name} "
-                                           f"or sources.{name}.path")
+                return ("sources", name), (
+                    f"a run source needs a TREC run file: set data.runs.{name} or sources.{name}.path"
+                )
             if src.enabled and not cfg.run_path(name).is_file():
                 key = ("sources", name, "path") if src.path is not None else ("data", "runs", name)
                 return key, f"run file not found: {cfg.run_path(name)}"

@@ -70,8 +70,12 @@ def load_index(cfg: Config) -> SearchIndex:
     hits: dict[str, bool] = {}
 
     dense_name, dense_src = cfg.dense_source()
-    directory, hits[dense_name] = _component(cache, "dense", dense.cache_fields(dense_src, corpus.content_hash),
-                                             lambda out: dense.build(corpus, dense_src, out))
+    directory, hits[dense_name] = _component(
+        cache,
+        "dense",
+        dense.cache_fields(dense_src, corpus.content_hash),
+        lambda out: dense.build(corpus, dense_src, out),
+    )
     embedder = dense.load(directory, dense_src)
 
     bm25: dict[str, Bm25Retriever] = {}
@@ -79,15 +83,20 @@ def load_index(cfg: Config) -> SearchIndex:
     doc_index = None
     for name, src in cfg.sources.items():
         if isinstance(src, Bm25Source) and src.enabled:
-            directory, hits[name] = _component(cache, "bm25", lexical.cache_fields(src, corpus.content_hash),
-                                               functools.partial(lexical.build, corpus, src))
+            directory, hits[name] = _component(
+                cache,
+                "bm25",
+                lexical.cache_fields(src, corpus.content_hash),
+                functools.partial(lexical.build, corpus, src),
+            )
             bm25[name] = Bm25Retriever(directory, len(corpus))
         elif isinstance(src, RunSource) and src.enabled:
             doc_index = doc_index or {d: i for i, d in enumerate(corpus.doc_ids)}
             runs[name] = read_run(cfg.run_path(name), doc_index)
             if runs[name].dropped:
-                log.warning("run source %s: %d lines name documents absent from the corpus; ignored",
-                            name, runs[name].dropped)
+                log.warning(
+                    "run source %s: %d lines name documents absent from the corpus; ignored", name, runs[name].dropped
+                )
         elif isinstance(src, DenseSource):
             pass  # loaded above: it is also the confidence space
     docs = _meta(corpus)
@@ -102,10 +111,14 @@ def index_signature(cfg: Config) -> str:
     body: dict[str, object] = {"corpus": _file_identity(cfg.data.corpus), "cache": str(cache_dir(cfg))}
     dense_name, dense_src = cfg.dense_source()
     body["dense"] = [dense_name, dense.cache_fields(dense_src, corpus_hash="")]
-    body["bm25"] = {n: lexical.cache_fields(s, corpus_hash="") for n, s in cfg.sources.items()
-                    if isinstance(s, Bm25Source) and s.enabled}
-    body["runs"] = {n: _file_identity(cfg.run_path(n)) for n, s in cfg.sources.items()
-                    if isinstance(s, RunSource) and s.enabled}
+    body["bm25"] = {
+        n: lexical.cache_fields(s, corpus_hash="")
+        for n, s in cfg.sources.items()
+        if isinstance(s, Bm25Source) and s.enabled
+    }
+    body["runs"] = {
+        n: _file_identity(cfg.run_path(n)) for n, s in cfg.sources.items() if isinstance(s, RunSource) and s.enabled
+    }
     return json.dumps(body, sort_keys=True)
 
 
@@ -126,12 +139,16 @@ def _file_identity(path: Path) -> list[object]:
     return [str(path), st.st_size, st.st_mtime_ns]
 
 
-def _component(cache: Path, kind: str, fields: dict[str, object],
-               build: Callable[[Path], None]) -> tuple[Path, bool]:
+def _component(cache: Path, kind: str, fields: dict[str, object], build: Callable[[Path], None]) -> tuple[Path, bool]:
     t0 = time.perf_counter()
     directory, hit = cached_component(cache, kind, fields, build)
-    log.info("%s index %s in %.2f s (%s)", kind, "loaded from cache" if hit else "built",
-             time.perf_counter() - t0, directory.name)
+    log.info(
+        "%s index %s in %.2f s (%s)",
+        kind,
+        "loaded from cache" if hit else "built",
+        time.perf_counter() - t0,
+        directory.name,
+    )
     return directory, hit
 
 

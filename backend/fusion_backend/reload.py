@@ -99,8 +99,12 @@ class ServiceState:
         served, _ = build_served(*self._start, previous=None)
         self.current = served
         index = served.index
-        log.info("ready: %d documents in %.2f s (cache hits: %s)", len(index.docs), index.load_seconds,
-                 ", ".join(f"{k}={v}" for k, v in index.cache_hits.items()))
+        log.info(
+            "ready: %d documents in %.2f s (cache hits: %s)",
+            len(index.docs),
+            index.load_seconds,
+            ", ".join(f"{k}={v}" for k, v in index.cache_hits.items()),
+        )
 
     def start_loading(self, on_failure: Callable[[], None]) -> None:
         def run() -> None:
@@ -133,9 +137,14 @@ class ServiceState:
         except Exception as exc:  # a bad reload must never take the server down
             log.exception("reload (%s) crashed; %s", trigger, _KEPT)
             return 500, {"error": f"reload crashed: {type(exc).__name__}: {exc} ({_KEPT}; see the service log)"}
-        log.info("reload (%s): serving config %s; changed: %s; index rebuilt: %s; %.3f s", trigger,
-                 answer["config_fingerprint"][:12], ", ".join(answer["changed"]) or "nothing",
-                 "yes" if answer["index_rebuilt"] else "no", answer["seconds"])
+        log.info(
+            "reload (%s): serving config %s; changed: %s; index rebuilt: %s; %.3f s",
+            trigger,
+            answer["config_fingerprint"][:12],
+            ", ".join(answer["changed"]) or "nothing",
+            "yes" if answer["index_rebuilt"] else "no",
+            answer["seconds"],
+        )
         return 200, answer
 
     def _reload(self) -> dict[str, Any]:
@@ -143,8 +152,11 @@ class ServiceState:
         old = self.current
         if old is None:
             if self.error is not None:
-                raise ReloadRefused(503, f"the initial index load failed ({self.error}); the server is stopping: "
-                                         "fix it and start the service again")
+                raise ReloadRefused(
+                    503,
+                    f"the initial index load failed ({self.error}); the server is stopping: "
+                    "fix it and start the service again",
+                )
             raise ReloadRefused(503, "the index is still loading: retry the reload when GET /health answers 200")
         try:
             cfg, fingerprint = self.source.read()
@@ -155,17 +167,25 @@ class ServiceState:
             keys = ", ".join(f"server.{k}" for k in moved)
             was = ", ".join(f"{getattr(old.cfg.server, k)} -> {getattr(cfg.server, k)}" for k in moved)
             back = ", ".join(f"server.{k} back to {getattr(old.cfg.server, k)}" for k in moved)
-            raise ReloadRefused(409, f"restart needed: {keys} changed ({was}); restart the service to apply it, "
-                                     f"or set {back} to reload the other keys ({_KEPT})")
+            raise ReloadRefused(
+                409,
+                f"restart needed: {keys} changed ({was}); restart the service to apply it, "
+                f"or set {back} to reload the other keys ({_KEPT})",
+            )
         try:
             served, rebuilt = build_served(cfg, fingerprint, previous=old)
         except BackendError as exc:
-            raise ReloadRefused(400, f"config not reloaded: its index could not be loaded: {exc}; fix the data or "
-                                     f"the config and reload again ({_KEPT})") from exc
+            raise ReloadRefused(
+                400,
+                f"config not reloaded: its index could not be loaded: {exc}; fix the data or "
+                f"the config and reload again ({_KEPT})",
+            ) from exc
         except Exception as exc:
             log.exception("index load for a reload crashed")
-            raise ReloadRefused(500, f"config not reloaded: index load crashed: {type(exc).__name__}: {exc} "
-                                     f"({_KEPT}; see the service log)") from exc
+            raise ReloadRefused(
+                500,
+                f"config not reloaded: index load crashed: {type(exc).__name__}: {exc} ({_KEPT}; see the service log)",
+            ) from exc
         self.current = served  # the swap: one reference assignment
         self.reloads += 1
         return {

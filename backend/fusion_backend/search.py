@@ -58,8 +58,15 @@ class Hit:
     similarity: float  # dense cosine to the query, what the confidence averages
 
     def to_json(self) -> dict[str, object]:
-        return {"doc_id": self.doc_id, "score": self.score, "title": self.title, "date": self.date,
-                "sub_scores": self.sub_scores, "ranks": self.ranks, "similarity": self.similarity}
+        return {
+            "doc_id": self.doc_id,
+            "score": self.score,
+            "title": self.title,
+            "date": self.date,
+            "sub_scores": self.sub_scores,
+            "ranks": self.ranks,
+            "similarity": self.similarity,
+        }
 
 
 @dataclass(frozen=True)
@@ -89,8 +96,13 @@ class Searcher:
         cosines = self._index.embedder.doc_vectors @ self._index.embedder.embed(req.query)
         tokens = analyze(req.query)
         ranked = {name: self._rank(name, src, tokens, cosines, req.query_id) for name, src in self._sources.items()}
-        tiers = plan_tiers(now=now, windows_days=cfg.fallback.windows_days, date_from=req.date_from,
-                           date_to=req.date_to, date_hint_days=req.date_hint_days)
+        tiers = plan_tiers(
+            now=now,
+            windows_days=cfg.fallback.windows_days,
+            date_from=req.date_from,
+            date_to=req.date_to,
+            date_hint_days=req.date_hint_days,
+        )
         tier_cands = []
         outcome = None
         for tier in tiers:
@@ -101,8 +113,9 @@ class Searcher:
                 continue  # only an explained request looks past the tier that answered
             fused = self._fuse(cands)
             if len(fused.docs):
-                scores = fused.scores * recency_factor(docs.days[fused.docs], day_number(now),
-                                                       cfg.recency.half_life_days, cfg.recency.weight)
+                scores = fused.scores * recency_factor(
+                    docs.days[fused.docs], day_number(now), cfg.recency.half_life_days, cfg.recency.weight
+                )
                 outcome = self._outcome(tier.level, fused.docs, scores, cands, cosines, req.top_k)
                 if not req.explain:
                     return outcome
@@ -112,8 +125,9 @@ class Searcher:
             outcome = replace(outcome, explain=self._explain(tier_cands, cosines, day_number(now)))
         return outcome
 
-    def _explain(self, tier_cands: list[tuple[str, dict[str, Candidates]]], cosines: np.ndarray,
-                 today: int) -> dict[str, Any]:
+    def _explain(
+        self, tier_cands: list[tuple[str, dict[str, Candidates]]], cosines: np.ndarray, today: int
+    ) -> dict[str, Any]:
         """Everything the ranking, the confidence and the fallback level are computed from,
         for every date tier (not only the one that answered): each enabled source's
         candidates in rank order (corpus indices, raw scores, cut to its depth), in the
@@ -133,16 +147,27 @@ class Searcher:
         days = meta.days
         return {
             "sources": list(self._sources),
-            "fusion": {"method": cfg.fusion.method, "rrf_k": cfg.fusion.rrf_k,
-                       "normalization": cfg.fusion.normalization,
-                       "weights": dict(self._weights), "normalize_weights": cfg.fusion.normalize_weights},
+            "fusion": {
+                "method": cfg.fusion.method,
+                "rrf_k": cfg.fusion.rrf_k,
+                "normalization": cfg.fusion.normalization,
+                "weights": dict(self._weights),
+                "normalize_weights": cfg.fusion.normalize_weights,
+            },
             "recency": {"half_life_days": cfg.recency.half_life_days, "weight": cfg.recency.weight, "today": today},
             "confidence": {"threshold": cfg.confidence.threshold, "top_m": cfg.confidence.top_m},
             "citation": {"min_score": cfg.citation.min_score},
             "tiers": tiers,
-            "docs": {str(d): {"doc_id": meta.doc_ids[d], "title": meta.titles[d], "date": meta.dates[d],
-                              "day": None if days[d] == NO_DATE else int(days[d]), "similarity": float(cosines[d])}
-                     for d in sorted(seen)},
+            "docs": {
+                str(d): {
+                    "doc_id": meta.doc_ids[d],
+                    "title": meta.titles[d],
+                    "date": meta.dates[d],
+                    "day": None if days[d] == NO_DATE else int(days[d]),
+                    "similarity": float(cosines[d]),
+                }
+                for d in sorted(seen)
+            },
         }
 
     def _no_candidates(self, req: SearchRequest) -> str:
@@ -153,8 +178,9 @@ class Searcher:
             return f"no candidates (no run source ranks query_id {req.query_id!r})"
         return "no candidates"
 
-    def _rank(self, name: str, src: SourceConfig, tokens: list[str], cosines: np.ndarray,
-              query_id: str | None) -> Candidates:
+    def _rank(
+        self, name: str, src: SourceConfig, tokens: list[str], cosines: np.ndarray, query_id: str | None
+    ) -> Candidates:
         if isinstance(src, Bm25Source):
             return _ranked(self._index.bm25[name].scores(tokens))
         if isinstance(src, DenseSource):
@@ -168,8 +194,15 @@ class Searcher:
             return fusion.rrf(cands, self._weights, f.rrf_k, self._total_weight)
         return fusion.linear(cands, self._weights, f.normalization, self._total_weight)
 
-    def _outcome(self, level: str, docs: np.ndarray, scores: np.ndarray, cands: dict[str, Candidates],
-                 cosines: np.ndarray, top_k: int) -> SearchOutcome:
+    def _outcome(
+        self,
+        level: str,
+        docs: np.ndarray,
+        scores: np.ndarray,
+        cands: dict[str, Candidates],
+        cosines: np.ndarray,
+        top_k: int,
+    ) -> SearchOutcome:
         order = np.lexsort((docs, -scores))  # score desc, then corpus order
         docs, scores = docs[order], scores[order]
         conf = confidence(cosines[docs], self._cfg.confidence.top_m)
@@ -179,8 +212,15 @@ class Searcher:
         rank = {n: {d: r for r, d in enumerate(c.docs.tolist(), 1)} for n, c in cands.items()}
         meta = self._index.docs
         hits = [
-            Hit(meta.doc_ids[d], meta.titles[d], meta.dates[d], float(s), {n: raw[n].get(d) for n in raw},
-                {n: rank[n].get(d) for n in rank}, float(cosines[d]))
+            Hit(
+                meta.doc_ids[d],
+                meta.titles[d],
+                meta.dates[d],
+                float(s),
+                {n: raw[n].get(d) for n in raw},
+                {n: rank[n].get(d) for n in rank},
+                float(cosines[d]),
+            )
             for d, s in zip(docs[:top_k].tolist(), scores[:top_k].tolist(), strict=True)
         ]
         reason = handoff_reason(conf, self._cfg.confidence.threshold, self._cfg.citation.min_score, bool(hits))

@@ -11,8 +11,9 @@ from .errors import LoadError
 from .reload import ConfigSource, ServiceState
 
 
-def serve(source: ConfigSource, cfg: Config, config_fingerprint: str, *, access_log: bool = False,
-          log_level: str = "warning") -> int:
+def serve(
+    source: ConfigSource, cfg: Config, config_fingerprint: str, *, access_log: bool = False, log_level: str = "warning"
+) -> int:
     """Serve ``cfg`` (read from ``source``, whose bytes hash to ``config_fingerprint``)
     until SIGTERM/SIGINT (exit 0) or a failed index load (exit 1); SIGHUP reloads."""
     import uvicorn
@@ -24,10 +25,18 @@ def serve(source: ConfigSource, cfg: Config, config_fingerprint: str, *, access_
         holder[0].should_exit = True
 
     app = create_app(state, on_load_failure=stop)
-    server = uvicorn.Server(uvicorn.Config(
-        app, host=cfg.server.host, port=cfg.server.port, lifespan="on", log_level=log_level,
-        access_log=access_log, server_header=False, timeout_graceful_shutdown=5,
-    ))
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app,
+            host=cfg.server.host,
+            port=cfg.server.port,
+            lifespan="on",
+            log_level=log_level,
+            access_log=access_log,
+            server_header=False,
+            timeout_graceful_shutdown=5,
+        )
+    )
     holder.append(server)
     _reload_on_sighup(state)
     server.run()

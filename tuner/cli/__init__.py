@@ -31,7 +31,9 @@ _COMMAND_MODULES = (
     "tuner.cli.dashboard_cmd",
     # Listed after eval_cmds: labelqueue_cmd extends eval_cmds' `labels` group, and
     # --help lists commands in registration order.
-    "tuner.cli.worker_cmds", "tuner.cli.labelqueue_cmd", "tuner.cli.validate_cmd",
+    "tuner.cli.worker_cmds",
+    "tuner.cli.labelqueue_cmd",
+    "tuner.cli.validate_cmd",
 )
 
 

@@ -19,14 +19,27 @@ def apply_command(
     experiment: ExperimentArg,
     trial: Annotated[int | None, typer.Option("--trial", min=0, help="Trial number (default: best feasible).")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Only show the diff.")] = False,
-    tolerance: Annotated[float, typer.Option("--tolerance", min=0.0, help=(
-        "Largest |re-measured - trial| objective difference accepted before rolling back."))] = 0.01,
+    tolerance: Annotated[
+        float,
+        typer.Option(
+            "--tolerance",
+            min=0.0,
+            help=("Largest |re-measured - trial| objective difference accepted before rolling back."),
+        ),
+    ] = 0.01,
     skip_checks: SkipChecksOption = False,
-    force: Annotated[bool, typer.Option("--force", help=(
-        "Write even keys edited by hand since the study measured them (drift)."))] = False,
-    recover: Annotated[bool, typer.Option("--recover", help=(
-        "Only replay a restore journal a killed command left (originals back) and restart the backend on them."))]
-    = False,
+    force: Annotated[
+        bool, typer.Option("--force", help=("Write even keys edited by hand since the study measured them (drift)."))
+    ] = False,
+    recover: Annotated[
+        bool,
+        typer.Option(
+            "--recover",
+            help=(
+                "Only replay a restore journal a killed command left (originals back) and restart the backend on them."
+            ),
+        ),
+    ] = False,
 ) -> None:
     """Write the best feasible (or --trial N) config into the target; re-check it, roll back if it does not hold."""
     from tuner.config.experiment import load_experiment
@@ -45,15 +58,22 @@ def apply_command(
         if recover:
             from tuner.ops.apply import recover_apply
 
-            console.print(recover_apply(exp, on_step=lambda s: console.print(s, style="dim", soft_wrap=True,
-                                                                             highlight=False, markup=False)),
-                          style="bold", soft_wrap=True, highlight=False, markup=False)
+            console.print(
+                recover_apply(
+                    exp, on_step=lambda s: console.print(s, style="dim", soft_wrap=True, highlight=False, markup=False)
+                ),
+                style="bold",
+                soft_wrap=True,
+                highlight=False,
+                markup=False,
+            )
             return
         _apply(console, exp, trial=trial, dry_run=False, tolerance=tolerance, skip_checks=skip_checks, force=force)
 
 
-def _apply(console: Console, exp: Any, *, trial: int | None, dry_run: bool, tolerance: float,
-           skip_checks: bool, force: bool) -> None:
+def _apply(
+    console: Console, exp: Any, *, trial: int | None, dry_run: bool, tolerance: float, skip_checks: bool, force: bool
+) -> None:
     from tuner.ops.apply import apply_plan, plan_apply
 
     def replayed(line: str) -> None:  # a killed command's journal: say what came back, and serve it
@@ -77,16 +97,16 @@ def _apply(console: Console, exp: Any, *, trial: int | None, dry_run: bool, tole
         return
     console.print(_colored_diff(plan.diff), soft_wrap=True)
     if plan.gates_moved:  # the other solved gates are written as found (tuner.study.gate_choice)
-        console.print(f"gates moved by a constraint: {plan.gates_moved}", soft_wrap=True, highlight=False,
-                      markup=False)
+        console.print(f"gates moved by a constraint: {plan.gates_moved}", soft_wrap=True, highlight=False, markup=False)
     if plan.drift:
         how = "--force given: written anyway" if force else "a real apply stops here"
         console.print(f"[yellow]drift ({how}):[/] {plan.drift_message()}", soft_wrap=True, highlight=False)
     if dry_run:
         console.print("[dim]--dry-run: nothing written[/]")
         return
-    result = apply_plan(plan, tolerance=tolerance, on_step=lambda s: console.print(f"[dim]{s}[/]"),
-                        skip_checks=skip_checks, force=force)
+    result = apply_plan(
+        plan, tolerance=tolerance, on_step=lambda s: console.print(f"[dim]{s}[/]"), skip_checks=skip_checks, force=force
+    )
     if result.applied:
         console.print(f"[green]{result.message}[/]", soft_wrap=True)
         return
@@ -111,4 +131,3 @@ def _colored_diff(diff: str) -> Any:
             style = "cyan"
         out.append(line, style=style)
     return out
-

@@ -33,9 +33,17 @@ CHANGED = "*"
 _BOX_EXTRA = 3  # a column's padding (1 + 1) and its border on the right
 
 
-def trials_table(console: Console, title: str, rows: Sequence[pd.Series], *, base: pd.Series | None,
-                 constraint_names: Sequence[str], judged: bool, deltas: bool = True,
-                 excess: bool = False) -> Table:
+def trials_table(
+    console: Console,
+    title: str,
+    rows: Sequence[pd.Series],
+    *,
+    base: pd.Series | None,
+    constraint_names: Sequence[str],
+    judged: bool,
+    deltas: bool = True,
+    excess: bool = False,
+) -> Table:
     """``rows`` after the baseline row (when ``base`` is given); ``excess``: say by how
     much a broken constraint is broken (the infeasible list)."""
     t = Table(title=title, title_justify="left")
@@ -85,22 +93,29 @@ def constraint_names_of(frame: pd.DataFrame) -> list[str]:
 
 def early_stops(rows: Sequence[pd.Series]) -> list[str]:
     """One line per listed trial the OOS early stop ended (a COMPLETE, infeasible trial)."""
-    return [f"#{int(r['number'])} stopped early: {r['early_stop']}" for r in rows
-            if isinstance(r.get("early_stop"), str) and r["early_stop"]]
+    return [
+        f"#{int(r['number'])} stopped early: {r['early_stop']}"
+        for r in rows
+        if isinstance(r.get("early_stop"), str) and r["early_stop"]
+    ]
 
 
 def gate_moves(rows: Sequence[pd.Series]) -> list[str]:
     """One line per listed trial a constraint made move a solved gate off its value as found
     (the others keep it: nothing else moves a gate that does not change the objective)."""
-    return [f"#{int(r['number'])} gates moved by a constraint: {r['gates_moved']}" for r in rows
-            if isinstance(r.get("gates_moved"), str) and r["gates_moved"]]
+    return [
+        f"#{int(r['number'])} gates moved by a constraint: {r['gates_moved']}"
+        for r in rows
+        if isinstance(r.get("gates_moved"), str) and r["gates_moved"]
+    ]
 
 
 # ---------------------------------------------------------------- parameters
 
 
-def params_tables(console: Console, frame: pd.DataFrame, rows: Sequence[pd.Series],
-                  base: pd.Series | None) -> list[tuple[Table, int]]:
+def params_tables(
+    console: Console, frame: pd.DataFrame, rows: Sequence[pd.Series], base: pd.Series | None
+) -> list[tuple[Table, int]]:
     """The parameters of ``base`` and ``rows`` as (table, width to print it at): as many
     tables as it takes to fit the console with every key whole."""
     columns = ([base] if base is not None else []) + [r for r in rows if base is None or r["number"] != base["number"]]
@@ -108,17 +123,30 @@ def params_tables(console: Console, frame: pd.DataFrame, rows: Sequence[pd.Serie
     if not keys or not columns:
         return []
     names = [c.removeprefix(PARAM_PREFIX) for c in keys]
-    cells = {int(r["number"]): [_param_cell(r.get(k), base.get(k) if base is not None and r is not base else None,
-                                            marked=base is not None and r is not base) for k in keys]
-             for r in columns}
+    cells = {
+        int(r["number"]): [
+            _param_cell(
+                r.get(k),
+                base.get(k) if base is not None and r is not base else None,
+                marked=base is not None and r is not base,
+            )
+            for k in keys
+        ]
+        for r in columns
+    }
     headers = {int(r["number"]): f"#{int(r['number'])}" + (f"\n{BASE_MARK}" if r is base else "") for r in columns}
-    widths = {n: max(max(cell_len(line) for line in headers[n].split("\n")), *(cell_len(c.plain) for c in cells[n]))
-              for n in cells}
+    widths = {
+        n: max(max(cell_len(line) for line in headers[n].split("\n")), *(cell_len(c.plain) for c in cells[n]))
+        for n in cells
+    }
     key_width = max(cell_len("config key"), *(cell_len(n) for n in names))
     fixed = [int(base["number"])] if base is not None else []
     others = [n for n in cells if n not in fixed]
-    chunks = _chunks(others, widths, 1 + key_width + _BOX_EXTRA + sum(widths[n] + _BOX_EXTRA for n in fixed),
-                     console.width) if others else [[]]
+    chunks = (
+        _chunks(others, widths, 1 + key_width + _BOX_EXTRA + sum(widths[n] + _BOX_EXTRA for n in fixed), console.width)
+        if others
+        else [[]]
+    )
     out = []
     for i, chunk in enumerate(chunks):
         title = "config values" + (f" ({i + 1}/{len(chunks)})" if len(chunks) > 1 else "")

@@ -42,8 +42,10 @@ def check_command(
         console.print(f"[red]preflight failed: {len(stops)} problem(s) would make the study's numbers wrong[/]")
         raise PreflightError(stops[0].message)
     checked = f"{report.n_checked} of {report.n_total} queries" if report.sampled else f"{report.n_checked} queries"
-    console.print(f"[green]preflight passed[/] on {checked} ({len(report.warnings)} warning(s)); "
-                  f"`tuner run {experiment}` is good to go")
+    console.print(
+        f"[green]preflight passed[/] on {checked} ({len(report.warnings)} warning(s)); "
+        f"`tuner run {experiment}` is good to go"
+    )
 
 
 def finding_lines(report: Any) -> list[str]:

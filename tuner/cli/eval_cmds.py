@@ -6,7 +6,7 @@ from __future__ import annotations
 from contextlib import nullcontext
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 import typer
 from rich.console import Console
@@ -21,8 +21,10 @@ def _console(*, stderr: bool = False) -> Console:
     # soft_wrap: one message stays one line in CI logs, whatever the terminal width
     return Console(stderr=stderr, soft_wrap=True)
 
-labels_app = typer.Typer(name="labels", help="The label cache: import, inspect, export unjudged hits.",
-                         no_args_is_help=True)
+
+labels_app = typer.Typer(
+    name="labels", help="The label cache: import, inspect, export unjudged hits.", no_args_is_help=True
+)
 
 
 def register(app: typer.Typer) -> None:
@@ -35,24 +37,44 @@ def register(app: typer.Typer) -> None:
 
 def eval_command(
     queries: Annotated[Path | None, typer.Option("--queries", help="Query set (JSONL).")] = None,
-    experiment: Annotated[Path | None, typer.Option(
-        "--experiment", help="Take the query set, labels, request/response mapping and backend from an experiment "
-        "file (flags still override): its backend is started on the config as found and stopped after, as "
-        "`tuner check` does.")] = None,
-    port: Annotated[int | None, typer.Option(
-        "--port", help="With --experiment: measure a backend already running on this port (filling {port} in "
-        "its URLs) instead of starting one.")] = None,
-    url: Annotated[str | None, typer.Option("--url", help="Search endpoint, e.g. "
-                                                          "http://127.0.0.1:8080/search.")] = None,
-    spec_file: Annotated[Path | None, typer.Option(
-        "--spec", help="YAML EvalSpec: request (url, method, headers, body template, pass_extra), response "
-        "(results_path, doc_id, score, title, confidence, handoff, fallback_level), top_k, concurrency, ...")] = None,
-    labels_db: Annotated[Path | None, typer.Option(
-        "--labels-db", help=f"Label cache (SQLite); default {DEFAULT_DB}, or the experiment's.")] = None,
-    dataset_id: Annotated[str | None, typer.Option("--dataset-id", help="Dataset id of the labels (default: "
-                                                                        "the query file's stem).")] = None,
-    out: Annotated[Path | None, typer.Option("--out", help="Report directory (default "
-                                                           ".tuner/reports/<dataset>-<time>).")] = None,
+    experiment: Annotated[
+        Path | None,
+        typer.Option(
+            "--experiment",
+            help="Take the query set, labels, request/response mapping and backend from an experiment "
+            "file (flags still override): its backend is started on the config as found and stopped after, as "
+            "`tuner check` does.",
+        ),
+    ] = None,
+    port: Annotated[
+        int | None,
+        typer.Option(
+            "--port",
+            help="With --experiment: measure a backend already running on this port (filling {port} in "
+            "its URLs) instead of starting one.",
+        ),
+    ] = None,
+    url: Annotated[
+        str | None, typer.Option("--url", help="Search endpoint, e.g. http://127.0.0.1:8080/search.")
+    ] = None,
+    spec_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--spec",
+            help="YAML EvalSpec: request (url, method, headers, body template, pass_extra), response "
+            "(results_path, doc_id, score, title, confidence, handoff, fallback_level), top_k, concurrency, ...",
+        ),
+    ] = None,
+    labels_db: Annotated[
+        Path | None,
+        typer.Option("--labels-db", help=f"Label cache (SQLite); default {DEFAULT_DB}, or the experiment's."),
+    ] = None,
+    dataset_id: Annotated[
+        str | None, typer.Option("--dataset-id", help="Dataset id of the labels (default: the query file's stem).")
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Report directory (default .tuner/reports/<dataset>-<time>).")
+    ] = None,
     top_k: Annotated[int | None, typer.Option("--top-k", min=1, help="Results to ask for per query.")] = None,
     concurrency: Annotated[int | None, typer.Option("--concurrency", min=1, help="Requests in flight at once.")] = None,
     timeout_s: Annotated[
@@ -61,8 +83,10 @@ def eval_command(
     retries: Annotated[
         int | None, typer.Option("--retries", min=0, max=10, help="Retries on transport errors / 5xx.")
     ] = None,
-    max_failed: Annotated[float | None, typer.Option(
-        "--max-failed", min=0, help="Failure budget: a fraction (<1) or a count (>=1) of queries.")] = None,
+    max_failed: Annotated[
+        float | None,
+        typer.Option("--max-failed", min=0, help="Failure budget: a fraction (<1) or a count (>=1) of queries."),
+    ] = None,
     gains: Annotated[str | None, typer.Option("--gains", help="linear (grade) or exp (2^grade - 1).")] = None,
     confidence: Annotated[
         str | None, typer.Option("--confidence-field", help="Response path of the confidence value.")
@@ -71,21 +95,40 @@ def eval_command(
     fallback: Annotated[
         str | None, typer.Option("--fallback-field", help="Response path of the fallback level.")
     ] = None,
-    order_seed: Annotated[int | None, typer.Option("--order-seed", help="Shuffle the query order with this "
-                                                                        "seed.")] = None,
-    config_snapshot: Annotated[Path | None, typer.Option(
-        "--config-snapshot", help="A text file (e.g. the backend's config.yaml) to record in the report.")] = None,
+    order_seed: Annotated[
+        int | None, typer.Option("--order-seed", help="Shuffle the query order with this seed.")
+    ] = None,
+    config_snapshot: Annotated[
+        Path | None,
+        typer.Option("--config-snapshot", help="A text file (e.g. the backend's config.yaml) to record in the report."),
+    ] = None,
     title: Annotated[str, typer.Option("--title", help="Report title.")] = "Batch evaluation",
-    fail_under: Annotated[list[str] | None, typer.Option(
-        "--fail-under", help="Gate: exit 1 when METRIC < VALUE, e.g. Primary_Metric_Score=0.6 (repeatable).")] = None,
-    fail_over: Annotated[list[str] | None, typer.Option(
-        "--fail-over", help="Gate: exit 1 when METRIC > VALUE, e.g. OOS_FP_Rate=0.1 (repeatable).")] = None,
-    unjudged: Annotated[str, typer.Option(
-        "--unjudged-queries", help="In-scope queries without any judgment: drop (counted), keep (each scores 0) "
-        "or error. With --experiment: its dataset.unjudged_queries.")] = "drop",
-    skip_checks: Annotated[bool, typer.Option(
-        "--skip-checks", help="Report even when the preflight finds a set-up that gives wrong numbers "
-        "(the report records it); otherwise exit 2.")] = False,
+    fail_under: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--fail-under", help="Gate: exit 1 when METRIC < VALUE, e.g. Primary_Metric_Score=0.6 (repeatable)."
+        ),
+    ] = None,
+    fail_over: Annotated[
+        list[str] | None,
+        typer.Option("--fail-over", help="Gate: exit 1 when METRIC > VALUE, e.g. OOS_FP_Rate=0.1 (repeatable)."),
+    ] = None,
+    unjudged: Annotated[
+        str,
+        typer.Option(
+            "--unjudged-queries",
+            help="In-scope queries without any judgment: drop (counted), keep (each scores 0) "
+            "or error. With --experiment: its dataset.unjudged_queries.",
+        ),
+    ] = "drop",
+    skip_checks: Annotated[
+        bool,
+        typer.Option(
+            "--skip-checks",
+            help="Report even when the preflight finds a set-up that gives wrong numbers "
+            "(the report records it); otherwise exit 2.",
+        ),
+    ] = False,
 ) -> None:
     """Run one batch evaluation against a live search API and write its reports.
 
@@ -104,16 +147,28 @@ def eval_command(
     known = set(scorecard_keys())  # a typo in a gate fails before any traffic
     for gate in gates:
         if gate.metric not in known:
-            raise InputError(f"gate {gate.describe()}: unknown metric {gate.metric!r}; known: "
-                             f"{', '.join(sorted(known))}")
-    flags = dict(url=url, top_k=top_k, concurrency=concurrency, timeout_s=timeout_s, retries=retries,
-                 max_failed=max_failed, gains=gains, confidence=confidence, handoff=handoff, fallback=fallback)
+            raise InputError(
+                f"gate {gate.describe()}: unknown metric {gate.metric!r}; known: {', '.join(sorted(known))}"
+            )
+    flags = dict(
+        url=url,
+        top_k=top_k,
+        concurrency=concurrency,
+        timeout_s=timeout_s,
+        retries=retries,
+        max_failed=max_failed,
+        gains=gains,
+        confidence=confidence,
+        handoff=handoff,
+        fallback=fallback,
+    )
     snapshot = _read_snapshot(config_snapshot)
     backend: Any = nullcontext()  # the backend is running already, or started below (started: its experiment)
     started: Any = None
     if experiment is not None:
         spec, query_set, qrels, fingerprint, labels_db, queries, note, policy, started = _from_experiment(
-            experiment, port, spec_file, flags, queries=queries, dataset_id=dataset_id, labels_db=labels_db)
+            experiment, port, spec_file, flags, queries=queries, dataset_id=dataset_id, labels_db=labels_db
+        )
         if started is not None:  # its backend, started here on the config as found (tuner.ops.backend)
             from tuner.cli.study_common import warn_pending_journal
             from tuner.ops.backend import served_as_found
@@ -136,25 +191,37 @@ def eval_command(
         query_set, note, policy = judged.queries, judged.note, unjudged
 
     preflight = PreflightReport(n_total=len(query_set), skipped=skip_checks)
-    preflight.extend(static_checks(spec, query_set, [gate_constraint(g) for g in gates],
-                                   unjudged_note=note, unjudged_policy=policy))
+    preflight.extend(
+        static_checks(spec, query_set, [gate_constraint(g) for g in gates], unjudged_note=note, unjudged_policy=policy)
+    )
     preflight.raise_for_stops("tuner eval")
     if started is not None:
-        console.print(f"starting the backend on the config as found (target.apply {started.target.apply}); it is "
-                      "stopped after the batch", highlight=False)
+        console.print(
+            f"starting the backend on the config as found (target.apply {started.target.apply}); it is "
+            "stopped after the batch",
+            highlight=False,
+        )
     with backend:
-        console.print(f"evaluating {len(query_set)} queries of [bold]{query_set.dataset_id}[/] against "
-                      f"{spec.request.url} (concurrency {spec.concurrency}, top_k {spec.top_k})")
+        console.print(
+            f"evaluating {len(query_set)} queries of [bold]{query_set.dataset_id}[/] against "
+            f"{spec.request.url} (concurrency {spec.concurrency}, top_k {spec.top_k})"
+        )
         result = run_batch(spec, query_set, qrels, order_seed=order_seed)
         preflight.n_checked = len(query_set)
         preflight.extend(check_batch(result, spec, raw_response=lambda qid: fetch_raw(spec, query_set[qid])))
     out_dir = out or Path(".tuner/reports") / f"{query_set.dataset_id}-{datetime.now(UTC):%Y%m%dT%H%M%SZ}"
     misses = check_gates(result.metrics, gates)
     context = ReportContext(
-        title=title, labels_fingerprint=fingerprint, labels_db=str(labels_db), url=spec.request.url,
-        queries_file=str(queries), spec=spec.model_dump(mode="json"),
-        extra={"gates": [{"gate": g.describe(), "passed": all(m.gate != g for m in misses)} for g in gates],
-               "preflight": preflight.for_reports()},
+        title=title,
+        labels_fingerprint=fingerprint,
+        labels_db=str(labels_db),
+        url=spec.request.url,
+        queries_file=str(queries),
+        spec=spec.model_dump(mode="json"),
+        extra={
+            "gates": [{"gate": g.describe(), "passed": all(m.gate != g for m in misses)} for g in gates],
+            "preflight": preflight.for_reports(),
+        },
     )
     paths = write_reports(result, out_dir, context=context, config_snapshot=snapshot)
     for finding in preflight.findings:
@@ -166,8 +233,12 @@ def eval_command(
     console.print(_scorecard_table(result.metrics))
     if result.failed:
         console.print(f"[yellow]{len(result.failed)} queries failed (within the budget); see the report[/]")
-    for name, path in (("JSON", paths.json), ("Markdown", paths.markdown), ("per-query CSV", paths.per_query_csv),
-                       ("PR curve", paths.pr_curve_png)):
+    for name, path in (
+        ("JSON", paths.json),
+        ("Markdown", paths.markdown),
+        ("per-query CSV", paths.per_query_csv),
+        ("PR curve", paths.pr_curve_png),
+    ):
         if path is not None:
             console.print(f"{name:>14}: {path}")
     if misses:
@@ -179,8 +250,16 @@ def eval_command(
         console.print(f"[green]all {len(gates)} gate(s) passed[/]")
 
 
-def _from_experiment(path: Path, port: int | None, spec_file: Path | None, flags: dict[str, Any], *,
-                     queries: Path | None, dataset_id: str | None, labels_db: Path | None) -> tuple[Any, ...]:
+def _from_experiment(
+    path: Path,
+    port: int | None,
+    spec_file: Path | None,
+    flags: dict[str, Any],
+    *,
+    queries: Path | None,
+    dataset_id: str | None,
+    labels_db: Path | None,
+) -> tuple[Any, ...]:
     """Spec, queries, labels (imported from the experiment's label files when missing),
     and the experiment when its backend is to be started here (None: a backend already
     running, given by --port or --url, or ``target.apply: none``)."""
@@ -194,14 +273,26 @@ def _from_experiment(path: Path, port: int | None, spec_file: Path | None, flags
         exp = exp.bind_port(port)  # starting: target.port, "auto" picking a free port now
     if "{port}" in exp.evaluation.request.url and flags["url"] is None:
         if start:
-            raise InputError(f"{path}: the search URL has a {{port}} placeholder but target.port is not set; set "
-                             "target.port (a number or auto), or pass --port N of a running backend")
-        raise InputError(f"{path}: the search URL has a {{port}} placeholder; pass --port N "
-                         "(the running backend's port)")
+            raise InputError(
+                f"{path}: the search URL has a {{port}} placeholder but target.port is not set; set "
+                "target.port (a number or auto), or pass --port N of a running backend"
+            )
+        raise InputError(
+            f"{path}: the search URL has a {{port}} placeholder; pass --port N (the running backend's port)"
+        )
     spec = _spec(spec_file, base=exp.evaluation, **flags)
     query_set, qrels, fingerprint, note = load_dataset(exp)
-    return (spec, query_set, qrels, fingerprint, exp.dataset.labels_db, exp.dataset.queries, note,
-            exp.dataset.unjudged_queries, exp if start else None)
+    return (
+        spec,
+        query_set,
+        qrels,
+        fingerprint,
+        exp.dataset.labels_db,
+        exp.dataset.queries,
+        note,
+        exp.dataset.unjudged_queries,
+        exp if start else None,
+    )
 
 
 def _with_dataset_flags(exp: Any, queries: Path | None, dataset_id: str | None, labels_db: Path | None) -> Any:
@@ -246,8 +337,14 @@ def _spec(spec_file: Path | None, base: Any = None, **flags: Any) -> Any:
     for key, field in (("confidence", "confidence"), ("handoff", "handoff"), ("fallback", "fallback_level")):
         if flags[key] is not None:
             data["response"][field] = flags[key]
-    for key, field in (("top_k", "top_k"), ("concurrency", "concurrency"), ("timeout_s", "timeout_s"),
-                       ("retries", "retries"), ("max_failed", "max_failed_queries"), ("gains", "gains")):
+    for key, field in (
+        ("top_k", "top_k"),
+        ("concurrency", "concurrency"),
+        ("timeout_s", "timeout_s"),
+        ("retries", "retries"),
+        ("max_failed", "max_failed_queries"),
+        ("gains", "gains"),
+    ):
         if flags[key] is not None:
             data[field] = flags[key]
     try:
@@ -261,8 +358,9 @@ def _spec(spec_file: Path | None, base: Any = None, **flags: Any) -> Any:
 def _existing_db(db: Path) -> Path:
     # opening a missing path would create an empty database and hide a typo
     if not db.is_file():
-        raise InputError(f"{db}: no label database here; create it with `tuner labels import FILE --db {db} "
-                         "--dataset-id ID`")
+        raise InputError(
+            f"{db}: no label database here; create it with `tuner labels import FILE --db {db} --dataset-id ID`"
+        )
     return db
 
 
@@ -281,14 +379,32 @@ def _scorecard_table(metrics: dict[str, float]) -> Table:
     table = Table(title="Scorecard (in-scope means)", show_header=True)
     table.add_column("metric")
     table.add_column("value", justify="right")
-    shown = ["Primary_Metric_Score", *PRIMARY_SCORECARD, "OOS_FP_Rate", "InScope_Handoff_Rate", "Handoff_F1",
-             "Judged@10", "Judged@20", "Empty_Queries", "Latency_Avg_ms", "Latency_P95_ms", "Failed_Queries",
-             "N_Queries", "N_Truncated_Hits", "N_Repeated_Hits"]
+    shown = [
+        "Primary_Metric_Score",
+        *PRIMARY_SCORECARD,
+        "OOS_FP_Rate",
+        "InScope_Handoff_Rate",
+        "Handoff_F1",
+        "Judged@10",
+        "Judged@20",
+        "Empty_Queries",
+        "Latency_Avg_ms",
+        "Latency_P95_ms",
+        "Failed_Queries",
+        "N_Queries",
+        "N_Truncated_Hits",
+        "N_Repeated_Hits",
+    ]
     for name in shown:
         if name in metrics:
             value = metrics[name]
-            text = "n/a" if value != value else f"{value:.0f}" if name.startswith(("N_", "Failed", "Empty")) else (
-                f"{value:.1f}" if name.startswith("Latency") else f"{value:.4f}")
+            text = (
+                "n/a"
+                if value != value
+                else f"{value:.0f}"
+                if name.startswith(("N_", "Failed", "Empty"))
+                else (f"{value:.1f}" if name.startswith("Latency") else f"{value:.4f}")
+            )
             table.add_row(name, text)
     return table
 
@@ -301,24 +417,39 @@ def labels_import(
     file: Annotated[Path, typer.Argument(help="Label file: TREC qrels, JSONL judgments or CSV.")],
     dataset_id: Annotated[str, typer.Option("--dataset-id", help="Dataset the labels belong to (the query set's id).")],
     db: Annotated[Path, typer.Option("--db", help="Label cache (SQLite).")] = DEFAULT_DB,
-    fmt: Annotated[str | None, typer.Option("--format", help="qrels | jsonl | csv (default: "
-                                                             "from the extension).")] = None,
-    grade_map: Annotated[str | None, typer.Option(
-        "--grade-map", help="Map source grades onto 0..3, e.g. '1:3,2:2,3:1,4:1,-1:0' ('-1:unjudged' drops).")] = None,
-    replace: Annotated[bool, typer.Option(
-        "--replace", help="Re-import a file imported before whose judgments changed: its old judgments are replaced "
-        "(other files' and graders' grades are kept).")] = False,
+    fmt: Annotated[
+        str | None, typer.Option("--format", help="qrels | jsonl | csv (default: from the extension).")
+    ] = None,
+    grade_map: Annotated[
+        str | None,
+        typer.Option(
+            "--grade-map", help="Map source grades onto 0..3, e.g. '1:3,2:2,3:1,4:1,-1:0' ('-1:unjudged' drops)."
+        ),
+    ] = None,
+    replace: Annotated[
+        bool,
+        typer.Option(
+            "--replace",
+            help="Re-import a file imported before whose judgments changed: its old judgments are replaced "
+            "(other files' and graders' grades are kept).",
+        ),
+    ] = False,
 ) -> None:
     """Import labels into the cache (all or nothing)."""
-    from tuner.data.labelfiles import FORMATS
+    from tuner.data.labelfiles import FORMATS, LabelFormat
     from tuner.data.labels import LabelStore
     from tuner.data.qrels import GradeMap
 
     if fmt is not None and fmt not in FORMATS:
         raise InputError(f"--format {fmt!r}: use one of {', '.join(FORMATS)}")
     mapping = None if grade_map is None else GradeMap.parse(grade_map)
-    summary = LabelStore(db).import_file(file, dataset_id, fmt=fmt, grade_map=mapping,  # type: ignore[arg-type]
-                                         replace=replace)
+    summary = LabelStore(db).import_file(
+        file,
+        dataset_id,
+        fmt=cast("LabelFormat | None", fmt),  # checked against FORMATS above
+        grade_map=mapping,
+        replace=replace,
+    )
     grades = ", ".join(f"L{g}={n}" for g, n in summary.grade_counts.items())
     console = _console()
     console.print(
@@ -326,27 +457,34 @@ def labels_import(
         f"(dataset {dataset_id}, {summary.importer}; {summary.n_replaced} replaced) [{grades}]"
     )
     if summary.changed or summary.removed or (replace and summary.added < summary.n_labels):
-        console.print(f"replaced this file's judgments: {summary.added} added, {summary.changed} changed, "
-                      f"{summary.removed} removed since its last import; a study with trials measured on the old "
-                      "labels stops at `tuner run`: start a new study (a new `study:` name in the experiment)")
+        console.print(
+            f"replaced this file's judgments: {summary.added} added, {summary.changed} changed, "
+            f"{summary.removed} removed since its last import; a study with trials measured on the old "
+            "labels stops at `tuner run`: start a new study (a new `study:` name in the experiment)"
+        )
     if summary.n_conflicts:
         console.print(conflicts_line(summary.n_conflicts, dataset_id, db), highlight=False)
 
 
 def conflicts_line(n: int, dataset_id: str, db: Path) -> str:
-    return (f"note: {n} (query, doc) pair(s) of {dataset_id} are graded differently by a label file and by graders "
-            f"(tuner labels queue-import); the graders' grades are kept: see them with "
-            f"`tuner labels stats --dataset-id {dataset_id} --db {db} --conflicts`")
+    return (
+        f"note: {n} (query, doc) pair(s) of {dataset_id} are graded differently by a label file and by graders "
+        f"(tuner labels queue-import); the graders' grades are kept: see them with "
+        f"`tuner labels stats --dataset-id {dataset_id} --db {db} --conflicts`"
+    )
 
 
 @labels_app.command("stats")
 def labels_stats(
-    dataset_id: Annotated[str | None, typer.Option("--dataset-id", help="Dataset to describe (default: "
-                                                                        "list datasets).")] = None,
+    dataset_id: Annotated[
+        str | None, typer.Option("--dataset-id", help="Dataset to describe (default: list datasets).")
+    ] = None,
     db: Annotated[Path, typer.Option("--db", help="Label cache (SQLite).")] = DEFAULT_DB,
     per_query: Annotated[bool, typer.Option("--per-query", help="Also print the label counts of every query.")] = False,
-    conflicts: Annotated[bool, typer.Option(
-        "--conflicts", help="List the (query, doc) pairs a label file and graders grade differently.")] = False,
+    conflicts: Annotated[
+        bool,
+        typer.Option("--conflicts", help="List the (query, doc) pairs a label file and graders grade differently."),
+    ] = False,
 ) -> None:
     """Grade distribution and coverage of the label cache, its sources and conflicts."""
     from tuner.data.labelfiles import GRADE_NAMES
@@ -374,8 +512,9 @@ def labels_stats(
         for src in stats.sources:
             sha = f"sha256 {src.file_sha256[:12]}..." if src.file_sha256 else "no file hash"
             adopted = "; adopted from a label DB written before sources were recorded" if src.adopted else ""
-            console.print(f"  source {src.source_file}: {src.kind}, {src.n_labels} judgments, {sha}{adopted}",
-                          highlight=False)
+            console.print(
+                f"  source {src.source_file}: {src.kind}, {src.n_labels} judgments, {sha}{adopted}", highlight=False
+            )
         if stats.n_conflicts and not conflicts:
             console.print(conflicts_line(stats.n_conflicts, ds, db), highlight=False)
         if conflicts:
@@ -399,8 +538,9 @@ def labels_stats(
 def labels_export_unjudged(
     report: Annotated[Path, typer.Option("--report", help="report.json written by `tuner eval`.")],
     out: Annotated[Path, typer.Option("--out", help="File for the graders: .csv or .jsonl.")],
-    db: Annotated[Path | None, typer.Option(
-        "--db", help="Label cache: leave out pairs labelled since the report was written.")] = None,
+    db: Annotated[
+        Path | None, typer.Option("--db", help="Label cache: leave out pairs labelled since the report was written.")
+    ] = None,
     fmt: Annotated[str | None, typer.Option("--format", help="csv | jsonl (default: from the extension).")] = None,
 ) -> None:
     """Write the report's unjudged (query, doc) pairs for graders, deduplicated."""
@@ -418,7 +558,11 @@ def labels_export_unjudged(
     else:
         n = export_unjudged(data["unjudged"], out, fmt=fmt, queries=texts)  # type: ignore[arg-type]
     if data.get("unjudged_depth"):
-        _console().print(f"note: {report} is a slim trial report: it lists the unjudged hits down to rank "
-                         f"{data['unjudged_depth']} only (the baseline's and the best trials' reports list all)")
-    _console().print(f"wrote {n} unjudged (query, doc) pairs of dataset {dataset_id} to {out}; fill in 'relevance' "
-                    f"(0..3) and run `tuner labels import {out} --dataset-id {dataset_id}`")
+        _console().print(
+            f"note: {report} is a slim trial report: it lists the unjudged hits down to rank "
+            f"{data['unjudged_depth']} only (the baseline's and the best trials' reports list all)"
+        )
+    _console().print(
+        f"wrote {n} unjudged (query, doc) pairs of dataset {dataset_id} to {out}; fill in 'relevance' "
+        f"(0..3) and run `tuner labels import {out} --dataset-id {dataset_id}`"
+    )

@@ -54,8 +54,12 @@ def queue_command(
         raise InputError(f"--format {fmt!r}: use csv or jsonl")
     exp = load_experiment(experiment, check_paths=False)
     queries, store = _dataset(exp)
-    trials = pick_trials(load_study(exp).get_trials(deepcopy=False), top_n=top,
-                         maximize=exp.objective.direction == "maximize", include_baseline=baseline)
+    trials = pick_trials(
+        load_study(exp).get_trials(deepcopy=False),
+        top_n=top,
+        maximize=exp.objective.direction == "maximize",
+        include_baseline=baseline,
+    )
     with_reports = [(t.number, report_of(t)) for t in trials]
     reports = [load_trial_report(n, p) for n, p in with_reports if p is not None]
     known = store.qrels(queries.dataset_id) if queries.dataset_id in store.datasets() else {}
@@ -63,13 +67,15 @@ def queue_command(
     n = write_queue(items, out, fmt)  # type: ignore[arg-type]
     console = Console()
     skipped = [num for num, p in with_reports if p is None]
-    console.print(f"wrote {n} unjudged (query, doc) pairs from trials {[t.number for t in trials]} to {out}",
-                  soft_wrap=True)
+    console.print(
+        f"wrote {n} unjudged (query, doc) pairs from trials {[t.number for t in trials]} to {out}", soft_wrap=True
+    )
     if skipped:
         console.print(f"[yellow]trials {skipped} have no JSON report (cache hits of old runs?) and were skipped[/]")
-    console.print("fill in 'relevance' (0..3; leave blank to skip), "
-                  f"then `tuner labels queue-import {experiment} {out}`",
-                  soft_wrap=True)
+    console.print(
+        f"fill in 'relevance' (0..3; leave blank to skip), then `tuner labels queue-import {experiment} {out}`",
+        soft_wrap=True,
+    )
 
 
 def queue_import_command(
@@ -87,13 +93,22 @@ def queue_import_command(
     if summary is None:
         console.print(f"{graded}: no graded rows yet ({left} blank); nothing imported")
         return
-    console.print(f"imported {summary.n_labels} labels ({summary.n_replaced} replaced) for {summary.n_queries} "
-                  f"queries of {queries.dataset_id}; {left} rows still ungraded", soft_wrap=True)
-    console.print(f"the study's trials so far are scored on the labels before this import: `tuner run` stops on study "
-                  f"{exp.study!r} now; give `study:` a new name to tune on the new labels (the result cache never "
-                  "answers from the old ones)", soft_wrap=True)
+    console.print(
+        f"imported {summary.n_labels} labels ({summary.n_replaced} replaced) for {summary.n_queries} "
+        f"queries of {queries.dataset_id}; {left} rows still ungraded",
+        soft_wrap=True,
+    )
+    console.print(
+        f"the study's trials so far are scored on the labels before this import: `tuner run` stops on study "
+        f"{exp.study!r} now; give `study:` a new name to tune on the new labels (the result cache never "
+        "answers from the old ones)",
+        soft_wrap=True,
+    )
     if summary.n_conflicts:
         from tuner.cli.eval_cmds import conflicts_line
 
-        console.print(conflicts_line(summary.n_conflicts, queries.dataset_id, exp.dataset.labels_path), highlight=False,
-                      soft_wrap=True)
+        console.print(
+            conflicts_line(summary.n_conflicts, queries.dataset_id, exp.dataset.labels_path),
+            highlight=False,
+            soft_wrap=True,
+        )

@@ -63,8 +63,14 @@ def fmt_duration(seconds: float | None) -> str:
 
 
 class RichProgress(StudyObserver):
-    def __init__(self, console: Console, *, objective: str = "Primary_Metric_Score", constrained: bool = True,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        console: Console,
+        *,
+        objective: str = "Primary_Metric_Score",
+        constrained: bool = True,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.console = console
         self.objective = objective
         self.constrained = constrained  # the study has constraints: a trial is feasible or not
@@ -83,8 +89,9 @@ class RichProgress(StudyObserver):
     # -------------------------------------------------------------- lifecycle
 
     def __enter__(self) -> RichProgress:
-        self.live = Live(self._panel(), console=self.console, refresh_per_second=4, transient=True,
-                         get_renderable=self._panel)
+        self.live = Live(
+            self._panel(), console=self.console, refresh_per_second=4, transient=True, get_renderable=self._panel
+        )
         self.live.__enter__()
         return self
 
@@ -107,8 +114,9 @@ class RichProgress(StudyObserver):
         plan = f"{planned} trial(s)" if planned is not None else "until stopped"
         limit = f", timeout {fmt_duration(timeout)}" if timeout is not None else ""
         waiting = f", {queued} queued (baseline / shortlist)" if queued else ""
-        self.console.print(f"[bold]study {study.study_name}[/]: {finished} finished{waiting}; this run: {plan}{limit}",
-                           soft_wrap=True)
+        self.console.print(
+            f"[bold]study {study.study_name}[/]: {finished} finished{waiting}; this run: {plan}{limit}", soft_wrap=True
+        )
 
     def trial_started(self, number: int, variant: str | None) -> None:
         self.current, self.variant, self.phase_name = number, variant, "starting"
@@ -132,13 +140,17 @@ class RichProgress(StudyObserver):
         elapsed = self.clock() - self.started
         planned = f"/{self.planned}" if self.planned is not None else ""
         head = Text.assemble(
-            ("trials ", "bold"), f"{self.done}{planned}",
-            ("  elapsed ", "bold"), fmt_duration(elapsed),
-            ("  ETA ", "bold"), fmt_duration(eta_seconds(self.done, self.planned, elapsed, self.timeout)),
+            ("trials ", "bold"),
+            f"{self.done}{planned}",
+            ("  elapsed ", "bold"),
+            fmt_duration(elapsed),
+            ("  ETA ", "bold"),
+            fmt_duration(eta_seconds(self.done, self.planned, elapsed, self.timeout)),
         )
         if self.best is not None:
-            best = Text.assemble(("best feasible ", "bold"), f"#{self.best.number} {self.objective} = "
-                                                             f"{self.best.values[0]:.4f}")
+            best = Text.assemble(
+                ("best feasible ", "bold"), f"#{self.best.number} {self.objective} = {self.best.values[0]:.4f}"
+            )
         else:
             best = Text("best feasible: none yet", style="yellow")
         if self.current is not None:
@@ -207,7 +219,7 @@ def summary_tables(frame: pd.DataFrame, *, objective: str, maximize: bool) -> li
         if col.startswith(analysis.PARAM_PREFIX):
             value = best[col]
             if value is not None and not (isinstance(value, float) and value != value):
-                params.add_row(col[len(analysis.PARAM_PREFIX):], _fmt(value))
+                params.add_row(col[len(analysis.PARAM_PREFIX) :], _fmt(value))
     tables.append(params)
     return tables
 

@@ -46,15 +46,21 @@ def best_command(
     complete = int((frame["state"] == "COMPLETE").sum())
     if not top_rows:
         others = "other " if base is not None and bool(base["feasible"]) else ""
-        console.print(f"[yellow]no {others}feasible trial yet: {complete} complete trial(s), none meets every "
-                      "constraint[/]" + (" (the baseline is shown below)" if base is not None else ""))
+        console.print(
+            f"[yellow]no {others}feasible trial yet: {complete} complete trial(s), none meets every "
+            "constraint[/]" + (" (the baseline is shown below)" if base is not None else "")
+        )
     if base is None:
         console.print("no baseline trial in this study (set `baseline: true` in the experiment file); no deltas")
     if top_rows or base is not None:
         what = ("the baseline and " if base is not None else "") + (
-            f"the top {len(top_rows)} feasible trial(s)" if top_rows else "no feasible trial")
-        console.print(bt.trials_table(console, f"{exp.study}: {what} ({goal})", top_rows, base=base,
-                                      constraint_names=names, judged=judged))
+            f"the top {len(top_rows)} feasible trial(s)" if top_rows else "no feasible trial"
+        )
+        console.print(
+            bt.trials_table(
+                console, f"{exp.study}: {what} ({goal})", top_rows, base=base, constraint_names=names, judged=judged
+            )
+        )
         console.print(bt.legend(console, objective=exp.objective.metric, base=base, constraints=bool(names)))
         for table, width in bt.params_tables(console, frame, top_rows, base):
             console.print(table, width=width)
@@ -67,8 +73,17 @@ def best_command(
     if infeasible:
         n_infeasible = len(analysis.infeasible_trials(frame))
         shown = "" if n_infeasible == len(infeasible) else f", the {len(infeasible)} least violating"
-        console.print(bt.trials_table(console, f"{n_infeasible} infeasible trial(s){shown}: the constraints they break",
-                                      infeasible, base=None, constraint_names=names, judged=judged, excess=True))
+        console.print(
+            bt.trials_table(
+                console,
+                f"{n_infeasible} infeasible trial(s){shown}: the constraints they break",
+                infeasible,
+                base=None,
+                constraint_names=names,
+                judged=judged,
+                excess=True,
+            )
+        )
         for line in bt.early_stops(infeasible):
             console.print(line, markup=False, highlight=False)
     failed = frame[frame["state"] != "COMPLETE"]
@@ -78,8 +93,9 @@ def best_command(
 
 def report_command(
     experiment: ExperimentArg,
-    out: Annotated[Path | None, typer.Option("--out", help="Output folder (default "
-                                                           "<state_dir>/reports/<study>).")] = None,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Output folder (default <state_dir>/reports/<study>).")
+    ] = None,
 ) -> None:
     """All trials to CSV and Markdown, plus PNG plots (history, importances, score vs OOS)."""
     from tuner.config.experiment import load_experiment
@@ -120,6 +136,8 @@ def _print_holdout_link(console: Console, exp: Any, folder: Path) -> None:
         console.print(holdout_md.read_text(encoding="utf-8"), markup=False, highlight=False)
         console.print(f"  {holdout_md}", soft_wrap=True)
     else:
-        console.print(f"no holdout validation yet: run `tuner validate {exp.source}` (set holdout: in the experiment "
-                      "file so the study tunes without the held-out queries)", soft_wrap=True)
-
+        console.print(
+            f"no holdout validation yet: run `tuner validate {exp.source}` (set holdout: in the experiment "
+            "file so the study tunes without the held-out queries)",
+            soft_wrap=True,
+        )

@@ -38,8 +38,10 @@ def graceful_signals(stop: Any, console: Console) -> Iterator[dict[str, int]]:
             return
         received["signal"] = signum
         stop.set(f"interrupted by {sig.name}")
-        console.print(f"[yellow]{sig.name}: finishing the current trial, then restoring the original config "
-                      "(Ctrl-C again to abort the trial)[/]")
+        console.print(
+            f"[yellow]{sig.name}: finishing the current trial, then restoring the original config "
+            "(Ctrl-C again to abort the trial)[/]"
+        )
 
     previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
@@ -51,12 +53,25 @@ def graceful_signals(stop: Any, console: Console) -> Iterator[dict[str, int]]:
 
 def run_command(
     experiment: ExperimentArg,
-    n_trials: Annotated[int | None, typer.Option("--n-trials", min=1, help=(
-        "Trials to run now (default: what the study still lacks of the experiment's n_trials)."))] = None,
-    timeout: Annotated[float | None, typer.Option("--timeout", min=1, help=(
-        "Seconds for this run; no new trial starts after it (default: the experiment's timeout_s)."))] = None,
-    no_cache: Annotated[bool, typer.Option("--no-cache", help="Re-run identical configs instead of reusing "
-                                                              "results.")] = False,
+    n_trials: Annotated[
+        int | None,
+        typer.Option(
+            "--n-trials",
+            min=1,
+            help=("Trials to run now (default: what the study still lacks of the experiment's n_trials)."),
+        ),
+    ] = None,
+    timeout: Annotated[
+        float | None,
+        typer.Option(
+            "--timeout",
+            min=1,
+            help=("Seconds for this run; no new trial starts after it (default: the experiment's timeout_s)."),
+        ),
+    ] = None,
+    no_cache: Annotated[
+        bool, typer.Option("--no-cache", help="Re-run identical configs instead of reusing results.")
+    ] = False,
     skip_checks: SkipChecksOption = False,
 ) -> None:
     """Create or resume the experiment's study and run trials (Ctrl-C / SIGTERM stop cleanly).
@@ -70,8 +85,15 @@ def run_command(
     run_and_report(exp, console, n_trials=n_trials, timeout=timeout, use_cache=not no_cache, skip_checks=skip_checks)
 
 
-def run_and_report(exp: Any, console: Console, *, n_trials: int | None, timeout: float | None,
-                   use_cache: bool = True, skip_checks: bool = False) -> None:
+def run_and_report(
+    exp: Any,
+    console: Console,
+    *,
+    n_trials: int | None,
+    timeout: float | None,
+    use_cache: bool = True,
+    skip_checks: bool = False,
+) -> None:
     from tuner.cli.progress import RichProgress
     from tuner.ops.run import run_experiment
     from tuner.study.stop import StopFlag
@@ -80,19 +102,30 @@ def run_and_report(exp: Any, console: Console, *, n_trials: int | None, timeout:
     for warning in exp.warnings:
         console.print(f"[yellow]warning:[/] {warning}", soft_wrap=True)
     stop = StopFlag()
-    with graceful_signals(stop, console) as received, RichProgress(
-            console, objective=exp.objective.metric, constrained=bool(exp.constraints)) as progress:
-        summary = run_experiment(exp, n_trials=n_trials, timeout=timeout, stop=stop, observer=progress,
-                                 use_cache=use_cache, skip_checks=skip_checks)
+    with (
+        graceful_signals(stop, console) as received,
+        RichProgress(console, objective=exp.objective.metric, constrained=bool(exp.constraints)) as progress,
+    ):
+        summary = run_experiment(
+            exp,
+            n_trials=n_trials,
+            timeout=timeout,
+            stop=stop,
+            observer=progress,
+            use_cache=use_cache,
+            skip_checks=skip_checks,
+        )
     _print_summary(console, exp, summary)
     if summary.error:
         console.print(f"[red]error:[/] {summary.error}", soft_wrap=True)
         raise typer.Exit(2)
     ran = summary.result.ran
     if ran and "signal" not in received and all(o.state == "FAIL" for o in ran):
-        console.print(f"[red]error:[/] every trial of this run failed ({len(ran)}); last: {ran[-1].fail_reason}; "
-                      "fix the backend or the search space (`tuner check EXPERIMENT`), then run again",
-                      soft_wrap=True)
+        console.print(
+            f"[red]error:[/] every trial of this run failed ({len(ran)}); last: {ran[-1].fail_reason}; "
+            "fix the backend or the search space (`tuner check EXPERIMENT`), then run again",
+            soft_wrap=True,
+        )
         raise typer.Exit(1)
     if "signal" in received:
         raise typer.Exit(EXIT_INTERRUPTED.get(signal.Signals(received["signal"]), 1))
@@ -118,7 +151,7 @@ def _print_summary(console: Console, exp: Any, summary: Any) -> None:
         f"[bold]study {summary.study_name}[/]: this run {ran}"
         + (f" ({cached} from the result cache)" if cached else "")
         + f" in {fmt_duration(result.elapsed_s)}, stopped by {result.stopped_by}; "
-          f"{summary.n_trials_total} trials in total",
+        f"{summary.n_trials_total} trials in total",
         soft_wrap=True,
     )
     from tuner.study.retry import infra_summary
@@ -127,14 +160,17 @@ def _print_summary(console: Console, exp: Any, summary: Any) -> None:
     if infra:
         console.print(infra, style="yellow", soft_wrap=True, markup=False)
     if not result.ran and result.stopped_by == "n_trials":
-        console.print(f"the study already has the experiment's n_trials ({exp.n_trials}); "
-                      "pass --n-trials N to run N more", soft_wrap=True)
+        console.print(
+            f"the study already has the experiment's n_trials ({exp.n_trials}); pass --n-trials N to run N more",
+            soft_wrap=True,
+        )
     if summary.restored:
         console.print(f"original config restored: {', '.join(map(str, summary.restored))}", soft_wrap=True)
     frame = analysis.trials_frame(load_study(exp).get_trials(deepcopy=False))
     if summary.best is None:
-        console.print("[yellow]no feasible trial yet[/] (constraints: "
-                      + ", ".join(c.name for c in exp.constraints) + ")")
+        console.print(
+            "[yellow]no feasible trial yet[/] (constraints: " + ", ".join(c.name for c in exp.constraints) + ")"
+        )
     else:
         for table in summary_tables(frame, objective=exp.objective.metric, maximize=maximize):
             console.print(table)
@@ -165,4 +201,3 @@ def _print_holdout(console: Console, run: Any) -> None:
     for warning in report.warnings:
         console.print(f"[yellow]warning:[/] {warning}", soft_wrap=True)
     console.print(f"  {run.markdown_path}", soft_wrap=True)
-

@@ -34,32 +34,65 @@ def register(app: typer.Typer) -> None:
 
 
 def score(
-    qrels: Annotated[Path | None, typer.Option("--qrels", help="TREC qrels: 'qid iter docno grade' "
-                                                               "(or 'qid docno grade').")] = None,
-    run: Annotated[Path | None, typer.Option("--run", help="TREC run ('qid Q0 docno rank score tag'), JSONL "
-        "({query_id, results: [{doc_id, score}]} per line, or one {qid, docid, rank, score} hit per line) or a "
-        "JSON array of {hits: [{qid, docid, rank, score}]} per query; told apart by content.")] = None,
-    metric_names: Annotated[str | None, typer.Option(
-        "--metrics", help="Comma-separated metrics, e.g. NDCG@10,P@5,ERR@20 (default: "
-                          "primary + secondary scorecard).")] = None,
+    qrels: Annotated[
+        Path | None, typer.Option("--qrels", help="TREC qrels: 'qid iter docno grade' (or 'qid docno grade').")
+    ] = None,
+    run: Annotated[
+        Path | None,
+        typer.Option(
+            "--run",
+            help="TREC run ('qid Q0 docno rank score tag'), JSONL "
+            "({query_id, results: [{doc_id, score}]} per line, or one {qid, docid, rank, score} hit per line) or a "
+            "JSON array of {hits: [{qid, docid, rank, score}]} per query; told apart by content.",
+        ),
+    ] = None,
+    metric_names: Annotated[
+        str | None,
+        typer.Option(
+            "--metrics",
+            help="Comma-separated metrics, e.g. NDCG@10,P@5,ERR@20 (default: primary + secondary scorecard).",
+        ),
+    ] = None,
     gains: Annotated[str, typer.Option("--gains", help="Gain scheme: linear (grade) or exp (2^grade - 1).")] = "linear",
-    relevance_level: Annotated[int, typer.Option(
-        "--relevance-level", "-l", help="trec_eval -l: binary metrics (P, Recall, Success, MRR, AP) count "
-        "grade >= N as relevant. Graded ones (NDCG, ERR, graded MAP...) and those named by their level "
-        "(Useful_/Strong_/Exact_) ignore it, as trec_eval's ndcg does.")] = 1,
-    order: Annotated[str, typer.Option(
-        "--order", help="trec: rank each query by score descending, ties by docno descending, as trec_eval does "
-        "(rank fields and file order ignored; a query with no scores keeps file order). given: file order, e.g. "
-        "captured API responses scored as the live scorecard does.")] = "trec",
-    grade_map: Annotated[str | None, typer.Option(
-        "--grade-map", help="Map the qrels' grades onto 0..3, e.g. '1:3,2:2,3:1,4:1,-1:0' ('-1:unjudged' drops). "
-        "Default: identity on 0..3.")] = None,
-    queries: Annotated[str, typer.Option(
-        "--queries", help="qrels: every labelled query (a query missing from the run scores 0, like trec_eval -c); "
-        "common: only queries in both files (trec_eval's default).")] = "qrels",
+    relevance_level: Annotated[
+        int,
+        typer.Option(
+            "--relevance-level",
+            "-l",
+            help="trec_eval -l: binary metrics (P, Recall, Success, MRR, AP) count "
+            "grade >= N as relevant. Graded ones (NDCG, ERR, graded MAP...) and those named by their level "
+            "(Useful_/Strong_/Exact_) ignore it, as trec_eval's ndcg does.",
+        ),
+    ] = 1,
+    order: Annotated[
+        str,
+        typer.Option(
+            "--order",
+            help="trec: rank each query by score descending, ties by docno descending, as trec_eval does "
+            "(rank fields and file order ignored; a query with no scores keeps file order). given: file order, e.g. "
+            "captured API responses scored as the live scorecard does.",
+        ),
+    ] = "trec",
+    grade_map: Annotated[
+        str | None,
+        typer.Option(
+            "--grade-map",
+            help="Map the qrels' grades onto 0..3, e.g. '1:3,2:2,3:1,4:1,-1:0' ('-1:unjudged' drops). "
+            "Default: identity on 0..3.",
+        ),
+    ] = None,
+    queries: Annotated[
+        str,
+        typer.Option(
+            "--queries",
+            help="qrels: every labelled query (a query missing from the run scores 0, like trec_eval -c); "
+            "common: only queries in both files (trec_eval's default).",
+        ),
+    ] = "qrels",
     per_query: Annotated[bool, typer.Option("--per-query", help="Also print one row per query.")] = False,
-    json_out: Annotated[Path | None, typer.Option("--json", help="Write the scores (aggregate + per query) to this "
-                                                                 "JSON file.")] = None,
+    json_out: Annotated[
+        Path | None, typer.Option("--json", help="Write the scores (aggregate + per query) to this JSON file.")
+    ] = None,
     list_metrics: Annotated[bool, typer.Option("--list-metrics", help="List the metric families and exit.")] = False,
 ) -> None:
     """Score a run file offline against graded qrels and print the scorecard.
@@ -88,11 +121,10 @@ def score(
     ranked = read_run(run, order=order)
     query_ids = _query_ids(labels, ranked, queries)
     wanted = None if metric_names is None else [m.strip() for m in metric_names.split(",") if m.strip()]
-    per_query_scores = metrics.score_rankings(ranked.rankings, labels, query_ids, gains=gains, metrics=wanted,
-                                              relevance_level=relevance_level)
-    coverage = pd.concat(
-        [metrics.judged_at_k(ranked.rankings, labels, query_ids, k) for k in COVERAGE_DEPTHS], axis=1
+    per_query_scores = metrics.score_rankings(
+        ranked.rankings, labels, query_ids, gains=gains, metrics=wanted, relevance_level=relevance_level
     )
+    coverage = pd.concat([metrics.judged_at_k(ranked.rankings, labels, query_ids, k) for k in COVERAGE_DEPTHS], axis=1)
     unlabelled = [q for q in ranked.rankings if q not in labels]
     report = _report(per_query_scores, coverage, qrels, run, ranked, order, gains, mapping, unlabelled)
     if json_out is not None:
@@ -110,8 +142,17 @@ def _query_ids(labels: dict[str, dict[str, int]], ranked: Run, queries: str) -> 
     raise InputError(f"--queries {queries!r} is not one of: {', '.join(QUERY_SETS)}")
 
 
-def _report(scores: pd.DataFrame, coverage: pd.DataFrame, qrels: Path, run: Path, ranked: Run, order: str,
-            gains: str, mapping: GradeMap, unlabelled: list[str]) -> dict[str, Any]:
+def _report(
+    scores: pd.DataFrame,
+    coverage: pd.DataFrame,
+    qrels: Path,
+    run: Path,
+    ranked: Run,
+    order: str,
+    gains: str,
+    mapping: GradeMap,
+    unlabelled: list[str],
+) -> dict[str, Any]:
     import pandas as pd
 
     from tuner import metrics
@@ -148,9 +189,11 @@ def _write_json(path: Path, report: dict[str, Any]) -> None:
 def _print(console: Console, report: dict[str, Any], per_query: pd.DataFrame | None) -> None:
     from tuner.metrics import PRIMARY_METRIC
 
-    caption = (f"{report['run']} ({report['run_format']}, {report['order']} order) · {report['n_queries']} queries · "
-               f"gains {report['gains']} · relevant: grade >= {report['relevance_level']} · "
-               f"grade map {report['grade_map']} · {report['scorecard_version']}")
+    caption = (
+        f"{report['run']} ({report['run_format']}, {report['order']} order) · {report['n_queries']} queries · "
+        f"gains {report['gains']} · relevant: grade >= {report['relevance_level']} · "
+        f"grade map {report['grade_map']} · {report['scorecard_version']}"
+    )
     table = Table(title="Scorecard")
     table.add_column("metric")
     table.add_column("mean", justify="right")
@@ -163,8 +206,10 @@ def _print(console: Console, report: dict[str, Any], per_query: pd.DataFrame | N
     # one line, never folded: it says how to read every number above (and grep finds it)
     console.print(caption, soft_wrap=True, highlight=False)
     if report["run_queries_without_labels"]:
-        console.print(f"note: {len(report['run_queries_without_labels'])} run queries have no labels and were "
-                      "not scored; label them or check the query ids")
+        console.print(
+            f"note: {len(report['run_queries_without_labels'])} run queries have no labels and were "
+            "not scored; label them or check the query ids"
+        )
     if per_query is not None:
         console.print(_per_query_table(per_query))
 
@@ -182,12 +227,19 @@ def _per_query_table(scores: pd.DataFrame) -> Table:
 def _metrics_table() -> Table:
     from tuner import metrics
 
-    table = Table(title=f"Metrics ({metrics.SCORECARD_VERSION}); write FAMILY@k, e.g. NDCG@23. "
-                        "L = --relevance-level (trec_eval -l), default 1")
+    table = Table(
+        title=f"Metrics ({metrics.SCORECARD_VERSION}); write FAMILY@k, e.g. NDCG@23. "
+        "L = --relevance-level (trec_eval -l), default 1"
+    )
     for column in ("family", "cutoff", "gains", "-l", "trec_eval", "definition"):
         table.add_column(column)
     for family in metrics.list_metrics():
-        table.add_row(family.name, "@k" if family.needs_cutoff else "@k or bare",
-                      "yes" if family.uses_gains else "", "yes" if family.binary else "",
-                      family.trec_eval, family.description)
+        table.add_row(
+            family.name,
+            "@k" if family.needs_cutoff else "@k or bare",
+            "yes" if family.uses_gains else "",
+            "yes" if family.binary else "",
+            family.trec_eval,
+            family.description,
+        )
     return table

@@ -12,9 +12,14 @@ from typing import Annotated, Any
 import typer
 
 ExperimentArg = Annotated[Path, typer.Argument(help="Experiment file (experiments/*.yaml).", show_default=False)]
-SkipChecksOption = Annotated[bool, typer.Option(
-    "--skip-checks", help="Run even when the preflight (`tuner check`) finds a set-up that gives wrong numbers; "
-    "the findings and the skip are recorded in the reports.")]
+SkipChecksOption = Annotated[
+    bool,
+    typer.Option(
+        "--skip-checks",
+        help="Run even when the preflight (`tuner check`) finds a set-up that gives wrong numbers; "
+        "the findings and the skip are recorded in the reports.",
+    ),
+]
 
 
 def quiet_libraries() -> None:
@@ -31,7 +36,6 @@ def quiet_libraries() -> None:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     warnings.filterwarnings("ignore", module="mlflow")
-
 
 
 def pending_journal_line(experiment: Any) -> str | None:

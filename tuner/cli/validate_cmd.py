@@ -17,10 +17,13 @@ def register(app: typer.Typer) -> None:
 
 def validate_command(
     experiment: ExperimentArg,
-    trial: Annotated[int | None, typer.Option("--trial", help="Validate this trial instead of the best "
-                                                              "feasible.")] = None,
-    fraction: Annotated[float | None, typer.Option("--fraction", help="Holdout share (default: the experiment's "
-                                                  "holdout.fraction, else 0.3).")] = None,
+    trial: Annotated[
+        int | None, typer.Option("--trial", help="Validate this trial instead of the best feasible.")
+    ] = None,
+    fraction: Annotated[
+        float | None,
+        typer.Option("--fraction", help="Holdout share (default: the experiment's holdout.fraction, else 0.3)."),
+    ] = None,
     seed: Annotated[int | None, typer.Option("--seed", help="Split seed (default: the experiment's).")] = None,
     resamples: Annotated[
         int, typer.Option("--resamples", min=100, help="Bootstrap / randomisation resamples.")
@@ -41,8 +44,14 @@ def validate_command(
     if updates:
         config = config.model_copy(update=updates)
     console = Console()
-    run = validate_holdout(exp, holdout=config, trial_number=trial, n_resamples=resamples, test=test,
-                           on_step=lambda s: console.print(f"[dim]{s}[/]"))
+    run = validate_holdout(
+        exp,
+        holdout=config,
+        trial_number=trial,
+        n_resamples=resamples,
+        test=test,
+        on_step=lambda s: console.print(f"[dim]{s}[/]"),
+    )
     console.print(run.report.to_markdown(), markup=False, highlight=False)
     for warning in run.report.warnings:
         console.print(f"[yellow]warning:[/] {warning}")

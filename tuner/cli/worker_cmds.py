@@ -19,10 +19,18 @@ def register(app: typer.Typer) -> None:
 
 def workers_command(
     experiment: ExperimentArg,
-    count: Annotated[int | None, typer.Option("--count", min=1, help=(
-        "Replicas to start on this machine (default: workers.count of the experiment)."))] = None,
-    first: Annotated[int, typer.Option("--first", min=0, help=(
-        "Number of the first replica (another machine starts at the next free number)."))] = 0,
+    count: Annotated[
+        int | None,
+        typer.Option(
+            "--count", min=1, help=("Replicas to start on this machine (default: workers.count of the experiment).")
+        ),
+    ] = None,
+    first: Annotated[
+        int,
+        typer.Option(
+            "--first", min=0, help=("Number of the first replica (another machine starts at the next free number).")
+        ),
+    ] = 0,
     n_trials: Annotated[int | None, typer.Option("--n-trials", min=1, help="Study-wide total.")] = None,
     timeout: Annotated[float | None, typer.Option("--timeout", help="Seconds each worker runs at most.")] = None,
 ) -> None:
@@ -40,8 +48,10 @@ def workers_command(
     n = count or exp.workers.count
     check_storage(exp.storage, n_workers=max(n, 2))  # refuse SQLite before starting anything
     extra = [*(["--n-trials", str(n_trials)] if n_trials else []), *(["--timeout", str(timeout)] if timeout else [])]
-    procs = [subprocess.Popen([sys.executable, "-m", "tuner", "worker", str(experiment), "--replica", str(r), *extra])
-             for r in range(first, first + n)]
+    procs = [
+        subprocess.Popen([sys.executable, "-m", "tuner", "worker", str(experiment), "--replica", str(r), *extra])
+        for r in range(first, first + n)
+    ]
     console.print(f"started replicas {first}..{first + n - 1} (pids {', '.join(str(p.pid) for p in procs)})")
 
     def forward(signum: int, frame: object) -> None:
@@ -65,22 +75,52 @@ def workers_command(
 
 def worker_command(
     experiment: ExperimentArg,
-    replica: Annotated[int, typer.Option("--replica", min=0, help="This worker's replica number (0, 1, ...): "
-                                         "its own backend copy, port and state dir.")] = 0,
-    n_trials: Annotated[int | None, typer.Option("--n-trials", min=1, help="Study-wide total (default: the "
-                                                 "experiment's n_trials).")] = None,
+    replica: Annotated[
+        int,
+        typer.Option(
+            "--replica",
+            min=0,
+            help="This worker's replica number (0, 1, ...): its own backend copy, port and state dir.",
+        ),
+    ] = 0,
+    n_trials: Annotated[
+        int | None, typer.Option("--n-trials", min=1, help="Study-wide total (default: the experiment's n_trials).")
+    ] = None,
     timeout: Annotated[float | None, typer.Option("--timeout", help="Seconds this worker runs at most.")] = None,
-    heartbeat: Annotated[int | None, typer.Option("--heartbeat", min=1, help=(
-        "Heartbeat interval (s); default: workers.heartbeat_interval_s of the experiment (30)."))] = None,
-    grace: Annotated[int | None, typer.Option("--grace", min=2, help="A trial silent this long (s) is failed "
-                                              "and retried by another worker (default 4 x heartbeat).")] = None,
-    max_retry: Annotated[int | None, typer.Option("--max-retry", min=0, help=(
-        "Retries of one crashed trial (default: workers.max_retry, 2)."))] = None,
-    port: Annotated[int | None, typer.Option("--port", min=1, help=(
-        "This replica's port (default: from workers.ports, else a free one)."))] = None,
-    skip_checks: Annotated[bool, typer.Option("--skip-checks", help=(
-        "Run even when this replica's preflight finds a set-up that gives wrong numbers (recorded in the reports)."
-    ))] = False,
+    heartbeat: Annotated[
+        int | None,
+        typer.Option(
+            "--heartbeat",
+            min=1,
+            help=("Heartbeat interval (s); default: workers.heartbeat_interval_s of the experiment (30)."),
+        ),
+    ] = None,
+    grace: Annotated[
+        int | None,
+        typer.Option(
+            "--grace",
+            min=2,
+            help="A trial silent this long (s) is failed and retried by another worker (default 4 x heartbeat).",
+        ),
+    ] = None,
+    max_retry: Annotated[
+        int | None,
+        typer.Option("--max-retry", min=0, help=("Retries of one crashed trial (default: workers.max_retry, 2).")),
+    ] = None,
+    port: Annotated[
+        int | None,
+        typer.Option("--port", min=1, help=("This replica's port (default: from workers.ports, else a free one).")),
+    ] = None,
+    skip_checks: Annotated[
+        bool,
+        typer.Option(
+            "--skip-checks",
+            help=(
+                "Run even when this replica's preflight finds a set-up that gives wrong numbers "
+                "(recorded in the reports)."
+            ),
+        ),
+    ] = False,
 ) -> None:
     """Run trials of the experiment's study (PostgreSQL storage) on backend replica N until
     the study has n_trials finished trials. Start one per replica, on one or more machines."""
@@ -91,9 +131,13 @@ def worker_command(
 
     console = Console(stderr=True)
     exp = load_experiment(experiment)
-    given = {"heartbeat_interval_s": heartbeat, "grace_period_s": grace, "max_retry": max_retry,
-             # a base port that puts this replica on --port (replica N gets base + N)
-             "ports": port - replica if port is not None and port > replica else None}
+    given = {
+        "heartbeat_interval_s": heartbeat,
+        "grace_period_s": grace,
+        "max_retry": max_retry,
+        # a base port that puts this replica on --port (replica N gets base + N)
+        "ports": port - replica if port is not None and port > replica else None,
+    }
     # the CLI overrides the experiment's workers: section, field by field (validated again)
     settings = WorkerSettings(**{**exp.workers.model_dump(), **{k: v for k, v in given.items() if v is not None}})
     exp = exp.model_copy(update={"workers": settings})
@@ -112,15 +156,25 @@ def worker_command(
     for sig in (signal.SIGINT, signal.SIGTERM):
         previous[sig] = signal.signal(sig, handler)
     try:
-        summary = run_replica(exp, replica, settings=settings, n_trials=n_trials, timeout_s=timeout, stop=stop,
-                              note=console.print, skip_checks=skip_checks)
+        summary = run_replica(
+            exp,
+            replica,
+            settings=settings,
+            n_trials=n_trials,
+            timeout_s=timeout,
+            stop=stop,
+            note=console.print,
+            skip_checks=skip_checks,
+        )
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
     ran = [o.number for o in summary.result.ran]
-    console.print(f"replica {replica}: {len(ran)} trial(s) {ran}, stopped by "
-                  f"{summary.result.stopped_by}; config restored: "
-                  f"{', '.join(map(str, summary.restored)) or 'unchanged'}")
+    console.print(
+        f"replica {replica}: {len(ran)} trial(s) {ran}, stopped by "
+        f"{summary.result.stopped_by}; config restored: "
+        f"{', '.join(map(str, summary.restored)) or 'unchanged'}"
+    )
     from tuner.study.retry import infra_summary
 
     infra = infra_summary(summary.result.infra_failed)

@@ -171,8 +171,10 @@ class ConfigPatcher:
         if not any(n.startswith(f"{name}: ") for n in self.notes):
             meta = FileMeta.of(path)
             owner = f" ({meta.describe()})" if meta is not None else ""
-            self.notes.append(f"{name}: a replacement could not be given its owner{owner}: "
-                              "it is rewritten in place (owner and mode kept, not atomic)")
+            self.notes.append(
+                f"{name}: a replacement could not be given its owner{owner}: "
+                "it is rewritten in place (owner and mode kept, not atomic)"
+            )
 
     def restore(self) -> list[Path]:
         """Originals back byte for byte; the journal is removed. Returns the files rewritten."""
@@ -297,8 +299,9 @@ def _set(doc: CommentedMap, dotted: str, value: Any, name: str) -> None:
     if isinstance(node, Mapping):
         key: Any = leaf if leaf in node else str(leaf)
         if key not in node:
-            raise ConfigError(f"{name}: {dotted}: no such key{did_you_mean(dotted, all_paths(doc))} "
-                              "(only existing keys are patched)")
+            raise ConfigError(
+                f"{name}: {dotted}: no such key{did_you_mean(dotted, all_paths(doc))} (only existing keys are patched)"
+            )
     elif isinstance(node, list) and isinstance(leaf, int) and 0 <= leaf < len(node):
         key = leaf
     else:
@@ -321,8 +324,9 @@ def _merge(old: Any, new: Any, where: str) -> Any:
     if isinstance(old, CommentedMap) and isinstance(new, Mapping):
         for k, v in new.items():
             if k not in old:
-                raise ConfigError(f"{where}.{k}: no such key{did_you_mean(str(k), old)} "
-                                  "(only existing keys are patched)")
+                raise ConfigError(
+                    f"{where}.{k}: no such key{did_you_mean(str(k), old)} (only existing keys are patched)"
+                )
             old[k] = _merge(old[k], v, f"{where}.{k}")
         return old
     return _scalar_like(old, new)

@@ -35,12 +35,16 @@ class LabelSource(StrictModel):
 
 class DatasetConfig(StrictModel):
     queries: Path
-    dataset_id: str | None = Field(default=None, description="Default: derived from the query file by "
-                                                             "tuner.data.dataset.")
+    dataset_id: str | None = Field(
+        default=None, description="Default: derived from the query file by tuner.data.dataset."
+    )
     labels_db: Path | None = None
-    labels: list[LabelSource] = Field(default_factory=list, description="Imported when labels_db has no labels for the "
-                                                                        "dataset; a file changed since its import "
-                                                                        "stops the commands.")
+    labels: list[LabelSource] = Field(
+        default_factory=list,
+        description="Imported when labels_db has no labels for the "
+        "dataset; a file changed since its import "
+        "stops the commands.",
+    )
     unjudged_queries: Literal["drop", "keep", "error"] = Field(
         default="drop",
         description="In-scope queries with no judgment at all: drop them (counted and said), keep them (each "

@@ -93,13 +93,21 @@ class ExperimentFile(StrictModel):
     workers: WorkerSettings = Field(default_factory=WorkerSettings)
     shortlist: Path | list[dict[str, Any]] | None = None
     baseline: bool = True
-    pipeline: bool = Field(default=True, description=(
-        "Begin the next trial (ask, suggest, render) and end the last one (scoring, records, tell) while a trial "
-        "is measured, so the backend waits for nothing but its own work (tuner.study.pipeline). false: strictly "
-        "one trial after the other."))
+    pipeline: bool = Field(
+        default=True,
+        description=(
+            "Begin the next trial (ask, suggest, render) and end the last one (scoring, records, tell) while a trial "
+            "is measured, so the backend waits for nothing but its own work (tuner.study.pipeline). false: strictly "
+            "one trial after the other."
+        ),
+    )
     # Off by default: a small query set split 70/30 tunes on too few queries to be useful.
-    replay: ReplayConfig | None = Field(default=None, description=(
-        "Fusion params solved per trial from one explained retrieval and verified live (tuner.config.replay)."))
+    replay: ReplayConfig | None = Field(
+        default=None,
+        description=(
+            "Fusion params solved per trial from one explained retrieval and verified live (tuner.config.replay)."
+        ),
+    )
     holdout: HoldoutConfig = Field(
         default_factory=lambda: HoldoutConfig(enabled=False),
         description="Seeded tune/holdout split; the study tunes on the tune part and validates on the holdout.",
@@ -228,13 +236,27 @@ def load_experiment(path: Path | str, *, check_paths: bool = True) -> Experiment
     ]
     for label, p in checked if check_paths else []:
         if not p.exists():
-            raise ConfigError(f"{where}: {label}: {display_path(p)} does not exist "
-                              f"(paths are relative to {display_path(base)})")
+            raise ConfigError(
+                f"{where}: {label}: {display_path(p)} does not exist (paths are relative to {display_path(base)})"
+            )
     for i, (written, pattern) in enumerate(zip(raw.target.inputs, target.inputs, strict=True) if check_paths else []):
         _check_input(f"{where}: target.inputs[{i}]", written, pattern, base)
 
-    fields = raw.model_dump(exclude={"project_root", "state_dir", "storage", "dataset", "target", "tracking",
-                                     "shortlist", "search_space", "sampler", "pruner", "evaluation"})
+    fields = raw.model_dump(
+        exclude={
+            "project_root",
+            "state_dir",
+            "storage",
+            "dataset",
+            "target",
+            "tracking",
+            "shortlist",
+            "search_space",
+            "sampler",
+            "pruner",
+            "evaluation",
+        }
+    )
     return Experiment(
         **fields,
         sampler=raw.sampler,
@@ -290,7 +312,7 @@ def resolve_sqlite(uri: str, base: Path) -> str:
     """
     prefix = "sqlite:///"
     if uri.startswith(prefix) and not uri.startswith(prefix + "/") and ":memory:" not in uri:
-        return prefix + str((base / uri[len(prefix):]).resolve())
+        return prefix + str((base / uri[len(prefix) :]).resolve())
     return uri
 
 

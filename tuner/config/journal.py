@@ -84,8 +84,13 @@ class Journal:
                     **({"uid": meta.uid, "gid": meta.gid, "mode": meta.mode} if meta is not None else {}),
                 }
             )
-        payload = {"version": JOURNAL_VERSION, "created_at": time.time(), "pid": os.getpid(),
-                   **({"owner": self.owner} if self.owner else {}), "files": entries}
+        payload = {
+            "version": JOURNAL_VERSION,
+            "created_at": time.time(),
+            "pid": os.getpid(),
+            **({"owner": self.owner} if self.owner else {}),
+            "files": entries,
+        }
         self.path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(self.path, json.dumps(payload, indent=1).encode("utf-8"), mode=0o600)
 
@@ -94,8 +99,9 @@ class Journal:
         for e in self._load()["files"]:
             data = base64.b64decode(e["content_b64"])
             if _sha256(data) != e["sha256"]:
-                raise TargetError(f"{display_path(self.path)}: journal entry for {e['path']} is corrupt "
-                                  "(sha256 mismatch)")
+                raise TargetError(
+                    f"{display_path(self.path)}: journal entry for {e['path']} is corrupt (sha256 mismatch)"
+                )
             out[Path(e["path"])] = data
         return out
 
@@ -122,8 +128,9 @@ class Journal:
         try:
             payload = json.loads(self.path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
-            raise TargetError(f"{display_path(self.path)}: unreadable restore journal ({exc}); "
-                              "restore the config by hand") from exc
+            raise TargetError(
+                f"{display_path(self.path)}: unreadable restore journal ({exc}); restore the config by hand"
+            ) from exc
         if payload.get("version") != JOURNAL_VERSION:
             raise TargetError(f"{display_path(self.path)}: unknown journal version {payload.get('version')!r}")
         return payload
@@ -187,22 +194,31 @@ class Pending:
         on disk: the journal, whose it is, what a replay would restore, what resolves it."""
         head = f"restore journal pending: {display_path(self.path)}, left by {self._whose()}"
         if self.alive:
-            return (f"{head}: the config files hold its writes until it ends and restores {_names(self.files)}; "
-                    f"if that process is not a tuner any more, {resolve}")
-        return f"{head}: the config files and what the backend serves may be its unchecked writes; a replay " \
-               f"restores {self._what()}; {resolve}"
+            return (
+                f"{head}: the config files hold its writes until it ends and restores {_names(self.files)}; "
+                f"if that process is not a tuner any more, {resolve}"
+            )
+        return (
+            f"{head}: the config files and what the backend serves may be its unchecked writes; a replay "
+            f"restores {self._what()}; {resolve}"
+        )
 
     def replayed_line(self, restored: Sequence[Path]) -> str:
         """What the replay of this journal did (after ``recover``)."""
-        done = (f"restored {_names(restored)} (original bytes, owner and mode)" if restored
-                else f"{_names(self.files)} already held the originals, nothing rewritten")
+        done = (
+            f"restored {_names(restored)} (original bytes, owner and mode)"
+            if restored
+            else f"{_names(self.files)} already held the originals, nothing rewritten"
+        )
         return f"replayed the restore journal {display_path(self.path)} left by {self._whose()}: {done}"
 
 
 def recover_hint(experiment_file: Path | str) -> str:
     """The command that resolves a pending journal (for `Pending.line`)."""
-    return (f"`tuner apply {experiment_file} --recover` replays it and restarts the backend on the originals "
-            "(so does the next `tuner run` or `tuner apply`)")
+    return (
+        f"`tuner apply {experiment_file} --recover` replays it and restarts the backend on the originals "
+        "(so does the next `tuner run` or `tuner apply`)"
+    )
 
 
 def _names(files: Sequence[Path]) -> str:
@@ -228,7 +244,11 @@ def pending(journal_path: Path) -> Pending | None:
     pid = int(pid) if isinstance(pid, int) else None
     created = payload.get("created_at")
     return Pending(
-        path=journal.path, owner=str(payload.get("owner") or "a tuner command"), pid=pid,
+        path=journal.path,
+        owner=str(payload.get("owner") or "a tuner command"),
+        pid=pid,
         created_at=float(created) if isinstance(created, (int, float)) else None,
-        files=list(originals), differ=differ, alive=_alive(pid),
+        files=list(originals),
+        differ=differ,
+        alive=_alive(pid),
     )

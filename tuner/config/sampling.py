@@ -102,7 +102,11 @@ class QMCSamplerConfig(_SamplerBase):
 
 SamplerConfig = Annotated[
     Union[  # noqa: UP007
-        TPESamplerConfig, RandomSamplerConfig, GPSamplerConfig, NSGAIISamplerConfig, CmaEsSamplerConfig,
+        TPESamplerConfig,
+        RandomSamplerConfig,
+        GPSamplerConfig,
+        NSGAIISamplerConfig,
+        CmaEsSamplerConfig,
         QMCSamplerConfig,
     ],
     Field(discriminator="type"),

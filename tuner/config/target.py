@@ -39,10 +39,14 @@ class DockerConfig(StrictModel):
         default=True, description="After a restart, wait for the containers' own healthcheck (when they have one)."
     )
     health_deadline_s: PositiveFloat = 120.0
-    replica_env: dict[str, str] = Field(default_factory=dict, description=(
-        "tuner worker replicas: extra variables passed to compose (e.g. BACKEND_CONFIG: '{config}', "
-        "BACKEND_PORT: '{port}'); placeholders {config} {config0}.. {port} {replica} {project} {state_dir}. "
-        "TUNER_REPLICA_CONFIG/_PORT/TUNER_REPLICA/TUNER_REPLICA_PROJECT are always passed."))
+    replica_env: dict[str, str] = Field(
+        default_factory=dict,
+        description=(
+            "tuner worker replicas: extra variables passed to compose (e.g. BACKEND_CONFIG: '{config}', "
+            "BACKEND_PORT: '{port}'); placeholders {config} {config0}.. {port} {replica} {project} {state_dir}. "
+            "TUNER_REPLICA_CONFIG/_PORT/TUNER_REPLICA/TUNER_REPLICA_PROJECT are always passed."
+        ),
+    )
 
 
 class NoneConfig(StrictModel):
@@ -79,14 +83,26 @@ class ReloadConfig(StrictModel):
     (tuner.targets.reload). Absent: every trial restarts the backend."""
 
     http: ReloadHttpConfig | None = Field(default=None, description="Reload by an HTTP call.")
-    signal: str | None = Field(default=None, description="Reload by a signal (SIGHUP) sent to the backend process "
-                               "or, for apply: docker, to every container of the service.")
-    fingerprint: str | None = Field(default=None, pattern=_DOTTED, description=(
-        "Required: dotted field of the health JSON holding the sha256 (hex) of the config file the backend serves."))
+    signal: str | None = Field(
+        default=None,
+        description="Reload by a signal (SIGHUP) sent to the backend process "
+        "or, for apply: docker, to every container of the service.",
+    )
+    fingerprint: str | None = Field(
+        default=None,
+        pattern=_DOTTED,
+        description=(
+            "Required: dotted field of the health JSON holding the sha256 (hex) of the config file the backend serves."
+        ),
+    )
     fingerprint_file: int = Field(default=0, ge=0, description="Index into config_files of that file.")
-    restart_keys: list[str] = Field(default_factory=list, description=(
-        "Dotted config paths ('*' matches one segment), matched in every config file: a change under one of "
-        "them restarts the backend instead."))
+    restart_keys: list[str] = Field(
+        default_factory=list,
+        description=(
+            "Dotted config paths ('*' matches one segment), matched in every config file: a change under one of "
+            "them restarts the backend instead."
+        ),
+    )
     confirm_deadline_s: PositiveFloat = 10.0
 
     @field_validator("signal")
@@ -111,14 +127,18 @@ class ReloadConfig(StrictModel):
     @model_validator(mode="after")
     def _one_way(self) -> ReloadConfig:
         if self.http is None and self.signal is None:
-            raise ValueError("give how the backend reloads: http: {url: ...} or signal: SIGHUP "
-                             "(or remove target.reload to restart every trial)")
+            raise ValueError(
+                "give how the backend reloads: http: {url: ...} or signal: SIGHUP "
+                "(or remove target.reload to restart every trial)"
+            )
         if self.http is not None and self.signal is not None:
             raise ValueError("give either http or signal, not both (remove one)")
         if self.fingerprint is None:
-            raise ValueError("give fingerprint: the dotted field of the health JSON holding the sha256 of the "
-                             "config file the backend serves (e.g. fingerprint: config_fingerprint); "
-                             "a reload is confirmed by it")
+            raise ValueError(
+                "give fingerprint: the dotted field of the health JSON holding the sha256 of the "
+                "config file the backend serves (e.g. fingerprint: config_fingerprint); "
+                "a reload is confirmed by it"
+            )
         return self
 
 
@@ -135,9 +155,13 @@ class TargetConfig(StrictModel):
     docker: DockerConfig | None = None
     none: NoneConfig = Field(default_factory=NoneConfig)
     health: HealthConfig
-    reload: ReloadConfig | None = Field(default=None, description=(
-        "Apply a new config without a restart (an HTTP call or a signal), confirmed by the config "
-        "fingerprint the health JSON reports; absent: restart every trial."))
+    reload: ReloadConfig | None = Field(
+        default=None,
+        description=(
+            "Apply a new config without a restart (an HTTP call or a signal), confirmed by the config "
+            "fingerprint the health JSON reports; absent: restart every trial."
+        ),
+    )
 
     @model_validator(mode="after")
     def _section_for_apply(self) -> TargetConfig:
@@ -147,9 +171,13 @@ class TargetConfig(StrictModel):
             raise ValueError("apply: docker needs a docker: section with the compose service")
         if self.reload is not None:
             if self.apply == "none":
-                raise ValueError("reload with apply: none: the tuner needs a backend it can restart when a reload "
-                                 "fails; use apply: process or docker, or remove reload")
+                raise ValueError(
+                    "reload with apply: none: the tuner needs a backend it can restart when a reload "
+                    "fails; use apply: process or docker, or remove reload"
+                )
             if self.reload.fingerprint_file >= len(self.config_files):
-                raise ValueError(f"reload.fingerprint_file {self.reload.fingerprint_file} is out of range: "
-                                 f"config_files has {len(self.config_files)} file(s) (0-based index)")
+                raise ValueError(
+                    f"reload.fingerprint_file {self.reload.fingerprint_file} is out of range: "
+                    f"config_files has {len(self.config_files)} file(s) (0-based index)"
+                )
         return self

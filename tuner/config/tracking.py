@@ -20,14 +20,17 @@ class TrackingConfig(StrictModel):
     experiment_name: str | None = Field(default=None, description="Default: the study name.")
     optuna_dashboard_url: str = Field(
         default="http://127.0.0.1:8081/dashboard/",
-        description="Where optuna-dashboard serves the study (tuner dashboard's default); the MLflow runs link here.")
+        description="Where optuna-dashboard serves the study (tuner dashboard's default); the MLflow runs link here.",
+    )
     mlflow_ui_url: str = Field(
         default="http://127.0.0.1:5000/",
-        description="Where the MLflow UI serves the runs (tuner dashboard's default); the Optuna notes link here.")
+        description="Where the MLflow UI serves the runs (tuner dashboard's default); the Optuna notes link here.",
+    )
     report_detail: Literal["slim", "full"] = Field(
         default="slim",
         description="slim: per trial the scorecard, per-query metrics, config, sweep and a short summary; the "
-                    "baseline and each new best feasible trial keep every query's top-k snapshot (full) either way.")
+        "baseline and each new best feasible trial keep every query's top-k snapshot (full) either way.",
+    )
 
     @property
     def store_uri(self) -> str:

@@ -23,10 +23,15 @@ class WorkerSettings(StrictModel):
 
     count: PositiveInt = Field(1, description="replicas `tuner workers` starts on this machine")
     ports: Literal["auto"] | PositiveInt | list[PositiveInt] = Field(
-        "auto", description="replica N's port: auto (a free one), BASE + N, or the N-th of a list")
-    replica_name: str = Field("{name}-r{replica}", description=(
-        "replica N's compose project (docker targets); {name}: target.docker.project (else the compose "
-        "project name), {replica}: N"))
+        "auto", description="replica N's port: auto (a free one), BASE + N, or the N-th of a list"
+    )
+    replica_name: str = Field(
+        "{name}-r{replica}",
+        description=(
+            "replica N's compose project (docker targets); {name}: target.docker.project (else the compose "
+            "project name), {replica}: N"
+        ),
+    )
     heartbeat_interval_s: int = Field(30, ge=1, description="how often a running trial proves its worker is alive")
     grace_period_s: int | None = Field(
         None, ge=1, description="a trial silent this long is failed and retried (default: 4 x heartbeat_interval_s)"

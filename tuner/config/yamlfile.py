@@ -106,9 +106,7 @@ def _first_model(ann: Any) -> Any:
     return None
 
 
-def format_validation_error(
-    exc: ValidationError, path: Path, doc: Any, model: type[BaseModel] | None = None
-) -> str:
+def format_validation_error(exc: ValidationError, path: Path, doc: Any, model: type[BaseModel] | None = None) -> str:
     """The first pydantic error as ``file:line: key: message``."""
     err = exc.errors()[0]
     loc = [s for s in err["loc"] if not (isinstance(s, str) and s.startswith("function-"))]
@@ -171,9 +169,7 @@ _ENV_REF = re.compile(r"\$\$\{|\$\{([^}]*)\}")
 _ENV_BODY = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(?::-(.*))?", re.DOTALL)
 
 
-def expand_env(
-    data: Any, *, path: Path, doc: Any = None, environ: Mapping[str, str] | None = None
-) -> Any:
+def expand_env(data: Any, *, path: Path, doc: Any = None, environ: Mapping[str, str] | None = None) -> Any:
     """``data`` (plain, from `to_plain`) with ``${NAME}`` / ``${NAME:-default}`` in its
     string values replaced (see the module docstring); keys are left alone. ``doc`` is
     the round-trip document, for the line of an error."""
@@ -198,8 +194,10 @@ def _expand(text: str, env: Mapping[str, str], fail: Callable[[str], NoReturn]) 
         body = match.group(1)
         parsed = _ENV_BODY.fullmatch(body)
         if parsed is None:
-            fail(f"${{{body}}} is not a variable reference (write ${{NAME}} or ${{NAME:-default}}; "
-                 "$${ for a literal ${)")
+            fail(
+                f"${{{body}}} is not a variable reference (write ${{NAME}} or ${{NAME:-default}}; "
+                "$${ for a literal ${)"
+            )
         name, default = parsed.group(1), parsed.group(2)
         value = env.get(name)
         if not value and default is not None:

@@ -76,12 +76,14 @@ class QuerySet:
     def __post_init__(self) -> None:
         object.__setattr__(self, "_by_id", {q.query_id: q for q in self.queries})
         if len(self._by_id) != len(self.queries):
-            raise InputError(f"query set {self.dataset_id!r}: query ids are not unique; "
-                             "give each query its own query_id")
+            raise InputError(
+                f"query set {self.dataset_id!r}: query ids are not unique; give each query its own query_id"
+            )
 
     def __repr__(self) -> str:
-        return (f"QuerySet(dataset_id={self.dataset_id!r}, n={len(self.queries)}, "
-                f"content_hash={self.content_hash[:12]!r})")
+        return (
+            f"QuerySet(dataset_id={self.dataset_id!r}, n={len(self.queries)}, content_hash={self.content_hash[:12]!r})"
+        )
 
     def __len__(self) -> int:
         return len(self.queries)
@@ -122,9 +124,7 @@ class QuerySet:
         if wanted is not None and (missing := wanted - self._by_id.keys()):
             raise KeyError(f"query set {self.dataset_id!r} has no queries {sorted(missing)[:5]}")
         kept = tuple(
-            q
-            for q in self.queries
-            if (split is None or q.split == split) and (wanted is None or q.query_id in wanted)
+            q for q in self.queries if (split is None or q.split == split) and (wanted is None or q.query_id in wanted)
         )
         return QuerySet(self.dataset_id, self.content_hash, kept, self.path)
 
@@ -153,9 +153,7 @@ def load_queryset(path: str | Path, dataset_id: str | None = None) -> QuerySet:
     return parse_queryset(text.splitlines(), name=str(p), dataset_id=dataset_id or default_dataset_id(p), path=p)
 
 
-def parse_queryset(
-    lines: Iterable[str], *, name: str, dataset_id: str, path: Path | None = None
-) -> QuerySet:
+def parse_queryset(lines: Iterable[str], *, name: str, dataset_id: str, path: Path | None = None) -> QuerySet:
     """Parse JSONL lines (``name`` is used in error messages as ``name:line``)."""
     queries: list[Query] = []
     canonical: list[str] = []
@@ -184,8 +182,9 @@ def _parse_line(line: str, where: str) -> dict[str, Any]:
     try:
         rec = json.loads(line)
     except json.JSONDecodeError as exc:
-        raise InputError(f"{where}: malformed JSON ({exc.msg} at column {exc.colno}); "
-                         "write one JSON object per line") from exc
+        raise InputError(
+            f"{where}: malformed JSON ({exc.msg} at column {exc.colno}); write one JSON object per line"
+        ) from exc
     if not isinstance(rec, dict):
         raise InputError(f"{where}: expected a JSON object, got {type(rec).__name__}; write one object per line")
     return rec
@@ -202,8 +201,9 @@ def _to_query(rec: dict[str, Any], where: str) -> Query:
     qid = str(qid)
     text = rec["query"]
     if not isinstance(text, str) or not text.strip():
-        raise InputError(f"{where}: empty query text for query {qid}; "
-                         "give the query a non-empty 'query' string or remove it")
+        raise InputError(
+            f"{where}: empty query text for query {qid}; give the query a non-empty 'query' string or remove it"
+        )
     for key in ("query_type", "source"):
         if not isinstance(rec[key], str) or not rec[key].strip():
             raise InputError(f"{where}: {key} of query {qid} must be a non-empty string, got {rec[key]!r}")
@@ -245,10 +245,14 @@ class JudgedSubset:
             return None
         first = ", ".join(self.unjudged[:3])
         if self.policy == "drop":
-            return (f"dropped {n} of {total} in-scope queries that have no judgments at all (first: {first}); "
-                    "they would score 0 whatever the config (dataset.unjudged_queries: drop)")
-        return (f"kept {n} in-scope queries that have no judgments at all (first: {first}): each scores 0 "
-                "whatever the config (dataset.unjudged_queries: keep); judge them or set drop")
+            return (
+                f"dropped {n} of {total} in-scope queries that have no judgments at all (first: {first}); "
+                "they would score 0 whatever the config (dataset.unjudged_queries: drop)"
+            )
+        return (
+            f"kept {n} in-scope queries that have no judgments at all (first: {first}): each scores 0 "
+            "whatever the config (dataset.unjudged_queries: keep); judge them or set drop"
+        )
 
 
 def judged_subset(queries: QuerySet, judged_ids: Iterable[str], policy: str = "drop") -> JudgedSubset:

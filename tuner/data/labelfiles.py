@@ -103,8 +103,9 @@ def _read_qrels(p: Path, grade_map: GradeMap) -> list[Judgment]:
     out = [Judgment(qid, doc, grade) for qid, docs in qrels.items() for doc, grade in docs.items()]
     bad = next((j for j in out if j.grade not in GRADES), None)
     if bad is not None:
-        raise InputError(f"{p}: grade map sends ({bad.query_id}, {bad.doc_id}) to {bad.grade}, outside 0..3; "
-                         "fix --grade-map")
+        raise InputError(
+            f"{p}: grade map sends ({bad.query_id}, {bad.doc_id}) to {bad.grade}, outside 0..3; fix --grade-map"
+        )
     return out
 
 
@@ -117,8 +118,9 @@ def _parse_jsonl(text: str, name: str, grade_map: GradeMap) -> list[Judgment]:
         try:
             rec = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise InputError(f"{where}: malformed JSON ({exc.msg} at column {exc.colno}); "
-                             "write one object per line") from exc
+            raise InputError(
+                f"{where}: malformed JSON ({exc.msg} at column {exc.colno}); write one object per line"
+            ) from exc
         if not isinstance(rec, dict):
             raise InputError(f"{where}: expected a JSON object with query_id and judgments")
         qid = _id(rec.get("query_id"), "query_id", where)
@@ -129,8 +131,10 @@ def _parse_jsonl(text: str, name: str, grade_map: GradeMap) -> list[Judgment]:
         elif "doc_id" in rec:  # the flat form: one judgment per line
             items = [rec]
         else:
-            raise InputError(f"{where}: missing field judgments; write {{\"query_id\": ..., \"judgments\": "
-                             "[{\"doc_id\": ..., \"relevance\": ...}]}")
+            raise InputError(
+                f'{where}: missing field judgments; write {{"query_id": ..., "judgments": '
+                '[{"doc_id": ..., "relevance": ...}]}'
+            )
         for i, item in enumerate(items):
             at = f"{where} (judgment {i + 1})" if "judgments" in rec else where
             if not isinstance(item, dict) or "doc_id" not in item or "relevance" not in item:
@@ -151,8 +155,9 @@ def _parse_csv(text: str, name: str, grade_map: GradeMap) -> list[Judgment]:
     cols = [c.strip() for c in header]
     missing = [c for c in ("query_id", "doc_id", "relevance") if c not in cols]
     if missing:
-        raise InputError(f"{name}:1: CSV header lacks {', '.join(missing)}; "
-                         "the header must name query_id,doc_id,relevance")
+        raise InputError(
+            f"{name}:1: CSV header lacks {', '.join(missing)}; the header must name query_id,doc_id,relevance"
+        )
     iq, idoc, irel = cols.index("query_id"), cols.index("doc_id"), cols.index("relevance")
     out: list[Judgment] = []
     try:
@@ -167,8 +172,9 @@ def _parse_csv(text: str, name: str, grade_map: GradeMap) -> list[Judgment]:
                 raise InputError(f"{where}: empty relevance for ({row[iq]}, {row[idoc]}); grade it or delete the row")
             grade = map_grade(rel, grade_map, where)
             if grade is not None:
-                out.append(Judgment(_id(row[iq], "query_id", where), _id(row[idoc], "doc_id", where),
-                                    grade, reader.line_num))
+                out.append(
+                    Judgment(_id(row[iq], "query_id", where), _id(row[idoc], "doc_id", where), grade, reader.line_num)
+                )
     except csv.Error as exc:
         raise InputError(f"{name}:{reader.line_num}: malformed CSV ({exc})") from exc
     return out

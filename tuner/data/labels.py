@@ -177,9 +177,11 @@ class SourceChange:
     def counts(self) -> str:
         if self.unreadable is not None:
             return f"it no longer reads as labels ({self.unreadable})"
-        return (f"{self.added} judgment(s) added, {self.changed} changed, {self.removed} removed"
-                + (" (counted against what this label DB, written before label sources were recorded, "
-                   "holds from it)" if self.adopted else ""))
+        return f"{self.added} judgment(s) added, {self.changed} changed, {self.removed} removed" + (
+            " (counted against what this label DB, written before label sources were recorded, holds from it)"
+            if self.adopted
+            else ""
+        )
 
 
 @dataclass(frozen=True)
@@ -213,8 +215,9 @@ class LabelStore:
         try:
             con = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
         except sqlite3.Error as exc:
-            raise LabelError(f"{self.path}: cannot open label database ({exc}); "
-                             "check the path and permissions") from exc
+            raise LabelError(
+                f"{self.path}: cannot open label database ({exc}); check the path and permissions"
+            ) from exc
         try:
             yield con
         except (sqlite3.DatabaseError, OSError) as exc:
@@ -241,7 +244,8 @@ class LabelStore:
                 for statement in filter(str.strip, _SOURCES_SCHEMA.split(";")):  # executescript would commit
                     con.execute(statement)
                 con.execute(
-                    "INSERT INTO source_labels SELECT dataset_id, source_file, query_id, doc_id, grade FROM labels")
+                    "INSERT INTO source_labels SELECT dataset_id, source_file, query_id, doc_id, grade FROM labels"
+                )
                 con.execute(
                     """INSERT INTO sources
                        SELECT l.dataset_id, l.source_file,
@@ -292,8 +296,13 @@ class LabelStore:
             raise InputError(f"{p}: no labels found; the file has no judgment rows")
         digest = hashlib.sha256(p.read_bytes()).hexdigest()
         return self.import_judgments(
-            judgments, dataset_id, source_file=str(p.resolve()), importer=resolved_fmt, file_sha256=digest,
-            replace=replace, grade_map=None if grade_map is None else grade_map.describe(),
+            judgments,
+            dataset_id,
+            source_file=str(p.resolve()),
+            importer=resolved_fmt,
+            file_sha256=digest,
+            replace=replace,
+            grade_map=None if grade_map is None else grade_map.describe(),
         )
 
     def import_judgments(
@@ -327,15 +336,17 @@ class LabelStore:
             con.execute("BEGIN IMMEDIATE")
             try:
                 old = _source_rows(con, dataset_id, source_file)
-                prior_kind = con.execute("SELECT kind FROM sources WHERE dataset_id = ? AND source_file = ?",
-                                         (dataset_id, source_file)).fetchone()
+                prior_kind = con.execute(
+                    "SELECT kind FROM sources WHERE dataset_id = ? AND source_file = ?", (dataset_id, source_file)
+                ).fetchone()
                 added, changed, removed = _diff(old, rows)
                 if kind == "file" and prior_kind is not None and (added or changed or removed) and not replace:
                     raise LabelError(
                         f"{shown_path(source_file)} was imported into {shown_path(self.path)} "
                         f"(dataset {dataset_id}) before and its judgments "
                         f"changed since ({added} added, {changed} changed, {removed} removed); pass --replace to "
-                        "replace this file's judgments (other files' and graders' grades are kept)")
+                        "replace this file's judgments (other files' and graders' grades are kept)"
+                    )
                 new = {**old, **rows} if kind == "grader" else rows
                 if kind == "grader":
                     removed = 0
@@ -346,10 +357,13 @@ class LabelStore:
                     " VALUES (?, ?, ?, ?, ?, ?)",
                     (dataset_id, source_file, importer, now, len(rows), file_sha256),
                 )
-                con.execute("DELETE FROM source_labels WHERE dataset_id = ? AND source_file = ?",
-                            (dataset_id, source_file))
-                con.executemany("INSERT INTO source_labels VALUES (?, ?, ?, ?, ?)",
-                                [(dataset_id, source_file, q, d, g) for (q, d), g in new.items()])
+                con.execute(
+                    "DELETE FROM source_labels WHERE dataset_id = ? AND source_file = ?", (dataset_id, source_file)
+                )
+                con.executemany(
+                    "INSERT INTO source_labels VALUES (?, ?, ?, ?, ?)",
+                    [(dataset_id, source_file, q, d, g) for (q, d), g in new.items()],
+                )
                 con.execute(
                     "INSERT OR REPLACE INTO sources VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0)",
                     (dataset_id, source_file, kind, importer, grade_map, file_sha256, now, cur.lastrowid),
@@ -369,7 +383,10 @@ class LabelStore:
             n_queries=len({q for q, _ in rows}),
             n_replaced=len(before),
             grade_counts=_grade_counts(rows.values()),
-            added=added, changed=changed, removed=removed, n_conflicts=n_conflicts,
+            added=added,
+            changed=changed,
+            removed=removed,
+            n_conflicts=n_conflicts,
         )
 
     # -- reading
@@ -415,7 +432,9 @@ class LabelStore:
                     """SELECT s.source_file, s.kind, s.importer, s.grade_map, s.file_sha256, s.imported_at, s.adopted,
                               (SELECT COUNT(*) FROM source_labels l
                                 WHERE l.dataset_id = s.dataset_id AND l.source_file = s.source_file)
-                       FROM sources s WHERE s.dataset_id = ? ORDER BY s.import_id""", (dataset_id,))
+                       FROM sources s WHERE s.dataset_id = ? ORDER BY s.import_id""",
+                    (dataset_id,),
+                )
             ]
 
     def conflicts(self, dataset_id: str) -> list[Conflict]:
@@ -450,8 +469,15 @@ class LabelStore:
                 out.append(change)
         return out
 
-    def _change(self, dataset_id: str, path: Path, fmt: LabelFormat, gmap: GradeMap | None, gmap_text: str | None,
-                source: SourceInfo | None) -> SourceChange | None:
+    def _change(
+        self,
+        dataset_id: str,
+        path: Path,
+        fmt: LabelFormat,
+        gmap: GradeMap | None,
+        gmap_text: str | None,
+        source: SourceInfo | None,
+    ) -> SourceChange | None:
         if source is not None:
             try:
                 same_bytes = hashlib.sha256(Path(path).read_bytes()).hexdigest() == source.file_sha256
@@ -524,12 +550,15 @@ class LabelStore:
 
 def replace_command(change: SourceChange, dataset_id: str, db: str | Path) -> str:
     """The `tuner labels import --replace` command that re-imports a changed label file."""
-    grade_map = (f" --grade-map {shlex.quote(change.grade_map)}"
-                 if change.grade_map not in (None, UNKNOWN_GRADE_MAP) else "")
-    return (f"tuner labels import {shlex.quote(shown_path(change.path))} --replace --dataset-id "
-            f"{shlex.quote(dataset_id)} "
-            f"--db {shlex.quote(shown_path(db))} "
-            f"--format {change.fmt}{grade_map}")
+    grade_map = (
+        f" --grade-map {shlex.quote(change.grade_map)}" if change.grade_map not in (None, UNKNOWN_GRADE_MAP) else ""
+    )
+    return (
+        f"tuner labels import {shlex.quote(shown_path(change.path))} --replace --dataset-id "
+        f"{shlex.quote(dataset_id)} "
+        f"--db {shlex.quote(shown_path(db))} "
+        f"--format {change.fmt}{grade_map}"
+    )
 
 
 def stale_labels_message(changes: Sequence[SourceChange], dataset_id: str, db: str | Path) -> str:
@@ -538,11 +567,14 @@ def stale_labels_message(changes: Sequence[SourceChange], dataset_id: str, db: s
     what = "was never imported into" if first.never_imported else "changed since it was imported into"
     more = ""
     if len(changes) > 1:
-        more = (f"; {len(changes) - 1} more label file(s) changed too: "
-                + ", ".join(shown_path(c.path) for c in changes[1:]))
-    return (f"labels: {shown_path(first.path)} {what} {shown_path(db)} (dataset {dataset_id}): {first.counts()}{more}; "
-            f"re-import it with `{replace_command(first, dataset_id, db)}`, then start a new study "
-            "(a study's trials measured on the old labels are not compared with new ones)")
+        more = f"; {len(changes) - 1} more label file(s) changed too: " + ", ".join(
+            shown_path(c.path) for c in changes[1:]
+        )
+    return (
+        f"labels: {shown_path(first.path)} {what} {shown_path(db)} (dataset {dataset_id}): {first.counts()}{more}; "
+        f"re-import it with `{replace_command(first, dataset_id, db)}`, then start a new study "
+        "(a study's trials measured on the old labels are not compared with new ones)"
+    )
 
 
 def shown_path(path: str | Path) -> str:
@@ -558,9 +590,13 @@ def _has_table(con: sqlite3.Connection, name: str) -> bool:
 
 
 def _source_rows(con: sqlite3.Connection, dataset_id: str, source_file: str) -> dict[tuple[str, str], int]:
-    return {(q, d): g for q, d, g in con.execute(
-        "SELECT query_id, doc_id, grade FROM source_labels WHERE dataset_id = ? AND source_file = ?",
-        (dataset_id, source_file))}
+    return {
+        (q, d): g
+        for q, d, g in con.execute(
+            "SELECT query_id, doc_id, grade FROM source_labels WHERE dataset_id = ? AND source_file = ?",
+            (dataset_id, source_file),
+        )
+    }
 
 
 def _diff(old: Mapping[tuple[str, str], int], new: Mapping[tuple[str, str], int]) -> tuple[int, int, int]:
@@ -578,7 +614,9 @@ def _ranked(con: sqlite3.Connection, dataset_id: str) -> Iterator[tuple[str, str
         """SELECT l.query_id, l.doc_id, l.grade, l.source_file, s.kind, s.importer, s.imported_at
            FROM source_labels l JOIN sources s ON s.dataset_id = l.dataset_id AND s.source_file = l.source_file
            WHERE l.dataset_id = ?
-           ORDER BY l.query_id, l.doc_id, s.kind = 'grader' DESC, s.import_id DESC""", (dataset_id,))
+           ORDER BY l.query_id, l.doc_id, s.kind = 'grader' DESC, s.import_id DESC""",
+        (dataset_id,),
+    )
 
 
 def _settle(con: sqlite3.Connection, dataset_id: str, keys: set[tuple[str, str]]) -> None:
@@ -587,11 +625,17 @@ def _settle(con: sqlite3.Connection, dataset_id: str, keys: set[tuple[str, str]]
     for q, d, g, source, _kind, importer, at in _ranked(con, dataset_id):
         if (q, d) in keys and (q, d) not in winners:
             winners[(q, d)] = (g, source, importer, at)
-    current = {(q, d): (g, s) for q, d, g, s in con.execute(
-        "SELECT query_id, doc_id, grade, source_file FROM labels WHERE dataset_id = ?", (dataset_id,))
-        if (q, d) in keys}
-    con.executemany("DELETE FROM labels WHERE dataset_id = ? AND query_id = ? AND doc_id = ?",
-                    [(dataset_id, q, d) for (q, d) in current if (q, d) not in winners])
+    current = {
+        (q, d): (g, s)
+        for q, d, g, s in con.execute(
+            "SELECT query_id, doc_id, grade, source_file FROM labels WHERE dataset_id = ?", (dataset_id,)
+        )
+        if (q, d) in keys
+    }
+    con.executemany(
+        "DELETE FROM labels WHERE dataset_id = ? AND query_id = ? AND doc_id = ?",
+        [(dataset_id, q, d) for (q, d) in current if (q, d) not in winners],
+    )
     # a pair whose grade and source stay keeps its row (and the time that grade was imported)
     con.executemany(
         "INSERT OR REPLACE INTO labels VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -604,8 +648,11 @@ def _conflicts(con: sqlite3.Connection, dataset_id: str) -> list[Conflict]:
     filed: dict[tuple[str, str], tuple[int, str]] = {}
     for q, d, g, source, kind, _importer, _at in _ranked(con, dataset_id):
         (grader if kind == "grader" else filed).setdefault((q, d), (g, source))
-    return [Conflict(q, d, filed[(q, d)][0], filed[(q, d)][1], g, s)
-            for (q, d), (g, s) in sorted(grader.items()) if (q, d) in filed and filed[(q, d)][0] != g]
+    return [
+        Conflict(q, d, filed[(q, d)][0], filed[(q, d)][1], g, s)
+        for (q, d), (g, s) in sorted(grader.items())
+        if (q, d) in filed and filed[(q, d)][0] != g
+    ]
 
 
 def _grade_counts(grades: Iterable[int]) -> dict[int, int]:

@@ -182,8 +182,9 @@ def _same_form(form: tuple[str, str] | None, kind: str, where: str, unit: str) -
     if form is None:
         return kind, where
     if kind != form[0]:
-        raise InputError(f"{where}: a {kind} {unit} after {form[0]} {unit}s (first at {form[1]}); "
-                         "use one form per file")
+        raise InputError(
+            f"{where}: a {kind} {unit} after {form[0]} {unit}s (first at {form[1]}); use one form per file"
+        )
     return form
 
 
@@ -256,8 +257,9 @@ def _json_line(line: str, where: str) -> Any:
     try:
         return json.loads(line)
     except json.JSONDecodeError as exc:
-        raise InputError(f"{where}: not valid JSON ({exc.msg}, column {exc.colno}); fix the line "
-                         "(JSONL: one whole object per line)") from exc
+        raise InputError(
+            f"{where}: not valid JSON ({exc.msg}, column {exc.colno}); fix the line (JSONL: one whole object per line)"
+        ) from exc
 
 
 def _optional(record: dict[str, Any], keys: tuple[str, ...], where: str) -> str | None:

@@ -43,8 +43,10 @@ def unjudged_pairs(
         rank = hit.get("rank")
         prior = pairs.get((qid, doc))
         title = hit.get("title") if prior is None or prior.title is None else prior.title
-        best = rank if prior is None or prior.best_rank is None else (
-            prior.best_rank if rank is None else min(prior.best_rank, rank)
+        best = (
+            rank
+            if prior is None or prior.best_rank is None
+            else (prior.best_rank if rank is None else min(prior.best_rank, rank))
         )
         query = (queries or {}).get(qid) or hit.get("query")
         pairs[(qid, doc)] = UnjudgedPair(qid, doc, title, query, best)

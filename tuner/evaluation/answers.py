@@ -32,8 +32,13 @@ _HIT_FIELDS = ("doc_id", "score", "title")
 _TOP_FIELDS = ("confidence", "handoff", "fallback_level", "handoff_reason")
 # msgspec refuses a number that overflows a double (1e999), as parse_response does (not finite)
 _LEAF_TYPES: dict[str, Any] = {
-    "doc_id": str, "score": float | None, "title": str | None,
-    "confidence": float | None, "handoff": bool | None, "fallback_level": str | None, "handoff_reason": str | None,
+    "doc_id": str,
+    "score": float | None,
+    "title": str | None,
+    "confidence": float | None,
+    "handoff": bool | None,
+    "fallback_level": str | None,
+    "handoff_reason": str | None,
 }
 _FAILED = (msgspec.ValidationError, msgspec.DecodeError, UnicodeDecodeError)  # all found by the tests
 
@@ -88,9 +93,7 @@ def _typed(mapping: ResponseMapping, top_k: int | None) -> tuple[type, Callable[
     top_type = _struct("Answer", top_tree, {"results": list[hit_type] | None})  # type: ignore[valid-type]  # built at run time
     get_results = _getter(top_tree, "results")
     get_top = [(name, _getter(top_tree, name)) for name in top_paths]
-    get_doc, get_score, get_title = (
-        _getter(hit_tree, name) if name in hit_paths else _absent for name in _HIT_FIELDS
-    )
+    get_doc, get_score, get_title = (_getter(hit_tree, name) if name in hit_paths else _absent for name in _HIT_FIELDS)
 
     def read(answer: Any) -> ParsedResponse:
         hits = get_results(answer) or ()

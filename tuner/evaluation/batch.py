@@ -46,8 +46,16 @@ OnPayload = Callable[[str, Any, QueryResponse], None]
 ABORT_POLL_S = 0.1
 
 __all__ = [
-    "ABORT_POLL_S", "Abort", "BatchAborted", "BatchTiming", "OnResult", "StopAfterGrace", "any_abort",
-    "evaluate_responses", "run_batch", "run_batch_async",
+    "ABORT_POLL_S",
+    "Abort",
+    "BatchAborted",
+    "BatchTiming",
+    "OnResult",
+    "StopAfterGrace",
+    "any_abort",
+    "evaluate_responses",
+    "run_batch",
+    "run_batch_async",
 ]
 
 
@@ -120,8 +128,17 @@ def run_batch(
     event loop: it then runs on a helper thread)."""
     return _run_sync(
         run_batch_async(
-            spec, queries, qrels, order_seed=order_seed, on_result=on_result, metrics=metrics, abort=abort,
-            timing=timing, defer=defer, on_payload=on_payload, templates=templates,
+            spec,
+            queries,
+            qrels,
+            order_seed=order_seed,
+            on_result=on_result,
+            metrics=metrics,
+            abort=abort,
+            timing=timing,
+            defer=defer,
+            on_payload=on_payload,
+            templates=templates,
         )
     )
 
@@ -238,6 +255,7 @@ async def run_batch_async(
         raise _aborted(reason, 0, len(order))  # nothing is sent to a backend known to be gone
 
     async with SearchClient(spec, abort=abort) as client:
+
         async def one(q: Query, req: PreparedRequest) -> tuple[Query, QueryResponse | FailedQuery]:
             exchange = await client.send(req)
             # Parsing holds the event loop; yield first so the request that just got
@@ -276,8 +294,9 @@ async def run_batch_async(
                 builder.add(outcome)
                 try:
                     if on_result is not None:
-                        on_result(query.query_id, query_record(query, outcome, qrels, gains=spec.gains,
-                                                               metrics=metrics))
+                        on_result(
+                            query.query_id, query_record(query, outcome, qrels, gains=spec.gains, metrics=metrics)
+                        )
                 finally:
                     timing.handling_s += clock() - began
         finally:
@@ -290,11 +309,17 @@ async def run_batch_async(
     return builder if defer else builder.finish()
 
 
-def _to_outcome(exchange: Exchange, spec: EvalSpec, decoder: AnswerDecoder,
-                on_payload: OnPayload | None = None) -> QueryResponse | FailedQuery:
+def _to_outcome(
+    exchange: Exchange, spec: EvalSpec, decoder: AnswerDecoder, on_payload: OnPayload | None = None
+) -> QueryResponse | FailedQuery:
     if not exchange.ok or exchange.content is None:
-        return FailedQuery(exchange.query_id, exchange.request_id, exchange.error or "no response body",
-                           exchange.attempts, exchange.latency_ms)
+        return FailedQuery(
+            exchange.query_id,
+            exchange.request_id,
+            exchange.error or "no response body",
+            exchange.attempts,
+            exchange.latency_ms,
+        )
     payload = None
     try:
         if on_payload is None:  # only the mapped fields are read (hits past top_k are counted, not kept)
@@ -304,8 +329,9 @@ def _to_outcome(exchange: Exchange, spec: EvalSpec, decoder: AnswerDecoder,
             parsed = parse_response(payload, spec.response, exchange.query_id, top_k=spec.top_k)
     except ResponseMappingError as exc:
         return FailedQuery(exchange.query_id, exchange.request_id, str(exc), exchange.attempts, exchange.latency_ms)
-    outcome = QueryResponse(exchange.query_id, exchange.request_id, parsed, exchange.latency_ms or 0.0,
-                            exchange.attempts)
+    outcome = QueryResponse(
+        exchange.query_id, exchange.request_id, parsed, exchange.latency_ms or 0.0, exchange.attempts
+    )
     if on_payload is not None:
         on_payload(exchange.query_id, payload, outcome)
     return outcome
@@ -348,8 +374,9 @@ class StopAfterGrace:
     ``None`` until ``stop_reason()`` has given a reason for ``grace_s`` seconds, then
     that reason. ``grace_s`` 0 aborts at once."""
 
-    def __init__(self, stop_reason: Callable[[], str | None], grace_s: float,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, stop_reason: Callable[[], str | None], grace_s: float, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self._stop_reason = stop_reason
         self.grace_s = grace_s
         self._clock = clock

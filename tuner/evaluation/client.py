@@ -150,8 +150,13 @@ class SearchClient:
         # HTTP(S)_PROXY / NO_PROXY and ~/.netrc are honoured, as httpx does by default, but
         # looked up once per URL (_route), not by trust_env: that costs two thread-pool
         # hops per request, each a GIL handoff on the event loop of every query
-        self._session = aiohttp.ClientSession(connector=connector, timeout=timeout, trust_env=False,
-                                              max_line_size=MAX_HEADER_LINE, max_field_size=MAX_HEADER_LINE)
+        self._session = aiohttp.ClientSession(
+            connector=connector,
+            timeout=timeout,
+            trust_env=False,
+            max_line_size=MAX_HEADER_LINE,
+            max_field_size=MAX_HEADER_LINE,
+        )
         self._routes: dict[str, dict[str, Any]] = {}
         self._first_sent: float | None = None
         self._last_read: float | None = None
@@ -213,18 +218,25 @@ class SearchClient:
                 if unparsed is not None and not isinstance(unparsed, aiohttp.TooManyRedirects):
                     # an answer that does not parse as HTTP (aiohttp labels it 400 itself: not the server's status)
                     name, detail = "RemoteProtocolError", unparsed.message
-                return self._failed(request, attempts, latency_ms, None,
-                                    f"{name} (not retried): {one_line(detail or name)}")
+                return self._failed(
+                    request, attempts, latency_ms, None, f"{name} (not retried): {one_line(detail or name)}"
+                )
             status = answer.status
             if status in RETRY_STATUSES:
                 if attempts < max_attempts:
                     await asyncio.sleep(self._backoff(attempts))
                     continue
-                return self._failed(request, attempts, latency_ms, status,
-                                    f"HTTP {status} after {attempts} attempt(s): {_snippet(answer.body)}")
+                return self._failed(
+                    request,
+                    attempts,
+                    latency_ms,
+                    status,
+                    f"HTTP {status} after {attempts} attempt(s): {_snippet(answer.body)}",
+                )
             if status >= 400:
-                return self._failed(request, attempts, latency_ms, status,
-                                    f"HTTP {status} (not retried): {_snippet(answer.body)}")
+                return self._failed(
+                    request, attempts, latency_ms, status, f"HTTP {status} (not retried): {_snippet(answer.body)}"
+                )
             return Exchange(
                 query_id=request.query_id,
                 request_id=request.request_id,
@@ -235,14 +247,16 @@ class SearchClient:
                 content_type=answer.content_type,
             )
 
-    async def _attempt(self, request: PreparedRequest, data: bytes | None, headers: dict[str, str],
-                       route: Mapping[str, Any]) -> _Answer:
+    async def _attempt(
+        self, request: PreparedRequest, data: bytes | None, headers: dict[str, str], route: Mapping[str, Any]
+    ) -> _Answer:
         """One exchange under the whole-request deadline (_Deadline when it passes),
         the body read through the byte cap (_TooLarge past it; an error body is cut)."""
         try:
             async with asyncio.timeout(self._deadline_s) as deadline:
-                async with self._session.request(request.method, request.url, data=data, headers=headers,
-                                                 params=request.params, **route) as response:
+                async with self._session.request(
+                    request.method, request.url, data=data, headers=headers, params=request.params, **route
+                ) as response:
                     status = response.status
                     ok = status < 400
                     limit = self._spec.max_response_bytes if ok else ERROR_BODY_BYTES
@@ -284,10 +298,12 @@ class SearchClient:
 
     def _transport_reason(self, exc: BaseException, attempts: int) -> str:
         if isinstance(exc, _Deadline):
-            return (f"DeadlineTimeout after {attempts} attempt(s): the whole-request deadline of "
-                    f"{self._deadline_s:g} s (evaluation.deadline_s: connect + send + every read) passed before "
-                    "the answer was complete; the backend answers too slowly or drips its body: fix it or raise "
-                    "deadline_s")
+            return (
+                f"DeadlineTimeout after {attempts} attempt(s): the whole-request deadline of "
+                f"{self._deadline_s:g} s (evaluation.deadline_s: connect + send + every read) passed before "
+                "the answer was complete; the backend answers too slowly or drips its body: fix it or raise "
+                "deadline_s"
+            )
         name = next(n for cls, n in _TRANSPORT_NAMES if isinstance(exc, cls))
         if name == "ReadTimeout":
             detail = f"no data from the backend for {self._spec.timeout_s:g} s (evaluation.timeout_s)"
@@ -299,10 +315,15 @@ class SearchClient:
 
     def _too_large_reason(self, exc: _TooLarge) -> str:
         cap = self._spec.max_response_bytes
-        seen = (f"Content-Length {exc.declared}" if exc.declared is not None and exc.read == 0
-                else f"stopped reading after {exc.read} bytes")
-        return (f"ResponseTooLarge (not retried): the body is over max_response_bytes={cap} ({seen}); "
-                f"make the backend honour top_k={self._spec.top_k} or raise evaluation.max_response_bytes")
+        seen = (
+            f"Content-Length {exc.declared}"
+            if exc.declared is not None and exc.read == 0
+            else f"stopped reading after {exc.read} bytes"
+        )
+        return (
+            f"ResponseTooLarge (not retried): the body is over max_response_bytes={cap} ({seen}); "
+            f"make the backend honour top_k={self._spec.top_k} or raise evaluation.max_response_bytes"
+        )
 
     def _backoff(self, attempt: int) -> float:
         """Seconds before the next attempt: ``backoff_s * 2**(attempt - 1)`` plus up to
@@ -312,8 +333,9 @@ class SearchClient:
         return min(spec.backoff_s * 2 ** (attempt - 1) + random.uniform(0, spec.backoff_s), spec.backoff_max_s)
 
     @staticmethod
-    def _failed(request: PreparedRequest, attempts: int, latency_ms: float | None, status: int | None,
-                reason: str) -> Exchange:
+    def _failed(
+        request: PreparedRequest, attempts: int, latency_ms: float | None, status: int | None, reason: str
+    ) -> Exchange:
         return Exchange(request.query_id, request.request_id, attempts, latency_ms, status, error=reason)
 
 

@@ -52,8 +52,15 @@ def explain_spec(spec: EvalSpec, request_fields: Mapping[str, Any]) -> EvalSpec:
 
 
 def run_explained(
-    spec: EvalSpec, queries: QuerySet, qrels: Mapping[str, Mapping[str, int]], *, request_fields: Mapping[str, Any],
-    explain_path: str, order_seed: int | None = None, abort: Abort | None = None, timing: BatchTiming | None = None,
+    spec: EvalSpec,
+    queries: QuerySet,
+    qrels: Mapping[str, Mapping[str, int]],
+    *,
+    request_fields: Mapping[str, Any],
+    explain_path: str,
+    order_seed: int | None = None,
+    abort: Abort | None = None,
+    timing: BatchTiming | None = None,
 ) -> ExplainedBatch:
     """Run ``queries`` once, explained. A query whose answer lacks the explanation fails
     the batch with ResponseMappingError (replaying it would silently score it 0)."""
@@ -69,13 +76,22 @@ def run_explained(
         out.served[query_id] = FusionSetting.served(raw)
         out.responses[query_id] = outcome
 
-    builder = run_batch(explain_spec(spec, request_fields), queries, qrels, order_seed=order_seed, abort=abort,
-                        timing=timing, defer=True, on_payload=keep)
+    builder = run_batch(
+        explain_spec(spec, request_fields),
+        queries,
+        qrels,
+        order_seed=order_seed,
+        abort=abort,
+        timing=timing,
+        defer=True,
+        on_payload=keep,
+    )
     if missing:
         raise ResponseMappingError(
             f"{len(missing)} answer(s) have no explanation at {explain_path!r} (query {sorted(missing)[0]}); "
             f"the backend must answer the replay.request fields with its per-source candidate lists "
-            "(reference backend: \"explain\": true); fix replay.explain / replay.request, or drop replay:")
+            '(reference backend: "explain": true); fix replay.explain / replay.request, or drop replay:'
+        )
     out.failed = builder.failed_outcomes()
     return out
 
@@ -97,15 +113,20 @@ def _difference(live: ParsedResponse, replayed: ParsedResponse) -> str | None:
         return f"the live answer listed {live.repeats} doc ids again (removed before ranking); the replay never does"
     live_ids, rep_ids = [h.doc_id for h in live.hits], [h.doc_id for h in replayed.hits]
     if live_ids != rep_ids:
-        at = next((i for i, (a, b) in enumerate(zip(live_ids, rep_ids, strict=False)) if a != b),
-                  min(len(live_ids), len(rep_ids)))
-        return (f"ranking differs at rank {at + 1} (live {live_ids[at:at + 1] or 'end'}, replayed "
-                f"{rep_ids[at:at + 1] or 'end'})")
+        at = next(
+            (i for i, (a, b) in enumerate(zip(live_ids, rep_ids, strict=False)) if a != b),
+            min(len(live_ids), len(rep_ids)),
+        )
+        return (
+            f"ranking differs at rank {at + 1} (live {live_ids[at : at + 1] or 'end'}, replayed "
+            f"{rep_ids[at : at + 1] or 'end'})"
+        )
     for rank, (a, b) in enumerate(zip(live.hits, replayed.hits, strict=True), 1):
         if a.score is None or not math.isclose(a.score, b.score or 0.0, rel_tol=1e-12, abs_tol=1e-15):
             return f"score at rank {rank} differs (live {a.score}, replayed {b.score})"
-    if live.confidence is not None and not math.isclose(live.confidence, replayed.confidence or 0.0,
-                                                        rel_tol=1e-12, abs_tol=1e-15):
+    if live.confidence is not None and not math.isclose(
+        live.confidence, replayed.confidence or 0.0, rel_tol=1e-12, abs_tol=1e-15
+    ):
         return f"confidence differs (live {live.confidence}, replayed {replayed.confidence})"
     if live.handoff is not None and bool(live.handoff) != bool(replayed.handoff):
         return f"handoff differs (live {live.handoff}, replayed {replayed.handoff})"

@@ -71,13 +71,18 @@ class FusionSetting:
     def served(cls, explain: Mapping[str, Any]) -> FusionSetting:
         """The setting the explained response was computed at."""
         f, r = explain["fusion"], explain["recency"]
-        return cls(method=f["method"], weights=dict(f["weights"]), rrf_k=float(f["rrf_k"]),
-                   normalization=f["normalization"], recency_weight=float(r["weight"]),
-                   recency_half_life_days=float(r["half_life_days"]),
-                   min_score=float(explain["citation"]["min_score"]),
-                   confidence_threshold=float(explain["confidence"]["threshold"]),
-                   top_m=int(explain["confidence"]["top_m"]),
-                   normalize_weights=bool(f.get("normalize_weights", True)))
+        return cls(
+            method=f["method"],
+            weights=dict(f["weights"]),
+            rrf_k=float(f["rrf_k"]),
+            normalization=f["normalization"],
+            recency_weight=float(r["weight"]),
+            recency_half_life_days=float(r["half_life_days"]),
+            min_score=float(explain["citation"]["min_score"]),
+            confidence_threshold=float(explain["confidence"]["threshold"]),
+            top_m=int(explain["confidence"]["top_m"]),
+            normalize_weights=bool(f.get("normalize_weights", True)),
+        )
 
 
 @dataclass(frozen=True)
@@ -98,9 +103,13 @@ class Explained:
         try:
             sources = tuple(explain["sources"])
             tiers = tuple(
-                (str(t["level"]), {name: (np.asarray(lst["docs"], dtype=np.int64),
-                                          np.asarray(lst["scores"], dtype=np.float64))
-                                   for name, lst in t["sources"].items()})
+                (
+                    str(t["level"]),
+                    {
+                        name: (np.asarray(lst["docs"], dtype=np.int64), np.asarray(lst["scores"], dtype=np.float64))
+                        for name, lst in t["sources"].items()
+                    },
+                )
                 for t in explain["tiers"]
             )
             docs = {int(k): v for k, v in explain["docs"].items()}
@@ -108,11 +117,17 @@ class Explained:
         except (KeyError, TypeError, ValueError) as exc:
             raise ResponseMappingError(
                 f"query {query_id}: the explanation lacks {exc} or is malformed; fusion replay needs the backend's "
-                "per-tier, per-source candidate lists (reference backend: \"explain\": true in the request)"
+                'per-tier, per-source candidate lists (reference backend: "explain": true in the request)'
             ) from None
-        return cls(sources, today, tiers, {d: v["doc_id"] for d, v in docs.items()},
-                   {d: v.get("title") for d, v in docs.items()}, {d: v.get("day") for d, v in docs.items()},
-                   {d: float(v["similarity"]) for d, v in docs.items()})
+        return cls(
+            sources,
+            today,
+            tiers,
+            {d: v["doc_id"] for d, v in docs.items()},
+            {d: v.get("title") for d, v in docs.items()},
+            {d: v.get("day") for d, v in docs.items()},
+            {d: float(v["similarity"]) for d, v in docs.items()},
+        )
 
 
 @dataclass(frozen=True)
@@ -131,8 +146,9 @@ def replay(explained: Explained, setting: FusionSetting, top_k: int) -> ParsedRe
     """The response at ``setting`` (module doc), cut to ``top_k``."""
     r = replay_arrays(explained, setting, top_k)
     e = explained
-    hits = tuple(Hit(e.doc_ids[d], float(v), e.titles[d]) for d, v in zip(r.docs.tolist(), r.scores.tolist(),
-                                                                              strict=True))
+    hits = tuple(
+        Hit(e.doc_ids[d], float(v), e.titles[d]) for d, v in zip(r.docs.tolist(), r.scores.tolist(), strict=True)
+    )
     return ParsedResponse(hits, r.confidence, r.handoff, r.level)
 
 
@@ -141,8 +157,11 @@ def replay_arrays(explained: Explained, setting: FusionSetting, top_k: int) -> R
     weights = {name: float(setting.weights.get(name, 1.0)) for name in explained.sources}
     total = sum(weights.values()) if setting.normalize_weights else 1.0
     for level, lists in explained.tiers:
-        parts = [(lists[name][0], lists[name][1], weights[name]) for name in explained.sources
-                 if name in lists and weights[name] > 0]
+        parts = [
+            (lists[name][0], lists[name][1], weights[name])
+            for name in explained.sources
+            if name in lists and weights[name] > 0
+        ]
         docs, scores = _fuse(parts, setting, total)
         if len(docs):
             scores = scores * _recency(docs, explained, setting)
@@ -150,8 +169,9 @@ def replay_arrays(explained: Explained, setting: FusionSetting, top_k: int) -> R
     return Replayed(np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64), 0.0, True, EMPTY_LEVEL)
 
 
-def _fuse(parts: Sequence[tuple[np.ndarray, np.ndarray, float]], s: FusionSetting,
-          total: float) -> tuple[np.ndarray, np.ndarray]:
+def _fuse(
+    parts: Sequence[tuple[np.ndarray, np.ndarray, float]], s: FusionSetting, total: float
+) -> tuple[np.ndarray, np.ndarray]:
     if s.method == "rrf":
         contrib = [(d, w / (s.rrf_k + np.arange(1, len(d) + 1, dtype=np.float64))) for d, _, w in parts]
         scale = total / (s.rrf_k + 1.0)
@@ -197,8 +217,7 @@ def _recency(docs: np.ndarray, e: Explained, s: FusionSetting) -> np.ndarray:
     return (1.0 + s.recency_weight * decay) / (1.0 + s.recency_weight)
 
 
-def _answer(level: str, docs: np.ndarray, scores: np.ndarray, e: Explained, s: FusionSetting,
-            top_k: int) -> Replayed:
+def _answer(level: str, docs: np.ndarray, scores: np.ndarray, e: Explained, s: FusionSetting, top_k: int) -> Replayed:
     order = np.lexsort((docs, -scores))  # score desc, then corpus order
     docs, scores = docs[order], scores[order]
     top = np.asarray([e.cosines[d] for d in docs[: s.top_m].tolist()], dtype=np.float64)

@@ -34,8 +34,10 @@ class GateMiss:
     def message(self) -> str:
         shown = "undefined" if math.isnan(self.value) else f"{self.value:.4f}"
         word = "below" if self.gate.kind == "under" else "above"
-        return (f"gate missed: {self.gate.metric} = {shown} is {word} {self.gate.threshold:g} "
-                f"(required {self.gate.describe()})")
+        return (
+            f"gate missed: {self.gate.metric} = {shown} is {word} {self.gate.threshold:g} "
+            f"(required {self.gate.describe()})"
+        )
 
 
 def parse_gate(text: str, kind: GateKind) -> Gate:

@@ -78,13 +78,13 @@ class HitTable:
         for j, (a, n) in enumerate(zip(starts.tolist(), counts.tolist(), strict=True)):
             if not n:
                 continue
-            own = docs[a:a + n]
+            own = docs[a : a + n]
             if len(set(own)) < n:
                 seen: dict[str, int] = {}
-                first[a:a + n] = [seen.setdefault(d, a + i) for i, d in enumerate(own)]
+                first[a : a + n] = [seen.setdefault(d, a + i) for i, d in enumerate(own)]
             if graded[j]:
                 judged = qrels.get(query_ids[j]) or no_labels
-                grades[a:a + n] = np.fromiter(map(judged.get, own, [UNLABELLED] * n), dtype=np.int64, count=n)
+                grades[a : a + n] = np.fromiter(map(judged.get, own, [UNLABELLED] * n), dtype=np.int64, count=n)
         scores = np.array(list(map(score_of, flat)), dtype=np.float64).reshape(-1)  # None -> NaN
         return cls(starts, counts, scores, docs, grades, first, graded, label_counts)
 
@@ -101,9 +101,10 @@ class HitTable:
             for j in np.unique(owner[repeated]).tolist():
                 a, n = int(starts[j]), int(counts[j])
                 seen: dict[str, int] = {}
-                first[a:a + n] = [seen.setdefault(d, a + i) for i, d in enumerate(docs[a:a + n])]
-        return HitTable(starts, counts, self.scores[kept], docs, self.grades[kept], first, self.graded,
-                        self.label_counts)
+                first[a : a + n] = [seen.setdefault(d, a + i) for i, d in enumerate(docs[a : a + n])]
+        return HitTable(
+            starts, counts, self.scores[kept], docs, self.grades[kept], first, self.graded, self.label_counts
+        )
 
     def grade_rows(self, rows: np.ndarray, lengths: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray]:
         """(grades, judged), (len(rows), width): the ranking of each query of ``rows`` made of
@@ -127,11 +128,27 @@ class HitTable:
             self._rows[width] = grades, judged
         return self._rows[width]
 
-    def batch(self, query_ids: Sequence[str], rows: np.ndarray, lengths: np.ndarray, *, gains: str,
-              depth: int | None, ideal_depth: int | None) -> scorecard.RankingBatch:
+    def batch(
+        self,
+        query_ids: Sequence[str],
+        rows: np.ndarray,
+        lengths: np.ndarray,
+        *,
+        gains: str,
+        depth: int | None,
+        ideal_depth: int | None,
+    ) -> scorecard.RankingBatch:
         """The RankingBatch ``prepare`` builds, at these depths, from one ranking per entry of
         ``rows`` (graded queries): the query's first ``lengths`` hits."""
         width = int(lengths.max(initial=0)) if depth is None else depth
         grades, judged = self.grade_rows(rows, lengths, width)
-        return scorecard.from_grades(query_ids, grades, judged, lengths.astype(np.int64), self.label_counts[rows],
-                                     gains=gains, depth=depth, ideal_depth=ideal_depth)
+        return scorecard.from_grades(
+            query_ids,
+            grades,
+            judged,
+            lengths.astype(np.int64),
+            self.label_counts[rows],
+            gains=gains,
+            depth=depth,
+            ideal_depth=ideal_depth,
+        )

@@ -84,8 +84,11 @@ class Split:
 
     def to_dict(self) -> dict[str, object]:
         return {
-            "seed": self.seed, "fraction": self.fraction, "source": self.source,
-            "tune": list(self.tune), "holdout": list(self.holdout),
+            "seed": self.seed,
+            "fraction": self.fraction,
+            "source": self.source,
+            "tune": list(self.tune),
+            "holdout": list(self.holdout),
         }
 
 
@@ -114,7 +117,8 @@ def draw_split(
     for query in queries:
         strata.setdefault(stratum_of(query, stratify_by), []).append(query)
     quotas = allocate(
-        {key: len(members) for key, members in strata.items()}, fraction,
+        {key: len(members) for key, members in strata.items()},
+        fraction,
         tiebreak=lambda key: _rank_key(seed, "|".join(key)),
     )
     held: set[str] = set()
@@ -128,8 +132,9 @@ def draw_split(
     return Split(tune=tune, holdout=holdout, seed=seed, fraction=fraction)
 
 
-def allocate(sizes: dict[tuple[str, ...], int], fraction: float,
-             tiebreak: Callable[[tuple[str, ...]], bytes] | None = None) -> dict[tuple[str, ...], int]:
+def allocate(
+    sizes: dict[tuple[str, ...], int], fraction: float, tiebreak: Callable[[tuple[str, ...]], bytes] | None = None
+) -> dict[tuple[str, ...], int]:
     """Largest-remainder rounding of ``n * fraction`` per stratum.
 
     The quotas sum to ``round(total * fraction)`` (ties of the total rounded half up)
@@ -187,10 +192,18 @@ class HoldoutReport:
 
     def to_dict(self) -> dict[str, object]:
         return {
-            "n_queries": self.n_queries, "n_in_scope": self.n_in_scope, "primary": self.primary,
-            "alpha": self.alpha, "verdict": self.verdict, "judged_k": self.judged_k, "judged": self.judged,
-            "oos_fp_rate": self.oos_fp, "condensed_delta": self.condensed_delta, "warnings": self.warnings,
-            "test": self.comparison.attrs.get("test"), "confidence": self.comparison.attrs.get("confidence"),
+            "n_queries": self.n_queries,
+            "n_in_scope": self.n_in_scope,
+            "primary": self.primary,
+            "alpha": self.alpha,
+            "verdict": self.verdict,
+            "judged_k": self.judged_k,
+            "judged": self.judged,
+            "oos_fp_rate": self.oos_fp,
+            "condensed_delta": self.condensed_delta,
+            "warnings": self.warnings,
+            "test": self.comparison.attrs.get("test"),
+            "confidence": self.comparison.attrs.get("confidence"),
             "metrics": self.comparison.reset_index().to_dict("records"),
         }
 
@@ -252,20 +265,38 @@ def holdout_report(
         names.append(primary)
     ids = _in_scope_ids(baseline)
     if _in_scope_ids(best) != ids:
-        raise EvaluationError("holdout report: baseline and best were evaluated on different queries; "
-                              "evaluate both on the same holdout split")
+        raise EvaluationError(
+            "holdout report: baseline and best were evaluated on different queries; "
+            "evaluate both on the same holdout split"
+        )
     if not ids:
-        raise EvaluationError("holdout report: the holdout has no in-scope query; lower holdout.fraction's "
-                              "rounding loss or add queries")
-    table = compare(baseline.per_query.loc[ids, names], best.per_query.loc[ids, names], names,
-                    confidence=confidence, n_resamples=n_resamples, seed=seed, test=test)
+        raise EvaluationError(
+            "holdout report: the holdout has no in-scope query; lower holdout.fraction's rounding loss or add queries"
+        )
+    table = compare(
+        baseline.per_query.loc[ids, names],
+        best.per_query.loc[ids, names],
+        names,
+        confidence=confidence,
+        n_resamples=n_resamples,
+        seed=seed,
+        test=test,
+    )
     judged = {side: _judged(result, ids, judged_k) for side, result in (("baseline", baseline), ("best", best))}
     condensed = _condensed_primary(best, ids) - _condensed_primary(baseline, ids)
     report = HoldoutReport(
-        n_queries=len(baseline.queries), n_in_scope=len(ids), comparison=table, judged=judged,
-        oos_fp={"baseline": float(baseline.metrics.get("OOS_FP_Rate", float("nan"))),
-                "best": float(best.metrics.get("OOS_FP_Rate", float("nan")))},
-        condensed_delta=float(condensed), primary=primary, alpha=alpha, judged_k=judged_k,
+        n_queries=len(baseline.queries),
+        n_in_scope=len(ids),
+        comparison=table,
+        judged=judged,
+        oos_fp={
+            "baseline": float(baseline.metrics.get("OOS_FP_Rate", float("nan"))),
+            "best": float(best.metrics.get("OOS_FP_Rate", float("nan"))),
+        },
+        condensed_delta=float(condensed),
+        primary=primary,
+        alpha=alpha,
+        judged_k=judged_k,
     )
     delta = float(table.loc[primary, "delta"])
     if delta > 0 and condensed <= 0:
@@ -324,8 +355,16 @@ ATTR_HOLDOUT = "tuner.holdout"  # study attr: the split the study tuned on (seed
 
 def record_split(study: Any, split: Split) -> None:
     """Remember on the study which split it tunes on (call when the study starts)."""
-    study.set_user_attr(ATTR_HOLDOUT, {"seed": split.seed, "fraction": split.fraction, "source": split.source,
-                                       "n_tune": len(split.tune), "n_holdout": len(split.holdout)})
+    study.set_user_attr(
+        ATTR_HOLDOUT,
+        {
+            "seed": split.seed,
+            "fraction": split.fraction,
+            "source": split.source,
+            "n_tune": len(split.tune),
+            "n_holdout": len(split.holdout),
+        },
+    )
 
 
 def check_same_split(recorded: Any, split: Split) -> None:

@@ -259,8 +259,9 @@ def decode_json(content: bytes, query_id: str, content_type: str | None = None) 
         ) from exc
 
 
-def parse_response(payload: Any, mapping: ResponseMapping, query_id: str, *,
-                   top_k: int | None = None) -> ParsedResponse:
+def parse_response(
+    payload: Any, mapping: ResponseMapping, query_id: str, *, top_k: int | None = None
+) -> ParsedResponse:
     """Extract hits and signals from a decoded JSON response; with ``top_k``, only the
     first ``top_k`` results are parsed and the rest counted in ``truncated``."""
     results = resolve_path(payload, mapping.results_path)
@@ -306,8 +307,11 @@ def _hits(results: list[Any], mapping: ResponseMapping, qid: str) -> tuple[Hit, 
             doc = item.get(doc_key)
             score = None if score_key is None else item.get(score_key)
             title = None if title_key is None else item.get(title_key)
-            if (type(doc) is str and (score is None or (type(score) is float and isfinite(score)))
-                    and (title is None or type(title) is str)):
+            if (
+                type(doc) is str
+                and (score is None or (type(score) is float and isfinite(score)))
+                and (title is None or type(title) is str)
+            ):
                 append(Hit(doc, score, title))
                 continue
         append(_hit(item, i, mapping, qid))
@@ -333,8 +337,9 @@ def _number(node: Any, path: str | None, qid: str, where: str = "response") -> f
     if value is _MISSING or value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ResponseMappingError(f"query {qid}: {where}.{path} = {value!r} is not a finite number; "
-                                   "fix the mapping path")
+        raise ResponseMappingError(
+            f"query {qid}: {where}.{path} = {value!r} is not a finite number; fix the mapping path"
+        )
     return float(value)
 
 
@@ -350,8 +355,9 @@ def _flag(node: Any, path: str | None, qid: str) -> bool | None:
         return bool(value)
     if isinstance(value, str) and value.lower() in ("true", "false"):
         return value.lower() == "true"
-    raise ResponseMappingError(f"query {qid}: response.{path} = {value!r} is not a boolean; "
-                               "point response.handoff at a true/false field")
+    raise ResponseMappingError(
+        f"query {qid}: response.{path} = {value!r} is not a boolean; point response.handoff at a true/false field"
+    )
 
 
 def _label(node: Any, path: str | None) -> str | None:

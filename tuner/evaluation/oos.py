@@ -104,8 +104,9 @@ def threshold_grid(
     if sweep_range is not None:
         low, high, step = (float(v) for v in sweep_range)
         if not (math.isfinite(low) and math.isfinite(high) and math.isfinite(step)) or high < low or step <= 0:
-            raise ValueError(f"threshold sweep range {sweep_range!r}: pass (low, high, step) with low <= high, "
-                             "step > 0")
+            raise ValueError(
+                f"threshold sweep range {sweep_range!r}: pass (low, high, step) with low <= high, step > 0"
+            )
         grid = _grid(low, high, step)
     else:
         seen = np.array([c for c in confidences if c is not None], dtype=float)
@@ -186,8 +187,9 @@ def fallback_histogram(query_types: Sequence[str], levels: Sequence[str | None])
     rows = sorted({qt for qt, _ in counts})
     columns = sorted({lv for _, lv in counts}, key=_level_key)
     values = np.array([[counts.get((qt, lv), 0) for lv in columns] for qt in rows], dtype=np.int64)
-    table = pd.DataFrame(values, index=pd.Index(rows, name="query_type"),
-                         columns=pd.Index(columns, name="fallback_level"))
+    table = pd.DataFrame(
+        values, index=pd.Index(rows, name="query_type"), columns=pd.Index(columns, name="fallback_level")
+    )
     table.loc["all"] = table.sum(axis=0)
     return table.astype(int)
 

@@ -26,8 +26,7 @@ def fetch_raw(spec: EvalSpec, query: Query) -> str:
     try:
         with (
             httpx.Client(timeout=spec.timeout_s, verify=shared_ssl_context()) as client,
-            client.stream(req.method, req.url, headers=dict(req.headers), json=req.json,
-                          params=req.params) as response,
+            client.stream(req.method, req.url, headers=dict(req.headers), json=req.json, params=req.params) as response,
         ):
             body = b""
             for chunk in response.iter_bytes():

@@ -69,8 +69,9 @@ def regate(
     labels = {qid: dict(result.qrels[qid]) for qid in ids if qid in result.qrels}
     graded = np.array([q.scope != "oos" for q in result.queries], dtype=bool)
     table = result.hit_table  # the batch's own, unless it does not describe these hits
-    if table is None or not (np.array_equal(table.counts, [len(hs) for hs in hits.values()])
-                             and np.array_equal(table.graded, graded)):
+    if table is None or not (
+        np.array_equal(table.counts, [len(hs) for hs in hits.values()]) and np.array_equal(table.graded, graded)
+    ):
         table = HitTable.build(ids, list(hits.values()), labels, graded)
     reordered: set[str] = set()
     if min_score is not None:
@@ -88,15 +89,25 @@ def regate(
     grid = threshold_grid(pq["confidence"].tolist(), sweep_range=sweep_range, include=(in_effect,))
     by_id = {f.query_id: f for f in result.failed}
     return score_result(
-        result.queries, info, hits, labels, [by_id[q] for q in ids if q in by_id],
-        _unjudged(result, in_scope, hits, labels, reordered), gains=result.gains, metrics=ranking or None,
-        sweep_thresholds=grid, threshold_in_effect=in_effect, table=table,
+        result.queries,
+        info,
+        hits,
+        labels,
+        [by_id[q] for q in ids if q in by_id],
+        _unjudged(result, in_scope, hits, labels, reordered),
+        gains=result.gains,
+        metrics=ranking or None,
+        sweep_thresholds=grid,
+        threshold_in_effect=in_effect,
+        table=table,
         histogram_of=result,  # the query types and fallback levels are the batch's
     )
 
 
 def _filtered(
-    hits: dict[str, tuple[Hit, ...]], table: HitTable, min_score: float,
+    hits: dict[str, tuple[Hit, ...]],
+    table: HitTable,
+    min_score: float,
 ) -> tuple[dict[str, tuple[Hit, ...]], HitTable, set[str]]:
     """Each query's hits with score >= min_score (up to rounding) or without a score, their
     table, and the queries whose kept hits are not the first hits of their list."""
@@ -110,24 +121,27 @@ def _filtered(
     flags = keep.tolist()
     out: dict[str, tuple[Hit, ...]] = {}
     reordered: set[str] = set()
-    for (qid, hs), a, n, first_n in zip(hits.items(), table.starts.tolist(), kept.counts.tolist(), prefix,
-                                        strict=True):
+    for (qid, hs), a, n, first_n in zip(hits.items(), table.starts.tolist(), kept.counts.tolist(), prefix, strict=True):
         if first_n:
             out[qid] = hs[:n]
         else:
-            out[qid] = tuple(compress(hs, flags[a:a + len(hs)]))
+            out[qid] = tuple(compress(hs, flags[a : a + len(hs)]))
             reordered.add(qid)
     return out, kept, reordered
 
 
 def _handoffs(
-    pq: pd.DataFrame, answers: list[bool], hits: dict[str, tuple[Hit, ...]],
-    threshold: float | None, min_score: float | None,
+    pq: pd.DataFrame,
+    answers: list[bool],
+    hits: dict[str, tuple[Hit, ...]],
+    threshold: float | None,
+    min_score: float | None,
 ) -> list[bool | None]:
     """The handoff field of each rebuilt response (a failed query's stays None)."""
     out: list[bool | None] = []
-    for ok, handoff, conf, kept in zip(answers, pq["handoff"].tolist(), pq["confidence"].tolist(), hits.values(),
-                                       strict=True):
+    for ok, handoff, conf, kept in zip(
+        answers, pq["handoff"].tolist(), pq["confidence"].tolist(), hits.values(), strict=True
+    ):
         if not ok:
             out.append(None)
             continue
@@ -140,8 +154,13 @@ def _handoffs(
     return out
 
 
-def _unjudged(result: BatchResult, in_scope: list[str], hits: dict[str, tuple[Hit, ...]],
-              labels: dict[str, dict[str, int]], reordered: set[str]) -> list[UnjudgedHit]:
+def _unjudged(
+    result: BatchResult,
+    in_scope: list[str],
+    hits: dict[str, tuple[Hit, ...]],
+    labels: dict[str, dict[str, int]],
+    reordered: set[str],
+) -> list[UnjudgedHit]:
     """The shown documents without a label, first occurrence only, of each answered
     in-scope query (what ResultBuilder.add records), in query order. When the kept hits
     are the first n of the list, those are the batch's own entries ranked <= n (a

@@ -80,8 +80,14 @@ class _Flat:
 class ReplayBatch:
     """The explained answers of one batch, replayed as arrays (module doc)."""
 
-    def __init__(self, explained: Mapping[str, Explained], query_ids: Sequence[str], graded: ArrayLike,
-                 qrels: Mapping[str, Mapping[str, int]], top_k: int) -> None:
+    def __init__(
+        self,
+        explained: Mapping[str, Explained],
+        query_ids: Sequence[str],
+        graded: ArrayLike,
+        qrels: Mapping[str, Mapping[str, int]],
+        top_k: int,
+    ) -> None:
         self.query_ids = list(query_ids)
         self.graded = np.asarray(graded, dtype=bool)
         self.explained = [explained.get(q) for q in self.query_ids]
@@ -132,12 +138,21 @@ class ReplayBatch:
         starts = np.cumsum(counts) - counts
         hit = order[final]
         handoff = ~self.failed & ((conf < setting.confidence_threshold) | (counts == 0))
-        table = HitTable(starts, counts, scores[final], f.doc_id[hit].tolist(), f.grade[hit],
-                         np.arange(final.size, dtype=np.int64), self.graded, self.label_counts)
+        table = HitTable(
+            starts,
+            counts,
+            scores[final],
+            f.doc_id[hit].tolist(),
+            f.grade[hit],
+            np.arange(final.size, dtype=np.int64),
+            self.graded,
+            self.label_counts,
+        )
         return Replayed(table, conf, handoff, self.failed)
 
-    def _confidence(self, cos: np.ndarray, seg: np.ndarray, counts: np.ndarray, starts: np.ndarray,
-                    top_m: int) -> np.ndarray:
+    def _confidence(
+        self, cos: np.ndarray, seg: np.ndarray, counts: np.ndarray, starts: np.ndarray, top_m: int
+    ) -> np.ndarray:
         """Per query the mean cosine of its top ``top_m`` candidates (ranked order), floored
         at 0; 0 without candidates; -inf for a failed query. Rows of one length are averaged
         together: numpy reduces each row of a 2-D array as it reduces a 1-D one (the same
@@ -157,8 +172,7 @@ class ReplayBatch:
         return conf
 
     def _flatten(self, active: tuple[bool, ...]) -> _Flat:
-        cols: dict[str, list[Any]] = {k: [] for k in ("seg", "doc", "cos", "day", "dated", "today", "doc_id",
-                                                        "grade")}
+        cols: dict[str, list[Any]] = {k: [] for k in ("seg", "doc", "cos", "day", "dated", "today", "doc_id", "grade")}
         ent: dict[str, list[np.ndarray]] = {k: [] for k in ("cand", "src", "rank", "minmax", "zcdf")}
         answered = np.zeros(len(self.query_ids), dtype=bool)
         offset = 0
@@ -180,7 +194,8 @@ class ReplayBatch:
                     missing = unique[table.doc[row] != unique][0] if len(table.doc) else unique[0]
                     raise ResponseMappingError(
                         f"query {self.query_ids[j]}: the explanation lists candidate {int(missing)} but not in its "
-                        "docs; fusion replay needs every candidate's id, day and similarity there")
+                        "docs; fusion replay needs every candidate's id, day and similarity there"
+                    )
                 n = len(unique)
                 cols["seg"].append(np.full(n, j, dtype=np.int64))
                 cols["doc"].append(unique)
@@ -191,7 +206,7 @@ class ReplayBatch:
                 for name, (d, _sc) in parts:
                     m = len(d)
                     rank, minmax, zcdf = self._normalised(j, t, name)
-                    ent["cand"].append(offset + inverse[at:at + m])
+                    ent["cand"].append(offset + inverse[at : at + m])
                     ent["src"].append(np.full(m, index[name], dtype=np.int64))
                     ent["rank"].append(rank)
                     ent["minmax"].append(minmax)
@@ -204,11 +219,20 @@ class ReplayBatch:
             return np.concatenate(parts) if parts else np.empty(0, dtype=dtype)
 
         return _Flat(
-            cat(cols["seg"], np.int64), cat(cols["doc"], np.int64), cat(cols["cos"], np.float64),
-            cat(cols["day"], np.int64), cat(cols["dated"], bool), cat(cols["today"], np.int64),
-            cat(cols["doc_id"], object), cat(cols["grade"], np.int64), answered,
-            cat(ent["cand"], np.int64), cat(ent["src"], np.int64), cat(ent["rank"], np.float64),
-            cat(ent["minmax"], np.float64), cat(ent["zcdf"], np.float64),
+            cat(cols["seg"], np.int64),
+            cat(cols["doc"], np.int64),
+            cat(cols["cos"], np.float64),
+            cat(cols["day"], np.int64),
+            cat(cols["dated"], bool),
+            cat(cols["today"], np.int64),
+            cat(cols["doc_id"], object),
+            cat(cols["grade"], np.int64),
+            answered,
+            cat(ent["cand"], np.int64),
+            cat(ent["src"], np.int64),
+            cat(ent["rank"], np.float64),
+            cat(ent["minmax"], np.float64),
+            cat(ent["zcdf"], np.float64),
         )
 
     def _doc_table(self, j: int) -> _Docs:
@@ -223,10 +247,13 @@ class ReplayBatch:
             labels = (self.qrels.get(self.query_ids[j]) or {}) if self.graded[j] else {}
             ids = [e.doc_ids[d] for d in order]
             table = self._docs[j] = _Docs(
-                doc, np.array([e.cosines[d] for d in order], dtype=np.float64),
+                doc,
+                np.array([e.cosines[d] for d in order], dtype=np.float64),
                 np.array([e.today if d is None else d for d in days], dtype=np.int64),
-                np.array([d is not None for d in days], dtype=bool), np.array(ids, dtype=object),
-                np.array([labels.get(i, UNLABELLED) for i in ids], dtype=np.int64))
+                np.array([d is not None for d in days], dtype=bool),
+                np.array(ids, dtype=object),
+                np.array([labels.get(i, UNLABELLED) for i in ids], dtype=np.int64),
+            )
         return table
 
     def _normalised(self, j: int, tier: int, name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -157,8 +157,14 @@ def evaluate_responses(
     query would silently raise the average. ``sweep_thresholds``: the threshold
     sweep's grid (default: oos.threshold_grid over the observed confidences);
     ``threshold_in_effect`` is recorded on the result as given."""
-    builder = ResultBuilder(queries, qrels, gains=gains, metrics=metrics, sweep_thresholds=sweep_thresholds,
-                            threshold_in_effect=threshold_in_effect)
+    builder = ResultBuilder(
+        queries,
+        qrels,
+        gains=gains,
+        metrics=metrics,
+        sweep_thresholds=sweep_thresholds,
+        threshold_in_effect=threshold_in_effect,
+    )
     outcomes: list[QueryResponse | FailedQuery] = [*responses, *failed]
     for outcome in outcomes:
         builder.add(outcome)
@@ -233,18 +239,26 @@ class ResultBuilder:
             )
         outcomes = [by_id[q] for q in ids]
         hits = {
-            qid: (o.response.hits if isinstance(o, QueryResponse) else ())
-            for qid, o in zip(ids, outcomes, strict=True)
+            qid: (o.response.hits if isinstance(o, QueryResponse) else ()) for qid, o in zip(ids, outcomes, strict=True)
         }
         labels = {qid: dict(self.qrels[qid]) for qid in ids if qid in self.qrels}
         info = _info_frame_from_rows([_info_row(q, o) for q, o in zip(qs, outcomes, strict=True)], ids)
         unjudged = [  # in-scope answers only
-            u for q, o in zip(qs, outcomes, strict=True) if q.scope != "oos" and isinstance(o, QueryResponse)
+            u
+            for q, o in zip(qs, outcomes, strict=True)
+            if q.scope != "oos" and isinstance(o, QueryResponse)
             for u in _unjudged_of(q.query_id, o.response.hits, labels.get(q.query_id, {}))
         ]
         return score_result(
-            queries, info, hits, labels, [o for o in outcomes if isinstance(o, FailedQuery)], unjudged,
-            gains=gains, metrics=metrics, sweep_thresholds=self.sweep_thresholds,
+            queries,
+            info,
+            hits,
+            labels,
+            [o for o in outcomes if isinstance(o, FailedQuery)],
+            unjudged,
+            gains=gains,
+            metrics=metrics,
+            sweep_thresholds=self.sweep_thresholds,
             threshold_in_effect=self.threshold_in_effect,
         )
 
@@ -296,11 +310,16 @@ def score_result(
     numeric = {name: column(v) for name, v in judged.items()} | {name: column(v, keep) for name, v in raw.items()}
     # the exchange rows, answered, then coverage and metrics (NaN for OOS queries), as one frame
     # (of its own: copied, so no other batch's rows share its memory)
-    per_query = pd.DataFrame({**{c: info[c].array for c in info.columns}, "answered": answered, **numeric},
-                             index=info.index, copy=True)
+    per_query = pd.DataFrame(
+        {**{c: info[c].array for c in info.columns}, "answered": answered, **numeric}, index=info.index, copy=True
+    )
     sweep = oos.threshold_sweep(
-        is_oos, info["confidence"].tolist(), info["n_results"].tolist(), column(raw[PRIMARY]),
-        sweep_thresholds, observed_scores=numeric[PRIMARY],
+        is_oos,
+        info["confidence"].tolist(),
+        info["n_results"].tolist(),
+        column(raw[PRIMARY]),
+        sweep_thresholds,
+        observed_scores=numeric[PRIMARY],
     )
     if histogram_of is None:
         histogram = oos.fallback_histogram(info["query_type"].tolist(), info["fallback_level"].tolist())
@@ -345,8 +364,9 @@ def query_record(
     ranking = {qid: [h.doc_id for h in outcome.response.hits]} if isinstance(outcome, QueryResponse) else {}
     labels = {qid: qrels[qid]} if qid in qrels else {}
     # arrays, not frames: this runs on the event loop for every answer of a pruned batch
-    _, scores, judged = scorecard.score_arrays(ranking, labels, [qid], gains=gains, metrics=metrics,
-                                               judged_depths=JUDGED_DEPTHS)
+    _, scores, judged = scorecard.score_arrays(
+        ranking, labels, [qid], gains=gains, metrics=metrics, judged_depths=JUDGED_DEPTHS
+    )
     row.update({name: float(values[0]) for name, values in judged.items()})
     keep = 1.0 if row["answered"] else 0.0
     row.update({str(name): float(values[0]) * keep for name, values in scores.items()})

@@ -90,7 +90,9 @@ class EvalSpec(_Strict):
     )
     backoff_max_s: PositiveFloat = 5.0
     max_empty_share: float = Field(
-        default=0.5, ge=0, le=1,
+        default=0.5,
+        ge=0,
+        le=1,
         description="A trial whose in-scope queries come back with no results above this share fails with "
         "that reason instead of scoring 0 (a broken request or mapping, not a bad config); 1 turns it off.",
     )
@@ -102,20 +104,26 @@ class EvalSpec(_Strict):
             return None
         timeout = info.data.get("timeout_s")
         if not math.isfinite(value) or value <= 0:
-            raise ValueError(f"deadline_s={value:g}: use a positive number of seconds, or leave it out "
-                             f"(default {DEADLINE_TIMEOUTS} x timeout_s)")
+            raise ValueError(
+                f"deadline_s={value:g}: use a positive number of seconds, or leave it out "
+                f"(default {DEADLINE_TIMEOUTS} x timeout_s)"
+            )
         if timeout is not None and value < timeout:
-            raise ValueError(f"deadline_s={value:g} is below timeout_s={timeout:g}: the whole-request deadline "
-                             "covers connect and every read, so it must be at least timeout_s; raise deadline_s "
-                             f"or leave it out (default {DEADLINE_TIMEOUTS} x timeout_s)")
+            raise ValueError(
+                f"deadline_s={value:g} is below timeout_s={timeout:g}: the whole-request deadline "
+                "covers connect and every read, so it must be at least timeout_s; raise deadline_s "
+                f"or leave it out (default {DEADLINE_TIMEOUTS} x timeout_s)"
+            )
         return value
 
     @field_validator("max_response_bytes")
     @classmethod
     def _cap_is_sane(cls, value: int) -> int:
         if not MIN_RESPONSE_BYTES <= value <= MAX_RESPONSE_BYTES:
-            raise ValueError(f"max_response_bytes={value}: use a byte count from {MIN_RESPONSE_BYTES} (1 KiB) "
-                             f"to {MAX_RESPONSE_BYTES} (1 GiB), e.g. {16 * MIB} (16 MiB, the default)")
+            raise ValueError(
+                f"max_response_bytes={value}: use a byte count from {MIN_RESPONSE_BYTES} (1 KiB) "
+                f"to {MAX_RESPONSE_BYTES} (1 GiB), e.g. {16 * MIB} (16 MiB, the default)"
+            )
         return value
 
     @field_validator("max_failed_queries")

@@ -52,9 +52,9 @@ PRIMARY_METRIC = "Primary_Metric_Score"
 
 #: Human-readable formula, for report headers.
 SCORECARD_FORMULA = (
-    "Primary_Metric_Score = mean(" + ", ".join(
-        f"{name}/{MAX_GRADE}" if name.startswith("Avg_Grade") else name for name in PRIMARY_SCORECARD
-    ) + ")"
+    "Primary_Metric_Score = mean("
+    + ", ".join(f"{name}/{MAX_GRADE}" if name.startswith("Avg_Grade") else name for name in PRIMARY_SCORECARD)
+    + ")"
 )
 
 
@@ -80,8 +80,13 @@ def score_rankings(
     wanted = [resolve(name) for name in (DEFAULT_METRICS if metrics is None else metrics)]
     needed = wanted + [resolve(name) for name in PRIMARY_SCORECARD]
     batch = prepare(
-        rankings, qrels, query_ids, gains=gains, relevance_level=relevance_level,
-        depth=_deepest(needed), ideal_depth=_deepest(m for m in needed if m.family.uses_ideal),
+        rankings,
+        qrels,
+        query_ids,
+        gains=gains,
+        relevance_level=relevance_level,
+        depth=_deepest(needed),
+        ideal_depth=_deepest(m for m in needed if m.family.uses_ideal),
     )
     return score_batch(batch, [m.name for m in wanted])
 
@@ -99,8 +104,9 @@ def score_rankings_with_coverage(
     """``score_rankings`` plus ``judged_at_k`` for each of ``judged_depths``, from one
     prepared batch (the label lookups are the costly part; this does them once).
     Returns (scores, coverage) with the same values the separate calls return."""
-    batch, scores, judged = score_arrays(rankings, qrels, query_ids, gains, metrics, judged_depths,
-                                         relevance_level=relevance_level)
+    batch, scores, judged = score_arrays(
+        rankings, qrels, query_ids, gains, metrics, judged_depths, relevance_level=relevance_level
+    )
     index = pd.Index(batch.query_ids, name="query_id")
     frame = pd.DataFrame(scores, index=index)
     frame.attrs.update(_attrs(batch))
@@ -123,13 +129,20 @@ def score_arrays(
     would cost more than the scoring."""
     depth, ideal_depth = batch_depths(metrics, judged_depths)
     batch = prepare(
-        rankings, qrels, query_ids, gains=gains, relevance_level=relevance_level, depth=depth, ideal_depth=ideal_depth,
+        rankings,
+        qrels,
+        query_ids,
+        gains=gains,
+        relevance_level=relevance_level,
+        depth=depth,
+        ideal_depth=ideal_depth,
     )
     return batch, *score_prepared(batch, metrics, judged_depths)
 
 
 def batch_depths(
-    metrics: Sequence[str] | None = None, judged_depths: Sequence[int] = (10, 20),
+    metrics: Sequence[str] | None = None,
+    judged_depths: Sequence[int] = (10, 20),
 ) -> tuple[int | None, int | None]:
     """The (depth, ideal_depth) ``score_arrays`` prepares its batch with for these metrics
     and coverage depths: the largest cutoff asked for (None: a metric reads the whole
@@ -140,7 +153,9 @@ def batch_depths(
 
 
 def score_prepared(
-    batch: RankingBatch, metrics: Sequence[str] | None = None, judged_depths: Sequence[int] = (10, 20),
+    batch: RankingBatch,
+    metrics: Sequence[str] | None = None,
+    judged_depths: Sequence[int] = (10, 20),
 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """``score_arrays``' ({metric: values, ..., Primary_Metric_Score}, {Judged@k: values})
     on a batch prepared at ``batch_depths(metrics, judged_depths)``."""
@@ -165,8 +180,12 @@ def score_batch(batch: RankingBatch, metrics: Sequence[str] | None = None) -> pd
 
 def _attrs(batch: RankingBatch) -> dict[str, object]:
     """What a frame's numbers were computed under, so two frames are never compared blind."""
-    return {"gains": batch.gains, "scorecard_version": SCORECARD_VERSION, "max_grade": batch.max_grade,
-            "relevance_level": batch.relevance_level}
+    return {
+        "gains": batch.gains,
+        "scorecard_version": SCORECARD_VERSION,
+        "max_grade": batch.max_grade,
+        "relevance_level": batch.relevance_level,
+    }
 
 
 def _score_columns(batch: RankingBatch, wanted: Sequence[Metric]) -> dict[str, np.ndarray]:
@@ -202,8 +221,9 @@ def judged_at_k(
     NaN for an empty ranking (nothing was shown, so nothing is missing a label).
     """
     batch = prepare(rankings, qrels, query_ids, depth=k, ideal_depth=0)
-    return pd.Series(resolve(f"Judged@{k}").compute(batch), index=pd.Index(batch.query_ids, name="query_id"),
-                     name=f"Judged@{k}")
+    return pd.Series(
+        resolve(f"Judged@{k}").compute(batch), index=pd.Index(batch.query_ids, name="query_id"), name=f"Judged@{k}"
+    )
 
 
 def list_metrics() -> list[MetricFamily]:

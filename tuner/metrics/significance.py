@@ -131,8 +131,12 @@ def wilcoxon_test(baseline: Sequence[float], candidate: Sequence[float]) -> floa
 
 
 def paired_test(
-    baseline: Sequence[float], candidate: Sequence[float], *, test: Test = "permutation",
-    n_resamples: int = 10_000, seed: int = 0,
+    baseline: Sequence[float],
+    candidate: Sequence[float],
+    *,
+    test: Test = "permutation",
+    n_resamples: int = 10_000,
+    seed: int = 0,
 ) -> float:
     if test == "permutation":
         return sign_flip_test(baseline, candidate, n_resamples=n_resamples, seed=seed)
@@ -185,12 +189,24 @@ def compare(
     rows = []
     for j, name in enumerate(metrics):
         p = paired_test(a[:, j], b[:, j], test=test, n_resamples=n_resamples, seed=seed + j)
-        rows.append(asdict(PairedResult(
-            metric=name, n=len(d), baseline=float(a[:, j].mean()), candidate=float(b[:, j].mean()),
-            delta=float(d[:, j].mean()), ci_low=float(lows[j]), ci_high=float(highs[j]), p_value=p,
-            wins=int((d[:, j] > 0).sum()), losses=int((d[:, j] < 0).sum()), ties=int((d[:, j] == 0).sum()),
-            test=test,
-        )))
+        rows.append(
+            asdict(
+                PairedResult(
+                    metric=name,
+                    n=len(d),
+                    baseline=float(a[:, j].mean()),
+                    candidate=float(b[:, j].mean()),
+                    delta=float(d[:, j].mean()),
+                    ci_low=float(lows[j]),
+                    ci_high=float(highs[j]),
+                    p_value=p,
+                    wins=int((d[:, j] > 0).sum()),
+                    losses=int((d[:, j] < 0).sum()),
+                    ties=int((d[:, j] == 0).sum()),
+                    test=test,
+                )
+            )
+        )
     frame = pd.DataFrame(rows).set_index("metric")
     frame["p_holm"] = holm(frame["p_value"].to_numpy()) if len(frame) else []
     frame.attrs.update(confidence=confidence, n_resamples=n_resamples, seed=seed, test=test)

@@ -50,8 +50,19 @@ N_OOS = "N_OOS_Queries"
 #: the metrics whose denominator is the out-of-scope queries (printed "n/a" without any)
 OOS_RATES = frozenset({"OOS_FP_Rate", "Handoff_Recall", "Handoff_F1"})
 
-_BASE_COLUMNS = ["number", "state", "value", "feasible", "violation", "variant", "cache_hit", "fail_reason",
-                 "early_stop", "gates_moved", "duration_s"]
+_BASE_COLUMNS = [
+    "number",
+    "state",
+    "value",
+    "feasible",
+    "violation",
+    "variant",
+    "cache_hit",
+    "fail_reason",
+    "early_stop",
+    "gates_moved",
+    "duration_s",
+]
 
 
 def trials_frame(trials: Iterable[Any]) -> pd.DataFrame:
@@ -166,8 +177,9 @@ class Delta:
         return self.best - self.baseline
 
 
-def deltas(best: pd.Series, baseline: pd.Series, metrics: Sequence[str] = SCORECARD, *,
-           objective: str | None = None) -> list[Delta]:
+def deltas(
+    best: pd.Series, baseline: pd.Series, metrics: Sequence[str] = SCORECARD, *, objective: str | None = None
+) -> list[Delta]:
     """Best minus baseline on each scorecard metric present in both rows, led by the
     ``objective``'s own metric when it is not one of them (NDCG@10, AP@100, ...): the
     number the study tuned is the first one a person looks for."""
@@ -268,8 +280,9 @@ def write_study_report(
     plot_score_vs_oos(frame, paths.score_vs_oos_png, objective=objective, oos_metric=oos_metric, oos_limit=oos_limit)
     atomic_write_text(
         paths.markdown,
-        study_markdown(frame, study_name=study_name, objective=objective, maximize=maximize, importances=importances,
-                       images=paths),
+        study_markdown(
+            frame, study_name=study_name, objective=objective, maximize=maximize, importances=importances, images=paths
+        ),
     )
     return paths
 
@@ -287,7 +300,7 @@ def study_markdown(
     counts = frame["state"].value_counts().to_dict() if not frame.empty else {}
     lines.append(
         f"{len(frame)} trials: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) + "; objective "
-                                                                                              f"{objective} "
+        f"{objective} "
         f"({'maximise' if maximize else 'minimise'})."
     )
     lines.append("")
@@ -300,17 +313,26 @@ def study_markdown(
         if base is not None:
             na = without_oos(best) or without_oos(base)
             rows = pd.DataFrame(
-                [{"metric": d.metric, "baseline": "n/a", "best": "n/a", "delta": "n/a"} if na and d.metric in OOS_RATES
-                 else {"metric": d.metric, "baseline": d.baseline, "best": d.best, "delta": d.change}
-                 for d in deltas(best, base, objective=objective)]
+                [
+                    {"metric": d.metric, "baseline": "n/a", "best": "n/a", "delta": "n/a"}
+                    if na and d.metric in OOS_RATES
+                    else {"metric": d.metric, "baseline": d.baseline, "best": d.best, "delta": d.change}
+                    for d in deltas(best, base, objective=objective)
+                ]
             )
             lines += [f"Against the baseline (trial #{int(base['number'])}):", "", markdown_table(rows)]
-    lines += ["## Feasible trials (best first)", "",
-              markdown_table(summary_table(feasible_ranked(frame, maximize=maximize)))]
+    lines += [
+        "## Feasible trials (best first)",
+        "",
+        markdown_table(summary_table(feasible_ranked(frame, maximize=maximize))),
+    ]
     lines += ["## Infeasible trials", "", markdown_table(summary_table(infeasible_trials(frame)))]
     failed = frame[frame["state"] != "COMPLETE"] if not frame.empty else frame
-    lines += ["## Failed / pruned trials", "",
-              markdown_table(failed[["number", "state", "fail_reason"]] if not failed.empty else failed)]
+    lines += [
+        "## Failed / pruned trials",
+        "",
+        markdown_table(failed[["number", "state", "fail_reason"]] if not failed.empty else failed),
+    ]
     if importances:
         imp = pd.DataFrame([{"parameter": k, "importance": v} for k, v in importances.items()])
         lines += ["## Parameter importances", "", markdown_table(imp)]
@@ -393,8 +415,9 @@ def plot_score_vs_oos(
     feasible, infeasible = _split(frame)
     if oos_metric in frame.columns:
         ax.scatter(feasible[oos_metric], feasible["value"], marker="o", color="tab:blue", label="feasible", zorder=3)
-        ax.scatter(infeasible[oos_metric], infeasible["value"], marker="x", color="tab:red", label="infeasible",
-                   zorder=3)
+        ax.scatter(
+            infeasible[oos_metric], infeasible["value"], marker="x", color="tab:red", label="infeasible", zorder=3
+        )
         for _, row in feasible.iterrows():
             ax.annotate(str(int(row["number"])), (row[oos_metric], row["value"]), fontsize=6, alpha=0.7)
     if oos_limit is not None:

@@ -67,11 +67,14 @@ class ApplyPlan:
         return bool(self.diff)
 
     def drift_message(self) -> str:
-        shown = "; ".join(f"{name}: study saw {seen!r}, now {now!r}, trial writes {new!r}"
-                          for name, seen, now, new in self.drift)
-        return (f"{len(self.drift)} key(s) the trial writes were edited since the study measured them ({shown}); "
-                "the trial's score was measured against the old values: re-run the study, or pass --force to "
-                "overwrite the edits")
+        shown = "; ".join(
+            f"{name}: study saw {seen!r}, now {now!r}, trial writes {new!r}" for name, seen, now, new in self.drift
+        )
+        return (
+            f"{len(self.drift)} key(s) the trial writes were edited since the study measured them ({shown}); "
+            "the trial's score was measured against the old values: re-run the study, or pass --force to "
+            "overwrite the edits"
+        )
 
 
 @dataclass
@@ -88,12 +91,18 @@ def apply_rights(experiment: Experiment) -> Any:
     """The locks a real apply holds from planning to its last restart (tuner.study.locks)."""
     from tuner.study.locks import patch_rights
 
-    return patch_rights(experiment.storage, experiment.study, experiment.target.config_files, mode="exclusive",
-                        command="tuner apply")
+    return patch_rights(
+        experiment.storage, experiment.study, experiment.target.config_files, mode="exclusive", command="tuner apply"
+    )
 
 
-def plan_apply(experiment: Experiment, *, trial_number: int | None = None, recover_journal: bool = True,
-               on_replay: Callable[[str], None] = lambda line: None) -> ApplyPlan:
+def plan_apply(
+    experiment: Experiment,
+    *,
+    trial_number: int | None = None,
+    recover_journal: bool = True,
+    on_replay: Callable[[str], None] = lambda line: None,
+) -> ApplyPlan:
     """Render the chosen trial onto the config files as they are now (nothing written).
 
     ``recover_journal``: replay a restore journal left by a crash first; only a caller
@@ -181,8 +190,12 @@ def backup_configs(files: list[Path], backup_root: Path) -> list[Path]:
 
 
 def apply_plan(
-    plan: ApplyPlan, *, tolerance: float = 0.01, on_step: Callable[[str], None] = lambda step: None,
-    skip_checks: bool = False, force: bool = False,
+    plan: ApplyPlan,
+    *,
+    tolerance: float = 0.01,
+    on_step: Callable[[str], None] = lambda step: None,
+    skip_checks: bool = False,
+    force: bool = False,
 ) -> ApplyResult:
     """Write, restart, check health, re-evaluate, compare; roll back when it does not hold.
 

@@ -32,9 +32,15 @@ def static_preflight(prepared: Prepared, *, skip: bool = False) -> PreflightRepo
     """The checks that need no backend."""
     exp = prepared.experiment
     report = PreflightReport(n_total=len(prepared.queries), skipped=skip)
-    report.extend(static_checks(exp.evaluation, prepared.queries, exp.constraints,
-                                unjudged_note=prepared.dataset_note,
-                                unjudged_policy=exp.dataset.unjudged_queries))
+    report.extend(
+        static_checks(
+            exp.evaluation,
+            prepared.queries,
+            exp.constraints,
+            unjudged_note=prepared.dataset_note,
+            unjudged_policy=exp.dataset.unjudged_queries,
+        )
+    )
     problem = roundtrip_problem(prepared)
     if problem is not None:
         report.extend([Finding("config_roundtrip", "stop", problem)])
@@ -58,8 +64,10 @@ def roundtrip_problem(prepared: Prepared) -> str | None:
         tag = re.search(r"tag '([^']+)'", text)
         where = text.split(":", 1)[0]
         what = f"its YAML tag {tag.group(1)} has no constructor" if tag else text.splitlines()[0]
-        return (f"{where}: the tuner cannot write this config back ({what}); every trial would fail on it: "
-                "replace the custom tag, e.g. with a plain value or an environment variable the backend reads")
+        return (
+            f"{where}: the tuner cannot write this config back ({what}); every trial would fail on it: "
+            "replace the custom tag, e.g. with a plain value or an environment variable the backend reads"
+        )
     return None
 
 
@@ -87,19 +95,34 @@ def live_preflight(
     result = run_batch(exp.evaluation, queries, prepared.qrels, order_seed=seed, abort=abort)
     report.n_checked, report.sample_seed = len(queries), used_seed
     if used_seed is not None:
-        report.findings.insert(0, Finding(
-            "sample", "info", f"checked a seeded sample of {len(queries)} of {len(prepared.queries)} queries "
-            f"(seed {used_seed}); `tuner check --full` checks every query"))
-    report.extend(check_batch(
-        result, exp.evaluation,
-        gate_values=gate_values(prepared),
-        # only a solved confidence gate undoes the handoffs of the config as found
-        gates_solved=any(g.role == "confidence" for g in prepared.gates.values()),
-        raw_response=lambda qid: fetch_raw(exp.evaluation, queries[qid]),
-    ))
+        report.findings.insert(
+            0,
+            Finding(
+                "sample",
+                "info",
+                f"checked a seeded sample of {len(queries)} of {len(prepared.queries)} queries "
+                f"(seed {used_seed}); `tuner check --full` checks every query",
+            ),
+        )
+    report.extend(
+        check_batch(
+            result,
+            exp.evaluation,
+            gate_values=gate_values(prepared),
+            # only a solved confidence gate undoes the handoffs of the config as found
+            gates_solved=any(g.role == "confidence" for g in prepared.gates.values()),
+            raw_response=lambda qid: fetch_raw(exp.evaluation, queries[qid]),
+        )
+    )
     # an OOS constraint no trial can move would call every trial feasible
-    report.extend(check_oos_movable(result, exp.constraints, tuned_keys=[p.path for p in prepared.space.params],
-                                    gates=list(prepared.gates.values())))
+    report.extend(
+        check_oos_movable(
+            result,
+            exp.constraints,
+            tuned_keys=[p.path for p in prepared.space.params],
+            gates=list(prepared.gates.values()),
+        )
+    )
     if prepared.replay is not None:
         report.extend([replay_finding(prepared, queries, seed, abort=abort)])
     return report
@@ -116,8 +139,15 @@ def replay_finding(prepared: Prepared, queries: Any, seed: int, *, abort: Abort 
 
     exp, plan = prepared.experiment, prepared.replay
     try:
-        batch = run_explained(exp.evaluation, queries, prepared.qrels, request_fields=plan.config.request,
-                              explain_path=plan.config.explain, order_seed=seed, abort=abort)
+        batch = run_explained(
+            exp.evaluation,
+            queries,
+            prepared.qrels,
+            request_fields=plan.config.request,
+            explain_path=plan.config.explain,
+            order_seed=seed,
+            abort=abort,
+        )
     except BatchAborted:
         raise  # a stop or a dead backend: no finding about the config
     except TunerError as exc:
@@ -132,9 +162,13 @@ def replay_finding(prepared: Prepared, queries: Any, seed: int, *, abort: Abort 
         how = f"bounds a grid of {len(grid)} settings, scores exactly those that can be among the best"
     else:
         how = f"scores a grid of {len(grid)} settings"
-    return Finding("replay", "info", f"fusion replay: {len(batch.responses)} explained answers replay exactly at the "
-                                     f"setting served; each trial {how}, then serves the best "
-                                     f"{plan.config.verify_top} live")
+    return Finding(
+        "replay",
+        "info",
+        f"fusion replay: {len(batch.responses)} explained answers replay exactly at the "
+        f"setting served; each trial {how}, then serves the best "
+        f"{plan.config.verify_top} live",
+    )
 
 
 def gate_values(prepared: Prepared) -> dict[str, Any]:
@@ -147,8 +181,14 @@ def gate_values(prepared: Prepared) -> dict[str, Any]:
     return {space[n].path: current[n] for n in names if n in current}
 
 
-def start_on_files(prepared: Prepared, target: Any, wait: Callable[[], Any], *,
-                   note: Callable[[str], None] = lambda text: None, fresh: bool = False) -> None:
+def start_on_files(
+    prepared: Prepared,
+    target: Any,
+    wait: Callable[[], Any],
+    *,
+    note: Callable[[str], None] = lambda text: None,
+    fresh: bool = False,
+) -> None:
     """Start the backend so that it serves the config files as found before anything is
     measured: a backend already up before the start (a compose service's containers) is
     restarted when a restore journal was just replayed, or when its health answer does
@@ -165,17 +205,30 @@ def start_on_files(prepared: Prepared, target: Any, wait: Callable[[], Any], *,
     exp = prepared.experiment
     if prepared.replayed is None and serves_files(health, exp.target.reload, exp.target.config_files):
         return
-    why = ("a restore journal was replayed" if prepared.replayed is not None
-           else "nothing proves it serves the config files as found (target.reload.fingerprint)")
-    note(f"restarting the backend ({', '.join(up)} was already up) before the preflight: {why}, and it may still "
-         "serve a killed run's trial config")
+    why = (
+        "a restore journal was replayed"
+        if prepared.replayed is not None
+        else "nothing proves it serves the config files as found (target.reload.fingerprint)"
+    )
+    note(
+        f"restarting the backend ({', '.join(up)} was already up) before the preflight: {why}, and it may still "
+        "serve a killed run's trial config"
+    )
     target.restart()
     wait()
 
 
-def preflight_on_target(prepared: Prepared, report: PreflightReport, target: Any, wait: Callable[[], object], *,
-                        note: Callable[[str], None] = lambda text: None, full: bool = False,
-                        stop: StopFlag | None = None, fresh: bool = False) -> PreflightReport:
+def preflight_on_target(
+    prepared: Prepared,
+    report: PreflightReport,
+    target: Any,
+    wait: Callable[[], object],
+    *,
+    note: Callable[[str], None] = lambda text: None,
+    full: bool = False,
+    stop: StopFlag | None = None,
+    fresh: bool = False,
+) -> PreflightReport:
     """``live_preflight`` on a `Target` (started here, serving the files as found:
     `start_on_files`; ``fresh`` as there): every finding goes to ``note``;
     a stop finding raises PreflightError after the backend is stopped again.
@@ -192,16 +245,21 @@ def preflight_on_target(prepared: Prepared, report: PreflightReport, target: Any
 
     note("preflight: evaluating the config as found")
     try:
-        live_preflight(prepared, report, full=full,
-                       start=lambda: start_on_files(prepared, target, wait, note=note, fresh=fresh),
-                       abort=any_abort(target.failure, stop_reason))
+        live_preflight(
+            prepared,
+            report,
+            full=full,
+            start=lambda: start_on_files(prepared, target, wait, note=note, fresh=fresh),
+            abort=any_abort(target.failure, stop_reason),
+        )
     except TunerError as exc:
         target.close()
         if stop_reason() is None:
             raise
         # the stop (or, as it came, a query's failure) ended the batch: a stop, not a finding
-        note(f"preflight: {str(exc).splitlines()[0]}; stopped before the first trial, "
-             "the config files were not touched")
+        note(
+            f"preflight: {str(exc).splitlines()[0]}; stopped before the first trial, the config files were not touched"
+        )
         return report
     except BaseException:
         target.close()
@@ -246,8 +304,13 @@ def check_experiment(experiment: Any, *, full: bool = False, seed: int = 0) -> t
     with config_locks(experiment.target.config_files, command="tuner check"):
         target = make_target(experiment.target, experiment.state_dir)
         try:
-            live_preflight(prepared, report, full=full, seed=seed,
-                           start=lambda: (target.start(), wait_target_healthy(experiment.target.health, target)))
+            live_preflight(
+                prepared,
+                report,
+                full=full,
+                seed=seed,
+                start=lambda: (target.start(), wait_target_healthy(experiment.target.health, target)),
+            )
         finally:
             target.close()
     return report, prepared.warnings

@@ -81,8 +81,9 @@ class Dashboards:
     def start(self) -> None:
         for spec in self.specs:
             if port_in_use(spec.host, spec.port):
-                raise TargetError(f"{spec.name}: port {spec.port} on {spec.host} is in use; "
-                                  f"pick another with {spec.port_flag}")
+                raise TargetError(
+                    f"{spec.name}: port {spec.port} on {spec.host} is in use; pick another with {spec.port_flag}"
+                )
         self.log_dir.mkdir(parents=True, exist_ok=True)
         try:
             self._watchdog.start(self.log_file("watchdog"))
@@ -100,8 +101,13 @@ class Dashboards:
         with _signals_held() as mask:
             try:
                 proc = subprocess.Popen(
-                    spec.argv, env={**os.environ, **spec.env}, stdin=subprocess.DEVNULL, stdout=log,
-                    stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_child_setup(mask),
+                    spec.argv,
+                    env={**os.environ, **spec.env},
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                    preexec_fn=_child_setup(mask),
                 )
             except OSError as exc:
                 raise TargetError(f"cannot start {spec.name} ({spec.argv[0]}): {exc.strerror or exc}") from exc
@@ -194,7 +200,10 @@ class _Watchdog:
             with open(log_path, "wb") as log:
                 self.proc = subprocess.Popen(
                     [sys.executable, "-c", _WATCHDOG_CODE, str(read_fd), str(self.grace_s)],
-                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, pass_fds=(read_fd,),
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    pass_fds=(read_fd,),
                     start_new_session=True,
                 )
         except OSError as exc:

@@ -97,8 +97,11 @@ def dashboard_commands(experiment: Any) -> dict[str, str]:
 
     paths = StudyPaths(experiment.state_dir, experiment.study)
     storage, storage_env = _printable_store(experiment.storage)
-    out = {"optuna": _shell_command([console_script("optuna-dashboard"), storage, "--artifact-dir",
-                                      str(paths.artifact_dir)], storage_env)}
+    out = {
+        "optuna": _shell_command(
+            [console_script("optuna-dashboard"), storage, "--artifact-dir", str(paths.artifact_dir)], storage_env
+        )
+    }
     if experiment.tracking.enabled:
         uri, uri_env = _printable_store(experiment.tracking.mlflow_uri)
         out["mlflow"] = _shell_command([console_script("mlflow"), "ui", "--backend-store-uri", uri], uri_env)
@@ -132,8 +135,16 @@ def ui_specs(
     specs = [
         UiSpec(
             name="optuna-dashboard",
-            argv=[console_script("optuna-dashboard"), storage, "--artifact-dir", str(artifact_dir),
-                  "--host", host, "--port", str(optuna_port)],
+            argv=[
+                console_script("optuna-dashboard"),
+                storage,
+                "--artifact-dir",
+                str(artifact_dir),
+                "--host",
+                host,
+                "--port",
+                str(optuna_port),
+            ],
             host=host,
             port=optuna_port,
             port_flag="--optuna-port",
@@ -147,8 +158,18 @@ def ui_specs(
         specs.append(
             UiSpec(
                 name="mlflow",
-                argv=[console_script("mlflow"), "server", "--backend-store-uri", uri,
-                      "--host", host, "--port", str(mlflow_port), "--workers", "1"],
+                argv=[
+                    console_script("mlflow"),
+                    "server",
+                    "--backend-store-uri",
+                    uri,
+                    "--host",
+                    host,
+                    "--port",
+                    str(mlflow_port),
+                    "--workers",
+                    "1",
+                ],
                 host=host,
                 port=mlflow_port,
                 port_flag="--mlflow-port",
@@ -161,7 +182,5 @@ def ui_specs(
 
 def _require_storage(storage: str, source: Path) -> None:
     prefix = "sqlite:///"
-    if storage.startswith(prefix) and not Path(storage[len(prefix):]).exists():
-        raise ConfigError(
-            f"{source}: no study storage at {storage[len(prefix):]} yet; run `tuner run {source}` first"
-        )
+    if storage.startswith(prefix) and not Path(storage[len(prefix) :]).exists():
+        raise ConfigError(f"{source}: no study storage at {storage[len(prefix) :]} yet; run `tuner run {source}` first")

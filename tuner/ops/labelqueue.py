@@ -62,8 +62,9 @@ class TrialReport:
     depth: int | None = None  # a slim trial report lists unjudged hits down to this rank only
 
 
-def pick_trials(trials: Sequence[Any], *, top_n: int, maximize: bool = True,
-                include_baseline: bool = True) -> list[Any]:
+def pick_trials(
+    trials: Sequence[Any], *, top_n: int, maximize: bool = True, include_baseline: bool = True
+) -> list[Any]:
     """The ``top_n`` best feasible trials (COMPLETE, every constraint <= 0), best first,
     plus the baseline (variant "baseline") when it is not among them."""
     frame = analysis.trials_frame(trials)
@@ -113,7 +114,8 @@ def build_queue(
         raise InputError(
             f"--k {k}: the slim reports of trial(s) {', '.join(f'#{n}' for n in shallow)} list unjudged hits down to "
             f"rank {min(r.depth for r in reports if r.depth is not None)} only; use --k "
-            f"{min(r.depth for r in reports if r.depth is not None)} or set tracking.report_detail: full and re-run")
+            f"{min(r.depth for r in reports if r.depth is not None)} or set tracking.report_detail: full and re-run"
+        )
     for report in reports:
         for hit in report.unjudged:
             if hit.get("rank") is None or int(hit["rank"]) > k:
@@ -151,11 +153,24 @@ def write_queue(items: Sequence[QueueItem], out: str | Path, fmt: QueueFormat | 
         for i in items:
             grouped.setdefault(i.query_id, []).append(i)
         text = "".join(
-            json.dumps({
-                "query_id": qid, "query": group[0].query,
-                "judgments": [{"doc_id": i.doc_id, "title": i.title, "best_rank": i.best_rank,
-                               "n_trials": i.n_trials, "relevance": None} for i in group],
-            }, ensure_ascii=False) + "\n"
+            json.dumps(
+                {
+                    "query_id": qid,
+                    "query": group[0].query,
+                    "judgments": [
+                        {
+                            "doc_id": i.doc_id,
+                            "title": i.title,
+                            "best_rank": i.best_rank,
+                            "n_trials": i.n_trials,
+                            "relevance": None,
+                        }
+                        for i in group
+                    ],
+                },
+                ensure_ascii=False,
+            )
+            + "\n"
             for qid, group in grouped.items()
         )
     else:
@@ -189,7 +204,11 @@ def import_graded(store: LabelStore, path: str | Path, dataset_id: str) -> tuple
         except InputError as exc:
             raise InputError(str(exc).replace(str(staged), str(p))) from exc
     summary = store.import_judgments(
-        judgments, dataset_id, source_file=str(p.resolve()), importer=f"queue-{fmt}", kind="grader",
+        judgments,
+        dataset_id,
+        source_file=str(p.resolve()),
+        importer=f"queue-{fmt}",
+        kind="grader",
         file_sha256=hashlib.sha256(p.read_bytes()).hexdigest(),
     )
     return summary, n_blank

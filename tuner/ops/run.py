@@ -95,12 +95,21 @@ def run_experiment(
     experiment = experiment.bind_port()
     try:
         # Nothing is read from the journal or patched before both locks are ours.
-        with patch_rights(experiment.storage, experiment.study, experiment.target.config_files, mode="exclusive",
-                          command="tuner run") as lease:
+        with patch_rights(
+            experiment.storage, experiment.study, experiment.target.config_files, mode="exclusive", command="tuner run"
+        ) as lease:
             for line in lease.notes:
                 observer.note(line)
-            return _run_locked(experiment, lease, n_trials=n_trials, timeout=timeout, stop=stop, observer=observer,
-                               use_cache=use_cache, skip_checks=skip_checks)
+            return _run_locked(
+                experiment,
+                lease,
+                n_trials=n_trials,
+                timeout=timeout,
+                stop=stop,
+                observer=observer,
+                use_cache=use_cache,
+                skip_checks=skip_checks,
+            )
     except Exception as exc:
         full = disk_full_in_state(exc, experiment)
         if full is None:
@@ -118,15 +127,29 @@ def disk_full_in_state(exc: BaseException, experiment: Experiment) -> DiskFull |
     from tuner.study.locks import sqlite_path
 
     journal = experiment.journal_path
-    restored = ("the config files are restored" if not journal.exists() else
-                f"a restore journal is left ({journal}): the next `tuner run` or `tuner apply` restores the config")
-    return disk_full(exc, experiment.state_dir, sqlite_path(experiment.storage),
-                     fix=f"{restored}; free space on it or point state_dir (and a SQLite storage) at a larger disk")
+    restored = (
+        "the config files are restored"
+        if not journal.exists()
+        else f"a restore journal is left ({journal}): the next `tuner run` or `tuner apply` restores the config"
+    )
+    return disk_full(
+        exc,
+        experiment.state_dir,
+        sqlite_path(experiment.storage),
+        fix=f"{restored}; free space on it or point state_dir (and a SQLite storage) at a larger disk",
+    )
 
 
 def _run_locked(
-    experiment: Experiment, lease: StudyLease, *, n_trials: int | None, timeout: float | None, stop: StopFlag,
-    observer: StudyObserver, use_cache: bool, skip_checks: bool,
+    experiment: Experiment,
+    lease: StudyLease,
+    *,
+    n_trials: int | None,
+    timeout: float | None,
+    stop: StopFlag,
+    observer: StudyObserver,
+    use_cache: bool,
+    skip_checks: bool,
 ) -> RunSummary:
     prepared = prepare(experiment)
     for line in prepared.patcher.notes:  # a config written in place (its owner kept)
@@ -167,9 +190,11 @@ def _run_locked(
     if prepared.replay is not None:
         left = replay_trials_left(study, prepared.space, prepared.replay.names)
         if left is not None and (n_trials is None or n_trials > left):
-            observer.note(f"every param is replayed per trial or solved per retrieval: one replay trial covers the "
-                          f"whole space, so this run stops after {left} trial(s) (queued ones included); "
-                          "more would repeat it")
+            observer.note(
+                f"every param is replayed per trial or solved per retrieval: one replay trial covers the "
+                f"whole space, so this run stops after {left} trial(s) (queued ones included); "
+                "more would repeat it"
+            )
             n_trials = left
     if timeout is None:
         timeout = experiment.timeout_s
@@ -198,10 +223,15 @@ def _run_locked(
     tracker = make_tracker(experiment, on_warning=observer.note)
     # This run holds the study alone: an MLflow run still RUNNING belongs to a killed one,
     # completed from Optuna's record when the killed run had told Optuna the trial.
-    closed = close_killed_runs(tracker, study, trials_dirs=[paths.trials_dir],
-                               config_names=[p.name for p in experiment.target.config_files],
-                               objective=experiment.objective.metric, constraints=experiment.constraints,
-                               links=links_for(experiment, study, tracker))
+    closed = close_killed_runs(
+        tracker,
+        study,
+        trials_dirs=[paths.trials_dir],
+        config_names=[p.name for p in experiment.target.config_files],
+        objective=experiment.objective.metric,
+        constraints=experiment.constraints,
+        links=links_for(experiment, study, tracker),
+    )
     if closed:
         observer.note(closed)
     tracker.start_study(
@@ -213,14 +243,25 @@ def _run_locked(
             "search_space": str(experiment.search_space),
             "dataset": prepared.queries.dataset_id,
         },
-        tags={"tuner.experiment_file": str(experiment.source), "tuner.optuna_storage": redact(experiment.storage),
-              "tuner.preflight": preflight.verdict},
+        tags={
+            "tuner.experiment_file": str(experiment.source),
+            "tuner.optuna_storage": redact(experiment.storage),
+            "tuner.preflight": preflight.verdict,
+        },
     )
     runner = build_runner(
-        prepared, study, target=target, wait_healthy=wait, stop=stop, use_cache=use_cache, tracker=tracker,
+        prepared,
+        study,
+        target=target,
+        wait_healthy=wait,
+        stop=stop,
+        use_cache=use_cache,
+        tracker=tracker,
         artifacts=OptunaArtifacts(paths.artifact_dir),
         bookkeeper=Bookkeeper(threaded=True, on_error=lambda msg: observer.note(f"warning: {msg}")),
-        on_phase=observer.phase, preflight=preflight, helpers=helpers,
+        on_phase=observer.phase,
+        preflight=preflight,
+        helpers=helpers,
     )
     loop = StudyLoop(
         study,
@@ -276,16 +317,25 @@ def _run_locked(
     return summary
 
 
-def _stopped_in_preflight(experiment: Experiment, prepared: Prepared, study: Any, stale: list[int],
-                          maximize: bool) -> RunSummary:
+def _stopped_in_preflight(
+    experiment: Experiment, prepared: Prepared, study: Any, stale: list[int], maximize: bool
+) -> RunSummary:
     """The summary of a run stopped (SIGTERM, Ctrl-C) before its first trial: nothing was
     patched (a journal left by a killed run was replayed by ``prepare``), no MLflow run made."""
     result = RunResult(experiment.study, stopped_by="signal", stale_failed=stale)
     return _summary(experiment, prepared, study, result, restored=[], error=None, maximize=maximize)
 
 
-def _summary(experiment: Experiment, prepared: Prepared, study: Any, result: RunResult, *, restored: list[Path],
-             error: str | None, maximize: bool) -> RunSummary:
+def _summary(
+    experiment: Experiment,
+    prepared: Prepared,
+    study: Any,
+    result: RunResult,
+    *,
+    restored: list[Path],
+    error: str | None,
+    maximize: bool,
+) -> RunSummary:
     trials = study.get_trials(deepcopy=False)
     return RunSummary(
         study_name=experiment.study,
@@ -308,10 +358,12 @@ def _publish(runner: Any, study: Any, experiment: Experiment, summary: RunSummar
     if summary.holdout is not None:
         h = summary.holdout.report
         row = h.comparison.loc[h.primary]
-        holdout = (f"**{h.verdict}** on {h.primary} ({h.n_in_scope} held-out in-scope queries, never tuned on): "
-                   f"baseline #{summary.holdout.baseline_trial} {row['baseline']:.4f} -> best "
-                   f"#{summary.holdout.best_trial} {row['candidate']:.4f} ({row['delta']:+.4f}, "
-                   f"p {row['p_value']:.3f}); {summary.holdout.markdown_path.name} has the whole comparison")
+        holdout = (
+            f"**{h.verdict}** on {h.primary} ({h.n_in_scope} held-out in-scope queries, never tuned on): "
+            f"baseline #{summary.holdout.baseline_trial} {row['baseline']:.4f} -> best "
+            f"#{summary.holdout.best_trial} {row['candidate']:.4f} ({row['delta']:+.4f}, "
+            f"p {row['p_value']:.3f}); {summary.holdout.markdown_path.name} has the whole comparison"
+        )
     try:
         runner.publish_study(study, holdout=holdout, apply_hint=f"tuner apply {experiment.source}")
     except Exception as exc:  # noqa: BLE001 - notes are bookkeeping; the study is intact

@@ -55,8 +55,9 @@ def validate_holdout(experiment: Any, **kwargs: Any) -> HoldoutRun:
     config and may replay a restore journal, so it needs the same rights as a run."""
     from tuner.study.locks import patch_rights
 
-    with patch_rights(experiment.storage, experiment.study, experiment.target.config_files, mode="exclusive",
-                      command="tuner validate") as lease:
+    with patch_rights(
+        experiment.storage, experiment.study, experiment.target.config_files, mode="exclusive", command="tuner validate"
+    ) as lease:
         on_step = kwargs.get("on_step") or (lambda step: None)
         for line in lease.notes:
             on_step(line)
@@ -85,8 +86,14 @@ def _validate_holdout(
     study = load_study(experiment)
     maximize = experiment.objective.direction == "maximize"
     best = pick_trial(study, trial_number, maximize=maximize)
-    baseline = next((t for t in study.get_trials(deepcopy=False)
-                     if t.user_attrs.get(ATTR_VARIANT) == "baseline" and "failed_trial" not in t.system_attrs), None)
+    baseline = next(
+        (
+            t
+            for t in study.get_trials(deepcopy=False)
+            if t.user_attrs.get(ATTR_VARIANT) == "baseline" and "failed_trial" not in t.system_attrs
+        ),
+        None,
+    )
     if baseline is None:
         raise StudyError(f"study {experiment.study!r} has no baseline trial; set baseline: true and run it first")
     exp = experiment.bind_port()
@@ -128,11 +135,18 @@ def _validate_holdout(
             target.close()
     report = holdout_report(results["baseline"], results["best"], n_resamples=n_resamples, seed=seed, test=test)
     folder = out_dir or exp.state_dir / "reports" / exp.study
-    data = {"study": exp.study, "baseline_trial": baseline.number, "best_trial": best.number,
-            "split": {k: v for k, v in split.to_dict().items() if k not in ("tune", "holdout")},
-            "holdout_query_ids": list(split.holdout), **report.to_dict()}
+    data = {
+        "study": exp.study,
+        "baseline_trial": baseline.number,
+        "best_trial": best.number,
+        "split": {k: v for k, v in split.to_dict().items() if k not in ("tune", "holdout")},
+        "holdout_query_ids": list(split.holdout),
+        **report.to_dict(),
+    }
     json_path = atomic_write_text(folder / REPORT_JSON, json.dumps(data, indent=2, default=float) + "\n")
-    header = (f"# Holdout validation of study {exp.study}\n\nBaseline trial #{baseline.number} vs best feasible "
-              f"trial #{best.number}; split seed {split.seed}, holdout fraction {split.fraction:.2f}.\n\n")
+    header = (
+        f"# Holdout validation of study {exp.study}\n\nBaseline trial #{baseline.number} vs best feasible "
+        f"trial #{best.number}; split seed {split.seed}, holdout fraction {split.fraction:.2f}.\n\n"
+    )
     md_path = atomic_write_text(folder / REPORT_MD, header + report.to_markdown())
     return HoldoutRun(report, split, baseline.number, best.number, json_path, md_path)

@@ -85,20 +85,46 @@ def run_replica(
     command = f"tuner worker --replica {replica_index}"
     with StudyLease.acquire(experiment.storage, experiment.study, mode="shared", command=command) as lease:
         replica_lock = experiment.state_dir / "replicas" / f".replica-{replica_index}.tuner-lock"
-        with file_lock(replica_lock, what=f"replica {replica_index} of study {experiment.study!r}", command=command,
-                       fix="give each worker on this machine its own --replica number", notes=lease.notes):
+        with file_lock(
+            replica_lock,
+            what=f"replica {replica_index} of study {experiment.study!r}",
+            command=command,
+            fix="give each worker on this machine its own --replica number",
+            notes=lease.notes,
+        ):
             exp, replica = replica_of(experiment, replica_index)
             with config_locks(replica.config_files, command=command, notes=lease.notes):
                 for line in lease.notes:
                     note(line)
-                return _run_replica(experiment, exp, replica, lease, settings=settings, n_trials=n_trials,
-                                    timeout_s=timeout_s, stop=stop or StopFlag(), note=note, observer=observer,
-                                    skip_checks=skip_checks, use_cache=use_cache)
+                return _run_replica(
+                    experiment,
+                    exp,
+                    replica,
+                    lease,
+                    settings=settings,
+                    n_trials=n_trials,
+                    timeout_s=timeout_s,
+                    stop=stop or StopFlag(),
+                    note=note,
+                    observer=observer,
+                    skip_checks=skip_checks,
+                    use_cache=use_cache,
+                )
 
 
 def _run_replica(
-    original: Any, exp: Any, replica: Any, lease: Any, *, settings: WorkerSettings, n_trials: int | None,
-    timeout_s: float | None, stop: Any, note: Callable[[str], None], observer: Any, skip_checks: bool,
+    original: Any,
+    exp: Any,
+    replica: Any,
+    lease: Any,
+    *,
+    settings: WorkerSettings,
+    n_trials: int | None,
+    timeout_s: float | None,
+    stop: Any,
+    note: Callable[[str], None],
+    observer: Any,
+    skip_checks: bool,
     use_cache: bool,
 ) -> ReplicaSummary:
     from tuner.ops.check import preflight_on_target, static_preflight
@@ -133,8 +159,14 @@ def _run_replica(
     preflight = static_preflight(prepared, skip=skip_checks)
     preflight.raise_for_stops(f"replica {replica.index} preflight")
     maximize = exp.objective.direction == "maximize"
-    study = open_study(exp.study, make_storage(exp.storage, settings), sampler=exp.sampler.create(),
-                         pruner=exp.pruner.create(), objective_metric=exp.objective.metric, maximize=maximize)
+    study = open_study(
+        exp.study,
+        make_storage(exp.storage, settings),
+        sampler=exp.sampler.create(),
+        pruner=exp.pruner.create(),
+        objective_metric=exp.objective.metric,
+        maximize=maximize,
+    )
     labels_note = record_labels_seen(study, prepared)  # a study measured on other labels stops here
     if labels_note:
         note(labels_note)
@@ -164,28 +196,53 @@ def _run_replica(
         # Each replica keeps its trials' folders in its own state dir.
         replica_dirs = sorted(d for d in (original.state_dir / "replicas").glob("*") if d.is_dir())
         closed = close_killed_runs(
-            tracker, study, live_trials=live, killed="a killed worker",
+            tracker,
+            study,
+            live_trials=live,
+            killed="a killed worker",
             trials_dirs=[StudyPaths(d, exp.study).trials_dir for d in replica_dirs],
-            config_names=[p.name for p in original.target.config_files], objective=exp.objective.metric,
-            constraints=exp.constraints, links=links_for(exp, study, tracker))
+            config_names=[p.name for p in original.target.config_files],
+            objective=exp.objective.metric,
+            constraints=exp.constraints,
+            links=links_for(exp, study, tracker),
+        )
         if closed:
             note(closed)
-        tracker.start_study(exp.study, params={"sampler": exp.sampler.type, "workers": "yes"},
-                            tags={"tuner.experiment_file": str(exp.source), "tuner.optuna_storage": redact(exp.storage),
-                                  "tuner.preflight": preflight.verdict})
+        tracker.start_study(
+            exp.study,
+            params={"sampler": exp.sampler.type, "workers": "yes"},
+            tags={
+                "tuner.experiment_file": str(exp.source),
+                "tuner.optuna_storage": redact(exp.storage),
+                "tuner.preflight": preflight.verdict,
+            },
+        )
     observer = observer or StudyObserver()
     runner = build_runner(
-        prepared, study, target=target, wait_healthy=wait, stop=stop, use_cache=use_cache, tracker=tracker,
+        prepared,
+        study,
+        target=target,
+        wait_healthy=wait,
+        stop=stop,
+        use_cache=use_cache,
+        tracker=tracker,
         artifacts=OptunaArtifacts(artifact_dir),
         bookkeeper=Bookkeeper(threaded=True, on_error=lambda msg: note(f"warning: {msg}")),
-        on_phase=observer.phase, preflight=preflight,
+        on_phase=observer.phase,
+        preflight=preflight,
     )
     loop = StudyLoop(
-        study, runner,
+        study,
+        runner,
         budget=FailureBudget(exp.failure_budget.max_consecutive, exp.failure_budget.max_total),
-        stop=stop, observer=observer, maximize=maximize,
-        study_total=n_trials or exp.n_trials, replica=replica.index, lease=lease,
-        pipeline=exp.pipeline, max_retry=settings.max_retry,
+        stop=stop,
+        observer=observer,
+        maximize=maximize,
+        study_total=n_trials or exp.n_trials,
+        replica=replica.index,
+        lease=lease,
+        pipeline=exp.pipeline,
+        max_retry=settings.max_retry,
     )
     reaper = start_reaper(replica.pid_file, exp.journal_path)
     result = RunResult(exp.study)
@@ -195,8 +252,9 @@ def _run_replica(
     replica.up(note)
     try:
         # each replica checks its own backend (its copy of the config, its port)
-        preflight_on_target(prepared, preflight, target, wait, note=note, stop=stop,
-                            fresh=bool(getattr(replica, "brought_up", False)))
+        preflight_on_target(
+            prepared, preflight, target, wait, note=note, stop=stop, fresh=bool(getattr(replica, "brought_up", False))
+        )
         if stop.is_set():  # a stop during the preflight: its batch aborted, the backend stopped, no trial starts
             result.stopped_by = "signal"
         else:

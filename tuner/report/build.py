@@ -43,15 +43,27 @@ DETAILS: tuple[str, ...] = ("slim", "full")
 #: what a slim report leaves out, and where the full data is kept
 #: a slim report lists the unjudged hits down to this rank (what the label queue pools by default)
 SLIM_UNJUDGED_DEPTH = 10
-SLIM_NOTE = ("slim report: no per-query top-20 snapshots, unjudged hits only down to rank "
-             f"{SLIM_UNJUDGED_DEPTH} (counts of all are kept; per-query rows are in the per-query CSV), "
-             "and no PR-curve "
-             "PNG (oos.threshold_sweep keeps the rows around the threshold in effect); the baseline, the best trials "
-             "and `tuner apply` keep the full "
-             "reports")
+SLIM_NOTE = (
+    "slim report: no per-query top-20 snapshots, unjudged hits only down to rank "
+    f"{SLIM_UNJUDGED_DEPTH} (counts of all are kept; per-query rows are in the per-query CSV), "
+    "and no PR-curve "
+    "PNG (oos.threshold_sweep keeps the rows around the threshold in effect); the baseline, the best trials "
+    "and `tuner apply` keep the full "
+    "reports"
+)
 #: per-query CSV columns of a slim report (then Judged@10, the scorecard's primary metrics and labels_top10)
-SLIM_CSV_COLUMNS: tuple[str, ...] = ("query_type", "source", "scope", "status", "handoff", "handoff_reason",
-                                     "confidence", "fallback_level", "n_results", "n_repeats")
+SLIM_CSV_COLUMNS: tuple[str, ...] = (
+    "query_type",
+    "source",
+    "scope",
+    "status",
+    "handoff",
+    "handoff_reason",
+    "confidence",
+    "fallback_level",
+    "n_results",
+    "n_repeats",
+)
 
 
 def label_token(grade: int | None) -> str:
@@ -65,7 +77,10 @@ def label_sequence(grades: Sequence[int | None], depth: int) -> str:
 
 
 def build_report(
-    result: BatchResult, context: ReportContext | None = None, *, config_snapshot: str | None = None,
+    result: BatchResult,
+    context: ReportContext | None = None,
+    *,
+    config_snapshot: str | None = None,
     detail: Detail = "full",
 ) -> dict[str, Any]:
     """The report dict. ``detail="slim"`` leaves out the per-query entries (top-20
@@ -111,9 +126,7 @@ def per_query_table(result: BatchResult, detail: Detail = "full") -> pd.DataFram
         frame = pq[[c for c in (*SLIM_CSV_COLUMNS, "Judged@10", *primary, PRIMARY) if c in pq.columns]].copy()
         depths = (10,)
     for depth in depths:
-        frame[f"labels_top{depth}"] = [
-            label_sequence(_grades(result, qid), depth) for qid in frame.index
-        ]
+        frame[f"labels_top{depth}"] = [label_sequence(_grades(result, qid), depth) for qid in frame.index]
     return frame
 
 
@@ -220,8 +233,12 @@ def _coverage(result: BatchResult, *, slim: bool = False) -> dict[str, Any]:
             f"(unlabelled hits count as Irrelevant). Label the {top10_unjudged} unjudged top-10 hits first: "
             "`tuner labels export-unjudged --report REPORT.json --out todo.csv`, grade them, then "
             "`tuner labels import todo.csv --dataset-id ID`"
-            + (f" (this slim report lists the unjudged hits down to rank {SLIM_UNJUDGED_DEPTH}; the baseline's and "
-               "the best trials' full reports list all)." if slim else ".")
+            + (
+                f" (this slim report lists the unjudged hits down to rank {SLIM_UNJUDGED_DEPTH}; the baseline's and "
+                "the best trials' full reports list all)."
+                if slim
+                else "."
+            )
         )
     if unlabelled:
         shown = ", ".join(unlabelled[:10]) + (" ..." if len(unlabelled) > 10 else "")
@@ -262,9 +279,7 @@ def _groups(result: BatchResult) -> dict[str, Any]:
     primary = [m for m in scorecard.PRIMARY_SCORECARD if m in pq.columns]
     groups: dict[str, Any] = {"overall": _group_summary(pq, primary)}
     for column in GROUP_BY:
-        groups[column] = {
-            str(name): _group_summary(part, primary) for name, part in pq.groupby(column, sort=True)
-        }
+        groups[column] = {str(name): _group_summary(part, primary) for name, part in pq.groupby(column, sort=True)}
     return groups
 
 
@@ -276,15 +291,15 @@ def _oos(result: BatchResult, *, slim: bool = False) -> dict[str, Any]:
     sweep = result.threshold_sweep
     if slim and sweep is not None and result.threshold_in_effect is not None and len(sweep) > 2 * SLIM_SWEEP_ROWS + 1:
         at = int(abs(sweep.index.to_numpy(dtype=float) - result.threshold_in_effect).argmin())
-        sweep = sweep.iloc[max(0, at - SLIM_SWEEP_ROWS): at + SLIM_SWEEP_ROWS + 1]  # the PNG plots every row
+        sweep = sweep.iloc[max(0, at - SLIM_SWEEP_ROWS) : at + SLIM_SWEEP_ROWS + 1]  # the PNG plots every row
     hist = result.fallback_histogram
     return {
         "metrics": {name: result.metrics.get(name) for name in OOS_METRICS},
         "threshold_in_effect": result.threshold_in_effect,
         "threshold_sweep": None if sweep is None else sweep.reset_index().to_dict(orient="records"),
-        "fallback_histogram": None if hist is None else {
-            str(qt): {str(level): int(n) for level, n in row.items()} for qt, row in hist.iterrows()
-        },
+        "fallback_histogram": None
+        if hist is None
+        else {str(qt): {str(level): int(n) for level, n in row.items()} for qt, row in hist.iterrows()},
     }
 
 

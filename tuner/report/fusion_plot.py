@@ -20,8 +20,9 @@ import pandas as pd
 DPI = 80
 
 
-def fusion_sweep_png(table: pd.DataFrame, *, objective: str = "objective",
-                     title: str = "Fusion settings scored") -> bytes:
+def fusion_sweep_png(
+    table: pd.DataFrame, *, objective: str = "objective", title: str = "Fusion settings scored"
+) -> bytes:
     """PNG bytes of ``table`` (tuner.study.fusion_search.sweep_frame: one row per setting,
     ``objective``, ``feasible`` and ``rank`` columns, the params flattened)."""
     from matplotlib import colormaps
@@ -42,8 +43,7 @@ def fusion_sweep_png(table: pd.DataFrame, *, objective: str = "objective",
         order = np.argsort(table["rank"].to_numpy())
         x = np.arange(1, len(table) + 1)
         ax.plot(x, y[order], color="tab:blue", lw=1)
-        ax.scatter(x[~feasible[order]], y[order][~feasible[order]], marker="x", color="grey", s=14,
-                   label="infeasible")
+        ax.scatter(x[~feasible[order]], y[order][~feasible[order]], marker="x", color="grey", s=14, label="infeasible")
         ax.set_xlabel("setting, best first")
     else:
         x = table[weight].to_numpy(dtype=float)
@@ -89,8 +89,11 @@ def _share_column(table: pd.DataFrame) -> str | None:
 
 def _groups(table: pd.DataFrame, method: np.ndarray) -> dict[tuple[str, object], np.ndarray]:
     k = table["fusion.rrf_k"].to_numpy() if "fusion.rrf_k" in table else np.full(len(table), np.nan)
-    norm = (table["fusion.normalization"].astype(str).to_numpy() if "fusion.normalization" in table
-            else np.full(len(table), ""))
+    norm = (
+        table["fusion.normalization"].astype(str).to_numpy()
+        if "fusion.normalization" in table
+        else np.full(len(table), "")
+    )
     out: dict[tuple[str, object], list[int]] = {}
     for i, m in enumerate(method.tolist()):
         key: tuple[str, object] = ("rrf", float(k[i])) if m == "rrf" else (m, norm[i] if norm[i] != "nan" else "")

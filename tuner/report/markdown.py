@@ -22,9 +22,11 @@ SLIM_FAILED_LISTED = 20
 #: context keys shown in their own section, not in the context table
 _SOLVED_KEYS = ("solved_gates", "solved_gates_note")
 #: said under the scorecard when answers listed a document twice (tuner.evaluation.mapping's rule)
-_REPEATS_NOTE = ("N_Repeated_Hits = {n}: answers listed a doc id again after its first place; each document counts "
-                 "once, at its first place, and the later copies were removed before ranks were assigned "
-                 "(per query: n_repeats), as a run file without the repeats scores in `tuner score`.")
+_REPEATS_NOTE = (
+    "N_Repeated_Hits = {n}: answers listed a doc id again after its first place; each document counts "
+    "once, at its first place, and the later copies were removed before ranks were assigned "
+    "(per query: n_repeats), as a run file without the repeats scores in `tuner score`."
+)
 _SUMMARY_METRICS = ("Primary_Metric_Score", "NDCG@20", "ERR@10", "Strong_Precision@10")
 
 
@@ -61,7 +63,8 @@ def _slim(report: Mapping[str, Any], pr_curve: str | None) -> str:
         _coverage(report["coverage"], ()),
         _failed(failed[:SLIM_FAILED_LISTED]),
         f"The first {SLIM_FAILED_LISTED} of {len(failed)} failed queries (all of them are in the JSON report)."
-        if len(failed) > SLIM_FAILED_LISTED else "",
+        if len(failed) > SLIM_FAILED_LISTED
+        else "",
     ]
     return "\n\n".join(p for p in parts if p).rstrip() + "\n"
 
@@ -87,8 +90,17 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
 
 
 def _context(ctx: Mapping[str, Any]) -> str:
-    keys = ["dataset_id", "dataset_hash", "queries_file", "labels_fingerprint", "labels_db", "gains",
-            "scorecard_version", "scorecard_formula", "url"]
+    keys = [
+        "dataset_id",
+        "dataset_hash",
+        "queries_file",
+        "labels_fingerprint",
+        "labels_db",
+        "gains",
+        "scorecard_version",
+        "scorecard_formula",
+        "url",
+    ]
     rows = [(k, ctx.get(k)) for k in keys]
     gains = ctx.get("gain_values") or {}
     rows.append(("gain_values", ", ".join(f"{k}={v:g}" for k, v in gains.items())))
@@ -109,8 +121,12 @@ def _solved(ctx: Mapping[str, Any]) -> str:
 def _scorecard(report: Mapping[str, Any]) -> str:
     card, groups = report["scorecard"], report["metric_groups"]
     out = ["## Scorecard", "Ranking metrics are means over in-scope queries; a handed-off or failed query scores 0."]
-    for title, key in (("Primary", "primary"), ("Secondary", "secondary"), ("Out of scope / handoff", "oos"),
-                       ("Operations and coverage", "operations")):
+    for title, key in (
+        ("Primary", "primary"),
+        ("Secondary", "secondary"),
+        ("Out of scope / handoff", "oos"),
+        ("Operations and coverage", "operations"),
+    ):
         rows = [(m, _metric_value(m, card.get(m))) for m in groups[key]]
         out.append(f"### {title}\n\n" + table(["metric", "value"], rows))
     if card.get("N_Repeated_Hits"):
@@ -130,14 +146,16 @@ def _labels(dist: Mapping[str, Any]) -> str:
     labels = dist["labels"]
     returned = next(v for k, v in dist.items() if k.startswith("returned_top"))
     depth = next(k for k in dist if k.startswith("returned_top")).removeprefix("returned_top")
-    return "\n\n".join([
-        "## Label distribution",
-        f"{dist['n_labels']} labels for this query set; {dist['in_scope_queries_with_labels']} of "
-        f"{dist['in_scope_queries']} in-scope queries have labels.",
-        table(["", *labels.keys()], [("labels in the cache", *labels.values())]),
-        f"Labels of the returned top {depth} (in-scope queries; U = unjudged, counted as Irrelevant):",
-        table(["", *returned.keys()], [(f"returned top {depth}", *returned.values())]),
-    ])
+    return "\n\n".join(
+        [
+            "## Label distribution",
+            f"{dist['n_labels']} labels for this query set; {dist['in_scope_queries_with_labels']} of "
+            f"{dist['in_scope_queries']} in-scope queries have labels.",
+            table(["", *labels.keys()], [("labels in the cache", *labels.values())]),
+            f"Labels of the returned top {depth} (in-scope queries; U = unjudged, counted as Irrelevant):",
+            table(["", *returned.keys()], [(f"returned top {depth}", *returned.values())]),
+        ]
+    )
 
 
 def _group_table(groups: Mapping[str, Mapping[str, Any]], label: str) -> str:
@@ -163,14 +181,21 @@ def _oos(oos: Mapping[str, Any], pr_curve: str | None, *, slim: bool = False) ->
         cols = list(sweep[0].keys())
         at = _row_at(sweep, oos.get("threshold_in_effect"))
         shown = _sweep_rows(len(sweep), at) if slim else list(range(len(sweep)))
-        out += ["### Confidence threshold sweep",
-                "Answer when confidence >= threshold; 'handoff' is the positive prediction for OOS queries."
-                + ("" if at is None else f" The row marked 'in effect' is the threshold this report scores "
-                   f"({fmt(sweep[at]['threshold'])})."),
-                table(cols, [_sweep_cells(sweep[i], cols, i == at) for i in shown])]
+        out += [
+            "### Confidence threshold sweep",
+            "Answer when confidence >= threshold; 'handoff' is the positive prediction for OOS queries."
+            + (
+                ""
+                if at is None
+                else f" The row marked 'in effect' is the threshold this report scores ({fmt(sweep[at]['threshold'])})."
+            ),
+            table(cols, [_sweep_cells(sweep[i], cols, i == at) for i in shown]),
+        ]
         if len(shown) < len(sweep):
-            out.append(f"{len(shown)} of {len(sweep)} thresholds ({fmt(sweep[0]['threshold'], 2)} to "
-                       f"{fmt(sweep[-1]['threshold'], 2)}); every row is in the JSON report and the plot.")
+            out.append(
+                f"{len(shown)} of {len(sweep)} thresholds ({fmt(sweep[0]['threshold'], 2)} to "
+                f"{fmt(sweep[-1]['threshold'], 2)}); every row is in the JSON report and the plot."
+            )
         if pr_curve:
             out.append(f"![handoff precision-recall curve]({pr_curve})")
     else:
@@ -178,8 +203,10 @@ def _oos(oos: Mapping[str, Any], pr_curve: str | None, *, slim: bool = False) ->
     hist = oos.get("fallback_histogram")
     if hist:
         levels = sorted({lv for row in hist.values() for lv in row}, key=str)
-        out += ["### Fallback level per query_type",
-                table(["query_type", *levels], [(qt, *(row.get(lv, 0) for lv in levels)) for qt, row in hist.items()])]
+        out += [
+            "### Fallback level per query_type",
+            table(["query_type", *levels], [(qt, *(row.get(lv, 0) for lv in levels)) for qt, row in hist.items()]),
+        ]
     return "\n\n".join(out)
 
 
@@ -206,17 +233,23 @@ def _sweep_cells(row: Mapping[str, Any], cols: Sequence[str], in_effect: bool) -
 
 
 def _coverage(cov: Mapping[str, Any], unjudged: Sequence[Mapping[str, Any]] | None) -> str:
-    out = ["## Coverage",
-           f"Judged@10 = {fmt(cov['Judged@10'])}, Judged@20 = {fmt(cov['Judged@20'])}; "
-           f"{cov['unjudged_hits']} unjudged hits ({cov['unjudged_in_top10']} in a top 10).",
-           "\n".join(f"- {tip}" for tip in cov["tips"])]
+    out = [
+        "## Coverage",
+        f"Judged@10 = {fmt(cov['Judged@10'])}, Judged@20 = {fmt(cov['Judged@20'])}; "
+        f"{cov['unjudged_hits']} unjudged hits ({cov['unjudged_in_top10']} in a top 10).",
+        "\n".join(f"- {tip}" for tip in cov["tips"]),
+    ]
     if unjudged:
         shown = unjudged[:MAX_UNJUDGED_LISTED]
         out.append("### Unjudged hits")
         if len(unjudged) > len(shown):
             out.append(f"The first {len(shown)} of {len(unjudged)} (all of them are in the JSON report).")
-        out.append(table(["query_id", "rank", "doc_id", "title"],
-                         [(u["query_id"], u["rank"], u["doc_id"], u.get("title")) for u in shown]))
+        out.append(
+            table(
+                ["query_id", "rank", "doc_id", "title"],
+                [(u["query_id"], u["rank"], u["doc_id"], u.get("title")) for u in shown],
+            )
+        )
     return "\n\n".join(out)
 
 
@@ -231,12 +264,31 @@ def _failed(failed: Sequence[Mapping[str, Any]]) -> str:
 
 def _queries(queries: Sequence[Mapping[str, Any]]) -> str:
     summary = table(
-        ["query_id", "type", "source", "scope", "status", *_SUMMARY_METRICS, "handoff", "latency_ms", "request_id",
-         "top-10 labels"],
         [
-            (q["query_id"], q["query_type"], q["source"], q["scope"], q["status"],
-             *(q["metrics"].get(m) for m in _SUMMARY_METRICS), q["handoff"], q["latency_ms"], q["request_id"],
-             q["labels_top10"])
+            "query_id",
+            "type",
+            "source",
+            "scope",
+            "status",
+            *_SUMMARY_METRICS,
+            "handoff",
+            "latency_ms",
+            "request_id",
+            "top-10 labels",
+        ],
+        [
+            (
+                q["query_id"],
+                q["query_type"],
+                q["source"],
+                q["scope"],
+                q["status"],
+                *(q["metrics"].get(m) for m in _SUMMARY_METRICS),
+                q["handoff"],
+                q["latency_ms"],
+                q["request_id"],
+                q["labels_top10"],
+            )
             for q in queries
         ],
     )
@@ -246,16 +298,22 @@ def _queries(queries: Sequence[Mapping[str, Any]]) -> str:
 
 def _query_detail(q: Mapping[str, Any]) -> str:
     head = f"#### {q['query_id']}: {_cell(str(q['query']))}"
-    facts = (f"scope {q['scope']}, type {q['query_type']}, source {q['source']}, status {q['status']}, "
-             f"request_id `{q['request_id']}`, handoff {fmt(q['handoff'])}, confidence {fmt(q['confidence'])}")
+    facts = (
+        f"scope {q['scope']}, type {q['query_type']}, source {q['source']}, status {q['status']}, "
+        f"request_id `{q['request_id']}`, handoff {fmt(q['handoff'])}, confidence {fmt(q['confidence'])}"
+    )
     if q.get("n_repeats"):
         facts += f", repeats removed {q['n_repeats']}"
     if q.get("failure_reason"):
         facts += f"; failed: {_cell(str(q['failure_reason']))}"
     lines = [head, facts, f"top-20 labels: {q['labels_top20'] or '(no results)'}"]
     if q["top20"]:
-        lines.append(table(["rank", "doc_id", "label", "title", "score"],
-                           [(h["rank"], h["doc_id"], h["label"], h["title"], h["score"]) for h in q["top20"]]))
+        lines.append(
+            table(
+                ["rank", "doc_id", "label", "title", "score"],
+                [(h["rank"], h["doc_id"], h["label"], h["title"], h["score"]) for h in q["top20"]],
+            )
+        )
     return "\n\n".join(lines)
 
 

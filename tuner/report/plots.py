@@ -98,8 +98,13 @@ def _draw(fig: Figure, left: Any, right: Any, sweep: pd.DataFrame, title: str, t
         if last is None or not np.allclose(last, (x, y), atol=0.02):  # one label per point of the curve
             left.annotate(f"{t:g}", (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
             last = (x, y)
-    left.set(xlabel="recall (OOS handed off)", ylabel="precision (handoffs that were OOS)",
-             xlim=(-0.02, 1.02), ylim=(-0.02, 1.02), title=title)
+    left.set(
+        xlabel="recall (OOS handed off)",
+        ylabel="precision (handoffs that were OOS)",
+        xlim=(-0.02, 1.02),
+        ylim=(-0.02, 1.02),
+        title=title,
+    )
     left.grid(alpha=0.3)
     for column in ("OOS_FP_Rate", "InScope_Handoff_Rate", "Handoff_F1", "Primary_Metric_Score"):
         if column in sweep:
@@ -107,16 +112,32 @@ def _draw(fig: Figure, left: Any, right: Any, sweep: pd.DataFrame, title: str, t
     low, high = float(thresholds.min()), float(thresholds.max())
     if threshold is not None and math.isfinite(threshold):
         low, high = min(low, threshold), max(high, threshold)
-        right.axvline(threshold, color=_IN_EFFECT_COLOUR, linestyle="--", linewidth=1,
-                      label=f"threshold in effect ({threshold:g})")
+        right.axvline(
+            threshold,
+            color=_IN_EFFECT_COLOUR,
+            linestyle="--",
+            linewidth=1,
+            label=f"threshold in effect ({threshold:g})",
+        )
         at = np.flatnonzero(np.isclose(thresholds, threshold, rtol=0, atol=1e-9) & defined)
         if at.size:
-            left.plot([rec[at[0]]], [prec[at[0]]], marker="*", markersize=11, color=_IN_EFFECT_COLOUR,
-                      linestyle="none", label=f"in effect ({threshold:g})")
+            left.plot(
+                [rec[at[0]]],
+                [prec[at[0]]],
+                marker="*",
+                markersize=11,
+                color=_IN_EFFECT_COLOUR,
+                linestyle="none",
+                label=f"in effect ({threshold:g})",
+            )
             left.legend(fontsize=7, loc="lower left")
     pad = 0.02 * (high - low or 1.0)
-    right.set(xlabel="confidence threshold (answer when >=)", xlim=(low - pad, high + pad), ylim=(-0.02, 1.02),
-              title="per threshold")
+    right.set(
+        xlabel="confidence threshold (answer when >=)",
+        xlim=(low - pad, high + pad),
+        ylim=(-0.02, 1.02),
+        title="per threshold",
+    )
     right.grid(alpha=0.3)
     right.legend(fontsize=7)
     # fixed margins that fit the labels at this size: tight_layout measured every text

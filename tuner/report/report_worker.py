@@ -94,8 +94,12 @@ class ReportWorker:
     def _ensure(self) -> subprocess.Popen[bytes] | None:
         if self._proc is None and self.fallback is None:
             try:
-                self._proc = subprocess.Popen([sys.executable, "-m", "tuner.report.report_worker"],
-                                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+                self._proc = subprocess.Popen(
+                    [sys.executable, "-m", "tuner.report.report_worker"],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.DEVNULL,
+                )
             except OSError as exc:
                 self.fallback = f"no report helper ({exc.strerror or exc}); writing in process"
         return self._proc

@@ -101,10 +101,19 @@ class ResilientTracker(Tracker):
     ``where`` names the store in them.
     """
 
-    def __init__(self, inner: Tracker, *, probe: Callable[[], None], on_note: Callable[[str], None],
-                 where: str, drain_s: float = DRAIN_S, run_id_wait_s: float = RUN_ID_WAIT_S,
-                 stuck_s: float = STUCK_S, probe_every_s: float = PROBE_EVERY_S,
-                 max_queued_trials: int = MAX_QUEUED_TRIALS) -> None:
+    def __init__(
+        self,
+        inner: Tracker,
+        *,
+        probe: Callable[[], None],
+        on_note: Callable[[str], None],
+        where: str,
+        drain_s: float = DRAIN_S,
+        run_id_wait_s: float = RUN_ID_WAIT_S,
+        stuck_s: float = STUCK_S,
+        probe_every_s: float = PROBE_EVERY_S,
+        max_queued_trials: int = MAX_QUEUED_TRIALS,
+    ) -> None:
         self.inner = inner
         self.where = where
         self.drain_s, self.run_id_wait_s, self.stuck_s = drain_s, run_id_wait_s, stuck_s
@@ -157,8 +166,11 @@ class ResilientTracker(Tracker):
             return
         number = record.number
         # the run its own start made, when the caller did not get the id in time
-        self._submit("finish_trial", lambda: self.inner.finish_trial(self._run_ids.pop(number, None) or run_id, record),
-                     trial=number)
+        self._submit(
+            "finish_trial",
+            lambda: self.inner.finish_trial(self._run_ids.pop(number, None) or run_id, record),
+            trial=number,
+        )
 
     def summarize_study(
         self, *, note: str, metrics: Mapping[str, float], tags: Mapping[str, str], step: int | None = None
@@ -169,8 +181,9 @@ class ResilientTracker(Tracker):
                 if op.kind == "summarize_study":
                     self._ops.remove(op)
                     op.done.set()
-        self._submit("summarize_study",
-                     lambda: self.inner.summarize_study(note=note, metrics=metrics, tags=tags, step=step))
+        self._submit(
+            "summarize_study", lambda: self.inner.summarize_study(note=note, metrics=metrics, tags=tags, step=step)
+        )
 
     def end_study(self, *, status: str, summary: Mapping[str, float]) -> None:
         self._submit("end_study", lambda: self.inner.end_study(status=status, summary=summary))
@@ -231,10 +244,12 @@ class ResilientTracker(Tracker):
             what.append(f"trial{'s' if len(trials) > 1 else ''} {number_ranges(trials)}")
         if study:
             what.append("the study's summary")
-        return (f"MLflow at {self.where} is missing {' and '.join(what)}: the store did not take them within the "
-                f"{self.drain_s:g} s the end of a run gives tracking; every trial is in the Optuna study "
-                "(optuna-dashboard, `tuner best`), and the next `tuner run` of the study logs them in MLflow from its "
-                "record")
+        return (
+            f"MLflow at {self.where} is missing {' and '.join(what)}: the store did not take them within the "
+            f"{self.drain_s:g} s the end of a run gives tracking; every trial is in the Optuna study "
+            "(optuna-dashboard, `tuner best`), and the next `tuner run` of the study logs them in MLflow from its "
+            "record"
+        )
 
     # ------------------------------------------------------------ the queue
 
@@ -273,9 +288,11 @@ class ResilientTracker(Tracker):
             first = not self._full_noted
             self._full_noted = True
         if first:
-            self._note(f"warning: MLflow tracking is {self.max_queued_trials} trials behind, as many as it keeps "
-                       f"queued: from trial #{number} on, trials are not kept for MLflow (listed at the end; the "
-                       "Optuna study has them)")
+            self._note(
+                f"warning: MLflow tracking is {self.max_queued_trials} trials behind, as many as it keeps "
+                f"queued: from trial #{number} on, trials are not kept for MLflow (listed at the end; the "
+                "Optuna study has them)"
+            )
 
     def _check_stuck(self) -> None:
         since = self._running_since
@@ -289,16 +306,20 @@ class ResilientTracker(Tracker):
                 return
             self._behind_since, self._replayed_now = since, 0
             queued = len(self._ops)
-        self._note(f"warning: MLflow tracking is behind: {self.where} does not answer ({reason}); trials go on, "
-                   f"their MLflow calls are queued ({queued} so far) and replayed in order when it answers (checked "
-                   f"every {self.probe_every_s:g} s)")
+        self._note(
+            f"warning: MLflow tracking is behind: {self.where} does not answer ({reason}); trials go on, "
+            f"their MLflow calls are queued ({queued} so far) and replayed in order when it answers (checked "
+            f"every {self.probe_every_s:g} s)"
+        )
 
     def _caught_up(self) -> None:
         with self._cond:
             since, self._behind_since = self._behind_since, None
         if since is not None:
-            self._note(f"MLflow tracking caught up: {self.where} answers again after {time.monotonic() - since:.0f} s; "
-                       f"the {self._replayed_now} calls queued meanwhile are logged")
+            self._note(
+                f"MLflow tracking caught up: {self.where} answers again after {time.monotonic() - since:.0f} s; "
+                f"the {self._replayed_now} calls queued meanwhile are logged"
+            )
 
     def _note(self, message: str) -> None:
         try:

@@ -106,8 +106,9 @@ class Tracker(ABC):
     def end_study(self, *, status: str, summary: Mapping[str, float]) -> None:
         """Close the parent run with the study's summary metrics."""
 
-    def close_stale_runs(self, study_name: str, live_trials: Collection[int],
-                         finished: Mapping[int, TrialRecord] | None = None) -> StaleRuns:
+    def close_stale_runs(
+        self, study_name: str, live_trials: Collection[int], finished: Mapping[int, TrialRecord] | None = None
+    ) -> StaleRuns:
         """Close the runs a killed run left open (see MlflowTracker): a trial in
         ``finished`` (the study's finished trials, their records as the live path
         builds them) is completed from its record, and gets a run if it has none; any
@@ -150,6 +151,7 @@ class NullTracker(Tracker):
     def end_study(self, *, status: str, summary: Mapping[str, float]) -> None:
         return None
 
-    def close_stale_runs(self, study_name: str, live_trials: Collection[int],
-                         finished: Mapping[int, TrialRecord] | None = None) -> StaleRuns:
+    def close_stale_runs(
+        self, study_name: str, live_trials: Collection[int], finished: Mapping[int, TrialRecord] | None = None
+    ) -> StaleRuns:
         return StaleRuns()

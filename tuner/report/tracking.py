@@ -68,10 +68,29 @@ from tuner.report.tracker import (
 )
 
 __all__ = [
-    "EXPERIMENT_KIND", "INTERRUPTED", "PARAM_VALUE_LIMIT", "TAG_CACHE_HIT", "TAG_EXPERIMENT_KIND",
-    "TAG_FAIL_REASON", "TAG_INTERRUPTED", "TAG_NOTE", "TAG_ROLE", "TAG_STATE", "TAG_STUDY", "TAG_TRIAL",
-    "MlflowTracker", "NullTracker", "StaleRuns", "Tracker", "TrialRecord", "TrialState",
-    "default_artifact_root", "flat_params", "mlflow_name", "safe_value", "trial_run_name",
+    "EXPERIMENT_KIND",
+    "INTERRUPTED",
+    "PARAM_VALUE_LIMIT",
+    "TAG_CACHE_HIT",
+    "TAG_EXPERIMENT_KIND",
+    "TAG_FAIL_REASON",
+    "TAG_INTERRUPTED",
+    "TAG_NOTE",
+    "TAG_ROLE",
+    "TAG_STATE",
+    "TAG_STUDY",
+    "TAG_TRIAL",
+    "MlflowTracker",
+    "NullTracker",
+    "StaleRuns",
+    "Tracker",
+    "TrialRecord",
+    "TrialState",
+    "default_artifact_root",
+    "flat_params",
+    "mlflow_name",
+    "safe_value",
+    "trial_run_name",
 ]
 
 _PARENT_TAG = "mlflow.parentRunId"
@@ -136,8 +155,11 @@ class MlflowTracker(Tracker):
         if self.artifact_root is not None:
             folder = re.sub(r"[^\w.\-]", "_", self.experiment_name)
             location = (self.artifact_root / folder).resolve().as_uri()
-        return str(self.client.create_experiment(
-            self.experiment_name, artifact_location=location, tags={TAG_EXPERIMENT_KIND: EXPERIMENT_KIND}))
+        return str(
+            self.client.create_experiment(
+                self.experiment_name, artifact_location=location, tags={TAG_EXPERIMENT_KIND: EXPERIMENT_KIND}
+            )
+        )
 
     def experiment_url(self, base_url: str) -> str:
         """The experiment's runs table in the MLflow UI at ``base_url``."""
@@ -174,8 +196,9 @@ class MlflowTracker(Tracker):
                 shutil.rmtree(local, ignore_errors=True)
         return len(runs)
 
-    def close_stale_runs(self, study_name: str, live_trials: Collection[int],
-                         finished: Mapping[int, TrialRecord] | None = None) -> StaleRuns:
+    def close_stale_runs(
+        self, study_name: str, live_trials: Collection[int], finished: Mapping[int, TrialRecord] | None = None
+    ) -> StaleRuns:
         """Close the MLflow runs of ``study_name`` that a killed run left RUNNING, and make
         the runs its finished trials lack, so MLflow agrees with the Optuna study.
 
@@ -222,8 +245,9 @@ class MlflowTracker(Tracker):
                 self.client.set_terminated(run.info.run_id, status=_MLFLOW_STATUS["FAIL"])
         return StaleRuns(recorded=recorded, created=created, interrupted=tuple(sorted(interrupted)))
 
-    def _settle_finished(self, study_name: str, finished: Mapping[int, TrialRecord],
-                         live: Collection[int]) -> tuple[dict[int, str], dict[int, str]]:
+    def _settle_finished(
+        self, study_name: str, finished: Mapping[int, TrialRecord], live: Collection[int]
+    ) -> tuple[dict[int, str], dict[int, str]]:
         """The runs of trials in ``finished`` that MLflow has wrong or lacks: a run an
         earlier start failed as interrupted although Optuna had finished its trial (the
         tuner did so before it completed such runs from the record) is completed from
@@ -238,8 +262,10 @@ class MlflowTracker(Tracker):
         repaired: dict[int, str] = {}
         for run in self.client.search_runs(
             [self.experiment_id],
-            filter_string=(f"tags.`{TAG_STUDY}` = '{quote(study_name)}' and tags.`{TAG_ROLE}` = 'trial'"
-                           f" and attributes.status = 'FAILED' and tags.`{TAG_FAIL_REASON}` = '{quote(INTERRUPTED)}'"),
+            filter_string=(
+                f"tags.`{TAG_STUDY}` = '{quote(study_name)}' and tags.`{TAG_ROLE}` = 'trial'"
+                f" and attributes.status = 'FAILED' and tags.`{TAG_FAIL_REASON}` = '{quote(INTERRUPTED)}'"
+            ),
             max_results=50000,
         ):
             number = as_int(run.data.tags.get(TAG_TRIAL))
@@ -256,8 +282,10 @@ class MlflowTracker(Tracker):
                 continue
             if self.client.search_runs(
                 [self.experiment_id],
-                filter_string=(f"tags.`{TAG_STUDY}` = '{quote(study_name)}' and tags.`{TAG_ROLE}` = 'trial'"
-                               f" and tags.`{TAG_TRIAL}` = '{number}'"),
+                filter_string=(
+                    f"tags.`{TAG_STUDY}` = '{quote(study_name)}' and tags.`{TAG_ROLE}` = 'trial'"
+                    f" and tags.`{TAG_TRIAL}` = '{number}'"
+                ),
                 max_results=1,
             ):
                 continue  # made after its record (the bookkeeping retries a run the store refused)
@@ -267,12 +295,16 @@ class MlflowTracker(Tracker):
         return repaired, created
 
     def _running_runs(self, study_name: str, *, role: str) -> list[Any]:
-        return list(self.client.search_runs(
-            [self.experiment_id],
-            filter_string=(f"tags.`{TAG_STUDY}` = '{quote(study_name)}' and tags.`{TAG_ROLE}` = '{role}'"
-                           " and attributes.status = 'RUNNING'"),
-            max_results=50000,
-        ))
+        return list(
+            self.client.search_runs(
+                [self.experiment_id],
+                filter_string=(
+                    f"tags.`{TAG_STUDY}` = '{quote(study_name)}' and tags.`{TAG_ROLE}` = '{role}'"
+                    " and attributes.status = 'RUNNING'"
+                ),
+                max_results=50000,
+            )
+        )
 
     def start_study(self, study_name: str, *, params: Mapping[str, Any], tags: Mapping[str, str]) -> str:
         self.study_name = study_name
@@ -300,8 +332,9 @@ class MlflowTracker(Tracker):
             raise StudyError("MlflowTracker.start_trial called before start_study; call start_study first")
         return self._create_trial_run(self.parent_run_id, self.study_name, number, params)
 
-    def _create_trial_run(self, parent_id: str, study_name: str, number: int, params: Mapping[str, Any], *,
-                          start_time: int | None = None) -> str:
+    def _create_trial_run(
+        self, parent_id: str, study_name: str, number: int, params: Mapping[str, Any], *, start_time: int | None = None
+    ) -> str:
         """A RUNNING child run of ``parent_id`` for trial ``number`` with its params
         (``start_time``: ms since the epoch; default now)."""
         run = self.client.create_run(
@@ -329,8 +362,10 @@ class MlflowTracker(Tracker):
             return None
         runs = self.client.search_runs(
             [self.experiment_id],
-            filter_string=(f"tags.`{_PARENT_TAG}` = '{self.parent_run_id}' and tags.`{TAG_TRIAL}` = '{number}'"
-                           f" and tags.`{TAG_STUDY}` = '{quote(self.study_name)}' and attributes.status = 'RUNNING'"),
+            filter_string=(
+                f"tags.`{_PARENT_TAG}` = '{self.parent_run_id}' and tags.`{TAG_TRIAL}` = '{number}'"
+                f" and tags.`{TAG_STUDY}` = '{quote(self.study_name)}' and attributes.status = 'RUNNING'"
+            ),
             max_results=1,
         )
         return runs[0].info.run_id if runs else None

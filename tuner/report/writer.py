@@ -85,20 +85,28 @@ def write_reports(
         pr_curve_png=None if result.threshold_sweep is None or action == "omit" else out / f"{stem}_pr_curve.png",
     )
     if paths.pr_curve_png is not None and result.threshold_sweep is not None and action == "draw":
-        png = pr_curve_png(result.threshold_sweep, title=f"Handoff: {result.dataset_id}",
-                           threshold=result.threshold_in_effect)
+        png = pr_curve_png(
+            result.threshold_sweep, title=f"Handoff: {result.dataset_id}", threshold=result.threshold_in_effect
+        )
         atomic_write_bytes(paths.pr_curve_png, png)
     csv_text = per_query_table(result, detail).to_csv(
-        index=True, lineterminator="\n", float_format=SLIM_CSV_FLOAT_FORMAT if detail == "slim" else None)
+        index=True, lineterminator="\n", float_format=SLIM_CSV_FLOAT_FORMAT if detail == "slim" else None
+    )
     atomic_write_text(paths.per_query_csv, scrub_known(csv_text))
     pr_name = paths.pr_curve_png.name if paths.pr_curve_png is not None else None
-    md_report = report if (markdown or detail) == detail else build_report(
-        result, context, config_snapshot=config_snapshot, detail=markdown or detail)
+    md_report = (
+        report
+        if (markdown or detail) == detail
+        else build_report(result, context, config_snapshot=config_snapshot, detail=markdown or detail)
+    )
     if md_report is not report and detail == "full":
         # the short Markdown of a full report (a study's baseline and best trials): it
         # must not call the report slim nor send people to "the full reports" elsewhere
-        md_report = {**md_report, "coverage": report["coverage"],
-                     "detail_note": summary_note(paths.json.name, paths.per_query_csv.name)}
+        md_report = {
+            **md_report,
+            "coverage": report["coverage"],
+            "detail_note": summary_note(paths.json.name, paths.per_query_csv.name),
+        }
     atomic_write_text(paths.markdown, scrub_known(render_markdown(md_report, pr_curve=pr_name)))
     report["files"] = {
         "markdown": paths.markdown.name,
@@ -111,8 +119,10 @@ def write_reports(
 
 def summary_note(json_name: str, csv_name: str) -> str:
     """The header note of a full report's short Markdown: where its full data is."""
-    return (f"full report, summarised here: every query's top-20 snapshot and all unjudged hits are in {json_name}, "
-            f"every query's row in {csv_name}")
+    return (
+        f"full report, summarised here: every query's top-20 snapshot and all unjudged hits are in {json_name}, "
+        f"every query's row in {csv_name}"
+    )
 
 
 def dumps_json(value: Any, *, _level: int = 0) -> str:
@@ -125,8 +135,10 @@ def dumps_json(value: Any, *, _level: int = 0) -> str:
         return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(", ", ": "))
     pad, end = "\n" + " " * (_level + 1), "\n" + " " * _level
     if isinstance(value, dict):
-        body = ",".join(f"{pad}{json.dumps(str(k), ensure_ascii=False)}: {dumps_json(v, _level=_level + 1)}"
-                        for k, v in value.items())
+        body = ",".join(
+            f"{pad}{json.dumps(str(k), ensure_ascii=False)}: {dumps_json(v, _level=_level + 1)}"
+            for k, v in value.items()
+        )
         return "{" + body + end + "}"
     return "[" + ",".join(pad + dumps_json(v, _level=_level + 1) for v in value) + end + "]"
 
@@ -145,6 +157,8 @@ def load_report(path: str | Path, *, full: bool = False) -> dict[str, Any]:
         found = report.get("schema") if isinstance(report, dict) else type(report).__name__
         raise InputError(f"{p}: not a fusion-tuner evaluation report (schema {found!r}, expected {REPORT_SCHEMA!r})")
     if full and report.get("detail") == "slim":
-        raise InputError(f"{p}: a slim trial report without per-query hits; pass a full report (the baseline's, "
-                         "a best trial's, or one written by `tuner eval` or `tuner apply`)")
+        raise InputError(
+            f"{p}: a slim trial report without per-query hits; pass a full report (the baseline's, "
+            "a best trial's, or one written by `tuner eval` or `tuner apply`)"
+        )
     return report

@@ -75,8 +75,9 @@ def applied_params(
     return out
 
 
-def record_applied_params(trial: Any, assignment: Mapping[str, Any],
-                          declared: Mapping[str, BaseDistribution]) -> list[str]:
+def record_applied_params(
+    trial: Any, assignment: Mapping[str, Any], declared: Mapping[str, BaseDistribution]
+) -> list[str]:
     """Record `applied_params` on the running ``optuna.Trial``; returns the names skipped."""
     storage, trial_id = trial.storage, trial._trial_id
     sampled = storage.get_trial(trial_id).params

@@ -42,8 +42,9 @@ ATTR_DATA_FINGERPRINT = "data_fingerprint"  # {"inputs": digest, "backend": fing
 # record (in the dashboard's table it widened a trial's page past the window); the trial note shows it
 ATTR_GATES_MOVED = "gates_moved"
 RECORD_PREFIX = "tuner."
-RECORDS = frozenset({ATTR_METRICS, ATTR_ASSIGNMENT, ATTR_REPORTS, ATTR_PHASES, ATTR_CACHE_NOTE,
-                     ATTR_DATA_FINGERPRINT, ATTR_GATES_MOVED})
+RECORDS = frozenset(
+    {ATTR_METRICS, ATTR_ASSIGNMENT, ATTR_REPORTS, ATTR_PHASES, ATTR_CACHE_NOTE, ATTR_DATA_FINGERPRINT, ATTR_GATES_MOVED}
+)
 
 
 def record_key(name: str) -> str:

@@ -38,13 +38,20 @@ class Bookkeeper:
     queue grows behind it as it did before the bound, and ``on_error`` says so once per
     stuck job. Waiting resumes once that job is done."""
 
-    def __init__(self, *, threaded: bool = True, on_error: Callable[[str], None] = lambda message: None,
-                 max_behind: int = MAX_BEHIND, max_wait_s: float = MAX_WAIT_S) -> None:
+    def __init__(
+        self,
+        *,
+        threaded: bool = True,
+        on_error: Callable[[str], None] = lambda message: None,
+        max_behind: int = MAX_BEHIND,
+        max_wait_s: float = MAX_WAIT_S,
+    ) -> None:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tuner-bookkeeper") if threaded else None
         # short jobs a trial waits for before ``tell`` (its MLflow run id): never queued
         # behind earlier trials' reports
-        self._eager = (ThreadPoolExecutor(max_workers=1, thread_name_prefix="tuner-bookkeeper-eager")
-                       if threaded else None)
+        self._eager = (
+            ThreadPoolExecutor(max_workers=1, thread_name_prefix="tuner-bookkeeper-eager") if threaded else None
+        )
         self._pending: list[Future[Any]] = []
         self._queued: list[Future[Any]] = []  # the main lane's, unfinished as last seen
         self.max_behind = max(1, max_behind)
@@ -55,6 +62,7 @@ class Bookkeeper:
 
     def submit(self, what: str, fn: Callable[..., Any], *args: Any, eager: bool = False) -> Future[Any]:
         """Queue ``fn(*args)``; ``eager`` runs it on its own lane, not after the queue."""
+
         def guarded() -> Any:
             try:
                 return fn(*args)
@@ -87,9 +95,11 @@ class Bookkeeper:
             left = self.max_wait_s - (time.perf_counter() - started)
             if left <= 0:
                 self._stuck = self._queued[0]
-                self.on_error(f"bookkeeping is {len(self._queued)} trials behind and its oldest job has not finished "
-                              f"in {self.max_wait_s:g} s (an MLflow store that stopped answering?); the study goes on "
-                              "without waiting for it")
+                self.on_error(
+                    f"bookkeeping is {len(self._queued)} trials behind and its oldest job has not finished "
+                    f"in {self.max_wait_s:g} s (an MLflow store that stopped answering?); the study goes on "
+                    "without waiting for it"
+                )
                 return time.perf_counter() - started
             wait(self._queued[:1], timeout=left, return_when=FIRST_COMPLETED)
             waited = True
@@ -131,10 +141,15 @@ class OptunaArtifacts:
         if Path(filename).suffix in {".yaml", ".yml", ".md", ".json"}:
             mimetype = "text/plain"  # shown inline by the dashboard
         artifact_id = str(uuid.uuid4())
-        meta = ArtifactMeta(artifact_id=artifact_id, filename=filename,
-                            mimetype=mimetype or "application/octet-stream", encoding=encoding)
-        trial.storage.set_trial_system_attr(trial._trial_id, ARTIFACTS_ATTR_PREFIX + artifact_id,
-                                            json.dumps(asdict(meta)))
+        meta = ArtifactMeta(
+            artifact_id=artifact_id,
+            filename=filename,
+            mimetype=mimetype or "application/octet-stream",
+            encoding=encoding,
+        )
+        trial.storage.set_trial_system_attr(
+            trial._trial_id, ARTIFACTS_ATTR_PREFIX + artifact_id, json.dumps(asdict(meta))
+        )
         return artifact_id
 
     def write(self, artifact_id: str, path: Path) -> None:

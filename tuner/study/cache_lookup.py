@@ -38,6 +38,7 @@ class CacheLookup:
     touched_backend: bool
 
     if TYPE_CHECKING:  # TrialRunner's methods used here (declared for the type checker only)
+
         def _named_texts(self, texts: Mapping[Path, str]) -> dict[str, str]: ...
 
     def _cache_key(self, texts: Mapping[Path, str], solving: Mapping[str, Any] | None = None) -> CacheKey:
@@ -45,10 +46,14 @@ class CacheLookup:
         if solving:
             # A solved result also depends on the gate grids, the objective and the constraints.
             # ...and on each gate's value as found, which it keeps when nothing asks it to move.
-            spec += json.dumps({"solve": {n: [g.low, g.high, g.step, g.role, g.found]
-                                          for n, g in sorted(solving.items())},
-                                "objective": self.objective.metric,
-                                "constraints": [c.name for c in self.constraints]}, sort_keys=True)
+            spec += json.dumps(
+                {
+                    "solve": {n: [g.low, g.high, g.step, g.role, g.found] for n, g in sorted(solving.items())},
+                    "objective": self.objective.metric,
+                    "constraints": [c.name for c in self.constraints],
+                },
+                sort_keys=True,
+            )
         base = cache_key(
             self._named_texts(texts),
             dataset_hash=self.evaluator.dataset_hash,
@@ -66,16 +71,22 @@ class CacheLookup:
         loaded is unknown)."""
         if self.backend_fingerprint_field is not None and self.backend_fingerprint != key.backend:
             if self.cache is not None and key.backend is not None:
-                self._note(out, f"backend fingerprint after the restart: {short_fingerprint(self.backend_fingerprint)}"
-                                f" (looked up with {short_fingerprint(key.backend)})")
+                self._note(
+                    out,
+                    f"backend fingerprint after the restart: {short_fingerprint(self.backend_fingerprint)}"
+                    f" (looked up with {short_fingerprint(key.backend)})",
+                )
             key = replace(key, backend=self.backend_fingerprint)
             out.backend_fingerprint = key.backend
         if self.inputs is not None and key.inputs is not None:
             now = self.inputs.current()
             if now.digest != key.inputs.digest:
                 changed = describe_files(changed_files(key.inputs.files, now.files))
-                self._note(out, f"target.inputs changed while the trial ran ({changed}): which version the"
-                                " backend loaded is unknown, so the result is not cached")
+                self._note(
+                    out,
+                    f"target.inputs changed while the trial ran ({changed}): which version the"
+                    " backend loaded is unknown, so the result is not cached",
+                )
                 return None
         return key
 

@@ -62,8 +62,9 @@ def rdb_storage(url: str, **rdb_kwargs: Any) -> optuna.storages.RDBStorage:
 
 
 @contextlib.contextmanager
-def database_lock(url: str, *, timeout_s: float = LOCK_TIMEOUT_S,
-                  engine_kwargs: dict[str, Any] | None = None) -> Iterator[None]:
+def database_lock(
+    url: str, *, timeout_s: float = LOCK_TIMEOUT_S, engine_kwargs: dict[str, Any] | None = None
+) -> Iterator[None]:
     """Held by one process at a time among all that open the database at ``url``.
 
     PostgreSQL: a session-level ``pg_advisory_lock`` on a fixed key; MySQL: ``GET_LOCK``.

@@ -27,16 +27,19 @@ TABLE = "tuner_locks"
 
 def fix_for(mode: Mode) -> str:
     if mode == "exclusive":
-        return ("wait for it to finish or stop it (Ctrl-C); for parallel trials run `tuner worker EXPERIMENT "
-                "--replica N` on PostgreSQL storage instead of a second `tuner run`")
+        return (
+            "wait for it to finish or stop it (Ctrl-C); for parallel trials run `tuner worker EXPERIMENT "
+            "--replica N` on PostgreSQL storage instead of a second `tuner run`"
+        )
     return "a `tuner run` or `tuner apply` holds the study alone: wait for it to finish, then start the workers"
 
 
 class DbLock:
     """The study lock in the study's database: a row per holder, a heartbeat per row."""
 
-    def __init__(self, url: str, study: str, *, mode: Mode, command: str, heartbeat_s: float,
-                 stale_after_s: float) -> None:
+    def __init__(
+        self, url: str, study: str, *, mode: Mode, command: str, heartbeat_s: float, stale_after_s: float
+    ) -> None:
         from tuner.dburl import sqlalchemy_url
 
         self.url = sqlalchemy_url(url)
@@ -66,8 +69,10 @@ class DbLock:
         except sa.exc.SQLAlchemyError as exc:
             if self._engine is not None:
                 self._engine.dispose()
-            raise StudyError(f"study lock in {redact(self.url)}: {type(exc).__name__}: "
-                             f"{str(exc).splitlines()[0]}; check that the database server runs") from exc
+            raise StudyError(
+                f"study lock in {redact(self.url)}: {type(exc).__name__}: "
+                f"{str(exc).splitlines()[0]}; check that the database server runs"
+            ) from exc
         self._thread = threading.Thread(target=self._beat, name=f"study-lock-{self.study}", daemon=True)
         self._thread.start()
         return notes
@@ -81,21 +86,26 @@ class DbLock:
             conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": key})
         elif dialect == "mysql":
             conn.execute(text("SELECT GET_LOCK(:n, 60)"), {"n": f"tuner:{key}"})
-        conn.execute(text(
-            f"CREATE TABLE IF NOT EXISTS {TABLE} (study VARCHAR(512) NOT NULL, token VARCHAR(64) NOT NULL, "
-            "mode VARCHAR(16) NOT NULL, holder TEXT NOT NULL, heartbeat DOUBLE PRECISION NOT NULL, "
-            "PRIMARY KEY (study, token))"))
+        conn.execute(
+            text(
+                f"CREATE TABLE IF NOT EXISTS {TABLE} (study VARCHAR(512) NOT NULL, token VARCHAR(64) NOT NULL, "
+                "mode VARCHAR(16) NOT NULL, holder TEXT NOT NULL, heartbeat DOUBLE PRECISION NOT NULL, "
+                "PRIMARY KEY (study, token))"
+            )
+        )
         now = time.time()
-        rows = conn.execute(text(f"SELECT token, mode, holder, heartbeat FROM {TABLE} WHERE study = :s"),
-                            {"s": self.study}).fetchall()
+        rows = conn.execute(
+            text(f"SELECT token, mode, holder, heartbeat FROM {TABLE} WHERE study = :s"), {"s": self.study}
+        ).fetchall()
         notes: list[str] = []
         live = []
         for token, mode, holder_text, beat in rows:
             holder = Holder.from_text(holder_text)
             gone = now - float(beat) > self.stale_after_s or (holder is not None and holder.alive_here() is False)
             if gone:
-                conn.execute(text(f"DELETE FROM {TABLE} WHERE study = :s AND token = :t"),
-                             {"s": self.study, "t": token})
+                conn.execute(
+                    text(f"DELETE FROM {TABLE} WHERE study = :s AND token = :t"), {"s": self.study, "t": token}
+                )
                 who = holder.describe() if holder else "an unknown process"
                 notes.append(f"took over the lock on study {self.study!r} left by {who}, which is gone")
             else:
@@ -105,9 +115,10 @@ class DbLock:
             who = blocking[0].describe() if blocking[0] else "another process"
             more = f" and {len(blocking) - 1} more" if len(blocking) > 1 else ""
             raise LockHeld(f"study {self.study!r} is locked by {who}{more}; {fix_for(self.mode)}")
-        conn.execute(text(f"INSERT INTO {TABLE} (study, token, mode, holder, heartbeat) "
-                          "VALUES (:s, :t, :m, :h, :b)"),
-                     {"s": self.study, "t": self.token, "m": self.mode, "h": self.holder.to_json(), "b": now})
+        conn.execute(
+            text(f"INSERT INTO {TABLE} (study, token, mode, holder, heartbeat) VALUES (:s, :t, :m, :h, :b)"),
+            {"s": self.study, "t": self.token, "m": self.mode, "h": self.holder.to_json(), "b": now},
+        )
         if dialect == "mysql":
             conn.execute(text("SELECT RELEASE_LOCK(:n)"), {"n": f"tuner:{key}"})
         return notes
@@ -119,11 +130,15 @@ class DbLock:
         while not self._stop.wait(self.heartbeat_s):
             try:
                 with engine.begin() as conn:
-                    n = conn.execute(text(f"UPDATE {TABLE} SET heartbeat = :b WHERE study = :s AND token = :t"),
-                                     {"b": time.time(), "s": self.study, "t": self.token}).rowcount
+                    n = conn.execute(
+                        text(f"UPDATE {TABLE} SET heartbeat = :b WHERE study = :s AND token = :t"),
+                        {"b": time.time(), "s": self.study, "t": self.token},
+                    ).rowcount
                 if n == 0:
-                    self.lost = (f"the lock on study {self.study!r} was taken over by another process while this "
-                                 f"one was silent for more than {self.stale_after_s:g} s")
+                    self.lost = (
+                        f"the lock on study {self.study!r} was taken over by another process while this "
+                        f"one was silent for more than {self.stale_after_s:g} s"
+                    )
                     return
             except Exception:  # noqa: BLE001 - a database blip: the next beat retries; staleness is judged on the server rows
                 continue
@@ -137,8 +152,9 @@ class DbLock:
         engine = self._acquired()
         try:
             with engine.begin() as conn:
-                conn.execute(text(f"DELETE FROM {TABLE} WHERE study = :s AND token = :t"),
-                             {"s": self.study, "t": self.token})
+                conn.execute(
+                    text(f"DELETE FROM {TABLE} WHERE study = :s AND token = :t"), {"s": self.study, "t": self.token}
+                )
         except Exception:  # noqa: BLE001 - the row goes stale and is taken over; never fail a finished run on it
             pass
         finally:

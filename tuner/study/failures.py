@@ -112,8 +112,10 @@ def _data_error_in(exc: BaseException) -> bool:
 def _is_storage_error(exc: BaseException) -> bool:
     for cls in type(exc).__mro__:
         module = cls.__module__ or ""
-        if any(cls.__name__ == name and (module == prefix or module.startswith(prefix + "."))
-               for prefix, name in _STORAGE_ERRORS):
+        if any(
+            cls.__name__ == name and (module == prefix or module.startswith(prefix + "."))
+            for prefix, name in _STORAGE_ERRORS
+        ):
             return True
     # any DB-API error SQLAlchemy saw the connection die under (a reset, a closed socket)
     return bool(getattr(exc, "connection_invalidated", False)) and type(exc).__module__.startswith("sqlalchemy")

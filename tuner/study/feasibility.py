@@ -16,9 +16,7 @@ from tuner.study.attrs import named_constraints
 
 
 def is_feasible(trial: FrozenTrial) -> bool:
-    return trial.state == TrialState.COMPLETE and all(
-        v <= 0 for v in named_constraints(trial.constraints).values()
-    )
+    return trial.state == TrialState.COMPLETE and all(v <= 0 for v in named_constraints(trial.constraints).values())
 
 
 def best_feasible_trial(trials: Sequence[FrozenTrial], *, maximize: bool = True) -> FrozenTrial | None:
@@ -58,8 +56,10 @@ def summary_metrics(study: optuna.Study, *, maximize: bool) -> dict[str, float]:
 
 def summary_of(trials: Sequence[FrozenTrial], *, maximize: bool) -> dict[str, float]:
     """`summary_metrics` of these trials."""
-    out = {f"trials_{s.name.lower()}": float(sum(t.state == s for t in trials)) for s in
-           (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED)}
+    out = {
+        f"trials_{s.name.lower()}": float(sum(t.state == s for t in trials))
+        for s in (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED)
+    }
     best = best_feasible_trial(trials, maximize=maximize)
     out["feasible_trials"] = float(sum(is_feasible(t) for t in trials))
     if best is not None:

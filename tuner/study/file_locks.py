@@ -121,9 +121,14 @@ def config_locks(files: Sequence[Path], *, command: str, notes: list[str] | None
     """Hold the config lock of every file (sorted, so two processes never deadlock)."""
     with contextlib.ExitStack() as stack:
         for f in sorted({Path(f).absolute() for f in files}):
-            stack.enter_context(file_lock(
-                lock_file_for(f), what=f"config file {f}", command=command, notes=notes,
-                fix="wait for it to finish or stop it; parallel trials go through `tuner worker`, "
+            stack.enter_context(
+                file_lock(
+                    lock_file_for(f),
+                    what=f"config file {f}",
+                    command=command,
+                    notes=notes,
+                    fix="wait for it to finish or stop it; parallel trials go through `tuner worker`, "
                     "each with its own config copy",
-            ))
+                )
+            )
         yield

@@ -33,8 +33,15 @@ from tuner.errors import ConfigError
 from tuner.evaluation.fusion_replay import FusionSetting
 
 #: the FusionSetting field of each role (the same names, but said once)
-_FIELD = {"method": "method", "rrf_k": "rrf_k", "weights": "weights", "normalization": "normalization",
-          "recency_weight": "recency_weight", "recency_half_life_days": "recency_half_life_days", "top_m": "top_m"}
+_FIELD = {
+    "method": "method",
+    "rrf_k": "rrf_k",
+    "weights": "weights",
+    "normalization": "normalization",
+    "recency_weight": "recency_weight",
+    "recency_half_life_days": "recency_half_life_days",
+    "top_m": "top_m",
+}
 
 
 @dataclass(frozen=True)
@@ -68,29 +75,40 @@ class ReplayPlan:
         self.roles: dict[str, str] = dict(config.params)
         for name, role in self.roles.items():
             if name not in space:
-                raise ConfigError(f"{where}.params: {name} is not a param of the search space; name one of "
-                                  f"{[p.name for p in space.params][:8]}")
+                raise ConfigError(
+                    f"{where}.params: {name} is not a param of the search space; name one of "
+                    f"{[p.name for p in space.params][:8]}"
+                )
             p = space[name]
             if p.spec.post_retrieval:
-                raise ConfigError(f"{where}.params: {name} is a post-retrieval gate (solved already); drop it from "
-                                  "replay.params")
+                raise ConfigError(
+                    f"{where}.params: {name} is a post-retrieval gate (solved already); drop it from replay.params"
+                )
             kind = p.spec.type
             if kind not in ROLE_KINDS[role]:
-                raise ConfigError(f"{where}.params: {name} is a {kind} param, but role {role} needs "
-                                  f"{' or '.join(ROLE_KINDS[role])}; fix its type or its role")
+                raise ConfigError(
+                    f"{where}.params: {name} is a {kind} param, but role {role} needs "
+                    f"{' or '.join(ROLE_KINDS[role])}; fix its type or its role"
+                )
             allowed = ROLE_CHOICES.get(role)
             if allowed is not None and not set(p.spec.choices) <= allowed:
-                raise ConfigError(f"{where}.params: {name} offers {sorted(map(str, p.spec.choices))}, but replay "
-                                  f"models {role} as one of {sorted(allowed)}; drop the others from its choices")
+                raise ConfigError(
+                    f"{where}.params: {name} offers {sorted(map(str, p.spec.choices))}, but replay "
+                    f"models {role} as one of {sorted(allowed)}; drop the others from its choices"
+                )
         for p in space.params:
             if p.name not in self.roles and any(c in self.roles for c in p.spec.when):
-                raise ConfigError(f"{where}: {p.name} is sampled but depends on replayed "
-                                  f"{[c for c in p.spec.when if c in self.roles]}; replay it too, or drop the when:")
+                raise ConfigError(
+                    f"{where}: {p.name} is sampled but depends on replayed "
+                    f"{[c for c in p.spec.when if c in self.roles]}; replay it too, or drop the when:"
+                )
         self.params = [p for p in space.params if p.name in self.roles]
         self._space = space
-        self._declared = {name: _checked_grid(space[name], values, f"{where}.grid.{name}")
-                          for name, values in config.grid.items()
-                          if _known(name, self.roles, f"{where}.grid")}
+        self._declared = {
+            name: _checked_grid(space[name], values, f"{where}.grid.{name}")
+            for name, values in config.grid.items()
+            if _known(name, self.roles, f"{where}.grid")
+        }
 
     @property
     def names(self) -> frozenset[str]:
@@ -140,8 +158,9 @@ class ReplayPlan:
             for parts in _compositions(m, len(spec.components)):
                 shares = [spec.total * k / m for k in parts]
                 head = [round(s, spec.decimals) for s in shares[:-1]]
-                out.append(dict(zip(spec.components, [*head, round(spec.total - sum(head), spec.decimals)],
-                                    strict=True)))
+                out.append(
+                    dict(zip(spec.components, [*head, round(spec.total - sum(head), spec.decimals)], strict=True))
+                )
             return out
         low, high = float(spec.low), float(spec.high)
         if spec.log:
@@ -180,11 +199,17 @@ class ReplayPlan:
 
     # ---------------------------------------------------------------- search
 
-    def search(self, score: Callable[[dict[str, Any]], Scored], *, given: Mapping[str, Any], seed: int,
-               maximize: bool = True,
-               score_many: Callable[[list[dict[str, Any]]], list[Scored]] | None = None,
-               bound_many: Callable[[list[dict[str, Any]]], list[Any]] | None = None,
-               keep: int = 1) -> tuple[list[Scored], str]:
+    def search(
+        self,
+        score: Callable[[dict[str, Any]], Scored],
+        *,
+        given: Mapping[str, Any],
+        seed: int,
+        maximize: bool = True,
+        score_many: Callable[[list[dict[str, Any]]], list[Scored]] | None = None,
+        bound_many: Callable[[list[dict[str, Any]]], list[Any]] | None = None,
+        keep: int = 1,
+    ) -> tuple[list[Scored], str]:
         """Score the grid (all at once through ``score_many`` when given), or ``max_settings``
         settings a seeded TPE proposes one by one; returns every setting (in the order
         scored) and how they were chosen, in words.
@@ -203,12 +228,15 @@ class ReplayPlan:
                 found = _bounded(grid, many, bound_many(grid), keep)
                 if not isinstance(found, str):
                     exact = sum(s.exact for s in found)
-                    return found, (f"grid of {len(grid)}, bounded; {exact} scored exactly, the other "
-                                   f"{len(grid) - exact} bounded below the best {keep}")
+                    return found, (
+                        f"grid of {len(grid)}, bounded; {exact} scored exactly, the other "
+                        f"{len(grid) - exact} bounded below the best {keep}"
+                    )
                 note = f" ({found}; every setting scored)"
             return many(grid), f"grid of {len(grid)}{note}"
         sampler = optuna.samplers.TPESampler(
-            seed=seed, multivariate=True, n_startup_trials=min(20, max(1, self.config.max_settings // 5)))
+            seed=seed, multivariate=True, n_startup_trials=min(20, max(1, self.config.max_settings // 5))
+        )
         study = optuna.create_study(direction="maximize" if maximize else "minimize", sampler=sampler)
         seen: dict[str, Scored] = {}
         out: list[Scored] = []
@@ -232,8 +260,9 @@ class ReplayPlan:
 _CHUNK = 8
 
 
-def _bounded(grid: list[dict[str, Any]], many: Callable[[list[dict[str, Any]]], list[Scored]], bounds: list[Any],
-             keep: int) -> list[Scored] | str:
+def _bounded(
+    grid: list[dict[str, Any]], many: Callable[[list[dict[str, Any]]], list[Scored]], bounds: list[Any], keep: int
+) -> list[Scored] | str:
     """``ReplayPlan.search``'s bounded grid: the settings scored exactly (in grid order), then
     the bounded ones; or why the bound cannot be used (then every setting is scored)."""
     if any(b is None for b in bounds):
@@ -246,22 +275,26 @@ def _bounded(grid: list[dict[str, Any]], many: Callable[[list[dict[str, Any]]], 
     at = 0
     while at < len(order):
         if len(exact) < keep:
-            chunk = order[at:at + keep - len(exact)]
+            chunk = order[at : at + keep - len(exact)]
         else:
             nth = sorted((s.objective for s in exact.values()), reverse=True)[keep - 1]
-            chunk = [i for i in order[at:at + _CHUNK] if bounds[i].upper >= nth]
+            chunk = [i for i in order[at : at + _CHUNK] if bounds[i].upper >= nth]
             if not chunk:
                 break
         for i, s in zip(chunk, many([grid[i] for i in chunk]), strict=True):
             if not s.feasible or not s.objective <= bounds[i].upper:
-                return (f"setting {i + 1} scored {s.objective:.6f} (violation {s.violation:+.4f}) against a bound "
-                        f"of {bounds[i].upper:.6f}, feasible")
+                return (
+                    f"setting {i + 1} scored {s.objective:.6f} (violation {s.violation:+.4f}) against a bound "
+                    f"of {bounds[i].upper:.6f}, feasible"
+                )
             exact[i] = s
         at += len(chunk)
     rest = [i for i in [*order, *range(len(grid))] if i not in exact]  # best bound first, then the infeasible
     # the exact ones in grid order, so that ``ranked`` breaks their ties as over the whole grid
-    return [*(exact[i] for i in sorted(exact)), *(Scored(grid[i], math.nan, math.nan, bound=bounds[i].upper)
-                                                  for i in dict.fromkeys(rest))]
+    return [
+        *(exact[i] for i in sorted(exact)),
+        *(Scored(grid[i], math.nan, math.nan, bound=bounds[i].upper) for i in dict.fromkeys(rest)),
+    ]
 
 
 def ranked(scored: Sequence[Scored], *, maximize: bool = True) -> list[Scored]:
@@ -292,8 +325,15 @@ def sweep_frame(scored: Sequence[Scored], order: Sequence[Scored]) -> pd.DataFra
                 row.update({f"{name}.{k}": v for k, v in value.items()})
             else:
                 row[name] = value
-        row.update(objective=s.objective, violation=s.violation, feasible=s.feasible, exact=s.exact,
-                   objective_bound=s.bound if s.bound is not None else math.nan, **s.columns, rank=rank[id(s)])
+        row.update(
+            objective=s.objective,
+            violation=s.violation,
+            feasible=s.feasible,
+            exact=s.exact,
+            objective_bound=s.bound if s.bound is not None else math.nan,
+            **s.columns,
+            rank=rank[id(s)],
+        )
         rows.append(row)
     return pd.DataFrame(rows).sort_values("rank", kind="stable").reset_index(drop=True)
 
@@ -350,5 +390,3 @@ def _compositions(m: int, parts: int) -> list[tuple[int, ...]]:
         bounds = (-1, *cuts, m + parts - 1)
         out.append(tuple(bounds[i + 1] - bounds[i] - 1 for i in range(parts)))
     return out
-
-

@@ -50,11 +50,14 @@ class HitArrays:
         ids = [q.query_id for q in qs]
         is_oos = np.array([q.scope == "oos" for q in qs], dtype=bool)
         return cls(
-            tuple(ids), is_oos, np.array([q.failed for q in qs], dtype=bool),
+            tuple(ids),
+            is_oos,
+            np.array([q.failed for q in qs], dtype=bool),
             np.array([q.handoff for q in qs], dtype=bool),
             np.array([-math.inf if q.confidence is None else q.confidence for q in qs], dtype=np.float64),
-            HitTable.build(ids, [q.hits for q in qs], retrieval.qrels, ~is_oos, doc_of=itemgetter(0),
-                           score_of=itemgetter(1)),
+            HitTable.build(
+                ids, [q.hits for q in qs], retrieval.qrels, ~is_oos, doc_of=itemgetter(0), score_of=itemgetter(1)
+            ),
             retrieval.gains,
         )
 
@@ -72,11 +75,21 @@ class HitArrays:
         is_oos = np.array([q.scope == "oos" for q in batch.queries], dtype=bool)
         hit_lists = [batch.hits[qid] for qid in ids]
         table = batch.hit_table
-        if table is None or not np.array_equal(table.counts, [len(hs) for hs in hit_lists]) \
-                or not np.array_equal(table.graded, ~is_oos):
+        if (
+            table is None
+            or not np.array_equal(table.counts, [len(hs) for hs in hit_lists])
+            or not np.array_equal(table.graded, ~is_oos)
+        ):
             table = HitTable.build(ids, hit_lists, batch.qrels, ~is_oos)
-        return cls(tuple(ids), is_oos, failed, ~failed & ~answered, np.where(np.isnan(conf), -math.inf, conf), table,
-                   batch.gains)
+        return cls(
+            tuple(ids),
+            is_oos,
+            failed,
+            ~failed & ~answered,
+            np.where(np.isnan(conf), -math.inf, conf),
+            table,
+            batch.gains,
+        )
 
     def __len__(self) -> int:
         return len(self.query_ids)
@@ -99,8 +112,9 @@ class HitArrays:
             out[:, some] = np.add.reduceat(ge, t.starts[some], axis=1, dtype=np.int64)
         return out
 
-    def ranking_batch(self, rows: np.ndarray, cuts: np.ndarray, lengths: np.ndarray, depth: int | None,
-                      ideal_depth: int | None) -> scorecard.RankingBatch:
+    def ranking_batch(
+        self, rows: np.ndarray, cuts: np.ndarray, lengths: np.ndarray, depth: int | None, ideal_depth: int | None
+    ) -> scorecard.RankingBatch:
         """The RankingBatch ``prepare`` builds, at these depths, from one ranking per entry
         of ``rows`` (in-scope query positions): the query's hits scoring >= ``cuts`` (or
         unscored), ``lengths`` many (``kept_counts``; 0: an empty ranking)."""
@@ -112,12 +126,19 @@ class HitArrays:
         if (other := np.flatnonzero(~prefix)).size:
             self._filtered_rows(rows[other], cuts[other], other, grades, judged)
         return scorecard.from_grades(
-            [self.query_ids[j] for j in rows], grades, judged, lengths.astype(np.int64), self.hits.label_counts[rows],
-            gains=self.gains, depth=depth, ideal_depth=ideal_depth,
+            [self.query_ids[j] for j in rows],
+            grades,
+            judged,
+            lengths.astype(np.int64),
+            self.hits.label_counts[rows],
+            gains=self.gains,
+            depth=depth,
+            ideal_depth=ideal_depth,
         )
 
-    def _filtered_rows(self, queries: np.ndarray, cuts: np.ndarray, out_rows: np.ndarray, grades: np.ndarray,
-                       judged: np.ndarray) -> None:
+    def _filtered_rows(
+        self, queries: np.ndarray, cuts: np.ndarray, out_rows: np.ndarray, grades: np.ndarray, judged: np.ndarray
+    ) -> None:
         """Fill rows ``out_rows`` of ``grades`` / ``judged`` with the hits of ``queries`` kept at ``cuts``."""
         t = self.hits
         width = grades.shape[1]
@@ -186,13 +207,18 @@ def scores_by_cut(arrays: HitArrays, min_scores: np.ndarray, kept: np.ndarray, o
 
 
 def sweep_columns(
-    arrays: HitArrays, thresholds: np.ndarray, min_scores: np.ndarray, objective: str, backend_handoff: bool,
-    names: tuple[str | None, str | None], top_m: int | None,
+    arrays: HitArrays,
+    thresholds: np.ndarray,
+    min_scores: np.ndarray,
+    objective: str,
+    backend_handoff: bool,
+    names: tuple[str | None, str | None],
+    top_m: int | None,
 ) -> dict[str, np.ndarray]:
     """``sweep``'s columns from arrays, the grid as (T, M, Q) broadcasts: rows threshold-major,
     as ``np.meshgrid(thresholds, min_scores, indexing="ij")`` ravels."""
     g = _Grid(arrays, thresholds, min_scores, backend_handoff)
-    scores = scores_by_cut(arrays, min_scores, g.kept, objective)           # (M, Q), 0 for OOS
+    scores = scores_by_cut(arrays, min_scores, g.kept, objective)  # (M, Q), 0 for OOS
     ins, n_m = g.ins, len(min_scores)
     live_in, shown_in = g.live[:, ins], g.shown[:, ins]
     if ins.any():
@@ -210,8 +236,13 @@ def sweep_columns(
 
 
 def bound_columns(
-    arrays: HitArrays, thresholds: np.ndarray, min_scores: np.ndarray, objective: str, backend_handoff: bool,
-    names: tuple[str | None, str | None], top_m: int | None,
+    arrays: HitArrays,
+    thresholds: np.ndarray,
+    min_scores: np.ndarray,
+    objective: str,
+    backend_handoff: bool,
+    names: tuple[str | None, str | None],
+    top_m: int | None,
 ) -> dict[str, np.ndarray] | None:
     """``sweep_columns`` with an upper bound in place of the objective (every other column
     exact), at a fraction of the cost; None where no bound holds.
@@ -248,22 +279,24 @@ def truncation_safe(objective: str) -> bool:
 class _Grid:
     """What every (threshold, min_score) row answers, and the columns that depend only on that."""
 
-    def __init__(self, arrays: HitArrays, thresholds: np.ndarray, min_scores: np.ndarray,
-                 backend_handoff: bool) -> None:
+    def __init__(
+        self, arrays: HitArrays, thresholds: np.ndarray, min_scores: np.ndarray, backend_handoff: bool
+    ) -> None:
         if not len(arrays):
             raise EvaluationError("threshold sweep over an empty batch; evaluate at least one query")
         self.arrays, self.thresholds, self.min_scores = arrays, thresholds, min_scores
-        self.kept = arrays.kept_counts(min_scores)                              # (M, Q)
-        self.shown = self.kept > 0                                              # (M, Q)
-        conf_ok = arrays.conf[None, :] >= thresholds[:, None]                   # (T, Q)
+        self.kept = arrays.kept_counts(min_scores)  # (M, Q)
+        self.shown = self.kept > 0  # (M, Q)
+        conf_ok = arrays.conf[None, :] >= thresholds[:, None]  # (T, Q)
         if backend_handoff:
             conf_ok &= ~arrays.handoff[None, :]
         # answered[t, m, q] = conf_ok[t, q] & shown[m, q], except a failed query: answered iff OOS
         self.live = conf_ok & ~arrays.failed[None, :]
         self.ins = ~arrays.is_oos
 
-    def columns(self, objective: str, objective_col: np.ndarray, names: tuple[str | None, str | None],
-                top_m: int | None) -> dict[str, np.ndarray]:
+    def columns(
+        self, objective: str, objective_col: np.ndarray, names: tuple[str | None, str | None], top_m: int | None
+    ) -> dict[str, np.ndarray]:
         arrays, live, shown, kept = self.arrays, self.live, self.shown, self.kept
         is_oos, failed, ins = arrays.is_oos, arrays.failed, self.ins
         n_t, n_m = len(self.thresholds), len(self.min_scores)
@@ -271,8 +304,11 @@ class _Grid:
         ans_in = live[:, ins].astype(float) @ shown[:, ins].T.astype(float)
         ans_oos = live[:, is_oos].astype(float) @ shown[:, is_oos].T.astype(float) + (failed & is_oos).sum()
         ans_in, ans_oos = ans_in.astype(np.int64).ravel(), ans_oos.astype(np.int64).ravel()
-        gate_cols = {n: v for n, v in zip(names, (np.repeat(self.thresholds, n_m), np.tile(self.min_scores, n_t)),
-                                          strict=True) if n is not None}
+        gate_cols = {
+            n: v
+            for n, v in zip(names, (np.repeat(self.thresholds, n_m), np.tile(self.min_scores, n_t)), strict=True)
+            if n is not None
+        }
         columns: dict[str, np.ndarray] = {**gate_cols, objective: objective_col}
         columns.update(_oos_rates(is_oos, ans_oos, ans_in))
         columns["n_answered"] = ans_in + ans_oos
@@ -283,8 +319,9 @@ class _Grid:
         return columns
 
 
-def hits_shown(arrays: HitArrays, thresholds: np.ndarray, min_scores: np.ndarray, backend_handoff: bool,
-               rows: np.ndarray) -> np.ndarray:
+def hits_shown(
+    arrays: HitArrays, thresholds: np.ndarray, min_scores: np.ndarray, backend_handoff: bool, rows: np.ndarray
+) -> np.ndarray:
     """For each of ``rows`` of the sweep grid (threshold-major, as ``sweep_columns``): the hits
     the gates there leave shown, over every query (in scope and OOS; a handed-off, failed
     or emptied query shows none). The fewer a row shows, the more its gates cut."""
@@ -293,11 +330,11 @@ def hits_shown(arrays: HitArrays, thresholds: np.ndarray, min_scores: np.ndarray
     # each distinct threshold and min_score once: a (T', Q) @ (Q, M') product of exact small integers
     ts, t_at = np.unique(rows // n_m, return_inverse=True)
     ms, m_at = np.unique(rows % n_m, return_inverse=True)
-    kept = arrays.kept_counts(min_scores[ms])                                # (M', Q), cuts ascending
+    kept = arrays.kept_counts(min_scores[ms])  # (M', Q), cuts ascending
     live = (arrays.conf[None, :] >= thresholds[ts][:, None]) & ~arrays.failed[None, :]
     if backend_handoff:
         live &= ~arrays.handoff[None, :]
-    shown = live.astype(float) @ kept.T.astype(float)                        # (T', M')
+    shown = live.astype(float) @ kept.T.astype(float)  # (T', M')
     return np.rint(shown[t_at.ravel(), m_at.ravel()]).astype(np.int64)
 
 
@@ -317,8 +354,9 @@ def _oos_rates(is_oos: np.ndarray, ans_oos: np.ndarray, ans_in: np.ndarray) -> d
     return {name: values[row[key]] for name, values in rates.items()}
 
 
-def scorecard_values(arrays: HitArrays, threshold: float, min_score: float, *,
-                     backend_handoff: bool = False) -> dict[str, float]:
+def scorecard_values(
+    arrays: HitArrays, threshold: float, min_score: float, *, backend_handoff: bool = False
+) -> dict[str, float]:
     """Mean of every scorecard metric over the in-scope queries with the gates at
     (threshold, min_score): a handed-off, emptied or failed query scores 0 (see
     tuner.study.threshold.scorecard_at). Each mean is ``frame[c].mean()``'s

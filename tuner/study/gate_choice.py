@@ -84,8 +84,12 @@ def _tied(objective: np.ndarray, pool: np.ndarray) -> np.ndarray:
     return np.flatnonzero(pool & np.isclose(objective, best, rtol=0, atol=_ATOL))
 
 
-def _kept(tied: np.ndarray, columns: Mapping[str, np.ndarray], found: Mapping[str, float | None],
-          shown: Callable[[np.ndarray], np.ndarray] | None) -> int:
+def _kept(
+    tied: np.ndarray,
+    columns: Mapping[str, np.ndarray],
+    found: Mapping[str, float | None],
+    shown: Callable[[np.ndarray], np.ndarray] | None,
+) -> int:
     """Of the ``tied`` rows: the most gates at their value as found, then the least cut."""
     if not tied.size:  # no objective anywhere (every row NaN): the first row, as found or not
         return 0

@@ -66,8 +66,14 @@ class BatchEvaluator(Protocol):
         """The files `write_reports` will write for ``result`` at ``detail`` (kind -> path)."""
 
     def write_reports(
-        self, result: EvalOutcome, out_dir: Path, *, context: Mapping[str, Any], config_snapshot: str,
-        detail: str = "full", pr_curve: str | None = None,
+        self,
+        result: EvalOutcome,
+        out_dir: Path,
+        *,
+        context: Mapping[str, Any],
+        config_snapshot: str,
+        detail: str = "full",
+        pr_curve: str | None = None,
     ) -> Mapping[str, Path]:
         """``detail``: "slim" (scorecard, per-query metrics, summary) or "full" (also every
         query's top-k snapshot, the unjudged hits and the PR-curve PNG); ``pr_curve``:
@@ -90,4 +96,3 @@ class Constraint:
 class Objective:
     metric: str = "Primary_Metric_Score"
     maximize: bool = True
-

@@ -29,12 +29,14 @@ if TYPE_CHECKING:
     from tuner.report.report_worker import ReportWorker
     from tuner.report.writer import PrCurve
 
+
 class LiveEvaluator:
     """`BatchEvaluator` over the live search API (tuner.evaluation.run_batch) and the
     per-trial reports (tuner.report.write_reports)."""
 
-    def __init__(self, experiment: Experiment, queries: QuerySet, qrels: Mapping[str, Mapping[str, int]],
-                 labels_fp: str) -> None:
+    def __init__(
+        self, experiment: Experiment, queries: QuerySet, qrels: Mapping[str, Mapping[str, int]], labels_fp: str
+    ) -> None:
         self.experiment = experiment
         self.spec = experiment.evaluation
         self.queries = queries
@@ -69,8 +71,17 @@ class LiveEvaluator:
         try:
             if self._templates is None:
                 self._templates = RequestTemplates(self.spec, self.queries)
-            pending = run_batch(self.spec, self.queries, self.qrels, order_seed=order_seed, on_result=on_result,
-                                abort=self.abort, timing=timing, defer=True, templates=self._templates)
+            pending = run_batch(
+                self.spec,
+                self.queries,
+                self.qrels,
+                order_seed=order_seed,
+                on_result=on_result,
+                abort=self.abort,
+                timing=timing,
+                defer=True,
+                templates=self._templates,
+            )
         except BatchAborted as exc:
             stop = self.stop
             if stop is not None and stop.is_set() and exc.reason.startswith(stop.reason):
@@ -85,9 +96,11 @@ class LiveEvaluator:
         # Checked here, before the scoring, so a pipelined study sees the failure at once.
         problem = empty_share_problem(*pending.empty_in_scope(), self.spec)
         if problem is not None:
-            raise EvaluationError(f"{problem}; a broken request or response mapping, not a bad config "
-                                  "(tuner check EXPERIMENT shows a raw response); raise evaluation.max_empty_share "
-                                  "if empty results are expected")
+            raise EvaluationError(
+                f"{problem}; a broken request or response mapping, not a bad config "
+                "(tuner check EXPERIMENT shows a raw response); raise evaluation.max_empty_share "
+                "if empty results are expected"
+            )
         return pending.finish if defer else pending.finish()
 
     def explain(self, *, request_fields: Mapping[str, Any], explain_path: str, order_seed: int) -> Any:
@@ -98,8 +111,16 @@ class LiveEvaluator:
 
         timing = BatchTiming()
         try:
-            return run_explained(self.spec, self.queries, self.qrels, request_fields=request_fields,
-                                 explain_path=explain_path, order_seed=order_seed, abort=self.abort, timing=timing)
+            return run_explained(
+                self.spec,
+                self.queries,
+                self.qrels,
+                request_fields=request_fields,
+                explain_path=explain_path,
+                order_seed=order_seed,
+                abort=self.abort,
+                timing=timing,
+            )
         except BatchAborted as exc:
             stop = self.stop
             if stop is not None and stop.is_set() and exc.reason.startswith(stop.reason):
@@ -123,7 +144,13 @@ class LiveEvaluator:
         return paths
 
     def write_reports(
-        self, result: Any, out_dir: Path, *, context: Mapping[str, Any], config_snapshot: str, detail: str = "full",
+        self,
+        result: Any,
+        out_dir: Path,
+        *,
+        context: Mapping[str, Any],
+        config_snapshot: str,
+        detail: str = "full",
         pr_curve: str | None = None,
     ) -> dict[str, Path]:
         from tuner.report import ReportContext, write_reports
@@ -140,8 +167,15 @@ class LiveEvaluator:
         write = self.report_worker.write_reports if self.report_worker is not None else write_reports
         # the protocol's plain strings: write_reports checks the detail (check_detail), a trial passes
         # pr_curve "keep" or None
-        paths = write(result, out_dir, context=ctx, config_snapshot=config_snapshot,
-                      detail=cast("Detail", detail), markdown="slim", pr_curve=cast("PrCurve | None", pr_curve))
+        paths = write(
+            result,
+            out_dir,
+            context=ctx,
+            config_snapshot=config_snapshot,
+            detail=cast("Detail", detail),
+            markdown="slim",
+            pr_curve=cast("PrCurve | None", pr_curve),
+        )
         written = {k: Path(v) for k, v in _fields(paths).items() if v is not None}
         if pr_curve is None and written != self.report_paths(result, out_dir, detail=detail):
             raise EvaluationError(
@@ -149,7 +183,6 @@ class LiveEvaluator:
                 " update LiveEvaluator.report_paths to tuner.report's naming"
             )
         return written
-
 
     def close(self) -> None:
         """End the report helper process, if one was started."""
@@ -180,8 +213,16 @@ def spec_fingerprint(spec: Any) -> str:
     data = spec.model_dump(mode="json")
     url = urlsplit(data["request"]["url"])
     data["request"]["url"] = url.path + (f"?{url.query}" if url.query else "")
-    for key in ("concurrency", "timeout_s", "retries", "max_failed_queries", "backoff_s", "backoff_max_s",
-                "deadline_s", "max_response_bytes"):
+    for key in (
+        "concurrency",
+        "timeout_s",
+        "retries",
+        "max_failed_queries",
+        "backoff_s",
+        "backoff_max_s",
+        "deadline_s",
+        "max_response_bytes",
+    ):
         data.pop(key, None)
     data["request"].pop("secret_fields", None)  # which values are redacted in records, not what is sent
     return json.dumps(data, sort_keys=True)

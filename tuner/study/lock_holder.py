@@ -48,7 +48,12 @@ class Holder:
     def from_text(cls, text: str) -> Holder | None:
         try:
             data = json.loads(text)
-            return cls(int(data["pid"]), str(data["host"]), str(data["command"]), float(data["since"]),
-                       str(data.get("mode", "exclusive")))
+            return cls(
+                int(data["pid"]),
+                str(data["host"]),
+                str(data["command"]),
+                float(data["since"]),
+                str(data.get("mode", "exclusive")),
+            )
         except (ValueError, KeyError, TypeError):
             return None

@@ -53,7 +53,7 @@ def sqlite_path(url: str) -> Path | None:
     prefix = "sqlite:///"
     if not url.startswith(prefix) or ":memory:" in url:
         return None
-    return Path(url[len(prefix):])
+    return Path(url[len(prefix) :])
 
 
 def study_lock_file(db: Path, study: str) -> Path:
@@ -76,8 +76,16 @@ class StudyLease:
 
     @classmethod
     @contextlib.contextmanager
-    def acquire(cls, storage_url: str, study: str, *, mode: Mode, command: str,
-                heartbeat_s: float = HEARTBEAT_S, stale_after_s: float = STALE_AFTER_S) -> Iterator[StudyLease]:
+    def acquire(
+        cls,
+        storage_url: str,
+        study: str,
+        *,
+        mode: Mode,
+        command: str,
+        heartbeat_s: float = HEARTBEAT_S,
+        stale_after_s: float = STALE_AFTER_S,
+    ) -> Iterator[StudyLease]:
         key = (storage_url, study)
         with _held_lock:
             held = _held_studies.get(key)
@@ -94,8 +102,15 @@ class StudyLease:
         with _held_lock:
             _held_studies[key] = [lease, 1]
         try:
-            with cls._acquire(lease, storage_url, study, mode=mode, command=command, heartbeat_s=heartbeat_s,
-                              stale_after_s=stale_after_s):
+            with cls._acquire(
+                lease,
+                storage_url,
+                study,
+                mode=mode,
+                command=command,
+                heartbeat_s=heartbeat_s,
+                stale_after_s=stale_after_s,
+            ):
                 yield lease
         finally:
             with _held_lock:
@@ -103,19 +118,29 @@ class StudyLease:
 
     @staticmethod
     @contextlib.contextmanager
-    def _acquire(lease: StudyLease, storage_url: str, study: str, *, mode: Mode, command: str,
-                 heartbeat_s: float, stale_after_s: float) -> Iterator[None]:
+    def _acquire(
+        lease: StudyLease,
+        storage_url: str,
+        study: str,
+        *,
+        mode: Mode,
+        command: str,
+        heartbeat_s: float,
+        stale_after_s: float,
+    ) -> Iterator[None]:
         db = sqlite_path(storage_url)
         fix = fix_for(mode)
         if db is not None:
             if mode == "shared":  # workers need a shared database; refused elsewhere with the reason
                 raise StudyError(f"study {study!r}: workers cannot share a SQLite study; use PostgreSQL storage")
-            with file_lock(study_lock_file(db, study), what=f"study {study!r}", command=command,
-                           fix=fix, notes=lease.notes):
+            with file_lock(
+                study_lock_file(db, study), what=f"study {study!r}", command=command, fix=fix, notes=lease.notes
+            ):
                 yield
             return
-        lock = DbLock(storage_url, study, mode=mode, command=command, heartbeat_s=heartbeat_s,
-                      stale_after_s=stale_after_s)
+        lock = DbLock(
+            storage_url, study, mode=mode, command=command, heartbeat_s=heartbeat_s, stale_after_s=stale_after_s
+        )
         lease.notes.extend(lock.acquire())
         lease._db = lock
         try:
@@ -125,8 +150,9 @@ class StudyLease:
 
 
 @contextlib.contextmanager
-def patch_rights(storage_url: str, study: str, config_files: Sequence[Path], *, mode: Mode,
-                 command: str) -> Iterator[StudyLease]:
+def patch_rights(
+    storage_url: str, study: str, config_files: Sequence[Path], *, mode: Mode, command: str
+) -> Iterator[StudyLease]:
     """The study lock, then the lock of every config file: what a process must hold
     before it replays a restore journal or patches a config."""
     with (
@@ -151,10 +177,12 @@ def study_holders(storage_url: str, study: str) -> list[Holder]:
         with engine.connect() as conn:
             if not sa.inspect(conn).has_table(TABLE):
                 return []
-            rows = conn.execute(sa.text(f"SELECT holder, heartbeat FROM {TABLE} WHERE study = :s"),
-                                {"s": study}).fetchall()
+            rows = conn.execute(
+                sa.text(f"SELECT holder, heartbeat FROM {TABLE} WHERE study = :s"), {"s": study}
+            ).fetchall()
     finally:
         engine.dispose()
     now = time.time()
-    return [h for text_, beat in rows if now - float(beat) <= STALE_AFTER_S
-            and (h := Holder.from_text(text_)) is not None]
+    return [
+        h for text_, beat in rows if now - float(beat) <= STALE_AFTER_S and (h := Holder.from_text(text_)) is not None
+    ]

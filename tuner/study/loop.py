@@ -74,8 +74,9 @@ class FailureBudget:
     def exceeded(self) -> str | None:
         """Why the budget is spent, or None."""
         if self.max_consecutive is not None and self.consecutive >= self.max_consecutive:
-            return (f"{self.consecutive} consecutive failed trials "
-                    f"(failure_budget.max_consecutive={self.max_consecutive})")
+            return (
+                f"{self.consecutive} consecutive failed trials (failure_budget.max_consecutive={self.max_consecutive})"
+            )
         if self.max_total is not None and self.total >= self.max_total:
             return f"{self.total} failed trials in this run (failure_budget.max_total={self.max_total})"
         return None
@@ -159,8 +160,13 @@ class StudyLoop:
                 # waits for the other workers' last trials: a killed worker's are failed when
                 # their heartbeat goes stale, and their retries are run here
                 own_limit = n_trials is not None and result.counted >= n_trials
-                if (result.stopped_by != "n_trials" or own_limit or self.replica is None
-                        or self.study_total is None or not self._await_other_replicas(result)):
+                if (
+                    result.stopped_by != "n_trials"
+                    or own_limit
+                    or self.replica is None
+                    or self.study_total is None
+                    or not self._await_other_replicas(result)
+                ):
                     break
         finally:
             flush_started = self.clock()
@@ -181,8 +187,9 @@ class StudyLoop:
             self.budget.record(outcome)
             self._raise_if_budget_spent(result)
 
-    def _why_stop(self, result: RunResult, started: float, *, n_trials: int | None, timeout: float | None,
-                  in_flight: int) -> str | None:
+    def _why_stop(
+        self, result: RunResult, started: float, *, n_trials: int | None, timeout: float | None, in_flight: int
+    ) -> str | None:
         """Why not to begin another trial (a ``RunResult.stopped_by`` value), with
         ``in_flight`` trials of this run asked and not yet ended; None: go on. Raises
         StudyError when the study lock is lost."""
@@ -216,9 +223,13 @@ class StudyLoop:
             return False
         told = False
         while not self.stop.is_set():
-            others = retry_transient(lambda: [
-                t.number for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-                if t.system_attrs.get(ATTR_REPLICA) not in (None, self.replica)])
+            others = retry_transient(
+                lambda: [
+                    t.number
+                    for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+                    if t.system_attrs.get(ATTR_REPLICA) not in (None, self.replica)
+                ]
+            )
             if not others:
                 return False
             failed = retry_transient(lambda: fail_stale_heartbeats(self.study))
@@ -226,9 +237,11 @@ class StudyLoop:
                 result.stale_failed.extend(failed)
                 return True
             if not told:
-                self.observer.note(f"study-wide trial count reached; waiting for trial(s) "
-                                   f"{', '.join(f'#{n}' for n in others)} of other workers (a killed worker's are "
-                                   "failed and retried once its heartbeat is stale)")
+                self.observer.note(
+                    f"study-wide trial count reached; waiting for trial(s) "
+                    f"{', '.join(f'#{n}' for n in others)} of other workers (a killed worker's are "
+                    "failed and retried once its heartbeat is stale)"
+                )
                 told = True
             self.stop.wait(min(interval, 5.0))
         return False
@@ -242,8 +255,9 @@ class StudyLoop:
                 " fix the backend or the search space, then `tuner run` resumes the study"
             )
 
-    def _loop_pipelined(self, result: RunResult, started: float, *, n_trials: int | None,
-                        timeout: float | None) -> None:
+    def _loop_pipelined(
+        self, result: RunResult, started: float, *, n_trials: int | None, timeout: float | None
+    ) -> None:
         from tuner.study.pipeline import PipelinedLoop
 
         measuring: list[int | None] = [None]
@@ -267,10 +281,15 @@ class StudyLoop:
         self.runner.on_phase = on_phase
         try:
             why = PipelinedLoop(
-                self.runner, ask=self._ask, tell=lambda slot, outcome: self._tell(slot.trial, outcome),
-                why_stop=lambda in_flight: self._why_stop(result, started, n_trials=n_trials, timeout=timeout,
-                                                          in_flight=in_flight),
-                on_end=on_end, on_start=on_start, requeue=self._requeue,
+                self.runner,
+                ask=self._ask,
+                tell=lambda slot, outcome: self._tell(slot.trial, outcome),
+                why_stop=lambda in_flight: self._why_stop(
+                    result, started, n_trials=n_trials, timeout=timeout, in_flight=in_flight
+                ),
+                on_end=on_end,
+                on_start=on_start,
+                requeue=self._requeue,
                 halted=lambda: "signal" if self.stop.is_set() else None,
             ).run()
         finally:
@@ -289,8 +308,9 @@ class StudyLoop:
             # asks while a trial is measured, when a blip used to meet no query at all
             trial = retry_transient(self.study.ask)
         if self.replica is not None:
-            retry_transient(lambda: self.study._storage.set_trial_system_attr(trial._trial_id, ATTR_REPLICA,
-                                                                              self.replica))
+            retry_transient(
+                lambda: self.study._storage.set_trial_system_attr(trial._trial_id, ATTR_REPLICA, self.replica)
+            )
         beats = ExitStack()
         beats.enter_context(heartbeat(self.study._storage, trial._trial_id))
         return trial, time.perf_counter() - asked, beats
@@ -309,8 +329,9 @@ class StudyLoop:
         variant = slot.trial.user_attrs.get(ATTR_VARIANT)
         params = slot.job.suggested or {}
         if params:
-            self.study.enqueue_trial(dict(params), user_attrs={ATTR_VARIANT: variant} if variant else None,
-                                     skip_if_exists=False)
+            self.study.enqueue_trial(
+                dict(params), user_attrs={ATTR_VARIANT: variant} if variant else None, skip_if_exists=False
+            )
 
     def _tell(self, trial: optuna.Trial, outcome: TrialOutcome) -> None:
         told = time.perf_counter()
@@ -334,11 +355,15 @@ class StudyLoop:
         """A trial the study's storage failed under: queue its params again (the same
         variant), and say so in its fail_reason; when it cannot be, say so out loud."""
         try:
-            failure = retry_transient(lambda: queue_retry(self.study, trial._trial_id, outcome.suggested,
-                                                          max_retry=self.max_retry))
+            failure = retry_transient(
+                lambda: queue_retry(self.study, trial._trial_id, outcome.suggested, max_retry=self.max_retry)
+            )
         except Exception as exc:  # noqa: BLE001 - the database is still away: said, never raised here
-            failure = InfraFailure(trial.number, None, why_not=(
-                f"the retry could not be queued: {type(exc).__name__}: {str(exc).strip()}".splitlines()[0]))
+            failure = InfraFailure(
+                trial.number,
+                None,
+                why_not=(f"the retry could not be queued: {type(exc).__name__}: {str(exc).strip()}".splitlines()[0]),
+            )
         reason = outcome.fail_reason or "infrastructure"
         if failure.retried_as is not None:
             outcome.fail_reason = retried_reason(reason, failure.retried_as)
@@ -346,8 +371,10 @@ class StudyLoop:
         else:
             outcome.fail_reason = not_retried_reason(reason, failure.why_not or "unknown")
             what = f"trial #{trial.number}" + (f" (variant {failure.variant})" if failure.variant else "")
-            self.observer.note(f"warning: {what} failed because the study's storage failed, and was NOT retried: "
-                               f"{failure.why_not}; it counts as a failed trial")
+            self.observer.note(
+                f"warning: {what} failed because the study's storage failed, and was NOT retried: "
+                f"{failure.why_not}; it counts as a failed trial"
+            )
         try:
             retry_transient(lambda: trial.set_user_attr(ATTR_FAIL_REASON, outcome.fail_reason))
         except Exception:  # noqa: BLE001 - the tell below meets the same error and reports it

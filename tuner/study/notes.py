@@ -53,9 +53,18 @@ class Links:
 
 
 def trial_note(
-    *, number: int, state: str, value: float | None, objective: str, feasible: bool,
-    constraints: Mapping[str, float], metrics: Mapping[str, float], solved: Mapping[str, Any],
-    early_stop: str | None = None, fail_reason: str | None = None, links: Mapping[str, str] = {},
+    *,
+    number: int,
+    state: str,
+    value: float | None,
+    objective: str,
+    feasible: bool,
+    constraints: Mapping[str, float],
+    metrics: Mapping[str, float],
+    solved: Mapping[str, Any],
+    early_stop: str | None = None,
+    fail_reason: str | None = None,
+    links: Mapping[str, str] = {},
     gates_moved: str | None = None,
 ) -> str:
     """A trial's note: verdict, constraints, solved gates (and which constraint moved one
@@ -83,8 +92,14 @@ def trial_note(
 
 
 def study_note(
-    trials: Sequence[FrozenTrial], *, study_name: str, objective: str, maximize: bool,
-    links: Links | None = None, holdout: str | None = None, apply_hint: str | None = None,
+    trials: Sequence[FrozenTrial],
+    *,
+    study_name: str,
+    objective: str,
+    maximize: bool,
+    links: Links | None = None,
+    holdout: str | None = None,
+    apply_hint: str | None = None,
 ) -> str:
     """The study note: best feasible trial vs baseline, the top feasible trials, the
     trial the Best Trial card shows when it is infeasible, the holdout verdict."""
@@ -92,11 +107,14 @@ def study_note(
     best = best_feasible_trial(trials, maximize=maximize)
     baseline = next((t for t in done if t.user_attrs.get(ATTR_VARIANT) == "baseline"), None)
     link: Callable[[FrozenTrial], str] = (
-        (lambda t: f"[#{t.number}]({links.trial(t.number)})") if links else (lambda t: f"#{t.number}"))
+        (lambda t: f"[#{t.number}]({links.trial(t.number)})") if links else (lambda t: f"#{t.number}")
+    )
     n_feasible = sum(is_feasible(t) for t in trials)
-    counts = (f"{len(trials)} trials: {n_feasible} feasible, {len(done) - n_feasible} infeasible, "
-              f"{sum(t.state == TrialState.FAIL for t in trials)} failed, "
-              f"{sum(t.state == TrialState.PRUNED for t in trials)} pruned")
+    counts = (
+        f"{len(trials)} trials: {n_feasible} feasible, {len(done) - n_feasible} infeasible, "
+        f"{sum(t.state == TrialState.FAIL for t in trials)} failed, "
+        f"{sum(t.state == TrialState.PRUNED for t in trials)} pruned"
+    )
     lines = [f"## {study_name}: the trial to apply", ""]
     if best is None:
         lines += ["**No feasible trial yet**: every completed trial breaks a constraint. Nothing to apply.", ""]
@@ -108,17 +126,21 @@ def study_note(
         lines += [line + ".", ""]
     card = _card_trial(done, maximize)
     if card is not None and not is_feasible(card):
-        lines += [f"⚠ The Best Trial card shows {link(card)} ({card.values[0]:.4f}), which is **infeasible** "
-                  f"({_broken(card)}): optuna-dashboard's card ignores constraints. Do not apply it.", ""]
+        lines += [
+            f"⚠ The Best Trial card shows {link(card)} ({card.values[0]:.4f}), which is **infeasible** "
+            f"({_broken(card)}): optuna-dashboard's card ignores constraints. Do not apply it.",
+            "",
+        ]
     if holdout:
         lines += [f"Holdout: {holdout}", ""]
-    feasible = sorted((t for t in done if is_feasible(t)), key=lambda t: (-t.values[0] if maximize else t.values[0]))
+    feasible = sorted((t for t in done if is_feasible(t)), key=lambda t: -t.values[0] if maximize else t.values[0])
     if feasible:
         lines += [f"| trial | {objective} | vs baseline | constraints | variant |", "|---|---:|---:|---|---|"]
         for t in feasible[:_TOP]:
             delta = f"{t.values[0] - baseline.values[0]:+.4f}" if baseline is not None else ""
-            lines.append(f"| {link(t)} | {t.values[0]:.4f} | {delta} | {_held(t)} | "
-                         f"{t.user_attrs.get(ATTR_VARIANT, '')} |")
+            lines.append(
+                f"| {link(t)} | {t.values[0]:.4f} | {delta} | {_held(t)} | {t.user_attrs.get(ATTR_VARIANT, '')} |"
+            )
         lines.append("")
     extra = []
     if best is not None and links is not None and (run := links.run(best.user_attrs.get(ATTR_MLFLOW_RUN))):
@@ -137,22 +159,40 @@ def study_summary_metrics(trials: Sequence[FrozenTrial], *, maximize: bool) -> d
     """Numbers for the MLflow parent run next to the study note: the run's end-of-study
     summary (tuner.study.feasibility.summary_of) so far, plus the baseline's value."""
     out = summary_of(trials, maximize=maximize)
-    baseline = next((t for t in trials if t.state == TrialState.COMPLETE and t.values
-                     and t.user_attrs.get(ATTR_VARIANT) == "baseline"), None)
+    baseline = next(
+        (
+            t
+            for t in trials
+            if t.state == TrialState.COMPLETE and t.values and t.user_attrs.get(ATTR_VARIANT) == "baseline"
+        ),
+        None,
+    )
     if baseline is not None:
         out["baseline_value"] = float(baseline.values[0])
     return out
 
 
 def publish_study(
-    study: Any, *, objective: Any, links: Links | None, tracker: Any = None, holdout: str | None = None,
+    study: Any,
+    *,
+    objective: Any,
+    links: Links | None,
+    tracker: Any = None,
+    holdout: str | None = None,
     apply_hint: str | None = None,
 ) -> None:
     """Write the study note and, with a tracker, the MLflow parent run's summary
     (``objective``: a tuner.study.interfaces.Objective)."""
     trials = study.get_trials(deepcopy=False)
-    note = study_note(trials, study_name=study.study_name, objective=objective.metric, maximize=objective.maximize,
-                      links=links, holdout=holdout, apply_hint=apply_hint)
+    note = study_note(
+        trials,
+        study_name=study.study_name,
+        objective=objective.metric,
+        maximize=objective.maximize,
+        links=links,
+        holdout=holdout,
+        apply_hint=apply_hint,
+    )
     write_note(study, note)
     summarize = getattr(tracker, "summarize_study", None)
     if summarize is not None:

@@ -52,8 +52,10 @@ if TYPE_CHECKING:
 
 SWITCH_INTERVAL_S = 0.0005
 # starts with "interrupted" (tuner.study.queue.INTERRUPTED): it never uses up one of n_trials
-NOT_RUN = ("interrupted: the study stopped ({why}) before this trial, begun ahead, was measured; it did not run "
-           "and its params are queued again for the next run")
+NOT_RUN = (
+    "interrupted: the study stopped ({why}) before this trial, begun ahead, was measured; it did not run "
+    "and its params are queued again for the next run"
+)
 
 
 @dataclass

@@ -140,12 +140,21 @@ class PreflightReport:
 # ------------------------------------------------------------------ before any traffic
 
 
-def static_checks(spec: EvalSpec, queries: QuerySet, constraints: Sequence[Any], *,
-                  unjudged_note: str | None = None, unjudged_policy: str = "drop") -> list[Finding]:
+def static_checks(
+    spec: EvalSpec,
+    queries: QuerySet,
+    constraints: Sequence[Any],
+    *,
+    unjudged_note: str | None = None,
+    unjudged_policy: str = "drop",
+) -> list[Finding]:
     """Every check that needs no traffic: what the unjudged-queries policy did, the
     request template against the queries, the constraints against the OOS queries."""
-    return [*check_judged_queries(unjudged_note, unjudged_policy), *check_request_fields(spec, queries),
-            *check_constraints(constraints, queries)]
+    return [
+        *check_judged_queries(unjudged_note, unjudged_policy),
+        *check_request_fields(spec, queries),
+        *check_constraints(constraints, queries),
+    ]
 
 
 def check_request_fields(spec: EvalSpec, queries: QuerySet) -> list[Finding]:
@@ -166,11 +175,15 @@ def check_request_fields(spec: EvalSpec, queries: QuerySet) -> list[Finding]:
         extra = Counter(name for q in queries for name in q.extra if name not in referenced)
         if extra:
             names = ", ".join(f"{n} ({c} queries)" for n, c in extra.most_common(3))
-            out.append(Finding(
-                "unsent_fields", "stop",
-                f"the query set carries fields the request never sends: {names}; reference them in "
-                f"evaluation.request.body (e.g. {extra.most_common(1)[0][0]}: \"{{{extra.most_common(1)[0][0]}}}\"), "
-                "set pass_extra: true, or remove them from the queries"))
+            out.append(
+                Finding(
+                    "unsent_fields",
+                    "stop",
+                    f"the query set carries fields the request never sends: {names}; reference them in "
+                    f'evaluation.request.body (e.g. {extra.most_common(1)[0][0]}: "{{{extra.most_common(1)[0][0]}}}"), '
+                    "set pass_extra: true, or remove them from the queries",
+                )
+            )
     return out
 
 
@@ -187,22 +200,34 @@ def check_constraints(constraints: Sequence[Any], queries: QuerySet) -> list[Fin
         if c.metric not in OOS_DENOMINATOR_METRICS:
             continue
         if n_oos == 0:
-            out.append(Finding(
-                "no_oos", "stop",
-                f"constraint {c.name!r} is declared but the query set has no out-of-scope queries, so every trial "
-                "would count as feasible; add queries with scope: oos, or remove the constraint"))
+            out.append(
+                Finding(
+                    "no_oos",
+                    "stop",
+                    f"constraint {c.name!r} is declared but the query set has no out-of-scope queries, so every trial "
+                    "would count as feasible; add queries with scope: oos, or remove the constraint",
+                )
+            )
         elif n_oos < MIN_OOS_QUERIES:
-            out.append(Finding(
-                "few_oos", "stop",
-                f"constraint {c.name!r} rests on {n_oos} out-of-scope queries: {c.metric} moves in steps of "
-                f"{1 / n_oos:.2f}, so one query decides feasibility; add OOS queries (at least {MIN_OOS_QUERIES}, "
-                f"{math.ceil(1 / c.bound) if c.bound > 0 else MIN_OOS_QUERIES}+ for this bound) or remove the "
-                "constraint"))
+            out.append(
+                Finding(
+                    "few_oos",
+                    "stop",
+                    f"constraint {c.name!r} rests on {n_oos} out-of-scope queries: {c.metric} moves in steps of "
+                    f"{1 / n_oos:.2f}, so one query decides feasibility; add OOS queries (at least {MIN_OOS_QUERIES}, "
+                    f"{math.ceil(1 / c.bound) if c.bound > 0 else MIN_OOS_QUERIES}+ for this bound) or remove the "
+                    "constraint",
+                )
+            )
         elif c.op == "<=" and 0 < c.bound < 1 / n_oos:
-            out.append(Finding(
-                "coarse_oos", "warn",
-                f"constraint {c.name!r}: with {n_oos} out-of-scope queries {c.metric} moves in steps of "
-                f"{1 / n_oos:.3f}, so the bound acts as {c.metric} = 0 (no OOS query answered)"))
+            out.append(
+                Finding(
+                    "coarse_oos",
+                    "warn",
+                    f"constraint {c.name!r}: with {n_oos} out-of-scope queries {c.metric} moves in steps of "
+                    f"{1 / n_oos:.3f}, so the bound acts as {c.metric} = 0 (no OOS query answered)",
+                )
+            )
     return out
 
 
@@ -223,8 +248,9 @@ def check_judged_queries(note: str | None, policy: str) -> list[Finding]:
 # ------------------------------------------------------------------ on one batch
 
 
-def sample_queries(queries: QuerySet, *, max_full: int = MAX_FULL_CHECK, size: int = SAMPLE_SIZE,
-                   seed: int = 0) -> tuple[QuerySet, int | None]:
+def sample_queries(
+    queries: QuerySet, *, max_full: int = MAX_FULL_CHECK, size: int = SAMPLE_SIZE, seed: int = 0
+) -> tuple[QuerySet, int | None]:
     """The queries to check: all of a small set; of a big one a seeded sample that keeps
     the in-scope / OOS proportions (at least a few OOS queries when there are any).
     Returns the set and the seed (None when not sampled)."""
@@ -271,8 +297,7 @@ def empty_results_problem(result: BatchResult, spec: EvalSpec, *, where: str = "
     every trial: a mostly empty batch is a broken request or mapping, not a bad config."""
     ins = [q.query_id for q in result.queries if q.scope != "oos"]
     answered = [qid for qid in ins if result.per_query.at[qid, "status"] == "ok"]
-    return empty_share_problem([qid for qid in answered if not result.hits.get(qid)], len(answered), spec,
-                               where=where)
+    return empty_share_problem([qid for qid in answered if not result.hits.get(qid)], len(answered), spec, where=where)
 
 
 def empty_share_problem(empty: list[str], answered: int, spec: EvalSpec, *, where: str = "batch") -> str | None:
@@ -280,21 +305,28 @@ def empty_share_problem(empty: list[str], answered: int, spec: EvalSpec, *, wher
     results (in query order) out of ``answered``."""
     if not answered or len(empty) / answered <= spec.max_empty_share:
         return None
-    return (f"{where}: {len(empty)} of {answered} in-scope queries came back with no results "
-            f"(first: {', '.join(empty[:3])})")
+    return (
+        f"{where}: {len(empty)} of {answered} in-scope queries came back with no results "
+        f"(first: {', '.join(empty[:3])})"
+    )
 
 
 def _empty_evidence(result: BatchResult, spec: EvalSpec, raw_response: Callable[[str], str] | None) -> str:
-    first = next(q.query_id for q in result.queries if q.scope != "oos" and not result.hits.get(q.query_id)
-                 and result.per_query.at[q.query_id, "status"] == "ok")
+    first = next(
+        q.query_id
+        for q in result.queries
+        if q.scope != "oos" and not result.hits.get(q.query_id) and result.per_query.at[q.query_id, "status"] == "ok"
+    )
     r = spec.response
     parts = [f"mapping tried results_path={r.results_path!r}, doc_id={r.doc_id!r}"]
     if raw_response is not None:
         parts.append(f"raw response to {first}: {_clip(raw_response(first), 240)}")
     fix = "fix evaluation.request.body or evaluation.response.results_path"
     if not sends_query_id(spec):
-        fix += ("; the request body does not send query_id, which a backend with run sources needs to look its "
-                "runs up (add query_id: \"{query_id}\")")
+        fix += (
+            "; the request body does not send query_id, which a backend with run sources needs to look its "
+            'runs up (add query_id: "{query_id}")'
+        )
     return "; " + "; ".join(parts) + "; " + fix
 
 
@@ -306,10 +338,14 @@ def _check_label_match(result: BatchResult) -> list[Finding]:
         return []
     shown = ", ".join(repr(d) for d in list(dict.fromkeys(returned))[:3])
     labels = ", ".join(repr(d) for d in sorted(labelled)[:3])
-    return [Finding(
-        "no_label_match", "stop",
-        f"none of the {len(returned)} returned doc ids matches a labelled doc id (returned: {shown}; labelled: "
-        f"{labels}); point evaluation.response.doc_id at the field holding the labels' ids, or fix the id format")]
+    return [
+        Finding(
+            "no_label_match",
+            "stop",
+            f"none of the {len(returned)} returned doc ids matches a labelled doc id (returned: {shown}; labelled: "
+            f"{labels}); point evaluation.response.doc_id at the field holding the labels' ids, or fix the id format",
+        )
+    ]
 
 
 def _check_handoff(result: BatchResult, gate_values: Mapping[str, Any], gates_solved: bool) -> list[Finding]:
@@ -324,12 +360,24 @@ def _check_handoff(result: BatchResult, gate_values: Mapping[str, Any], gates_so
         return [Finding("handoff", "info", fact)]
     cause = _handoff_cause(handed, gate_values)
     if share > MOST and gates_solved:
-        return [Finding("handoff", "warn", f"{fact}{cause}; the study solves the gates per trial, but the baseline "
-                        "trial and `tuner eval` measure this config")]
+        return [
+            Finding(
+                "handoff",
+                "warn",
+                f"{fact}{cause}; the study solves the gates per trial, but the baseline "
+                "trial and `tuner eval` measure this config",
+            )
+        ]
     if share > MOST:
-        return [Finding("handoff", "stop", f"{fact}{cause}: the scores would measure the gate, not the ranking; "
-                        "lower that setting in the config, or solve it per trial (post_retrieval / gate: "
-                        "in the space)")]
+        return [
+            Finding(
+                "handoff",
+                "stop",
+                f"{fact}{cause}: the scores would measure the gate, not the ranking; "
+                "lower that setting in the config, or solve it per trial (post_retrieval / gate: "
+                "in the space)",
+            )
+        ]
     if share > HANDOFF_WARN:
         return [Finding("handoff", "warn", f"{fact}{cause}; each handed-off query scores 0")]
     return [Finding("handoff", "info", fact + cause)]
@@ -352,8 +400,9 @@ def _handoff_cause(handed: Any, gate_values: Mapping[str, Any]) -> str:
     return ""
 
 
-def check_oos_movable(result: BatchResult, constraints: Sequence[Any], *, tuned_keys: Iterable[str],
-                      gates: Sequence[Any] = ()) -> list[Finding]:
+def check_oos_movable(
+    result: BatchResult, constraints: Sequence[Any], *, tuned_keys: Iterable[str], gates: Sequence[Any] = ()
+) -> list[Finding]:
     """An OOS constraint whose metric no trial can move: "feasible" then says nothing.
 
     On the batch of the config as found: OOS queries handed off for a reason that names
@@ -380,18 +429,26 @@ def check_oos_movable(result: BatchResult, constraints: Sequence[Any], *, tuned_
         if len(stuck) == len(oos):
             certain = not any(_CONFIG_KEY.search(r) for r in stuck)
             metric = bound[0].metric
-            return [Finding(
-                "oos_cannot_vary", "stop" if certain else "warn",
-                f"constraint {names} cannot vary: all {len(oos)} out-of-scope queries are handed off on the config "
-                f"as found for a reason no tuned key controls ({example}), so {metric} stays "
-                f"{float(result.metrics.get(metric, math.nan)):.3f} under every config and every trial counts as "
-                "feasible; make the backend retrieve for them (e.g. runs that rank the out-of-scope queries too), "
-                "or remove the constraint")]
-        out = [Finding(
-            "oos_partly_fixed", "warn",
-            f"{len(stuck)} of {len(oos)} out-of-scope queries are handed off on the config as found for a reason no "
-            f"tuned key controls ({example}): every trial hands them off, so {names} measures the other "
-            f"{len(oos) - len(stuck)} only; make the backend retrieve for them, or drop them from the query set")]
+            return [
+                Finding(
+                    "oos_cannot_vary",
+                    "stop" if certain else "warn",
+                    f"constraint {names} cannot vary: all {len(oos)} out-of-scope queries are handed off on the config "
+                    f"as found for a reason no tuned key controls ({example}), so {metric} stays "
+                    f"{float(result.metrics.get(metric, math.nan)):.3f} under every config and every trial counts as "
+                    "feasible; make the backend retrieve for them (e.g. runs that rank the out-of-scope queries too), "
+                    "or remove the constraint",
+                )
+            ]
+        out = [
+            Finding(
+                "oos_partly_fixed",
+                "warn",
+                f"{len(stuck)} of {len(oos)} out-of-scope queries are handed off on the config as found for a "
+                f"reason no tuned key controls ({example}): every trial hands them off, so {names} measures the other "
+                f"{len(oos) - len(stuck)} only; make the backend retrieve for them, or drop them from the query set",
+            )
+        ]
     else:
         out = []
     return out + _gate_range_findings(result, bound, gates)
@@ -411,19 +468,26 @@ def _gate_range_findings(result: BatchResult, bound: Sequence[Any], gates: Seque
     conf, cut = by_role.get("confidence"), by_role.get("min_score")
     if conf is None and cut is None:
         return []
-    ends = [regate(result, confidence_threshold=getattr(conf, end, None), min_score=getattr(cut, end, None)).metrics
-            for end in ("low", "high")]
+    ends = [
+        regate(result, confidence_threshold=getattr(conf, end, None), min_score=getattr(cut, end, None)).metrics
+        for end in ("low", "high")
+    ]
     ranges = ", ".join(f"{g.param} {g.low:g}..{g.high:g}" for g in (conf, cut) if g is not None)
     out = []
     for c in bound:
         low, high = (float(m.get(c.metric, math.nan)) for m in ends)
         if math.isnan(low) or low != high:
             continue
-        out.append(Finding(
-            "oos_gate_flat", "warn",
-            f"constraint {c.name!r}: {c.metric} is {low:.3f} on the config as found with the gates at both ends of "
-            f"their ranges ({ranges}), so the gates cannot move it and only the other tuned keys might; look at the "
-            "out-of-scope queries' confidences and scores (`tuner eval`'s per-query CSV), or widen the gates' ranges"))
+        out.append(
+            Finding(
+                "oos_gate_flat",
+                "warn",
+                f"constraint {c.name!r}: {c.metric} is {low:.3f} on the config as found with the gates at both ends "
+                f"of their ranges ({ranges}), so the gates cannot move it and only the other tuned keys might; look at "
+                "the out-of-scope queries' confidences and scores (`tuner eval`'s per-query CSV), or widen the "
+                "gates' ranges",
+            )
+        )
     return out
 
 
@@ -431,10 +495,14 @@ def _check_coverage(result: BatchResult) -> list[Finding]:
     j10 = result.metrics.get("Judged@10", math.nan)
     if math.isnan(j10) or j10 >= LOW_COVERAGE:
         return []
-    return [Finding(
-        "low_coverage", "warn",
-        f"Judged@10 = {j10:.2f}: most shown hits have no label and count as Irrelevant, so scores understate "
-        "every config alike and differences shrink; judge more (tuner labels queue)")]
+    return [
+        Finding(
+            "low_coverage",
+            "warn",
+            f"Judged@10 = {j10:.2f}: most shown hits have no label and count as Irrelevant, so scores understate "
+            "every config alike and differences shrink; judge more (tuner labels queue)",
+        )
+    ]
 
 
 def _check_duplicates(result: BatchResult) -> list[Finding]:
@@ -442,11 +510,15 @@ def _check_duplicates(result: BatchResult) -> list[Finding]:
     dup = [str(q) for q, n in result.per_query["n_repeats"].items() if n]
     if not dup:
         return []
-    return [Finding(
-        "duplicate_ids", "warn",
-        f"{len(dup)} queries return the same doc id twice (first: {dup[0]}); repeats are credited once: "
-        f"{result.repeated_hits} later copies were removed before ranking (per query: n_repeats), "
-        "so the backend shows fewer distinct results than top_k")]
+    return [
+        Finding(
+            "duplicate_ids",
+            "warn",
+            f"{len(dup)} queries return the same doc id twice (first: {dup[0]}); repeats are credited once: "
+            f"{result.repeated_hits} later copies were removed before ranking (per query: n_repeats), "
+            "so the backend shows fewer distinct results than top_k",
+        )
+    ]
 
 
 # ------------------------------------------------------------------ helpers

@@ -53,8 +53,16 @@ class TrialLike(Protocol):
 class OOSBudgetExceeded(optuna.TrialPruned):
     """More OOS queries were answered than the OOS_FP_Rate constraint allows."""
 
-    def __init__(self, answered: int, budget: int, n_oos: int, bound: float, *,
-                 running_mean: float = math.nan, evaluated: int = 0) -> None:
+    def __init__(
+        self,
+        answered: int,
+        budget: int,
+        n_oos: int,
+        bound: float,
+        *,
+        running_mean: float = math.nan,
+        evaluated: int = 0,
+    ) -> None:
         self.answered, self.budget, self.n_oos, self.bound = answered, budget, n_oos, bound
         # the objective's mean over the in-scope queries measured before the stop, and how
         # many queries that was: the trial's recorded value (COMPLETE, infeasible)
@@ -180,8 +188,14 @@ class QueryReporter:
             return
         self.oos.observe(self._oos_answered(record))
         if self.oos.exceeded():
-            raise OOSBudgetExceeded(self.oos.answered, self.oos.budget, self.oos.n_oos, self.oos.bound,
-                                    running_mean=self.running_mean, evaluated=self.evaluated)
+            raise OOSBudgetExceeded(
+                self.oos.answered,
+                self.oos.budget,
+                self.oos.n_oos,
+                self.oos.bound,
+                running_mean=self.running_mean,
+                evaluated=self.evaluated,
+            )
 
     def _oos_answered(self, record: Mapping[str, Any]) -> bool:
         answered = bool(record.get("answered"))
@@ -220,7 +234,14 @@ def reporter_factory(
 
     def make(trial: TrialLike) -> QueryReporter:
         budget = OOSBudget(bound, n_oos) if bound is not None and n_oos else None
-        return QueryReporter(trial, steps, mode=mode, objective=objective, shard_size=shard_size, oos=budget,
-                             oos_threshold_max=threshold_max)
+        return QueryReporter(
+            trial,
+            steps,
+            mode=mode,
+            objective=objective,
+            shard_size=shard_size,
+            oos=budget,
+            oos_threshold_max=threshold_max,
+        )
 
     return make

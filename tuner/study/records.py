@@ -109,12 +109,19 @@ class TrialRecording:
     _details: dict[int, tuple[str, bool]]  # a trial's report detail, chosen once (a record may be retried)
 
     if TYPE_CHECKING:  # TrialRunner's methods used here (declared for the type checker only)
+
         def _dir(self, number: int) -> Path: ...
         def _named_texts(self, texts: Mapping[Path, str]) -> dict[str, str]: ...
 
     def _record(
-        self, trial: optuna.Trial, out: TrialOutcome, texts: dict[Path, str], result: Any,
-        run_id: Future[Any] | None, sweep: Any = None, fusion_sweep: Any = None,
+        self,
+        trial: optuna.Trial,
+        out: TrialOutcome,
+        texts: dict[Path, str],
+        result: Any,
+        run_id: Future[Any] | None,
+        sweep: Any = None,
+        fusion_sweep: Any = None,
     ) -> None:
         """Everything ``tell`` must find on the trial, then queue the bookkeeping (after
         waiting for room in its queue: the "backlog" phase, when there was a wait)."""
@@ -127,8 +134,14 @@ class TrialRecording:
         out.phase_seconds["record"] = time.perf_counter() - started
 
     def _record_attrs(
-        self, trial: optuna.Trial, out: TrialOutcome, texts: dict[Path, str], result: Any,
-        run_id: Future[Any] | None, sweep: Any = None, fusion_sweep: Any = None,
+        self,
+        trial: optuna.Trial,
+        out: TrialOutcome,
+        texts: dict[Path, str],
+        result: Any,
+        run_id: Future[Any] | None,
+        sweep: Any = None,
+        fusion_sweep: Any = None,
     ) -> None:
         unscored = self._details.get(trial.number, ("slim", False))  # a failed trial's files are slim
         detail, best = self._detail_of(trial, out) if result is not None else unscored
@@ -154,9 +167,14 @@ class TrialRecording:
         for key, value in user.items():
             if value is not None or key == ATTR_MLFLOW_RUN:
                 trial.set_user_attr(key, jsonable(value))
-        records = {ATTR_METRICS: out.metrics, ATTR_REPORTS: out.reports, ATTR_PHASES: out.phase_seconds,
-                   ATTR_CACHE_NOTE: out.cache_note, ATTR_DATA_FINGERPRINT: _data_fingerprint(out) or None,
-                   ATTR_GATES_MOVED: out.gates_moved}
+        records = {
+            ATTR_METRICS: out.metrics,
+            ATTR_REPORTS: out.reports,
+            ATTR_PHASES: out.phase_seconds,
+            ATTR_CACHE_NOTE: out.cache_note,
+            ATTR_DATA_FINGERPRINT: _data_fingerprint(out) or None,
+            ATTR_GATES_MOVED: out.gates_moved,
+        }
         for key, value in records.items():
             if value is not None:
                 set_record(trial, key, jsonable(value))
@@ -168,9 +186,19 @@ class TrialRecording:
             files += [Path(f) for f in out.reports.values()]
             artifacts = {self.artifacts.register(trial, f.name): str(f) for f in files}
         chosen = {n: out.assignment[n] for n in self.gates if n in out.assignment}
-        pending = _Pending(trial, out, texts, result, run_id, artifacts, detail, best,
-                           sweep if out.state == "COMPLETE" else None,
-                           fusion_sweep if out.state == "COMPLETE" else None, chosen)
+        pending = _Pending(
+            trial,
+            out,
+            texts,
+            result,
+            run_id,
+            artifacts,
+            detail,
+            best,
+            sweep if out.state == "COMPLETE" else None,
+            fusion_sweep if out.state == "COMPLETE" else None,
+            chosen,
+        )
         self.bookkeeper.submit(f"bookkeeping of trial #{trial.number}", self._finish, pending)
         self._details.pop(trial.number, None)
 
@@ -221,9 +249,11 @@ class TrialRecording:
                 context["solved_gates"] = solved
                 context["solved_gates_note"] = (
                     "retrieved with these gates at the low end of their range, then solved client-side; "
-                    f"this report is the batch re-scored at the solved values (the candidates scored: {SWEEP_FILE})")
-            self.evaluator.write_reports(p.result, trial_dir, context=context, config_snapshot=self._snapshot(p.texts),
-                                         detail=p.detail)
+                    f"this report is the batch re-scored at the solved values (the candidates scored: {SWEEP_FILE})"
+                )
+            self.evaluator.write_reports(
+                p.result, trial_dir, context=context, config_snapshot=self._snapshot(p.texts), detail=p.detail
+            )
             p.context = context
         if p.sweep is not None:
             trial_dir.mkdir(parents=True, exist_ok=True)
@@ -234,9 +264,12 @@ class TrialRecording:
             atomic_write_text(trial_dir / FUSION_SWEEP_FILE, p.fusion_sweep.to_csv(index=False))
             from tuner.report.fusion_plot import fusion_sweep_png
 
-            atomic_write_bytes(trial_dir / FUSION_PLOT_FILE,
-                               fusion_sweep_png(p.fusion_sweep, objective=self.objective.metric,
-                                                title=f"Trial {p.number}: fusion settings replayed"))
+            atomic_write_bytes(
+                trial_dir / FUSION_PLOT_FILE,
+                fusion_sweep_png(
+                    p.fusion_sweep, objective=self.objective.metric, title=f"Trial {p.number}: fusion settings replayed"
+                ),
+            )
         if self.artifacts is not None:
             for artifact_id, path in p.artifacts.items():
                 if Path(path).is_file():
@@ -263,8 +296,14 @@ class TrialRecording:
         kept as drawn (registered as an artifact, and the same bytes a redraw would give)."""
         trial_dir = self._dir(p.number)
         with tempfile.TemporaryDirectory(dir=trial_dir.parent, prefix=".slim-") as tmp:
-            self.evaluator.write_reports(p.result, Path(tmp), context=p.context or {},
-                                         config_snapshot=self._snapshot(p.texts), detail="slim", pr_curve="keep")
+            self.evaluator.write_reports(
+                p.result,
+                Path(tmp),
+                context=p.context or {},
+                config_snapshot=self._snapshot(p.texts),
+                detail="slim",
+                pr_curve="keep",
+            )
             for fresh in Path(tmp).iterdir():
                 if (trial_dir / fresh.name).is_file():
                     overwrite_in_place(trial_dir / fresh.name, fresh.read_bytes())
@@ -272,8 +311,14 @@ class TrialRecording:
 
     def publish_study(self, study: optuna.Study, *, holdout: str | None = None, apply_hint: str | None = None) -> None:
         """Refresh the study note and the MLflow parent run's summary (tuner.study.notes)."""
-        publish_study(study, objective=self.objective, links=self.links, tracker=self.tracker, holdout=holdout,
-                      apply_hint=apply_hint)
+        publish_study(
+            study,
+            objective=self.objective,
+            links=self.links,
+            tracker=self.tracker,
+            holdout=holdout,
+            apply_hint=apply_hint,
+        )
 
     def _optuna_links(self, run_id: str | None) -> dict[str, str]:
         url = self.links.run(run_id) if self.links is not None else None
@@ -284,9 +329,17 @@ class TrialRecording:
             links = {"Optuna trial page": self.links.trial(out.number)} if self.links is not None else {}
         solved = {n: out.assignment[n] for n in self.gates if n in out.assignment and SOLVED_PREFIX + n in out.metrics}
         return trial_note(
-            number=out.number, state=out.state, value=out.value, objective=self.objective.metric,
-            feasible=out.feasible, constraints=out.constraints, metrics=out.metrics, solved=solved,
-            early_stop=out.early_stop_detail or out.early_stop, fail_reason=out.fail_reason, links=links,
+            number=out.number,
+            state=out.state,
+            value=out.value,
+            objective=self.objective.metric,
+            feasible=out.feasible,
+            constraints=out.constraints,
+            metrics=out.metrics,
+            solved=solved,
+            early_stop=out.early_stop_detail or out.early_stop,
+            fail_reason=out.fail_reason,
+            links=links,
             gates_moved=out.gates_moved,
         )
 
@@ -321,12 +374,12 @@ def _data_context(out: TrialOutcome) -> dict[str, Any]:
     return context
 
 
-def _sweep_text(table: Any, chosen: Mapping[str, float], detail: str,
-                found: Mapping[str, float | None] | None = None) -> str:
+def _sweep_text(
+    table: Any, chosen: Mapping[str, float], detail: str, found: Mapping[str, float | None] | None = None
+) -> str:
     """The solve grid as CSV: whole when ``detail`` (the experiment's report_detail) is
     full, else the rows through the chosen gates (tuner.study.sweep_table)."""
     if detail != "full":
         names = [c for c in table.columns if c in chosen]  # the table's gate order: confidence first
-        table = slim_sweep(table, {n: chosen[n] for n in names}, names,
-                           found={n: (found or {}).get(n) for n in names})
+        table = slim_sweep(table, {n: chosen[n] for n in names}, names, found={n: (found or {}).get(n) for n in names})
     return str(table.to_csv(index=False))

@@ -73,8 +73,9 @@ class ReplayMeasure:
         seed = self.order_seed(trial.number)  # type: ignore[attr-defined]
         with self._phase(out, "explain"):  # type: ignore[attr-defined]
             try:
-                batch = ev.explain(request_fields=plan.config.request, explain_path=plan.config.explain,
-                                   order_seed=seed)
+                batch = ev.explain(
+                    request_fields=plan.config.request, explain_path=plan.config.explain, order_seed=seed
+                )
             finally:
                 self._add_search_time(out)
         problem = served_problem(batch, spec.top_k, plan)
@@ -83,10 +84,17 @@ class ReplayMeasure:
         served = batch.served_setting
         solving = job.solving
 
-        context = ReplayContext(batch.explained, tuple(q.query_id for q in ev.queries),
-                                tuple(q.scope == "oos" for q in ev.queries),
-                                {q.query_id: ev.qrels[q.query_id] for q in ev.queries if q.query_id in ev.qrels},
-                                spec.top_k, spec.gains, dict(solving), self.objective.metric, list(self.constraints))
+        context = ReplayContext(
+            batch.explained,
+            tuple(q.query_id for q in ev.queries),
+            tuple(q.scope == "oos" for q in ev.queries),
+            {q.query_id: ev.qrels[q.query_id] for q in ev.queries if q.query_id in ev.qrels},
+            spec.top_k,
+            spec.gains,
+            dict(solving),
+            self.objective.metric,
+            list(self.constraints),
+        )
         pool = self.replay_pool
 
         def score_many(assignments: list[dict[str, Any]]) -> list[Scored]:
@@ -101,9 +109,15 @@ class ReplayMeasure:
         maximize = self.objective.maximize
         bounding = bound_many if solving and plan.config.bound else None
         with self._phase(out, "replay"):  # type: ignore[attr-defined]
-            scored, how = plan.search(lambda a: score_many([a])[0], given=out.assignment, seed=seed,
-                                      maximize=maximize, score_many=score_many, bound_many=bounding,
-                                      keep=plan.config.verify_top)
+            scored, how = plan.search(
+                lambda a: score_many([a])[0],
+                given=out.assignment,
+                seed=seed,
+                maximize=maximize,
+                score_many=score_many,
+                bound_many=bounding,
+                keep=plan.config.verify_top,
+            )
             order = ranked(scored, maximize=maximize)
         job.fusion_sweep = sweep_frame(scored, order)
         verified: list[dict[str, Any]] = []
@@ -122,24 +136,35 @@ class ReplayMeasure:
                 finally:
                     self._add_search_time(out)
             live = Scored(candidate.assignment, *context.solved(HitArrays.from_batch(result)))
-            verified.append({"assignment": candidate.assignment, "replayed": candidate.objective,
-                             "live": live.objective, "replayed_violation": candidate.violation,
-                             "live_violation": live.violation})
+            verified.append(
+                {
+                    "assignment": candidate.assignment,
+                    "replayed": candidate.objective,
+                    "live": live.objective,
+                    "replayed_violation": candidate.violation,
+                    "live_violation": live.violation,
+                }
+            )
             gap = max(_gap(candidate.objective, live.objective), _gap(candidate.violation, live.violation))
             if gap > plan.config.tolerance:
                 raise EvaluationError(
                     f"fusion replay is not exact for this backend: {_short(candidate.assignment)} replayed "
                     f"{candidate.objective:.6f} (violation {candidate.violation:+.4f}) but measured "
                     f"{live.objective:.6f} ({live.violation:+.4f}) live; its fusion differs from the replay model "
-                    "(docs/tuning.md, fusion replay): take the params it does not model out of replay.params")
+                    "(docs/tuning.md, fusion replay): take the params it does not model out of replay.params"
+                )
             if best is None or ranked([best[0], live], maximize=maximize)[0] is live:
                 best = (live, result, texts)
         assert best is not None
         live_best, job.result, job.texts = best
         out.assignment.update(live_best.assignment)
-        out.replay = {"chosen_by": how, "settings": len(scored), "scored": sum(s.exact for s in scored),
-                      "verified": verified,
-                      "served_check": f"{len(batch.responses)} answers replayed exactly at the served setting"}
+        out.replay = {
+            "chosen_by": how,
+            "settings": len(scored),
+            "scored": sum(s.exact for s in scored),
+            "verified": verified,
+            "served_check": f"{len(batch.responses)} answers replayed exactly at the served setting",
+        }
 
     def _add_search_time(self, out: Any) -> None:
         ev: Any = self.evaluator
@@ -158,13 +183,17 @@ def served_problem(batch: Any, top_k: int, plan: ReplayPlan) -> str | None:
     sources = set(next(iter(batch.explained.values())).sources)
     for p in plan.params:
         if plan.roles[p.name] == "weights" and set(p.spec.components) != sources:
-            return (f"fusion replay: {p.name} weighs {sorted(p.spec.components)}, but the backend explains the "
-                    f"sources {sorted(sources)}; make the simplex's components the backend's sources")
+            return (
+                f"fusion replay: {p.name} weighs {sorted(p.spec.components)}, but the backend explains the "
+                f"sources {sorted(sources)}; make the simplex's components the backend's sources"
+            )
     mismatch = served_mismatch(batch, top_k)
     if mismatch is not None:
-        return (f"fusion replay does not reproduce the backend's own answers at the setting it served ({mismatch}); "
-                "its fusion differs from the replay model (docs/tuning.md, fusion replay): drop replay: or the "
-                "params it does not model")
+        return (
+            f"fusion replay does not reproduce the backend's own answers at the setting it served ({mismatch}); "
+            "its fusion differs from the replay model (docs/tuning.md, fusion replay): drop replay: or the "
+            "params it does not model"
+        )
     return None
 
 

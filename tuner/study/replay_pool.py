@@ -69,8 +69,16 @@ class ReplayContext:
 
         gates = list(self.gates.values())
         low = next((g.low for g in gates if g.role == MIN_SCORE), 0.0)
-        return [bound_arrays(self._arrays(setting), gates, objective=self.objective, constraints=self.constraints,
-                             retrieved_min_score=low) for setting in settings]
+        return [
+            bound_arrays(
+                self._arrays(setting),
+                gates,
+                objective=self.objective,
+                constraints=self.constraints,
+                retrieved_min_score=low,
+            )
+            for setting in settings
+        ]
 
     def _arrays(self, setting: Any) -> Any:
         import numpy as np
@@ -92,10 +100,14 @@ class ReplayContext:
 
         gates = list(self.gates.values())
         low = next((g.low for g in gates if g.role == MIN_SCORE), 0.0)
-        sol = solve_arrays(arrays, gates, objective=self.objective, constraints=self.constraints,
-                           retrieved_min_score=low, full=False)
-        columns = {c.metric: float(sol.metrics[c.metric]) for c in self.constraints
-                   if getattr(c, "metric", None) in sol.metrics}
+        sol = solve_arrays(
+            arrays, gates, objective=self.objective, constraints=self.constraints, retrieved_min_score=low, full=False
+        )
+        columns = {
+            c.metric: float(sol.metrics[c.metric])
+            for c in self.constraints
+            if getattr(c, "metric", None) in sol.metrics
+        }
         columns.update({f"solved.{name}": sol.by_role[g.role] for name, g in self.gates.items()})
         return float(sol.objective), float(sol.violation), columns
 
@@ -156,9 +168,15 @@ class ReplayPool:
     def _ensure(self) -> list[subprocess.Popen[bytes]]:
         if not self._procs and self.fallback is None and self.workers:
             try:
-                self._procs = [subprocess.Popen([sys.executable, "-m", "tuner.study.replay_pool"],
-                                                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                                stderr=subprocess.DEVNULL) for _ in range(self.workers)]
+                self._procs = [
+                    subprocess.Popen(
+                        [sys.executable, "-m", "tuner.study.replay_pool"],
+                        stdin=subprocess.PIPE,
+                        stdout=subprocess.PIPE,
+                        stderr=subprocess.DEVNULL,
+                    )
+                    for _ in range(self.workers)
+                ]
             except OSError as exc:
                 self._stop(f"no replay helper ({exc.strerror or exc}); scoring in process")
         return self._procs
@@ -193,7 +211,7 @@ def _split(items: list[Any], n: int) -> list[list[Any]]:
     out, at = [], 0
     for i in range(n):
         step = size + (1 if i < extra else 0)
-        out.append(items[at:at + step])
+        out.append(items[at : at + step])
         at += step
     return out
 

@@ -44,8 +44,9 @@ class InfraFailure:
         return f"#{self.number}{name} NOT retried ({self.why_not})"
 
 
-def queue_retry(study: optuna.Study, trial_id: int, suggested: Mapping[str, Any], *,
-                max_retry: int | None) -> InfraFailure:
+def queue_retry(
+    study: optuna.Study, trial_id: int, suggested: Mapping[str, Any], *, max_retry: int | None
+) -> InfraFailure:
     """Queue running trial ``trial_id`` again (see the module doc); safe to repeat after a
     lost connection (a retry already queued for it is found, not queued twice)."""
     storage = study._storage
@@ -56,19 +57,28 @@ def queue_retry(study: optuna.Study, trial_id: int, suggested: Mapping[str, Any]
         if t.system_attrs.get(RETRY_HISTORY) == history:  # queued by an attempt whose reply was lost
             return InfraFailure(frozen.number, variant, retried_as=t.number)
     if max_retry is not None and len(history) > max_retry:
-        return InfraFailure(frozen.number, variant, why_not=(
-            f"it is a retry already, {len(history) - 1} of workers.max_retry={max_retry}"))
+        return InfraFailure(
+            frozen.number,
+            variant,
+            why_not=(f"it is a retry already, {len(history) - 1} of workers.max_retry={max_retry}"),
+        )
     fixed = frozen.system_attrs.get(FIXED_PARAMS)
     # a sampled trial that failed before its params were drawn queues a trial without
     # params: the sampler draws them when it is asked
     params = {n: frozen.params[n] for n in suggested if n in frozen.params and n in frozen.distributions}
-    system: dict[str, Any] = {FAILED_TRIAL: frozen.system_attrs.get(FAILED_TRIAL, frozen.number),
-                              RETRY_HISTORY: history}
+    system: dict[str, Any] = {
+        FAILED_TRIAL: frozen.system_attrs.get(FAILED_TRIAL, frozen.number),
+        RETRY_HISTORY: history,
+    }
     if fixed:
         system[FIXED_PARAMS] = fixed
     template = optuna.trial.create_trial(
-        state=TrialState.WAITING, params=params, distributions={n: frozen.distributions[n] for n in params},
-        user_attrs={ATTR_VARIANT: variant} if variant else None, system_attrs=system)
+        state=TrialState.WAITING,
+        params=params,
+        distributions={n: frozen.distributions[n] for n in params},
+        user_attrs={ATTR_VARIANT: variant} if variant else None,
+        system_attrs=system,
+    )
     new_id = storage.create_new_trial(study._study_id, template_trial=template)
     return InfraFailure(frozen.number, variant, retried_as=storage.get_trial_number_from_id(new_id))
 
@@ -77,5 +87,6 @@ def infra_summary(failures: Sequence[InfraFailure]) -> str | None:
     """The end summary's one line on trials the study's storage failed (None: none)."""
     if not failures:
         return None
-    return ("trials failed for an infrastructure reason (the study's storage, not their config): "
-            + "; ".join(f.describe() for f in failures))
+    return "trials failed for an infrastructure reason (the study's storage, not their config): " + "; ".join(
+        f.describe() for f in failures
+    )

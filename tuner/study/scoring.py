@@ -32,8 +32,7 @@ class TrialScoring:
         from tuner.evaluation.regate import regate
         from tuner.study.threshold import CONFIDENCE, MIN_SCORE, solve_batch
 
-        sol = solve_batch(result, list(solving.values()), objective=self.objective.metric,
-                          constraints=self.constraints)
+        sol = solve_batch(result, list(solving.values()), objective=self.objective.metric, constraints=self.constraints)
         # By role, not by key: the backend's own names for its gates do not matter here.
         solved = {name: sol.by_role[g.role] for name, g in solving.items()}
         out.assignment.update(solved)
@@ -41,9 +40,12 @@ class TrialScoring:
         # The report's sweep and PR plot cover the confidence gate's declared range and
         # the solved value itself (not a fixed grid the trial's own threshold may miss).
         conf = next((g for g in solving.values() if g.role == CONFIDENCE), None)
-        gated = regate(result, confidence_threshold=sol.by_role.get(CONFIDENCE),
-                       min_score=sol.by_role.get(MIN_SCORE),
-                       sweep_range=None if conf is None else (conf.low, conf.high, conf.step or 0.01))
+        gated = regate(
+            result,
+            confidence_threshold=sol.by_role.get(CONFIDENCE),
+            min_score=sol.by_role.get(MIN_SCORE),
+            sweep_range=None if conf is None else (conf.low, conf.high, conf.step or 0.01),
+        )
         # One source for the score and the reports: the re-scored batch (equal to the
         # solver's values, tests/evaluation/test_regate.py); the solver adds what a batch lacks.
         out.metrics = {k: float(v) for k, v in gated.metrics.items() if is_number(v)}
@@ -99,5 +101,7 @@ class TrialScoring:
         out.state, out.value, out.constraints = "COMPLETE", value, constraints
         # short: a trial-table column; the trial note says the rest
         out.early_stop = f"OOS_FP_Rate >= {rate:.4g} after {exc.evaluated} queries"
-        out.early_stop_detail = (f"{exc} (OOS_FP_Rate is at least {rate:.4g}; {self.objective.metric} {value:.4f} is "
-                                 f"the running mean of the {exc.evaluated} queries measured)")
+        out.early_stop_detail = (
+            f"{exc} (OOS_FP_Rate is at least {rate:.4g}; {self.objective.metric} {value:.4f} is "
+            f"the running mean of the {exc.evaluated} queries measured)"
+        )

@@ -59,8 +59,11 @@ def open_study(
         # rdb_storage names the installed PostgreSQL driver and creates the schema under a
         # lock (processes starting at once on an empty database would race on it).
         # pre-ping: a pooled connection cut by a database restart is replaced, not used.
-        storage = (sqlite_storage(storage) if storage.startswith("sqlite:///")
-                   else rdb_storage(storage, engine_kwargs={"pool_pre_ping": True}))
+        storage = (
+            sqlite_storage(storage)
+            if storage.startswith("sqlite:///")
+            else rdb_storage(storage, engine_kwargs={"pool_pre_ping": True})
+        )
     try:
         study = optuna.create_study(
             study_name=name,
@@ -74,8 +77,9 @@ def open_study(
         from tuner.dburl import redact
 
         where = redact(storage) if isinstance(storage, str) else "its storage"
-        raise StudyError(f"study {name!r} in {where}: cannot open: {exc}; "
-                         "check storage in the experiment file") from exc
+        raise StudyError(
+            f"study {name!r} in {where}: cannot open: {exc}; check storage in the experiment file"
+        ) from exc
     if study.direction.name.lower() != direction:
         raise StudyError(
             f"study {name!r} exists with direction {study.direction.name.lower()}, the experiment asks {direction};"
@@ -99,7 +103,7 @@ def sqlite_storage(url: str) -> optuna.storages.RDBStorage:
     """
     import sqlite3
 
-    path = Path(url[len("sqlite:///"):])
+    path = Path(url[len("sqlite:///") :])
     if str(path) != ":memory:":
         path.parent.mkdir(parents=True, exist_ok=True)
 
@@ -129,7 +133,9 @@ def check_storage(url: str, n_workers: int) -> None:
             "PostgreSQL URL, e.g. postgresql://USER:PASSWORD@HOST:5432/DB, or run a single `tuner run`"
         )
     if storage_dialect(url) not in ("sqlite", "postgresql", "mysql"):
-        raise StudyError(f"storage {redact(url)}: unsupported database; use sqlite:///FILE (one worker) or postgresql://...")
+        raise StudyError(
+            f"storage {redact(url)}: unsupported database; use sqlite:///FILE (one worker) or postgresql://..."
+        )
 
 
 def make_storage(url: str, settings: WorkerSettings | None = None) -> optuna.storages.RDBStorage:
@@ -154,8 +160,10 @@ def make_storage(url: str, settings: WorkerSettings | None = None) -> optuna.sto
     except StudyError:
         raise
     except Exception as exc:  # sqlalchemy / driver errors: connection refused, bad credentials, ...
-        raise StudyError(f"storage {redact(url)}: cannot connect ({type(exc).__name__}: {exc}); "
-                         "check the URL and that the database server runs") from exc
+        raise StudyError(
+            f"storage {redact(url)}: cannot connect ({type(exc).__name__}: {exc}); "
+            "check the URL and that the database server runs"
+        ) from exc
 
 
 def is_transient_storage_error(exc: BaseException) -> bool:
@@ -166,15 +174,15 @@ def is_transient_storage_error(exc: BaseException) -> bool:
 
     seen: BaseException | None = exc
     while seen is not None:
-        if isinstance(seen, sa.exc.OperationalError) or (isinstance(seen, sa.exc.DBAPIError)
-                                                          and seen.connection_invalidated):
+        if isinstance(seen, sa.exc.OperationalError) or (
+            isinstance(seen, sa.exc.DBAPIError) and seen.connection_invalidated
+        ):
             return True
         seen = seen.__cause__ or seen.__context__
     return False
 
 
-def retry_transient(fn: Callable[[], T], *, attempts: int = 8, first_wait_s: float = 0.2,
-                    max_wait_s: float = 2.0) -> T:
+def retry_transient(fn: Callable[[], T], *, attempts: int = 8, first_wait_s: float = 0.2, max_wait_s: float = 2.0) -> T:
     """``fn()``, again after a transient database error (is_transient_storage_error), up to
     ``attempts`` times with doubling waits of at most ``max_wait_s``; any other error, or
     the last one, is raised. ``fn`` must be safe to repeat (idempotent writes).

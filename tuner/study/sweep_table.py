@@ -31,7 +31,11 @@ CHOSEN = "chosen"
 
 
 def slim_sweep(
-    table: pd.DataFrame, chosen: Mapping[str, float], names: Sequence[str], *, objective: str | None = None,
+    table: pd.DataFrame,
+    chosen: Mapping[str, float],
+    names: Sequence[str],
+    *,
+    objective: str | None = None,
     found: Mapping[str, float | None] | None = None,
 ) -> pd.DataFrame:
     """The rows of ``table`` (tuner.study.threshold.ThresholdSolution.table) described in
@@ -43,8 +47,10 @@ def slim_sweep(
     gates = list(names)
     if not gates or (absent := [n for n in gates if n not in table.columns or n not in chosen]):
         missing = absent if gates else ["(none given)"]
-        raise ValueError(f"slim_sweep: gate columns {missing} are not in the table or the chosen values; "
-                         "pass ThresholdSolution.values and the keys of the gates that were solved")
+        raise ValueError(
+            f"slim_sweep: gate columns {missing} are not in the table or the chosen values; "
+            "pass ThresholdSolution.values and the keys of the gates that were solved"
+        )
     objective = objective or next(c for c in table.columns if c not in gates)
     frame = table.reset_index(drop=True)
     at = {n: np.isclose(frame[n].to_numpy(dtype=float), float(chosen[n]), rtol=0, atol=_ATOL) for n in gates}
@@ -52,11 +58,11 @@ def slim_sweep(
     if len(gates) == 1:
         keep = frame.index.to_numpy()
     else:
-        violation = (frame["violation"].to_numpy(dtype=float) if "violation" in frame
-                     else np.zeros(len(frame)))
+        violation = frame["violation"].to_numpy(dtype=float) if "violation" in frame else np.zeros(len(frame))
         others = {n: frame[n].to_numpy(dtype=float) for n in gates[1:]}
-        best = _best_rows(frame[gates[0]].to_numpy(), frame[objective].to_numpy(dtype=float), violation, others,
-                          dict(found or {}))
+        best = _best_rows(
+            frame[gates[0]].to_numpy(), frame[objective].to_numpy(dtype=float), violation, others, dict(found or {})
+        )
         keep = np.union1d(np.asarray(best, dtype=np.int64), np.flatnonzero(at[gates[0]] | is_chosen))
     out = frame.loc[keep].copy()
     out[CHOSEN] = is_chosen[keep]
@@ -66,8 +72,13 @@ def slim_sweep(
     return out.reset_index(drop=True)
 
 
-def _best_rows(first: np.ndarray, objective: np.ndarray, violation: np.ndarray,
-               others: Mapping[str, np.ndarray], found: Mapping[str, float | None]) -> list[int]:
+def _best_rows(
+    first: np.ndarray,
+    objective: np.ndarray,
+    violation: np.ndarray,
+    others: Mapping[str, np.ndarray],
+    found: Mapping[str, float | None],
+) -> list[int]:
     """Per value of the first gate (in sorted order), the row the solver would pick among
     its rows: tuner.study.gate_choice.choose_gates on them, the other gates' columns
     (``others``) and values as found. NumPy per group: the pandas version cost ~0.2 s a

@@ -149,10 +149,16 @@ class Retrieval:
             conf = confs[i]
             hits = tuple((h.doc_id, math.nan if h.score is None else float(h.score)) for h in batch.hits[q.query_id])
             failed = status[i] == "failed"
-            rows.append(QueryRetrieval(
-                q.query_id, q.scope, None if pd.isna(conf) else float(conf), hits, failed=failed,
-                handoff=not failed and not bool(answered[i]),
-            ))
+            rows.append(
+                QueryRetrieval(
+                    q.query_id,
+                    q.scope,
+                    None if pd.isna(conf) else float(conf),
+                    hits,
+                    failed=failed,
+                    handoff=not failed and not bool(answered[i]),
+                )
+            )
         return cls(tuple(rows), batch.qrels, retrieved_min_score, top_m, batch.gains)
 
 
@@ -187,13 +193,26 @@ def solve(
     is feasible, the one with the smallest violation wins and ``feasible`` is False, so
     the trial still reports an honest constraint value.
     """
-    return _solve(HitArrays.from_retrieval(retrieval), gates, objective, constraints, resolution,
-                  retrieval.retrieved_min_score, retrieval.top_m)
+    return _solve(
+        HitArrays.from_retrieval(retrieval),
+        gates,
+        objective,
+        constraints,
+        resolution,
+        retrieval.retrieved_min_score,
+        retrieval.top_m,
+    )
 
 
 def _solve(
-    arrays: HitArrays, gates: Sequence[GateRange], objective: str, constraints: Sequence[ConstraintLike],
-    resolution: float, retrieved_min_score: float, top_m: int | None, full: bool = True,
+    arrays: HitArrays,
+    gates: Sequence[GateRange],
+    objective: str,
+    constraints: Sequence[ConstraintLike],
+    resolution: float,
+    retrieved_min_score: float,
+    top_m: int | None,
+    full: bool = True,
 ) -> ThresholdSolution:
     by_role = _by_role(gates)
     conf, cut = by_role.get(CONFIDENCE), by_role.get(MIN_SCORE)
@@ -209,9 +228,12 @@ def _solve(
     columns["violation"] = _violations(columns, constraints)
     solved = [g for g in (conf, cut) if g is not None]
     choice = choose_gates(
-        np.asarray(columns[objective], dtype=float), columns["violation"], {g.param: columns[g.param] for g in solved},
+        np.asarray(columns[objective], dtype=float),
+        columns["violation"],
+        {g.param: columns[g.param] for g in solved},
         {g.param: g.found for g in solved},
-        shown=lambda rows: hits_shown(arrays, ts, ms, backend_handoff, rows))
+        shown=lambda rows: hits_shown(arrays, ts, ms, backend_handoff, rows),
+    )
     best = choice.row
     value = {c: float(v[best]) for c, v in columns.items()}  # what table.loc[best] holds
     t = value[conf.param] if conf else -math.inf
@@ -222,20 +244,28 @@ def _solve(
     # (the batch's own are those of the ungated retrieval); not ``full``: the sweep's columns only.
     card = scorecard_values(arrays, t, m, backend_handoff=backend_handoff) if full else {}
     return ThresholdSolution(
-        values={g.param: chosen[g.role] for g in gates}, objective=value[objective],
+        values={g.param: chosen[g.role] for g in gates},
+        objective=value[objective],
         metrics=card | {c: value[c] for c in metric_cols},
-        violation=value["violation"], feasible=bool(value["violation"] <= 0),
-        table=pd.DataFrame(columns) if full else pd.DataFrame(), by_role=chosen,
+        violation=value["violation"],
+        feasible=bool(value["violation"] <= 0),
+        table=pd.DataFrame(columns) if full else pd.DataFrame(),
+        by_role=chosen,
         moved=moved_note(columns, solved, constraints, choice.kept_row, best) if choice.needed else "",
     )
 
 
-def moved_note(columns: Mapping[str, np.ndarray], gates: Sequence[GateRange], constraints: Sequence[ConstraintLike],
-               kept: int, chosen: int) -> str:
+def moved_note(
+    columns: Mapping[str, np.ndarray],
+    gates: Sequence[GateRange],
+    constraints: Sequence[ConstraintLike],
+    kept: int,
+    chosen: int,
+) -> str:
     """One line: the constraints broken at the ``kept`` row of the sweep and the gates they
     moved to the ``chosen`` one, e.g. ``OOS_FP_Rate <= 0.1 moved confidence.threshold 0 ->
     0.25 (+0.25): at the value as found, OOS_FP_Rate = 0.4``."""
-    at_kept = {c: v[kept:kept + 1] for c, v in columns.items()}
+    at_kept = {c: v[kept : kept + 1] for c, v in columns.items()}
     broken, shown = [], []
     for c in constraints:
         if _violations(at_kept, [c])[0] > 0:
@@ -253,8 +283,9 @@ def moved_note(columns: Mapping[str, np.ndarray], gates: Sequence[GateRange], co
     if not moves:
         return ""
     where = "the value as found" if as_found else "the least-cutting tied value"
-    return (f"{' and '.join(broken) or 'the constraints'} moved {' and '.join(moves)}"
-            + (f": at {where}, {', '.join(shown)}" if shown else f" (broken at {where})"))
+    return f"{' and '.join(broken) or 'the constraints'} moved {' and '.join(moves)}" + (
+        f": at {where}, {', '.join(shown)}" if shown else f" (broken at {where})"
+    )
 
 
 def _by_role(gates: Sequence[GateRange]) -> dict[str, GateRange]:
@@ -262,9 +293,7 @@ def _by_role(gates: Sequence[GateRange]) -> dict[str, GateRange]:
     out: dict[str, GateRange] = {}
     for g in gates:
         if g.role in out:
-            raise ConfigError(
-                f"{g.param}: a second {g.role} gate (after {out[g.role].param}); solve one gate per role"
-            )
+            raise ConfigError(f"{g.param}: a second {g.role} gate (after {out[g.role].param}); solve one gate per role")
         out[g.role] = g
     if len({g.param for g in gates}) < len(gates):
         raise ConfigError(f"gates {[g.param for g in gates]} repeat a key; give each gate its own key")
@@ -288,26 +317,43 @@ def _check_cut(arrays: HitArrays, retrieved_min_score: float, cut: GateRange, lo
 
 
 def sweep(
-    retrieval: Retrieval, thresholds: np.ndarray, min_scores: np.ndarray, *, objective: str,
-    backend_handoff: bool = False, names: tuple[str | None, str | None] = (CONFIDENCE, MIN_SCORE),
+    retrieval: Retrieval,
+    thresholds: np.ndarray,
+    min_scores: np.ndarray,
+    *,
+    objective: str,
+    backend_handoff: bool = False,
+    names: tuple[str | None, str | None] = (CONFIDENCE, MIN_SCORE),
 ) -> pd.DataFrame:
     """One row per (threshold, min_score): the objective (in-scope mean), the OOS metrics,
     and the counts that flag approximations. ``backend_handoff``: a query the backend
     handed off stays handed off (the confidence gate is not being solved). ``names``:
     the columns of the threshold and the min_score (the gates' keys); None leaves a gate
     that is not being solved out of the table."""
-    return pd.DataFrame(sweep_columns(HitArrays.from_retrieval(retrieval), thresholds, min_scores, objective,
-                                      backend_handoff, names, retrieval.top_m))
+    return pd.DataFrame(
+        sweep_columns(
+            HitArrays.from_retrieval(retrieval),
+            thresholds,
+            min_scores,
+            objective,
+            backend_handoff,
+            names,
+            retrieval.top_m,
+        )
+    )
 
 
 def scorecard_at(
-    retrieval: Retrieval, threshold: float, min_score: float, *, backend_handoff: bool = False,
+    retrieval: Retrieval,
+    threshold: float,
+    min_score: float,
+    *,
+    backend_handoff: bool = False,
 ) -> dict[str, float]:
     """Mean of every scorecard metric over the in-scope queries with the gates at
     (threshold, min_score): a handed-off, emptied or failed query scores 0
     (``backend_handoff`` as in ``sweep``)."""
-    return scorecard_values(HitArrays.from_retrieval(retrieval), threshold, min_score,
-                            backend_handoff=backend_handoff)
+    return scorecard_values(HitArrays.from_retrieval(retrieval), threshold, min_score, backend_handoff=backend_handoff)
 
 
 def _violations(columns: Mapping[str, np.ndarray], constraints: Sequence[ConstraintLike]) -> np.ndarray:
@@ -345,19 +391,28 @@ def _metric_bound(constraint: Any) -> MetricBound | None:
     return None
 
 
-def _pick(table: pd.DataFrame, objective: str, found: Mapping[str, float | None] | None = None,
-          gates: Sequence[str] = ()) -> int:
+def _pick(
+    table: pd.DataFrame, objective: str, found: Mapping[str, float | None] | None = None, gates: Sequence[str] = ()
+) -> int:
     """The row of a sweep table the solver takes (tuner.study.gate_choice.choose_gates on its
     columns): ``gates`` the gate columns (default: those ``found`` names, else the columns
     before the objective), ``found`` their values as found. Without the retrieval, a tie
     that the gates' values cannot break goes to the first row."""
-    names = list(gates) or [n for n in (found or {}) if n in table.columns] or \
-        list(table.columns[:list(table.columns).index(objective)])
-    return choose_gates(table[objective].to_numpy(dtype=float), table["violation"].to_numpy(dtype=float),
-                        {n: table[n].to_numpy(dtype=float) for n in names}, dict(found or {})).row
+    names = (
+        list(gates)
+        or [n for n in (found or {}) if n in table.columns]
+        or list(table.columns[: list(table.columns).index(objective)])
+    )
+    return choose_gates(
+        table[objective].to_numpy(dtype=float),
+        table["violation"].to_numpy(dtype=float),
+        {n: table[n].to_numpy(dtype=float) for n in names},
+        dict(found or {}),
+    ).row
 
 
 # --------------------------------------------------------------------------- study wiring
+
 
 def solvable_gates(space: Any) -> list[GateRange]:
     """The post-retrieval params of a search space (tuner.config.space.searchspace.SearchSpace) as gate

@@ -49,8 +49,9 @@ TAG_RECOVERED = "tuner.recovered"  # "optuna-record": logged from the Optuna tri
 RECOVERED = "optuna-record"
 
 
-def tracking_record(out: TrialOutcome, named: Mapping[str, str], *, constraints: Sequence[Any],
-                    note: str | None = None) -> TrialRecord:
+def tracking_record(
+    out: TrialOutcome, named: Mapping[str, str], *, constraints: Sequence[Any], note: str | None = None
+) -> TrialRecord:
     """The MLflow record of ``out``: its assignment as params, its metrics with the
     objective, feasibility and each constraint's violation (``violation.<metric>``),
     the fusion replay's counts, the verdict tags; ``named`` (config name -> text) as
@@ -68,8 +69,9 @@ def tracking_record(out: TrialOutcome, named: Mapping[str, str], *, constraints:
     if out.replay:  # fusion replay: how much was scored, and how far live was from replayed
         metrics["replay.settings"] = float(out.replay.get("settings", out.replay["scored"]))
         metrics["replay.settings_scored"] = float(out.replay["scored"])
-        metrics["replay.max_live_gap"] = max((abs(v["live"] - v["replayed"]) for v in out.replay["verified"]),
-                                             default=0.0)
+        metrics["replay.max_live_gap"] = max(
+            (abs(v["live"] - v["replayed"]) for v in out.replay["verified"]), default=0.0
+        )
     tags = {TAG_CACHE_HIT: str(out.cache_hit).lower(), "tuner.feasible": str(out.feasible).lower()}
     if out.cache_note:
         tags[TAG_CACHE_NOTE] = out.cache_note
@@ -116,8 +118,14 @@ def outcome_of(trial: FrozenTrial) -> TrialOutcome:
     )
 
 
-def record_from_trial(trial: FrozenTrial, *, objective: str, constraints: Sequence[Any],
-                      config_texts: Mapping[str, str], links: Links | None = None) -> TrialRecord:
+def record_from_trial(
+    trial: FrozenTrial,
+    *,
+    objective: str,
+    constraints: Sequence[Any],
+    config_texts: Mapping[str, str],
+    links: Links | None = None,
+) -> TrialRecord:
     """The record the live path would have logged for finished ``trial`` (see the module
     docstring), with ``config_texts`` (config name -> the snapshot in its trial folder,
     {} when it was never written). Report files that are not on disk are left out and
@@ -125,9 +133,17 @@ def record_from_trial(trial: FrozenTrial, *, objective: str, constraints: Sequen
     out = outcome_of(trial)
     solved = {n: v for n, v in out.assignment.items() if SOLVED_PREFIX + n in out.metrics}
     note = trial_note(
-        number=out.number, state=out.state, value=out.value, objective=objective, feasible=out.feasible,
-        constraints=out.constraints, metrics=out.metrics, solved=solved, early_stop=out.early_stop,
-        fail_reason=out.fail_reason, links={"Optuna trial page": links.trial(out.number)} if links else {},
+        number=out.number,
+        state=out.state,
+        value=out.value,
+        objective=objective,
+        feasible=out.feasible,
+        constraints=out.constraints,
+        metrics=out.metrics,
+        solved=solved,
+        early_stop=out.early_stop,
+        fail_reason=out.fail_reason,
+        links={"Optuna trial page": links.trial(out.number)} if links else {},
         gates_moved=out.gates_moved,
     )
     lost = sorted(Path(p).name for p in out.reports.values() if not Path(p).is_file())
@@ -137,20 +153,29 @@ def record_from_trial(trial: FrozenTrial, *, objective: str, constraints: Sequen
     record = tracking_record(out, config_texts, constraints=constraints, note=note)
     started = trial.datetime_start
     run_id = trial.user_attrs.get(ATTR_MLFLOW_RUN)
-    return TrialRecord(**{**record.__dict__, "tags": {**record.tags, TAG_RECOVERED: RECOVERED},
-                          "started_ms": round(started.timestamp() * 1000) if started is not None else None,
-                          "run_id": run_id if isinstance(run_id, str) and run_id else None})
+    return TrialRecord(
+        **{
+            **record.__dict__,
+            "tags": {**record.tags, TAG_RECOVERED: RECOVERED},
+            "started_ms": round(started.timestamp() * 1000) if started is not None else None,
+            "run_id": run_id if isinstance(run_id, str) and run_id else None,
+        }
+    )
 
 
 def recovery_line(lost: Sequence[str], *, snapshot_lost: bool) -> str:
     """The last line of the description of a run logged from the Optuna record:
     ``lost`` names the report files that were never written."""
-    line = ("Logged from the Optuna trial at the next start: the process that ran this trial was killed after "
-            "Optuna recorded it and before it logged it here.")
+    line = (
+        "Logged from the Optuna trial at the next start: the process that ran this trial was killed after "
+        "Optuna recorded it and before it logged it here."
+    )
     gone = ([f"report files ({', '.join(lost)})"] if lost else []) + (["config snapshot"] if snapshot_lost else [])
     if gone:
-        line += (f" Its {' and its '.join(gone)} {'were' if lost or len(gone) > 1 else 'was'} lost with that "
-                 "process; the params and metrics here are Optuna's record.")
+        line += (
+            f" Its {' and its '.join(gone)} {'were' if lost or len(gone) > 1 else 'was'} lost with that "
+            "process; the params and metrics here are Optuna's record."
+        )
     return line
 
 
@@ -163,8 +188,16 @@ class OptunaRecords(Mapping[int, TrialRecord]):
     (``config.replica-2.yaml``). Interrupted trials are not here: their runs fail as
     interrupted."""
 
-    def __init__(self, trials: Sequence[FrozenTrial], *, trials_dirs: Sequence[Path], config_names: Sequence[str],
-                 objective: str, constraints: Sequence[Any], links: Links | None = None) -> None:
+    def __init__(
+        self,
+        trials: Sequence[FrozenTrial],
+        *,
+        trials_dirs: Sequence[Path],
+        config_names: Sequence[str],
+        objective: str,
+        constraints: Sequence[Any],
+        links: Links | None = None,
+    ) -> None:
         self._trials = {t.number: t for t in trials if t.state.is_finished() and counts_toward_total(t)}
         self._dirs = list(trials_dirs)
         self._names = [Path(n).name for n in config_names]
@@ -174,8 +207,12 @@ class OptunaRecords(Mapping[int, TrialRecord]):
     def __getitem__(self, number: int) -> TrialRecord:
         if number not in self._built:
             self._built[number] = record_from_trial(
-                self._trials[number], objective=self._objective, constraints=self._constraints,
-                config_texts=self._snapshot(number), links=self._links)
+                self._trials[number],
+                objective=self._objective,
+                constraints=self._constraints,
+                config_texts=self._snapshot(number),
+                links=self._links,
+            )
         return self._built[number]
 
     def _snapshot(self, number: int) -> dict[str, str]:
@@ -200,16 +237,32 @@ class OptunaRecords(Mapping[int, TrialRecord]):
         return len(self._trials)
 
 
-def close_killed_runs(tracker: Tracker, study: Any, *, trials_dirs: Sequence[Path], config_names: Sequence[str],
-                      objective: str, constraints: Sequence[Any], links: Links | None = None,
-                      live_trials: Collection[int] = (), killed: str = "a killed run") -> str | None:
+def close_killed_runs(
+    tracker: Tracker,
+    study: Any,
+    *,
+    trials_dirs: Sequence[Path],
+    config_names: Sequence[str],
+    objective: str,
+    constraints: Sequence[Any],
+    links: Links | None = None,
+    live_trials: Collection[int] = (),
+    killed: str = "a killed run",
+) -> str | None:
     """`Tracker.close_stale_runs` with the records of ``study``'s finished trials
     (`OptunaRecords`); the line to print about it (`stale_runs_note`), None when it
     closed nothing."""
-    records = OptunaRecords(study.get_trials(deepcopy=False), trials_dirs=trials_dirs, config_names=config_names,
-                            objective=objective, constraints=constraints, links=links)
-    return stale_runs_note(tracker.close_stale_runs(study.study_name, live_trials=live_trials, finished=records),
-                           killed=killed)
+    records = OptunaRecords(
+        study.get_trials(deepcopy=False),
+        trials_dirs=trials_dirs,
+        config_names=config_names,
+        objective=objective,
+        constraints=constraints,
+        links=links,
+    )
+    return stale_runs_note(
+        tracker.close_stale_runs(study.study_name, live_trials=live_trials, finished=records), killed=killed
+    )
 
 
 def stale_runs_note(closed: StaleRuns, *, killed: str = "a killed run") -> str | None:

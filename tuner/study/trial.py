@@ -70,8 +70,25 @@ from tuner.study.scoring import TrialScoring
 from tuner.study.stop import StopFlag, TrialInterrupted
 from tuner.study.storage import is_transient_storage_error, retry_transient
 
-Phase = Literal["suggest", "render", "cache", "patch", "restart", "health", "reload", "confirm", "evaluate", "score",
-                "solve", "complete", "record", "backlog", "explain", "replay", "verify"]
+Phase = Literal[
+    "suggest",
+    "render",
+    "cache",
+    "patch",
+    "restart",
+    "health",
+    "reload",
+    "confirm",
+    "evaluate",
+    "score",
+    "solve",
+    "complete",
+    "record",
+    "backlog",
+    "explain",
+    "replay",
+    "verify",
+]
 
 
 @dataclass
@@ -199,8 +216,13 @@ class TrialRunner(CacheLookup, TrialRecording, TrialScoring, ReplayMeasure):
         try:
             with self._phase(out, "suggest"):
                 if self.replay is not None:
-                    out.assignment = dict(self.space.suggest(trial, skip_post_retrieval=True,  # type: ignore[call-arg]
-                                                             skip=self.replay.names))
+                    out.assignment = dict(
+                        self.space.suggest(
+                            trial,
+                            skip_post_retrieval=True,  # type: ignore[call-arg]
+                            skip=self.replay.names,
+                        )
+                    )
                 elif self.gates:
                     out.assignment = dict(self.space.suggest(trial, skip_post_retrieval=True))  # type: ignore[call-arg]
                 else:
@@ -215,8 +237,9 @@ class TrialRunner(CacheLookup, TrialRecording, TrialScoring, ReplayMeasure):
                 job.replaying = self._replays(out.assignment)
                 set_record(trial, ATTR_ASSIGNMENT, jsonable(out.assignment))
             if self.tracker is not None:
-                job.run_id = self.bookkeeper.submit("MLflow run", self.tracker.start_trial, trial.number,
-                                                    out.assignment, eager=True)
+                job.run_id = self.bookkeeper.submit(
+                    "MLflow run", self.tracker.start_trial, trial.number, out.assignment, eager=True
+                )
             with self._phase(out, "render"):
                 # The retrieval runs with every solved gate at the low end of its range, so
                 # the backend gates nothing away that another candidate value would keep.
@@ -268,8 +291,11 @@ class TrialRunner(CacheLookup, TrialRecording, TrialScoring, ReplayMeasure):
             on_result = self.reporter_factory(trial) if self.reporter_factory is not None else None
             with self._phase(out, "evaluate"):
                 try:
-                    job.result = self.evaluator.evaluate(order_seed=self.order_seed(trial.number), on_result=on_result,
-                                                         **({"defer": True} if self.defer_scoring else {}))
+                    job.result = self.evaluator.evaluate(
+                        order_seed=self.order_seed(trial.number),
+                        on_result=on_result,
+                        **({"defer": True} if self.defer_scoring else {}),
+                    )
                 finally:  # also for a batch stopped early (pruned, failure budget)
                     handling = float(getattr(self.evaluator, "last_handling_seconds", 0.0) or 0.0)
                     window = float(getattr(self.evaluator, "last_search_seconds", 0.0) or 0.0)

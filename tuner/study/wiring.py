@@ -127,9 +127,22 @@ def prepare(experiment: Experiment, *, recover_journal: bool = True) -> Prepared
     if dataset_note:
         warnings.append(dataset_note)
     queries, split = tune_split(all_queries, experiment.holdout)
-    return Prepared(experiment, space, patcher, queries, qrels, labels_fp, warnings, recovered,
-                    all_queries=all_queries, split=split, gates=gates, dataset_note=dataset_note, replay=replay,
-                    replayed=found.replayed_line(recovered) if found is not None else None)
+    return Prepared(
+        experiment,
+        space,
+        patcher,
+        queries,
+        qrels,
+        labels_fp,
+        warnings,
+        recovered,
+        all_queries=all_queries,
+        split=split,
+        gates=gates,
+        dataset_note=dataset_note,
+        replay=replay,
+        replayed=found.replayed_line(recovered) if found is not None else None,
+    )
 
 
 def load_dataset(experiment: Experiment) -> tuple[QuerySet, dict[str, dict[str, int]], str, str | None]:
@@ -199,10 +212,12 @@ def labels_mismatch(study: optuna.Study, experiment: Experiment, fingerprint: st
     from tuner.data.labels import shown_path
 
     was, now = str(seen.get("fingerprint"))[:12], fingerprint[:12]
-    return (f"study {experiment.study!r} has {measured} trial(s) measured on other labels of dataset "
-            f"{seen.get('dataset_id')} (fingerprint {was}..., now {now}...): their scores are not comparable with "
-            f"new trials; start a new study: give `study:` in {shown_path(experiment.source)} a new name "
-            "(the old study stays readable under its name), or put the old labels back")
+    return (
+        f"study {experiment.study!r} has {measured} trial(s) measured on other labels of dataset "
+        f"{seen.get('dataset_id')} (fingerprint {was}..., now {now}...): their scores are not comparable with "
+        f"new trials; start a new study: give `study:` in {shown_path(experiment.source)} a new name "
+        "(the old study stays readable under its name), or put the old labels back"
+    )
 
 
 def record_labels_seen(study: optuna.Study, prepared: Prepared) -> str | None:
@@ -223,8 +238,10 @@ def record_labels_seen(study: optuna.Study, prepared: Prepared) -> str | None:
     study.set_user_attr(ATTR_LABELS, record)
     measured = _measured(study) if seen is None else 0
     if measured:
-        return (f"study {exp.study!r} has {measured} trial(s) from before the labels were recorded: they are taken "
-                f"as measured on the labels now (fingerprint {prepared.labels_fingerprint[:12]}...)")
+        return (
+            f"study {exp.study!r} has {measured} trial(s) from before the labels were recorded: they are taken "
+            f"as measured on the labels now (fingerprint {prepared.labels_fingerprint[:12]}...)"
+        )
     return None
 
 
@@ -262,7 +279,9 @@ def initial_variants(prepared: Prepared) -> list[Variant]:
 
 
 def reporters_for(
-    experiment: Experiment, pruner: optuna.pruners.BasePruner, queries: QuerySet,
+    experiment: Experiment,
+    pruner: optuna.pruners.BasePruner,
+    queries: QuerySet,
     gates: Mapping[str, GateRange] | None = None,
 ) -> Any:
     """The experiment's per-query callback factory (tuner.study.pruning.reporter_factory):
@@ -281,8 +300,9 @@ def reporters_for(
     by_role = {g.role: g for g in (gates or {}).values()}
     constraints = () if MIN_SCORE in by_role else experiment.constraints
     top = by_role[CONFIDENCE].high if CONFIDENCE in by_role else None
-    return pruning.reporter_factory(pruner, queries, objective=experiment.objective.metric,
-                                    constraints=constraints, threshold_max=top)
+    return pruning.reporter_factory(
+        pruner, queries, objective=experiment.objective.metric, constraints=constraints, threshold_max=top
+    )
 
 
 @dataclass
@@ -357,8 +377,9 @@ def build_runner(
 
     # A dead backend ends the batch at once; a stop lets the batch under way finish for
     # STOP_GRACE_S, then ends it (SIGTERM bound: grace + ABORT_POLL_S + target stop + restore).
-    evaluator.abort = any_abort(target.failure, StopAfterGrace(lambda: stop.reason if stop.is_set() else None,
-                                                               STOP_GRACE_S))
+    evaluator.abort = any_abort(
+        target.failure, StopAfterGrace(lambda: stop.reason if stop.is_set() else None, STOP_GRACE_S)
+    )
     evaluator.stop = stop
     from tuner.data.inputs import InputsWatch
 
@@ -404,12 +425,16 @@ def apply_mode_line(target: Any) -> str:
     """One line saying how trials get their config served (printed at the start of a run)."""
     reload = target.reload
     if reload is None:
-        return (f"each trial restarts the backend (target.apply: {target.apply}); declare target.reload when it can "
-                "take a new config without a restart (docs/experiments.md)")
-    how = (f"{reload.http.method} {reload.http.url}" if reload.http is not None else f"{reload.signal} to the backend")
+        return (
+            f"each trial restarts the backend (target.apply: {target.apply}); declare target.reload when it can "
+            "take a new config without a restart (docs/experiments.md)"
+        )
+    how = f"{reload.http.method} {reload.http.url}" if reload.http is not None else f"{reload.signal} to the backend"
     keys = ", ".join(reload.restart_keys) if reload.restart_keys else "none declared"
-    return (f"trials reload the backend's config ({how}), confirmed by its {reload.fingerprint}; "
-            f"a change under a restart-only key restarts it ({keys})")
+    return (
+        f"trials reload the backend's config ({how}), confirmed by its {reload.fingerprint}; "
+        f"a change under a restart-only key restarts it ({keys})"
+    )
 
 
 def adopt_backend(runner: TrialRunner, config_files: Any, wait_healthy: Any, *, note: Any) -> None:
@@ -454,13 +479,16 @@ def make_tracker(experiment: Experiment, on_warning: Any = None, *, resilient: b
         )
         if not resilient:
             return tracker
-        return ResilientTracker(tracker, probe=store_probe(uri, tracker), on_note=on_warning or (lambda message: None),
-                                where=redact(uri))
+        return ResilientTracker(
+            tracker, probe=store_probe(uri, tracker), on_note=on_warning or (lambda message: None), where=redact(uri)
+        )
     except (StudyError, OSError) as exc:
         if on_warning is None:
             raise
-        on_warning(f"warning: MLflow is off for this run: {str(exc).splitlines()[0]}; trials are recorded in the "
-                   "Optuna study only (fix tracking.mlflow_uri, or set tracking.enabled: false)")
+        on_warning(
+            f"warning: MLflow is off for this run: {str(exc).splitlines()[0]}; trials are recorded in the "
+            "Optuna study only (fix tracking.mlflow_uri, or set tracking.enabled: false)"
+        )
         return NullTracker()
 
 

@@ -45,8 +45,10 @@ class Target(ABC):
     def send_signal(self, signame: str) -> None:
         """Send the signal ``signame`` (e.g. ``"SIGHUP"``) to the running backend. Returns
         at once; TargetError when it cannot be delivered."""
-        raise TargetError(f"this target ({type(self).__name__}) cannot take a signal ({signame}): "
-                          "use target.reload.http instead, or apply: process / docker")
+        raise TargetError(
+            f"this target ({type(self).__name__}) cannot take a signal ({signame}): "
+            "use target.reload.http instead, or apply: process / docker"
+        )
 
     def close(self) -> None:
         """Release resources (clients, handles). Default: stop."""

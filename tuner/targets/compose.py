@@ -108,13 +108,24 @@ class ComposeCLI:
         # compose reads .env from the project directory, the first file's directory
         return self.files[0].parent if self.files else None
 
-    def up(self, *services: str, port: int | None = None, build_hint: str | None = None,
-           timeout_s: float = 600) -> None:
+    def up(
+        self, *services: str, port: int | None = None, build_hint: str | None = None, timeout_s: float = 600
+    ) -> None:
         """``up -d`` without building or pulling: every replica runs the image already on
         this engine (a registry update mid-sweep would give replicas different backends).
         ``build_hint``: the command that builds a missing image, for the error."""
-        self.run("up", "-d", "--no-build", "--pull", "never", *services, port=port, timeout_s=timeout_s,
-                 strict=True, build_hint=build_hint)
+        self.run(
+            "up",
+            "-d",
+            "--no-build",
+            "--pull",
+            "never",
+            *services,
+            port=port,
+            timeout_s=timeout_s,
+            strict=True,
+            build_hint=build_hint,
+        )
 
     def config(self) -> dict[str, Any]:
         """The resolved compose model (``config --format json``)."""
@@ -124,8 +135,9 @@ class ComposeCLI:
         try:
             model = json.loads(text)
         except ValueError as exc:
-            raise TargetError(f"`{_shown(self.argv('config', '--format', 'json'))}` printed no JSON: "
-                              f"{first_line(text) or 'nothing'}") from exc
+            raise TargetError(
+                f"`{_shown(self.argv('config', '--format', 'json'))}` printed no JSON: {first_line(text) or 'nothing'}"
+            ) from exc
         return model if isinstance(model, dict) else {}
 
     def down(self, timeout_s: float = 10) -> None:
@@ -134,19 +146,27 @@ class ComposeCLI:
         stop = str(max(0, math.ceil(timeout_s)))
         self.run("down", "--remove-orphans", "--timeout", stop, timeout_s=timeout_s + 120)
 
-    def run(self, *args: str, port: int | None = None, timeout_s: float = 600, strict: bool = False,
-            build_hint: str | None = None) -> str:
+    def run(
+        self,
+        *args: str,
+        port: int | None = None,
+        timeout_s: float = 600,
+        strict: bool = False,
+        build_hint: str | None = None,
+    ) -> str:
         """Run compose; with ``strict`` an engine error it printed fails the command even
         when it exited 0 (compose 2.40 exits 0 when a container of `up` cannot start)."""
         argv = self.argv(*args)
         try:
-            proc = self._runner(argv, env={**os.environ, **self.env}, cwd=self.cwd, capture_output=True, text=True,
-                                timeout=timeout_s)
+            proc = self._runner(
+                argv, env={**os.environ, **self.env}, cwd=self.cwd, capture_output=True, text=True, timeout=timeout_s
+            )
         except FileNotFoundError as exc:
             raise TargetError(COMPOSE_MISSING) from exc
         except subprocess.TimeoutExpired as exc:
-            raise TargetError(f"`{_shown(argv)}` did not finish within {timeout_s:g} s; look at `docker ps -a`"
-                              f" and the engine's log") from exc
+            raise TargetError(
+                f"`{_shown(argv)}` did not finish within {timeout_s:g} s; look at `docker ps -a` and the engine's log"
+            ) from exc
         output = proc.stderr or proc.stdout or ""
         if proc.returncode != 0 or (strict and _ENGINE_ERROR.search(output)):
             raise TargetError(compose_failure(argv, proc.returncode, output, port=port, build_hint=build_hint))
@@ -155,14 +175,21 @@ class ComposeCLI:
 
 _ENGINE_ERROR = re.compile(r"^\s*Error response from daemon:", re.M)
 _PORT_IN_USE = re.compile(r"port is already allocated|address already in use", re.I)
-_NO_IMAGE = re.compile(r"no such image|pull access denied|image .* not found|manifest unknown|"
-                       r"repository does not exist|must be built", re.I)
-_NO_ENGINE = re.compile(r"cannot connect to the docker daemon|docker\.sock.*(no such file|connection refused)|"
-                        r"is the docker daemon running", re.I)
+_NO_IMAGE = re.compile(
+    r"no such image|pull access denied|image .* not found|manifest unknown|"
+    r"repository does not exist|must be built",
+    re.I,
+)
+_NO_ENGINE = re.compile(
+    r"cannot connect to the docker daemon|docker\.sock.*(no such file|connection refused)|"
+    r"is the docker daemon running",
+    re.I,
+)
 
 
-def compose_failure(argv: Sequence[str], code: int, output: str, *, port: int | None = None,
-                    build_hint: str | None = None) -> str:
+def compose_failure(
+    argv: Sequence[str], code: int, output: str, *, port: int | None = None, build_hint: str | None = None
+) -> str:
     """One line for a failed compose command: what went wrong and the fix."""
     lines = [ln.strip() for ln in ANSI.sub("", output).splitlines() if ln.strip()]
     errors = [ln for ln in lines if re.search(r"error|failed|denied|no such|not found|invalid|refused", ln, re.I)]
@@ -171,13 +198,18 @@ def compose_failure(argv: Sequence[str], code: int, output: str, *, port: int | 
     shown = _shown(argv)
     if _PORT_IN_USE.search(output):
         which = f"port {port}" if port is not None else "a port it publishes"
-        return (f"compose project {project}: {which} is in use on this host ({said}); free it, or give the"
-                f" replicas other ports (workers.ports: auto, or --port)")
+        return (
+            f"compose project {project}: {which} is in use on this host ({said}); free it, or give the"
+            f" replicas other ports (workers.ports: auto, or --port)"
+        )
     if _NO_IMAGE.search(output):
-        build = build_hint or (_shown([*argv[: argv.index("-p") + 2], "build"]) if "-p" in argv
-                               else "docker compose build")
-        return (f"compose project {project}: an image it needs is not on this engine ({said}); replicas neither"
-                f" build nor pull: build or pull it first, e.g. `{build}`")
+        build = build_hint or (
+            _shown([*argv[: argv.index("-p") + 2], "build"]) if "-p" in argv else "docker compose build"
+        )
+        return (
+            f"compose project {project}: an image it needs is not on this engine ({said}); replicas neither"
+            f" build nor pull: build or pull it first, e.g. `{build}`"
+        )
     if _NO_ENGINE.search(output):
         return str(unreachable(said))
     return f"`{shown}` failed (exit code {code}): {said}"

@@ -76,13 +76,17 @@ class ComposeReplica(Replica):
     def override_file(self) -> Path:
         return self.state_dir / OVERRIDE_NAME
 
-    def cli(self, project: str | None = None, files: Sequence[Path] | None = None,
-            env: Mapping[str, str] | None = None) -> Any:
+    def cli(
+        self, project: str | None = None, files: Sequence[Path] | None = None, env: Mapping[str, str] | None = None
+    ) -> Any:
         from tuner.targets.compose import ComposeCLI
 
-        return ComposeCLI(files if files is not None else [*self.compose_files, self.override_file],
-                          project or self.project, env=self.env if env is None else env,
-                          command=self.compose_command)
+        return ComposeCLI(
+            files if files is not None else [*self.compose_files, self.override_file],
+            project or self.project,
+            env=self.env if env is None else env,
+            command=self.compose_command,
+        )
 
     def up(self, note: Note = lambda text: None) -> None:
         """End what a killed worker left of this replica, then ``compose up`` the service
@@ -91,8 +95,9 @@ class ComposeReplica(Replica):
         wait_for_reaper(self.state_dir, note, what=f"replica {self.index}")
         self._end_leftovers(note)
         owner = _owner_label()
-        service: dict[str, Any] = {"labels": {LABEL_REPLICA: str(self.index), LABEL_OWNER: owner,
-                                              LABEL_STATE_DIR: str(self.state_dir)}}
+        service: dict[str, Any] = {
+            "labels": {LABEL_REPLICA: str(self.index), LABEL_OWNER: owner, LABEL_STATE_DIR: str(self.state_dir)}
+        }
         image = self._image()
         if image:
             service["image"] = image
@@ -100,18 +105,26 @@ class ComposeReplica(Replica):
         cli = self.cli()
         # Recorded before `up`, so a worker killed while compose still works is cleaned up too.
         self.brought_up = True
-        write_json(self.record_file, {"project": self.project, "owner": owner, "cwd": str(cli.cwd or ""),
-                                       "down": cli.argv("down", "--remove-orphans", "--timeout",
-                                                        str(math.ceil(self.stop_timeout_s))),
-                                       "env": self.env})
+        write_json(
+            self.record_file,
+            {
+                "project": self.project,
+                "owner": owner,
+                "cwd": str(cli.cwd or ""),
+                "down": cli.argv("down", "--remove-orphans", "--timeout", str(math.ceil(self.stop_timeout_s))),
+                "env": self.env,
+            },
+        )
         try:
             cli.up(self.service, port=self.port, build_hint=self._build_hint())
             self._check_up()
         except BaseException:
             self._down_quietly()
             raise
-        note(f"replica {self.index}: compose project {self.project} up (service {self.service}, port {self.port},"
-             f" config {self.config_files[0].name})")
+        note(
+            f"replica {self.index}: compose project {self.project} up (service {self.service}, port {self.port},"
+            f" config {self.config_files[0].name})"
+        )
 
     def down(self) -> None:
         """``compose down`` of the project ``up`` brought up (never the user's; nothing
@@ -143,9 +156,11 @@ class ComposeReplica(Replica):
         spec = (model.get("services") or {}).get(self.service)
         if spec is None:
             known = ", ".join(sorted(model.get("services") or {})) or "none"
-            raise TargetError(f"target.docker.service {self.service!r} is not a service of"
-                              f" {', '.join(map(str, self.compose_files))} (its services: {known}); "
-                              "fix the service name")
+            raise TargetError(
+                f"target.docker.service {self.service!r} is not a service of"
+                f" {', '.join(map(str, self.compose_files))} (its services: {known}); "
+                "fix the service name"
+            )
         if spec.get("image") or not spec.get("build"):
             return None
         return f"{self.base_project}-{self.service}"
@@ -181,19 +196,22 @@ class ComposeReplica(Replica):
                 raise TargetError(
                     f"replica {self.index}: compose project {project!r} already runs containers that no tuner worker"
                     f" started ({names}); it is not a replica: give the replicas other names (workers.replica_name)"
-                    f" or take it down yourself: docker compose -p {project} down")
+                    f" or take it down yourself: docker compose -p {project} down"
+                )
             host, pid, alive = _owner_state(owner)
             if alive and pid != os.getpid():
                 state_dir = next((c.label(LABEL_STATE_DIR) for c in containers), None) or "?"
                 raise TargetError(
                     f"replica {self.index}: compose project {project!r} belongs to a running worker (pid {pid},"
                     f" state dir {state_dir}); give this experiment its own workers.replica_name, e.g."
-                    f" '{{name}}-{{replica}}-mine'")
+                    f" '{{name}}-{{replica}}-mine'"
+                )
             if host != socket.gethostname():
                 raise TargetError(
                     f"replica {self.index}: compose project {project!r} was brought up by a worker on host {host}"
                     f" (pid {pid}); if that worker has stopped, take the project down: docker compose -p {project}"
-                    f" down")
+                    f" down"
+                )
             if record and project == record.get("project"):
                 files = _files_of(record.get("down") or [])
                 self.cli(project, files or None, {**self.env, **(record.get("env") or {})}).down(self.stop_timeout_s)
@@ -220,17 +238,21 @@ class ComposeReplica(Replica):
                 raise TargetError(
                     f"replica {self.index}: container {c.name} does not mount the replica's config copy {missing[0]}"
                     f" (its mounts: {shown}); make the compose file take the config path from ${{{ENV_CONFIG}}}, or"
-                    f" map the variable it uses in target.docker.replica_env (e.g. BACKEND_CONFIG: '{{config}}')")
+                    f" map the variable it uses in target.docker.replica_env (e.g. BACKEND_CONFIG: '{{config}}')"
+                )
             if self.port is not None and self.port not in c.host_ports:
                 shown = ", ".join(map(str, c.host_ports)) or "none"
                 raise TargetError(
                     f"replica {self.index}: container {c.name} publishes host ports {shown}, not the replica's port"
                     f" {self.port}; make the compose file take the host port from ${{{ENV_PORT}}}, or map the"
-                    f" variable it uses in target.docker.replica_env (e.g. BACKEND_PORT: '{{port}}')")
+                    f" variable it uses in target.docker.replica_env (e.g. BACKEND_PORT: '{{port}}')"
+                )
             if c.status in ("created", "exited", "dead"):
                 said = f": {c.error.strip().splitlines()[0]}" if c.error.strip() else f" (exit code {c.exit_code})"
-                raise TargetError(f"replica {self.index}: container {c.name} is {c.status} after `compose up`{said};"
-                                  f" look at `docker logs {c.name}`")
+                raise TargetError(
+                    f"replica {self.index}: container {c.name} is {c.status} after `compose up`{said};"
+                    f" look at `docker logs {c.name}`"
+                )
 
 
 def replica_project(experiment: Any, index: int) -> str:
@@ -248,15 +270,19 @@ def replica_project(experiment: Any, index: int) -> str:
         raise ConfigError(
             f"workers.replica_name {template!r} gives {project!r} for replica {index}, which is not a compose project"
             " name (lower-case letters, digits, '-' and '_', starting with a letter or digit); "
-            "fix workers.replica_name")
+            "fix workers.replica_name"
+        )
     if project == name:
-        raise ConfigError(f"workers.replica_name {template!r} gives the target's own project {name!r}: replicas"
-                          " must never take over the user's stack; keep {replica} in it, e.g. '{name}-r{replica}'")
+        raise ConfigError(
+            f"workers.replica_name {template!r} gives the target's own project {name!r}: replicas"
+            " must never take over the user's stack; keep {replica} in it, e.g. '{name}-r{replica}'"
+        )
     return project
 
 
-def make_compose_replica(experiment: Any, index: int, copies: list[Path], state_dir: Path,
-                         port: int | None) -> ComposeReplica:
+def make_compose_replica(
+    experiment: Any, index: int, copies: list[Path], state_dir: Path, port: int | None
+) -> ComposeReplica:
     from tuner.targets.compose import compose_project_name
     from tuner.targets.process import fill_placeholders
 
@@ -264,10 +290,16 @@ def make_compose_replica(experiment: Any, index: int, copies: list[Path], state_
     if not docker.compose_files:
         raise ConfigError(
             "target.docker.compose_files is empty: `tuner worker` brings up one compose project per replica from the"
-            " compose file; list it, e.g. compose_files: [compose.yaml]")
+            " compose file; list it, e.g. compose_files: [compose.yaml]"
+        )
     project = replica_project(experiment, index)
-    values = {"replica": str(index), "project": project, "port": str(port), "state_dir": str(state_dir),
-              "config": str(copies[0])}
+    values = {
+        "replica": str(index),
+        "project": project,
+        "port": str(port),
+        "state_dir": str(state_dir),
+        "config": str(copies[0]),
+    }
     values.update({f"config{i}": str(c) for i, c in enumerate(copies)})
     env = {ENV_INDEX: str(index), ENV_PROJECT: project, ENV_PORT: str(port), ENV_CONFIG: str(copies[0])}
     env.update({f"{ENV_CONFIG}{i}": str(c) for i, c in enumerate(copies)})
@@ -275,9 +307,18 @@ def make_compose_replica(experiment: Any, index: int, copies: list[Path], state_
     for key, template in (getattr(docker, "replica_env", None) or {}).items():
         env[str(key)] = fill_placeholders(str(template), values)
     base = docker.project or compose_project_name(docker.compose_files) or ""
-    return ComposeReplica(index, copies, state_dir, project=project, service=docker.service, base_project=base,
-                          compose_files=list(docker.compose_files), port=port, env=env,
-                          stop_timeout_s=docker.stop_timeout_s)
+    return ComposeReplica(
+        index,
+        copies,
+        state_dir,
+        project=project,
+        service=docker.service,
+        base_project=base,
+        compose_files=list(docker.compose_files),
+        port=port,
+        env=env,
+        stop_timeout_s=docker.stop_timeout_s,
+    )
 
 
 # ---------------------------------------------------------------- who owns a replica project

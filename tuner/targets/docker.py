@@ -233,8 +233,10 @@ class DockerTarget(Target):
         """``signame`` to the main process of every running container of the service."""
         running = [c for c in self.containers() if c.status == "running"]
         if not running:
-            raise TargetError(f"cannot send {signame}: no container of service {self.service!r}"
-                              f" (compose project {self.project!r}) is running")
+            raise TargetError(
+                f"cannot send {signame}: no container of service {self.service!r}"
+                f" (compose project {self.project!r}) is running"
+            )
         for c in running:
             self.api.kill(c.id, signame)
 
@@ -323,8 +325,11 @@ class DockerTarget(Target):
                 container_id, name = next(iter(waiting)), next(iter(waiting.values())).name
                 last = seen.get(container_id)
                 health = last.health if last is not None else "gone"
-                said = (f"; its last health check said: {first_line(last.health_output)}"
-                        if last and last.health_output else "")
+                said = (
+                    f"; its last health check said: {first_line(last.health_output)}"
+                    if last and last.health_output
+                    else ""
+                )
                 raise HealthTimeout(
                     f"container {name} not healthy {self.config.health_deadline_s:g} s after its restart"
                     f" (health: {health}){said}; look at `docker logs {name}` or raise"

@@ -41,6 +41,10 @@ def make_target(target: TargetConfig, state_dir: Path) -> Target:
                 "(use apply: process, or none)"
             ) from exc
         target_cls = docker.DockerTarget
-        return target_cls(target.docker, config_files=list(target.config_files), state_dir=state_dir,
-                          reloads=target.reload is not None)
+        return target_cls(
+            target.docker,
+            config_files=list(target.config_files),
+            state_dir=state_dir,
+            reloads=target.reload is not None,
+        )
     raise ConfigError(f"target.apply: unknown value {target.apply!r} (process, docker or none)")

@@ -132,8 +132,13 @@ def wait_target_healthy(health: Any, target: Watched | None) -> dict[str, Any]:
     """``wait_healthy`` with an experiment's ``target.health`` settings (url, deadline,
     interval): the one health wait of run, worker, check, apply and validate. Backs off
     to at most 0.25 s between polls (or the configured interval when longer)."""
-    return wait_healthy(health.url, deadline_s=health.deadline_s, target=target, interval_s=health.interval_s,
-                        max_interval_s=max(health.interval_s, 0.25))
+    return wait_healthy(
+        health.url,
+        deadline_s=health.deadline_s,
+        target=target,
+        interval_s=health.interval_s,
+        max_interval_s=max(health.interval_s, 0.25),
+    )
 
 
 def health_fingerprint(body: Mapping[str, Any] | None, field: str) -> str:
@@ -150,6 +155,8 @@ def health_fingerprint(body: Mapping[str, Any] | None, field: str) -> str:
             )
         node = node[part]
     if node is None or node == "":
-        raise TargetError(f"target.health.fingerprint {field!r} is empty in the health answer; "
-                          "the backend must report a fingerprint of the data it loaded")
+        raise TargetError(
+            f"target.health.fingerprint {field!r} is empty in the health answer; "
+            "the backend must report a fingerprint of the data it loaded"
+        )
     return node if isinstance(node, str) else json.dumps(node, sort_keys=True)

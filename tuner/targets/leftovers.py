@@ -125,8 +125,11 @@ def reap_leftover(state_dir: Path, *, timeout_s: float = 10.0) -> str | None:
     argv = shlex.join(record.argv)
     if len(argv) > _ARGV_CHARS:
         argv = argv[: _ARGV_CHARS - 3] + "..."
-    what = f"backend pid {record.pid}" if leader else (
-        f"processes {', '.join(map(str, sorted(members)))} of backend pid {record.pid}")
+    what = (
+        f"backend pid {record.pid}"
+        if leader
+        else (f"processes {', '.join(map(str, sorted(members)))} of backend pid {record.pid}")
+    )
     return f"ended {what} ({argv}) left by a killed run (pid {record.owner_pid})"
 
 

@@ -150,8 +150,9 @@ class ProcessTarget(Target):
         sig = signal.Signals[signame]
         proc = self._proc
         if proc is None or proc.poll() is not None:
-            raise TargetError(f"cannot send {signame}: the backend process is not running"
-                              f" ({self.failure() or 'not started'})")
+            raise TargetError(
+                f"cannot send {signame}: the backend process is not running ({self.failure() or 'not started'})"
+            )
         try:
             os.kill(proc.pid, sig)
         except ProcessLookupError as exc:
@@ -254,4 +255,3 @@ def _kill_group_quietly(pid: int | None, state_dir: Path) -> None:
     if pid is not None:
         _signal_group(pid, signal.SIGKILL)
         remove_record(state_dir, pid)
-

@@ -117,10 +117,16 @@ def start_reaper(pid_file: Path, journal: Path) -> Any:
     import sys
 
     read_fd, write_fd = os.pipe()
-    code = ("import sys; from tuner.targets.reaper import reap; "
-            f"reap(int(sys.argv[1]), {str(pid_file)!r}, {str(journal)!r})")
-    proc = subprocess.Popen([sys.executable, "-c", code, str(read_fd)], pass_fds=(read_fd,),
-                            start_new_session=True, stdin=subprocess.DEVNULL)
+    code = (
+        "import sys; from tuner.targets.reaper import reap; "
+        f"reap(int(sys.argv[1]), {str(pid_file)!r}, {str(journal)!r})"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, str(read_fd)],
+        pass_fds=(read_fd,),
+        start_new_session=True,
+        stdin=subprocess.DEVNULL,
+    )
     os.close(read_fd)
     return _ReaperHandle(proc, write_fd)
 
@@ -183,8 +189,13 @@ def _reap_compose(record_file: Path) -> None:
     if not record or not record.get("down"):
         return
     try:
-        proc = subprocess.run(list(record["down"]), env={**os.environ, **(record.get("env") or {})},
-                              cwd=record.get("cwd") or None, capture_output=True, timeout=300)
+        proc = subprocess.run(
+            list(record["down"]),
+            env={**os.environ, **(record.get("env") or {})},
+            cwd=record.get("cwd") or None,
+            capture_output=True,
+            timeout=300,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return
     if proc.returncode == 0:

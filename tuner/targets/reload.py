@@ -70,8 +70,12 @@ _MISSING: Any = _Missing()
 PARSED_KEPT = 4
 
 
-def restart_reason(served: Mapping[Path, str] | None, new: Mapping[Path, str],
-                   restart_keys: Sequence[str], load: Callable[[str], Any] | None = None) -> str | None:
+def restart_reason(
+    served: Mapping[Path, str] | None,
+    new: Mapping[Path, str],
+    restart_keys: Sequence[str],
+    load: Callable[[str], Any] | None = None,
+) -> str | None:
     """Why applying ``new`` needs a restart rather than a reload, in one line; None when
     a reload will do. ``served`` is what the backend serves (None: unknown). Each restart
     key is a dotted path ('*' matches one segment) compared in every config file.
@@ -120,7 +124,7 @@ def serves_files(health: Any, reload: ReloadConfig | None, config_files: Sequenc
 def normalize_fingerprint(value: Any) -> str:
     """A reported fingerprint as lowercase hex: an optional ``sha256:`` prefix dropped."""
     text = str(value).strip().lower()
-    return text[len("sha256:"):] if text.startswith("sha256:") else text
+    return text[len("sha256:") :] if text.startswith("sha256:") else text
 
 
 def _load(text: str) -> Any:
@@ -221,17 +225,25 @@ def _no_phase(name: str) -> AbstractContextManager[Any]:
 class ConfigApplier:
     """Applies written config texts to the backend; see the module docstring."""
 
-    def __init__(self, target: Target, wait_healthy: Callable[[], Any], reload: ReloadConfig | None,
-                 health: HealthConfig, config_files: Sequence[Path],
-                 served: Mapping[Path, str] | None = None) -> None:
+    def __init__(
+        self,
+        target: Target,
+        wait_healthy: Callable[[], Any],
+        reload: ReloadConfig | None,
+        health: HealthConfig,
+        config_files: Sequence[Path],
+        served: Mapping[Path, str] | None = None,
+    ) -> None:
         self.target = target
         self.wait_healthy = wait_healthy
         self.reload = reload
         self.health = health
         self.config_files = [Path(f) for f in config_files]
         if reload is not None and reload.fingerprint_file >= len(self.config_files):
-            raise ConfigError(f"target.reload.fingerprint_file {reload.fingerprint_file} is out of range "
-                              f"({len(self.config_files)} config file(s)); fix it in the experiment file")
+            raise ConfigError(
+                f"target.reload.fingerprint_file {reload.fingerprint_file} is out of range "
+                f"({len(self.config_files)} config file(s)); fix it in the experiment file"
+            )
         self._served = None if served is None else {Path(p): t for p, t in served.items()}
         self._client: httpx.Client | None = None
         # config text -> its parse, for the restart-key comparison: a pure-Python YAML load
@@ -278,13 +290,17 @@ class ConfigApplier:
         seen = _dotted(health, name) if isinstance(health, Mapping) else _MISSING
         if seen is _MISSING or seen is None:  # no such field: no reload can ever be confirmed
             keys = ", ".join(sorted(health)) if isinstance(health, Mapping) and health else "none"
-            return (f"warning: the backend's health answer has no {name!r} (target.reload.fingerprint; its keys: "
-                    f"{keys}): no reload can be confirmed, so every trial will fall back to a restart; fix the "
-                    "field name, or drop target.reload")
+            return (
+                f"warning: the backend's health answer has no {name!r} (target.reload.fingerprint; its keys: "
+                f"{keys}): no reload can be confirmed, so every trial will fall back to a restart; fix the "
+                "field name, or drop target.reload"
+            )
         file = self.config_files[self.reload.fingerprint_file]
         if normalize_fingerprint(seen) != hashlib.sha256(file.read_bytes()).hexdigest():
-            return (f"the backend serves another config than {file.name} on disk (its fingerprint "
-                    f"{str(seen)[:12]}); the first trial restarts it, later ones reload")
+            return (
+                f"the backend serves another config than {file.name} on disk (its fingerprint "
+                f"{str(seen)[:12]}); the first trial restarts it, later ones reload"
+            )
         self.mark_served(texts)
         return None
 
@@ -382,8 +398,9 @@ class ConfigApplier:
                     value = _dotted(body, name)
                     if value is _MISSING or value in (None, ""):
                         keys = ", ".join(sorted(map(str, body))) or "none"
-                        return None, (f"the health answer has no {name!r} (keys: {keys}; "
-                                      "fix target.reload.fingerprint)")
+                        return None, (
+                            f"the health answer has no {name!r} (keys: {keys}; fix target.reload.fingerprint)"
+                        )
                     got = normalize_fingerprint(value)
                     if got == wrote:
                         return body, ""

@@ -31,4 +31,3 @@ class Replica:
 
     def down(self) -> None:
         """Take down what ``up`` brought up."""
-

@@ -58,8 +58,10 @@ def replica_of(experiment: Any, index: int) -> tuple[Any, Replica]:
 def _check_port_placeholders(experiment: Any) -> None:
     target = experiment.target
     if target.apply == "process" and "{port}" not in " ".join(target.process.command):
-        raise ConfigError("target.process.command has no {port}: replicas would all bind the same port; "
-                          "pass the port to the backend, e.g. --port {port}")
+        raise ConfigError(
+            "target.process.command has no {port}: replicas would all bind the same port; "
+            "pass the port to the backend, e.g. --port {port}"
+        )
     if target.apply not in ("process", "docker"):
         return
     urls = [("target.health.url", target.health.url), ("evaluation.request.url", experiment.evaluation.request.url)]
@@ -67,8 +69,10 @@ def _check_port_placeholders(experiment: Any) -> None:
         urls.append(("target.reload.http.url", target.reload.http.url))
     for where, url in urls:
         if "{port}" not in url:
-            raise ConfigError(f"{where} {url!r} has no {{port}}: every replica would be measured on the same"
-                              " backend; write the port as {port}, e.g. http://127.0.0.1:{port}/health")
+            raise ConfigError(
+                f"{where} {url!r} has no {{port}}: every replica would be measured on the same"
+                " backend; write the port as {port}, e.g. http://127.0.0.1:{port}/health"
+            )
 
 
 def _atomic_copy(src: Path, dst: Path) -> None:

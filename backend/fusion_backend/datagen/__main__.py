@@ -16,8 +16,9 @@ from .demo import DEFAULT_SEED, write_demo
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m fusion_backend.datagen",
-                                     description="Generate the deterministic demo data set.")
+    parser = argparse.ArgumentParser(
+        prog="python -m fusion_backend.datagen", description="Generate the deterministic demo data set."
+    )
     sub = parser.add_subparsers(dest="dataset", required=True)
     demo = sub.add_parser("demo", help="product catalog + shopper queries + graded labels")
     demo.add_argument("--out", type=Path, required=True, help="output directory (created; files replaced atomically)")
@@ -32,8 +33,10 @@ def main(argv: list[str] | None = None) -> int:
 
 def summary(dataset: Dataset, seed: int, out: Path) -> str:
     counts = dataset.counts()
-    return (f"demo (seed {seed}): {counts['documents']} listings, {counts['queries_in_scope']} in-scope and "
-            f"{counts['queries_oos']} out-of-scope queries, {counts['judgments']} judgments -> {out}")
+    return (
+        f"demo (seed {seed}): {counts['documents']} listings, {counts['queries_in_scope']} in-scope and "
+        f"{counts['queries_oos']} out-of-scope queries, {counts['judgments']} judgments -> {out}"
+    )
 
 
 if __name__ == "__main__":

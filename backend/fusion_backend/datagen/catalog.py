@@ -68,8 +68,11 @@ def generate_products(draw: Draw) -> list[Product]:
                 doc_id = f"P{len(products) + 1:05d}"
                 # 7919 is prime, so the reference numbers are distinct 6-digit strings.
                 ref = str(100000 + (7919 * len(products)) % 900000)
-                products.append(Product(doc_id, ptype.name, ptype.category, colour, material, style, brand,
-                                        model, feature, ref, date))
+                products.append(
+                    Product(
+                        doc_id, ptype.name, ptype.category, colour, material, style, brand, model, feature, ref, date
+                    )
+                )
     return products
 
 

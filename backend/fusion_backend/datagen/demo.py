@@ -32,22 +32,30 @@ LABEL_RULES = {
     "2": "right type with exactly one stated attribute off, or listed just outside the window (<= 2x the hint)",
     "1": "same family only (seating, lamps, shoes, ...): right type with two or more misses, or another type",
     "0": "anything else; listed as 0 when the listing shares a distinctive word with the query, else absent "
-         "(same meaning)",
+    "(same meaning)",
 }
 
 
 def _document(product: Product, draw: Draw) -> Document:
     title, text = render(product, draw)
     attributes = {
-        "product_type": product.type, "family": FAMILY[product.type], "category": product.category,
-        "colour": product.colour, "material": product.material, "style": product.style,
-        "feature": product.feature, "brand": product.brand, "model": product.model, "ref": product.ref,
+        "product_type": product.type,
+        "family": FAMILY[product.type],
+        "category": product.category,
+        "colour": product.colour,
+        "material": product.material,
+        "style": product.style,
+        "feature": product.feature,
+        "brand": product.brand,
+        "model": product.model,
+        "ref": product.ref,
     }
     return Document(product.doc_id, title, text, product.date.isoformat(), attributes)
 
 
-def _judgments(query_id: str, query: DemoQuery, products: list[Product], doc_tokens: list[set[str]],
-               distinctive: set[str]) -> list[Judgment]:
+def _judgments(
+    query_id: str, query: DemoQuery, products: list[Product], doc_tokens: list[set[str]], distinctive: set[str]
+) -> list[Judgment]:
     if query.intent is None:
         return []
     words = set(analyze(query.text)) & distinctive
@@ -84,8 +92,11 @@ def generate_demo(seed: int = DEFAULT_SEED) -> Dataset:
         "generator": "fusion_backend.datagen demo",
         "vocabulary_version": VOCABULARY_VERSION,
         "now": NOW.isoformat(),
-        "listing_drops": {"every_days": DROP_EVERY_DAYS, "last": max(p.date for p in products).isoformat(),
-                          "days_after_last_drop": DAYS_AFTER_LAST_DROP},
+        "listing_drops": {
+            "every_days": DROP_EVERY_DAYS,
+            "last": max(p.date for p in products).isoformat(),
+            "days_after_last_drop": DAYS_AFTER_LAST_DROP,
+        },
         "grade_rules": LABEL_RULES,
         "distinctive_word_max_df": DISTINCTIVE_DF,
         "intents": intents,

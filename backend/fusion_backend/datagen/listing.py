@@ -118,8 +118,10 @@ def _cross_sell(product: Product, draw: Draw) -> str:
     colour = COLOURS[draw.pick(list(COLOURS))]
     material = MATERIALS[draw.pick(other.materials)]
     colour_word = colour[_form(draw, colour)]
-    return (f"Pairs well with {_article(colour_word).lower()} {colour_word} {material[_form(draw, material)]} "
-            f"{other.forms[_form(draw, other.forms)]}.")
+    return (
+        f"Pairs well with {_article(colour_word).lower()} {colour_word} {material[_form(draw, material)]} "
+        f"{other.forms[_form(draw, other.forms)]}."
+    )
 
 
 def _department(category: str, field: str) -> list[str]:
@@ -129,5 +131,6 @@ def _department(category: str, field: str) -> list[str]:
 
 def _review(draw: Draw) -> str:
     a1, a2 = draw.sample(REVIEW_ADJECTIVES, 2)
-    return draw.pick(REVIEW_TEMPLATES).format(a1=a1, a2=a2, what=draw.pick(REVIEW_WHAT), who=draw.pick(REVIEW_WHO),
-                                             where=draw.pick(REVIEW_WHERE))
+    return draw.pick(REVIEW_TEMPLATES).format(
+        a1=a1, a2=a2, what=draw.pick(REVIEW_WHAT), who=draw.pick(REVIEW_WHO), where=draw.pick(REVIEW_WHERE)
+    )

@@ -90,14 +90,19 @@ def _short(p: Product, draw: Draw) -> tuple[str, Intent]:
 def _attribute_heavy(p: Product, draw: Draw) -> tuple[str, Intent]:
     """Four stated attributes: only listings matching (nearly) all of them are Fully or Mostly."""
     w = _words(p, draw, _common)
-    template = draw.pick((
-        "{brand} {colour} {material} {type} with {feature}",
-        "{style} {colour} {material} {type} with {feature}",
-        "{colour} {material} {type}, {style} style, {feature}",
-        "{brand} {style} {type} in {colour} with {feature}",
-    ))
-    stated = {attr: getattr(p, attr) for attr in ("brand", "colour", "material", "style", "feature")
-              if "{" + attr + "}" in template}
+    template = draw.pick(
+        (
+            "{brand} {colour} {material} {type} with {feature}",
+            "{style} {colour} {material} {type} with {feature}",
+            "{colour} {material} {type}, {style} style, {feature}",
+            "{brand} {style} {type} in {colour} with {feature}",
+        )
+    )
+    stated = {
+        attr: getattr(p, attr)
+        for attr in ("brand", "colour", "material", "style", "feature")
+        if "{" + attr + "}" in template
+    }
     return template.format(brand=p.brand, feature=p.feature, **w), Intent(p.type, **stated)
 
 
@@ -195,33 +200,59 @@ def in_scope_queries(products: list[Product], draw: Draw) -> list[DemoQuery]:
 # in the dense space it looks like a product search).
 _OOS_TEMPLATES: dict[str, tuple[str, ...]] = {
     "order_tracking": (
-        "where is my order", "track my order {number}", "order status for order number {number}",
-        "has my parcel been dispatched yet", "tracking link says label created for days",
-        "which courier is bringing my order", "my {product} order has not arrived yet",
+        "where is my order",
+        "track my order {number}",
+        "order status for order number {number}",
+        "has my parcel been dispatched yet",
+        "tracking link says label created for days",
+        "which courier is bringing my order",
+        "my {product} order has not arrived yet",
     ),
     "returns": (
-        "how do i start a return", "i need a returns label", "what is your returns policy",
-        "return an item bought as a gift", "can i return something after 30 days",
-        "where can i send a return", "return label for the {product} i bought",
+        "how do i start a return",
+        "i need a returns label",
+        "what is your returns policy",
+        "return an item bought as a gift",
+        "can i return something after 30 days",
+        "where can i send a return",
+        "return label for the {product} i bought",
     ),
     "refunds": (
-        "when will i get my refund", "refund not received for order {number}", "i was charged twice",
-        "when do refunds appear on my statement", "partial refund instead of a replacement",
-        "refund to another card", "money back for a faulty {product}",
+        "when will i get my refund",
+        "refund not received for order {number}",
+        "i was charged twice",
+        "when do refunds appear on my statement",
+        "partial refund instead of a replacement",
+        "refund to another card",
+        "money back for a faulty {product}",
     ),
     "account": (
-        "change the email address on my account", "delete my account", "update my billing address",
-        "how do i cancel my account", "merge my accounts", "unsubscribe me from the newsletter",
-        "where are my invoices", "my account shows the wrong name",
+        "change the email address on my account",
+        "delete my account",
+        "update my billing address",
+        "how do i cancel my account",
+        "merge my accounts",
+        "unsubscribe me from the newsletter",
+        "where are my invoices",
+        "my account shows the wrong name",
     ),
     "password": (
-        "reset my password", "forgot password cannot log in", "password reset link expired",
-        "change my password", "locked out after too many login attempts", "verification code never arrives",
-        "how do i sign in with a new email", "reset email went to spam",
+        "reset my password",
+        "forgot password cannot log in",
+        "password reset link expired",
+        "change my password",
+        "locked out after too many login attempts",
+        "verification code never arrives",
+        "how do i sign in with a new email",
+        "reset email went to spam",
     ),
     "shipping": (
-        "how long does delivery take", "do you ship to ireland", "delivery missed who do i contact",
-        "can i change my delivery address", "is express delivery available", "shipping costs to scotland",
+        "how long does delivery take",
+        "do you ship to ireland",
+        "delivery missed who do i contact",
+        "can i change my delivery address",
+        "is express delivery available",
+        "shipping costs to scotland",
         "why is my {product} delivery delayed",
     ),
 }

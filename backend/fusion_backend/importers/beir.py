@@ -43,8 +43,15 @@ def load_corpus(path: Path) -> list[Document]:
         raw_date = str(metadata.pop("date", "") or "")
         match = _ISO_DATE.match(raw_date)
         attributes = {"metadata": metadata} if metadata else {}
-        documents.append(Document(str(record["_id"]), str(record.get("title") or ""), str(record.get("text") or ""),
-                                  match.group(1) if match else None, attributes))
+        documents.append(
+            Document(
+                str(record["_id"]),
+                str(record.get("title") or ""),
+                str(record.get("text") or ""),
+                match.group(1) if match else None,
+                attributes,
+            )
+        )
     return documents
 
 
@@ -56,8 +63,12 @@ def load_qrels(qrels_dir: Path, splits: list[str] | None) -> dict[str, list[tupl
     chosen = splits or available
     missing = [s for s in chosen if s not in available]
     if missing:
-        raise DataFormatError.at(qrels_dir, None, f"split(s) {missing} not found (have {available})",
-                                 "pass --splits with existing split names")
+        raise DataFormatError.at(
+            qrels_dir,
+            None,
+            f"split(s) {missing} not found (have {available})",
+            "pass --splits with existing split names",
+        )
     out = {}
     for split in chosen:
         path = qrels_dir / f"{split}.tsv"
@@ -69,16 +80,24 @@ def load_qrels(qrels_dir: Path, splits: list[str] | None) -> dict[str, list[tupl
             if not line.strip():
                 continue
             if len(parts) != 3 or not is_int(parts[2]):
-                raise DataFormatError.at(path, number, "expected 'query-id<TAB>corpus-id<TAB>score' with an integer "
-                                         "score", "write three tab-separated columns")
+                raise DataFormatError.at(
+                    path,
+                    number,
+                    "expected 'query-id<TAB>corpus-id<TAB>score' with an integer score",
+                    "write three tab-separated columns",
+                )
             rows.append((parts[0].strip(), parts[1].strip(), int(parts[2]), number, path))
         out[split] = rows
     return out
 
 
-
-def import_beir(src: Path, *, splits: list[str] | None = None, grade_map: GradeMap | None = None,
-                short_max_words: int = SHORT_MAX_WORDS) -> Dataset:
+def import_beir(
+    src: Path,
+    *,
+    splits: list[str] | None = None,
+    grade_map: GradeMap | None = None,
+    short_max_words: int = SHORT_MAX_WORDS,
+) -> Dataset:
     name = src.name or "beir"
     documents = load_corpus(require_file(src, "corpus.jsonl"))
     qrels = load_qrels(src / "qrels", splits)
@@ -89,11 +108,16 @@ def import_beir(src: Path, *, splits: list[str] | None = None, grade_map: GradeM
     for split, rows in qrels.items():
         for query_id, doc_id, score, line, path in rows:
             if split_of.setdefault(query_id, split) != split:
-                raise DataFormatError.at(path, line, f"query {query_id} is also in split {split_of[query_id]!r}",
-                                         "pass --splits to import one of them")
+                raise DataFormatError.at(
+                    path,
+                    line,
+                    f"query {query_id} is also in split {split_of[query_id]!r}",
+                    "pass --splits to import one of them",
+                )
             if (query_id, doc_id) in seen:
-                raise DataFormatError.at(path, line, f"pair ({query_id}, {doc_id}) judged twice",
-                                         "keep one judgment per query and document")
+                raise DataFormatError.at(
+                    path, line, f"pair ({query_id}, {doc_id}) judged twice", "keep one judgment per query and document"
+                )
             seen[(query_id, doc_id)] = split
             judgments.append(Judgment(query_id, doc_id, grade_map.grade(score, path, line)))
     queries_path = require_file(src, "queries.jsonl")
@@ -106,8 +130,12 @@ def import_beir(src: Path, *, splits: list[str] | None = None, grade_map: GradeM
     found = {q.query_id for q in queries}
     absent = sorted(set(split_of) - found)
     if absent:
-        raise DataFormatError.at(queries_path, None, f"{len(absent)} judged queries are missing, e.g. {absent[0]!r}",
-                                 "use the queries.jsonl that belongs to these qrels")
+        raise DataFormatError.at(
+            queries_path,
+            None,
+            f"{len(absent)} judged queries are missing, e.g. {absent[0]!r}",
+            "use the queries.jsonl that belongs to these qrels",
+        )
     manifest = {
         "source": str(src),
         "splits": list(qrels),

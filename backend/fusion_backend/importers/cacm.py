@@ -43,8 +43,9 @@ def load_documents(path: Path) -> list[Document]:
     for record in parse_smart(path, "TWBANXKC"):
         authors = [" ".join(line.split()) for line in record.fields.get("A", "").splitlines() if line.strip()]
         attributes = {"authors": authors, "keywords": record.text("K")}
-        documents.append(Document(record.record_id, record.text("T"), record.text("W"),
-                                  issue_date(record.text("B")), attributes))
+        documents.append(
+            Document(record.record_id, record.text("T"), record.text("W"), issue_date(record.text("B")), attributes)
+        )
     return documents
 
 
@@ -54,8 +55,12 @@ def load_cacm_queries(src: Path, short_max_words: int = SHORT_MAX_WORDS) -> list
     for record in parse_smart(path, "WAN"):
         text = record.text("W")
         if not text:
-            raise DataFormatError.at(path, record.line, f"query .I {record.record_id} has no '.W' text",
-                                     "add the query text under a '.W' line")
+            raise DataFormatError.at(
+                path,
+                record.line,
+                f"query .I {record.record_id} has no '.W' text",
+                "add the query text under a '.W' line",
+            )
         queries.append(Query(str(int(record.record_id)), text, length_type(text, short_max_words), "cacm"))
     return queries
 
@@ -69,19 +74,28 @@ def load_qrels(path: Path, relevant_grade: int, query_ids: set[str]) -> list[Jud
         try:
             key = (str(int(parts[0])), str(int(parts[1])))
         except (ValueError, IndexError):
-            raise DataFormatError.at(path, number, f"expected 'qid docid 0 0', got {line.strip()!r}",
-                                     "each line starts with two integers") from None
+            raise DataFormatError.at(
+                path, number, f"expected 'qid docid 0 0', got {line.strip()!r}", "each line starts with two integers"
+            ) from None
         if key[0] not in query_ids:
-            raise DataFormatError.at(path, number, f"query {parts[0]} is not in {QUERIES_FILE}",
-                                     f"use the {QUERIES_FILE} that belongs to these qrels")
+            raise DataFormatError.at(
+                path,
+                number,
+                f"query {parts[0]} is not in {QUERIES_FILE}",
+                f"use the {QUERIES_FILE} that belongs to these qrels",
+            )
         judgments[key] = Judgment(key[0], key[1], relevant_grade)
     return list(judgments.values())
 
 
 def import_cacm(src: Path, *, relevant_grade: int = 3, short_max_words: int = SHORT_MAX_WORDS) -> Dataset:
     if relevant_grade not in (1, 2, 3):
-        raise DataFormatError.at("--relevant-grade", None, f"{relevant_grade} is not 1, 2 or 3",
-                                 "pass the grade a judged-relevant CACM document gets (default 3)")
+        raise DataFormatError.at(
+            "--relevant-grade",
+            None,
+            f"{relevant_grade} is not 1, 2 or 3",
+            "pass the grade a judged-relevant CACM document gets (default 3)",
+        )
     documents = load_documents(require_file(src, DOCS_FILE))
     queries = load_cacm_queries(src, short_max_words)
     judgments = load_qrels(require_file(src, QRELS_FILE), relevant_grade, {q.query_id for q in queries})

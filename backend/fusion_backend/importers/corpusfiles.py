@@ -39,8 +39,12 @@ def read_corpus_file(path: Path) -> list[Document]:
     seen: dict[str, int] = {}
     for number, doc in numbered:
         if doc.doc_id in seen:
-            raise DataFormatError.at(path, number, f"doc_id {doc.doc_id!r} already used on line {seen[doc.doc_id]}",
-                                     "give every document its own id")
+            raise DataFormatError.at(
+                path,
+                number,
+                f"doc_id {doc.doc_id!r} already used on line {seen[doc.doc_id]}",
+                "give every document its own id",
+            )
         seen[doc.doc_id] = number
     return [doc for _, doc in numbered]
 
@@ -53,7 +57,7 @@ def _is_jsonl(path: Path, lines: list[str]) -> bool:
 
 
 def _json_document(path: Path, number: int, line: str) -> Document:
-    fix = "write one {\"doc_id\": ..., \"title\": ..., \"text\": ...} object per line"
+    fix = 'write one {"doc_id": ..., "title": ..., "text": ...} object per line'
     record = json_object(path, number, line, fix)
     doc_id = first_value(record, _ID_KEYS)
     if doc_id is None:
@@ -63,8 +67,13 @@ def _json_document(path: Path, number: int, line: str) -> Document:
     attributes = {k: v for k, v in record.items() if k not in _RESERVED and k != "metadata"}
     if metadata:
         attributes["metadata"] = metadata
-    return Document(str(doc_id), str(record.get("title") or ""), str(first_value(record, _TEXT_KEYS) or ""),
-                    parse_date(str(raw_date)) if raw_date else None, attributes)
+    return Document(
+        str(doc_id),
+        str(record.get("title") or ""),
+        str(first_value(record, _TEXT_KEYS) or ""),
+        parse_date(str(raw_date)) if raw_date else None,
+        attributes,
+    )
 
 
 def _tsv_documents(path: Path, lines: list[str]) -> list[tuple[int, Document]]:
@@ -83,11 +92,19 @@ def _tsv_documents(path: Path, lines: list[str]) -> list[tuple[int, Document]]:
 
 def _tsv_document(path: Path, number: int, parts: list[str], columns: list[str] | None) -> Document:
     if columns is None and len(parts) not in (2, 3):
-        raise DataFormatError.at(path, number, f"expected 'doc_id<TAB>text' or 'doc_id<TAB>title<TAB>text', got "
-                                 f"{len(parts)} tab-separated columns", "separate the columns with single tabs")
+        raise DataFormatError.at(
+            path,
+            number,
+            f"expected 'doc_id<TAB>text' or 'doc_id<TAB>title<TAB>text', got {len(parts)} tab-separated columns",
+            "separate the columns with single tabs",
+        )
     if columns is not None and len(parts) != len(columns):
-        raise DataFormatError.at(path, number, f"expected {len(columns)} columns as the header names, got "
-                                 f"{len(parts)}", "give every line one value per header column")
+        raise DataFormatError.at(
+            path,
+            number,
+            f"expected {len(columns)} columns as the header names, got {len(parts)}",
+            "give every line one value per header column",
+        )
     if columns is None:
         columns = ["id", "text"] if len(parts) == 2 else ["id", "title", "text"]
     row = dict(zip(columns, (" ".join(p.split()) for p in parts), strict=True))

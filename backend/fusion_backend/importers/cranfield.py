@@ -46,8 +46,9 @@ def load_documents(path: Path) -> list[Document]:
     for record in parse_smart(path, "TABW"):
         bibliography = record.text("B")
         attributes = {"authors": record.text("A"), "bibliography": bibliography}
-        documents.append(Document(record.record_id, record.text("T"), record.text("W"),
-                                  year_date(bibliography), attributes))
+        documents.append(
+            Document(record.record_id, record.text("T"), record.text("W"), year_date(bibliography), attributes)
+        )
     return documents
 
 
@@ -57,8 +58,12 @@ def load_queries(path: Path, short_max_words: int) -> tuple[list[Query], dict[st
     for position, record in enumerate(parse_smart(path, "W"), start=1):
         text = record.text("W")
         if not text:
-            raise DataFormatError.at(path, record.line, f"query .I {record.record_id} has no '.W' text",
-                                     "add the query text under a '.W' line")
+            raise DataFormatError.at(
+                path,
+                record.line,
+                f"query .I {record.record_id} has no '.W' text",
+                "add the query text under a '.W' line",
+            )
         query_id = str(position)
         original_ids[query_id] = record.record_id
         queries.append(Query(query_id, text, length_type(text, short_max_words), "cranfield"))
@@ -74,12 +79,19 @@ def load_qrels(path: Path, grade_map: GradeMap, n_queries: int) -> list[Judgment
         try:
             position, doc_id, code = int(parts[0]), str(int(parts[1])), int(parts[2])
         except (ValueError, IndexError):
-            raise DataFormatError.at(path, number, f"expected 'query_position doc_id code', got {line.strip()!r}",
-                                     "each line holds three integers") from None
+            raise DataFormatError.at(
+                path,
+                number,
+                f"expected 'query_position doc_id code', got {line.strip()!r}",
+                "each line holds three integers",
+            ) from None
         if not 1 <= position <= n_queries:
-            raise DataFormatError.at(path, number, f"query number {position} is outside 1..{n_queries}",
-                                     f"cranqrel numbers queries by position in {QUERIES_FILE}; "
-                                     "use the matching query file")
+            raise DataFormatError.at(
+                path,
+                number,
+                f"query number {position} is outside 1..{n_queries}",
+                f"cranqrel numbers queries by position in {QUERIES_FILE}; use the matching query file",
+            )
         key = (str(position), doc_id)
         grade = grade_map.grade(code, path, number)
         # A pair judged twice keeps its highest grade (no such pair in the shipped file).
@@ -88,9 +100,14 @@ def load_qrels(path: Path, grade_map: GradeMap, n_queries: int) -> list[Judgment
     return list(judgments.values())
 
 
-def import_cranfield(src: Path, *, grade_map: GradeMap | None = None,
-                     short_max_words: int = SHORT_MAX_WORDS,
-                     oos_from_cacm: int = 0, cacm_src: Path | None = None) -> Dataset:
+def import_cranfield(
+    src: Path,
+    *,
+    grade_map: GradeMap | None = None,
+    short_max_words: int = SHORT_MAX_WORDS,
+    oos_from_cacm: int = 0,
+    cacm_src: Path | None = None,
+) -> Dataset:
     """Read the collection in ``src``; optionally append ``oos_from_cacm`` CACM queries as scope oos."""
     grade_map = grade_map or GradeMap(CLEVERDON, "Cleverdon")
     documents = load_documents(require_file(src, DOCS_FILE))
@@ -107,8 +124,11 @@ def import_cranfield(src: Path, *, grade_map: GradeMap | None = None,
     if oos_from_cacm:
         cacm_dir = cacm_src or src.parent / "cacm"
         queries += oos_queries_from_cacm(cacm_dir, oos_from_cacm)
-        manifest["oos_queries"] = {"source": str(cacm_dir), "count": oos_from_cacm,
-                                   "rule": "the first N CACM queries by id, scope oos, ids cacm-<id>"}
+        manifest["oos_queries"] = {
+            "source": str(cacm_dir),
+            "count": oos_from_cacm,
+            "rule": "the first N CACM queries by id, scope oos, ids cacm-<id>",
+        }
     return Dataset("cranfield", documents, queries, judgments, manifest)
 
 
@@ -116,6 +136,10 @@ def oos_queries_from_cacm(cacm_dir: Path, count: int) -> list[Query]:
     """Computing questions: honest out-of-scope queries for an aeronautics corpus."""
     cacm = load_cacm_queries(cacm_dir)
     if not 0 < count <= len(cacm):
-        raise DataFormatError.at("--oos-from-cacm", None, f"{count} is outside 1..{len(cacm)}",
-                                 f"CACM has {len(cacm)} queries; ask for at most that many")
+        raise DataFormatError.at(
+            "--oos-from-cacm",
+            None,
+            f"{count} is outside 1..{len(cacm)}",
+            f"CACM has {len(cacm)} queries; ask for at most that many",
+        )
     return [Query(f"cacm-{q.query_id}", q.query, "off_topic", "cacm", scope="oos") for q in cacm[:count]]

@@ -55,8 +55,7 @@ class Document:
         clash = _DOC_KEYS.intersection(self.attributes)
         if clash:
             raise ValueError(f"document {self.doc_id!r}: attribute names {sorted(clash)} are reserved")
-        return {"doc_id": self.doc_id, "title": self.title, "text": self.text, "date": self.date,
-                **self.attributes}
+        return {"doc_id": self.doc_id, "title": self.title, "text": self.text, "date": self.date, **self.attributes}
 
 
 @dataclass(frozen=True)
@@ -75,9 +74,13 @@ class Query:
         clash = _QUERY_KEYS.intersection(self.extra)
         if clash:
             raise ValueError(f"query {self.query_id!r}: extra field names {sorted(clash)} are reserved")
-        record: dict[str, Any] = {"query_id": self.query_id, "query": self.query,
-                                  "query_type": self.query_type, "source": self.source,
-                                  "scope": self.scope}
+        record: dict[str, Any] = {
+            "query_id": self.query_id,
+            "query": self.query,
+            "query_type": self.query_type,
+            "source": self.source,
+            "scope": self.scope,
+        }
         if self.split is not None:
             record["split"] = self.split
         record.update(self.extra)
@@ -131,7 +134,8 @@ class Dataset:
             "queries_oos": sum(1 for q in self.queries if q.scope == "oos"),
             "queries_by_type": dict(sorted(by_type.items())),
             "queries_in_scope_without_relevant": sum(
-                1 for q in self.queries if q.scope == "in" and q.query_id not in judged_queries),
+                1 for q in self.queries if q.scope == "in" and q.query_id not in judged_queries
+            ),
             "judgments": len(self.judgments),
             "judgments_by_grade": by_grade,
             "judgments_unknown_doc": sum(1 for j in self.judgments if j.doc_id not in doc_ids),
@@ -169,14 +173,16 @@ def render(dataset: Dataset, *, named: bool = False) -> dict[str, str]:
     }
 
 
-def write_dataset(dataset: Dataset, out_dir: Path, extra_files: Mapping[str, str] | None = None, *,
-                  named: bool = False) -> list[Path]:
+def write_dataset(
+    dataset: Dataset, out_dir: Path, extra_files: Mapping[str, str] | None = None, *, named: bool = False
+) -> list[Path]:
     """Write the bundle (plus ``extra_files``: relative name -> text) atomically into ``out_dir``."""
     try:
         files = {**render(dataset, named=named), **(extra_files or {})}
     except ValueError as exc:
-        raise DataFormatError.at(out_dir, None, f"refusing to write an invalid bundle: {exc}",
-                                 "fix the input data named above") from exc
+        raise DataFormatError.at(
+            out_dir, None, f"refusing to write an invalid bundle: {exc}", "fix the input data named above"
+        ) from exc
     return write_files_atomically(out_dir, files)
 
 
@@ -197,6 +203,7 @@ def write_files_atomically(out_dir: Path, files: Mapping[str, str]) -> list[Path
     except OSError as exc:
         for tmp, _ in staged:
             tmp.unlink(missing_ok=True)
-        raise DataFormatError.at(out_dir, None, f"cannot write the bundle ({exc.strerror})",
-                                 "choose a writable --out directory") from exc
+        raise DataFormatError.at(
+            out_dir, None, f"cannot write the bundle ({exc.strerror})", "choose a writable --out directory"
+        ) from exc
     return [target for _, target in staged]

@@ -67,8 +67,12 @@ def find_edited(out_dir: Path, ready: Mapping[str, str]) -> list[Edited]:
         except FileNotFoundError:
             continue  # removed by hand: nothing to lose
         except OSError as exc:
-            raise DataFormatError.at(path, None, f"cannot read it to check for edits ({exc.strerror})",
-                                     "make it readable, or choose another --out") from exc
+            raise DataFormatError.at(
+                path,
+                None,
+                f"cannot read it to check for edits ({exc.strerror})",
+                "make it readable, or choose another --out",
+            ) from exc
         new = text.encode("utf-8")
         if on_disk == new or recorded.get(name) == _sha256(on_disk):
             continue
@@ -83,14 +87,20 @@ def refusal(out_dir: Path, edited: list[Edited]) -> DataFormatError:
     unrecorded = [e.name for e in edited if not e.recorded]
     why = "edited since the last import"
     if unrecorded:
-        why = ("" if len(unrecorded) == len(edited) else why + ", or ") + \
-            f"not recorded as the importer's ({MANIFEST_FILE} holds no sha256 of {', '.join(unrecorded)}: an " \
+        why = (
+            ("" if len(unrecorded) == len(edited) else why + ", or ")
+            + f"not recorded as the importer's ({MANIFEST_FILE} holds no sha256 of {', '.join(unrecorded)}: an "
             "import older than that record, or a file the importer did not write)"
+        )
     them = "it" if len(edited) == 1 else "them"
     files = "the edited file is" if len(edited) == 1 else "the edited files are"
-    return DataFormatError.at(where, None, f"{why}; overwriting {them} would change {changes}; nothing was written",
-                              f"pass --force to overwrite {them} ({files} first copied to "
-                              f"{out_dir / BACKUP_DIR}/<UTC time>/), or import into another --out")
+    return DataFormatError.at(
+        where,
+        None,
+        f"{why}; overwriting {them} would change {changes}; nothing was written",
+        f"pass --force to overwrite {them} ({files} first copied to "
+        f"{out_dir / BACKUP_DIR}/<UTC time>/), or import into another --out",
+    )
 
 
 def back_up(out_dir: Path, edited: list[Edited], now: datetime | None = None) -> Path:
@@ -102,8 +112,12 @@ def back_up(out_dir: Path, edited: list[Edited], now: datetime | None = None) ->
         for e in edited:
             shutil.copy2(out_dir / e.name, folder / e.name)
     except OSError as exc:
-        raise DataFormatError.at(base, None, f"cannot back up the edited files ({exc.strerror}); nothing was "
-                                 "overwritten", "make the folder writable, or import into another --out") from exc
+        raise DataFormatError.at(
+            base,
+            None,
+            f"cannot back up the edited files ({exc.strerror}); nothing was overwritten",
+            "make the folder writable, or import into another --out",
+        ) from exc
     return folder
 
 
@@ -128,8 +142,11 @@ def describe_changes(on_disk: bytes, new_text: str) -> str:
     except (UnicodeDecodeError, ValueError):
         return "text that is not valid YAML now (no key compared)"
     # Values changed first (an applied config's), then keys removed, then keys added.
-    keys = [*(k for k in new if k in old and old[k] != new[k]), *(k for k in old if k not in new),
-            *(k for k in new if k not in old)]
+    keys = [
+        *(k for k in new if k in old and old[k] != new[k]),
+        *(k for k in old if k not in new),
+        *(k for k in new if k not in old),
+    ]
     if not keys:
         return "comments or layout only (no value differs)"
     shown = ", ".join(f"{k} {_show(old.get(k, _GONE))} -> {_show(new.get(k, _GONE))}" for k in keys[:_SHOWN_KEYS])
@@ -165,7 +182,7 @@ def _show(value: Any) -> str:
     if value is _GONE:
         return "(none)"
     text = value if isinstance(value, str) else json.dumps(value, default=str)
-    return text if len(text) <= _SHOWN_VALUE else text[:_SHOWN_VALUE - 3] + "..."
+    return text if len(text) <= _SHOWN_VALUE else text[: _SHOWN_VALUE - 3] + "..."
 
 
 def _recorded(out_dir: Path) -> dict[str, str]:

@@ -36,31 +36,52 @@ SHORT_MAX_WORDS = 6
 OOS_SOURCE = "oos"
 
 
-def import_files(name: str, corpus: Path | None, queries: Path, qrels: Path, *, runs: list[str] | None = None,
-                 oos: Path | None = None, grade_map: GradeMap | None = None, unjudged: Policy = "drop",
-                 query_field: QueryField = "title", short_max_words: int = SHORT_MAX_WORDS,
-                 with_lexical: bool = False) -> tuple[Dataset, dict[str, str]]:
+def import_files(
+    name: str,
+    corpus: Path | None,
+    queries: Path,
+    qrels: Path,
+    *,
+    runs: list[str] | None = None,
+    oos: Path | None = None,
+    grade_map: GradeMap | None = None,
+    unjudged: Policy = "drop",
+    query_field: QueryField = "title",
+    short_max_words: int = SHORT_MAX_WORDS,
+    with_lexical: bool = False,
+) -> tuple[Dataset, dict[str, str]]:
     """The bundle plus its extra files (``runs/<name>.run`` -> text). ``corpus`` None:
     the runs' passages; ``with_lexical``: the config serves bm25 + dense next to the runs
     (so every query gets candidates)."""
-    asked = read_query_file(queries, source=name, scope="in", short_max_words=short_max_words,
-                            query_field=query_field)
-    extra = read_query_file(oos, source=OOS_SOURCE, scope="oos", short_max_words=short_max_words,
-                            query_field=query_field) if oos else []
+    asked = read_query_file(queries, source=name, scope="in", short_max_words=short_max_words, query_field=query_field)
+    extra = (
+        read_query_file(oos, source=OOS_SOURCE, scope="oos", short_max_words=short_max_words, query_field=query_field)
+        if oos
+        else []
+    )
     _check_distinct(asked, extra, oos)
     all_queries = asked + extra
     judgments, used_map, orphans = _judgments(qrels, grade_map, all_queries)
     kept = apply_policy(all_queries, judgments, unjudged, qrels)
     converted = convert_runs(runs or [], [q.query_id for q in kept.queries])
     documents = read_corpus_file(corpus) if corpus is not None else _run_passages(converted)
-    _require_overlap((j.doc_id for j in judgments), (d.doc_id for d in documents), qrels, "judged doc ids",
-                     "the corpus", "pass the corpus these qrels judge")
+    _require_overlap(
+        (j.doc_id for j in judgments),
+        (d.doc_id for d in documents),
+        qrels,
+        "judged doc ids",
+        "the corpus",
+        "pass the corpus these qrels judge",
+    )
     _check_runs(converted, documents, all_queries)
     manifest = {
-        "source": {"corpus": str(corpus) if corpus is not None else "the runs' passages",
-                   "queries": str(queries), "qrels": str(qrels),
-                   "oos": str(oos) if oos else None,
-                   "runs": {n: str(p) for n, p in converted.sources.items()}},
+        "source": {
+            "corpus": str(corpus) if corpus is not None else "the runs' passages",
+            "queries": str(queries),
+            "qrels": str(qrels),
+            "oos": str(oos) if oos else None,
+            "runs": {n: str(p) for n, p in converted.sources.items()},
+        },
         "grade_mapping": {"name": used_map.name, "codes": used_map.describe()},
         "query_type_rule": f"short: <= {short_max_words} words, else long_tail; --oos queries off_topic",
         "unjudged": kept.manifest(),
@@ -71,8 +92,9 @@ def import_files(name: str, corpus: Path | None, queries: Path, qrels: Path, *, 
         manifest["corpus_from_runs"] = len(documents)
     if converted.lines and not with_lexical:
         ranked = converted.ranked_queries()
-        manifest["oos_without_candidates"] = [q.query_id for q in kept.queries
-                                              if q.scope == "oos" and q.query_id not in ranked]
+        manifest["oos_without_candidates"] = [
+            q.query_id for q in kept.queries if q.scope == "oos" and q.query_id not in ranked
+        ]
     return Dataset(name, documents, kept.queries, judgments, manifest), converted.files
 
 
@@ -81,27 +103,38 @@ def _run_passages(converted: ConvertedRuns) -> list[Document]:
     passages = converted.passages()
     if not passages:
         where = ", ".join(str(p) for p in converted.sources.values()) or "--run"
-        raise DataFormatError.at(where, None, "no --corpus given and no run hit carries passage text "
-                                 "(text, contents, content, passage or raw)",
-                                 "pass the corpus file to --corpus, or runs whose hits hold their passages")
+        raise DataFormatError.at(
+            where,
+            None,
+            "no --corpus given and no run hit carries passage text (text, contents, content, passage or raw)",
+            "pass the corpus file to --corpus, or runs whose hits hold their passages",
+        )
     return [Document(doc_id, line.title or "", line.text or "") for doc_id, line in passages.items()]
 
 
 def _check_distinct(asked: list[Query], extra: list[Query], oos: Path | None) -> None:
     clash = sorted({q.query_id for q in asked} & {q.query_id for q in extra})
     if clash:
-        raise DataFormatError.at(oos or "--oos", None, f"{len(clash)} out-of-scope query ids are also in --queries, "
-                                 f"e.g. {clash[0]!r}", "give the out-of-scope queries their own ids (e.g. prefix "
-                                 "them with oos-), in the runs as well")
+        raise DataFormatError.at(
+            oos or "--oos",
+            None,
+            f"{len(clash)} out-of-scope query ids are also in --queries, e.g. {clash[0]!r}",
+            "give the out-of-scope queries their own ids (e.g. prefix them with oos-), in the runs as well",
+        )
 
 
-def _judgments(qrels: Path, grade_map: GradeMap | None,
-               queries: list[Query]) -> tuple[list[Judgment], GradeMap, int]:
+def _judgments(qrels: Path, grade_map: GradeMap | None, queries: list[Query]) -> tuple[list[Judgment], GradeMap, int]:
     raw = parse_qrels(qrels)
     if not raw:
         raise DataFormatError.at(qrels, None, "no judgments", "pass the qrels file to --qrels")
-    _require_overlap((r.query_id for r in raw), (q.query_id for q in queries), qrels, "judged query ids",
-                     "--queries", "pass the queries these qrels judge")
+    _require_overlap(
+        (r.query_id for r in raw),
+        (q.query_id for q in queries),
+        qrels,
+        "judged query ids",
+        "--queries",
+        "pass the queries these qrels judge",
+    )
     judgments, used_map = grade_qrels(qrels, raw, grade_map)
     known = {q.query_id for q in queries}
     kept = [j for j in judgments if j.query_id in known]
@@ -121,8 +154,12 @@ def _require_overlap(ids: Iterable[str], known: Iterable[str], path: Path, what:
     mine, theirs = list(dict.fromkeys(ids)), list(dict.fromkeys(known))
     if set(mine) & set(theirs):
         return
-    raise DataFormatError.at(path, None, f"none of its {len(mine)} {what} is in {where} (its: {_few(mine)}; "
-                             f"{where}: {_few(theirs)})", f"{fix} (ids must match exactly)")
+    raise DataFormatError.at(
+        path,
+        None,
+        f"none of its {len(mine)} {what} is in {where} (its: {_few(mine)}; {where}: {_few(theirs)})",
+        f"{fix} (ids must match exactly)",
+    )
 
 
 def _few(ids: list[str]) -> str:

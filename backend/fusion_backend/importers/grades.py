@@ -30,10 +30,12 @@ class GradeMap:
         except KeyError:
             known = ", ".join(f"{k}->{v}" for k, v in sorted(self.mapping.items()))
             example = ",".join([f"{raw}:0", *(f"{k}:{v}" for k, v in sorted(self.mapping.items()))])
-            raise DataFormatError.at(path, line, f"relevance code {raw} has no grade in the {self.name} mapping "
-                                     f"({known})", 'pass --grade-map with an entry for it, '
-                                                   f'e.g. --grade-map "{example}"'
-                                     ) from None
+            raise DataFormatError.at(
+                path,
+                line,
+                f"relevance code {raw} has no grade in the {self.name} mapping ({known})",
+                f'pass --grade-map with an entry for it, e.g. --grade-map "{example}"',
+            ) from None
 
     def describe(self) -> dict[str, int]:
         return {str(k): v for k, v in sorted(self.mapping.items())}
@@ -49,11 +51,15 @@ def parse_grade_map(spec: str) -> GradeMap:
         except ValueError:
             value = -1
         if not sep or value not in (0, 1, 2, 3):
-            raise DataFormatError.at("--grade-map", None, f"entry {item!r} is not CODE:GRADE with GRADE in 0..3",
-                                     "write it like --grade-map \"2:3,1:2,0:0\"")
+            raise DataFormatError.at(
+                "--grade-map",
+                None,
+                f"entry {item!r} is not CODE:GRADE with GRADE in 0..3",
+                'write it like --grade-map "2:3,1:2,0:0"',
+            )
         mapping[code] = value
     if not mapping:
-        raise DataFormatError.at("--grade-map", None, "empty mapping", "write it like --grade-map \"2:3,1:2,0:0\"")
+        raise DataFormatError.at("--grade-map", None, "empty mapping", 'write it like --grade-map "2:3,1:2,0:0"')
     return GradeMap(mapping, "--grade-map")
 
 
@@ -70,8 +76,12 @@ def auto_grade_map(raw_codes: Iterable[int], source: Path | str) -> GradeMap:
     positive = {c for c in codes if c > 0}
     top = max(positive, default=0)
     if top > 3:
-        raise DataFormatError.at(source, None, f"relevance codes go up to {top}, above grade 3",
-                                 "pass --grade-map to say which grade each code means, e.g. \"4:3,3:2,2:1,1:1,0:0\"")
+        raise DataFormatError.at(
+            source,
+            None,
+            f"relevance codes go up to {top}, above grade 3",
+            'pass --grade-map to say which grade each code means, e.g. "4:3,3:2,2:1,1:1,0:0"',
+        )
     mapping = {c: 0 for c in codes if c <= 0}
     mapping.update({c: (3 if c == top else c) for c in positive})
     return GradeMap(mapping, f"auto (top code {top} -> 3)" if positive else "auto (no positive codes)")

@@ -41,8 +41,12 @@ def parse_qrels(path: Path) -> list[RawQrel]:
     for row in rows:
         key = (row.query_id, row.doc_id)
         if key in seen:
-            raise DataFormatError.at(path, row.line, f"pair ({row.query_id}, {row.doc_id}) already judged on line "
-                                     f"{seen[key]}", "keep one judgment per query and document")
+            raise DataFormatError.at(
+                path,
+                row.line,
+                f"pair ({row.query_id}, {row.doc_id}) already judged on line {seen[key]}",
+                "keep one judgment per query and document",
+            )
         seen[key] = row.line
     return rows
 
@@ -55,19 +59,24 @@ def _column_rows(path: Path, lines: list[str]) -> list[RawQrel]:
             continue  # a BEIR-style header "query-id corpus-id score"
         width = width or len(parts)
         if len(parts) not in (3, 4) or len(parts) != width:
-            raise DataFormatError.at(path, number, f"expected {width if width in (3, 4) else '3 or 4'} columns "
-                                     f"('qid iter docno rel' or 'qid docno rel'), got {len(parts)}",
-                                     "write each judgment as 'qid 0 docno rel' on its own line")
+            raise DataFormatError.at(
+                path,
+                number,
+                f"expected {width if width in (3, 4) else '3 or 4'} columns "
+                f"('qid iter docno rel' or 'qid docno rel'), got {len(parts)}",
+                "write each judgment as 'qid 0 docno rel' on its own line",
+            )
         if not is_int(parts[-1]):
-            raise DataFormatError.at(path, number, f"relevance {parts[-1]!r} is not an integer",
-                                     "use integer relevance codes")
+            raise DataFormatError.at(
+                path, number, f"relevance {parts[-1]!r} is not an integer", "use integer relevance codes"
+            )
         rows.append(RawQrel(parts[0], parts[-2], int(parts[-1]), number))
     return rows
 
 
 def _jsonl_rows(path: Path, lines: list[str]) -> list[RawQrel]:
     rows = []
-    fix = "write {\"query_id\": ..., \"doc_id\": ..., \"relevance\": <int>} per line"
+    fix = 'write {"query_id": ..., "doc_id": ..., "relevance": <int>} per line'
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue

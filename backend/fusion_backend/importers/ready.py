@@ -92,6 +92,7 @@ def ready_files(dataset: Dataset, runs: Mapping[str, str], *, with_lexical: bool
 
 # ---------------------------------------------------------------- config.yaml
 
+
 def render_config(name: str, sources: Sources) -> str:
     runs = "".join(f"    {n}: {p}\n" for n, p in sources.runs.items())
     weights = ", ".join(f"{n}: 1.0" for n in sources.fused)
@@ -137,28 +138,38 @@ recency:
 def _source_blocks(sources: Sources) -> str:
     out = ""
     for name in sources.runs:
-        out += f"  {name}:\n    type: run                      # looked up by the request's query_id\n" \
-               f"    enabled: true\n    depth: 100\n"
+        out += (
+            f"  {name}:\n    type: run                      # looked up by the request's query_id\n"
+            f"    enabled: true\n    depth: 100\n"
+        )
     if sources.bm25:
         out += f"  {sources.bm25}:\n    type: bm25\n    enabled: true\n    depth: 100\n    k1: 1.5\n    b: 0.75\n"
     why = "" if sources.dense_enabled else "                 # not fused: kept as the confidence space"
-    out += (f"  {sources.dense}:\n    type: dense\n    enabled: {str(sources.dense_enabled).lower()}{why}\n"
-            f"    depth: 100\n    embedder: lsa                  # TF-IDF + TruncatedSVD fitted on the corpus\n"
-            f"    dims: 128\n    min_similarity: 0.0\n")
+    out += (
+        f"  {sources.dense}:\n    type: dense\n    enabled: {str(sources.dense_enabled).lower()}{why}\n"
+        f"    depth: 100\n    embedder: lsa                  # TF-IDF + TruncatedSVD fitted on the corpus\n"
+        f"    dims: 128\n    min_similarity: 0.0\n"
+    )
     return out
 
 
 # ---------------------------------------------------------------- space.yaml
 
+
 def render_space(name: str, sources: Sources, *, confidence_gate: bool) -> str:
     fused = sources.fused
-    weights = (f"""
+    weights = (
+        f"""
   # One share per source on the simplex, written normalised to sum 1.
   fusion.weights:
     type: simplex
     components: [{", ".join(fused)}]
-""" if len(fused) > 1 else "")
-    confidence = ("""
+"""
+        if len(fused) > 1
+        else ""
+    )
+    confidence = (
+        """
   # Hand off when confidence < threshold. Gate-only: solved from each trial's retrieval.
   confidence.threshold:
     type: float
@@ -166,7 +177,10 @@ def render_space(name: str, sources: Sources, *, confidence_gate: bool) -> str:
     high: 0.9
     step: 0.01
     post_retrieval: true
-""" if confidence_gate else "")
+"""
+        if confidence_gate
+        else ""
+    )
     return f"""# Search space for the {name} data set (config.yaml), written by the importer:
 # fusion over {", ".join(fused)} and the post-retrieval gates.
 description: Fusion method, RRF k, weights over {", ".join(fused)} and the gates of the reference backend on {name}.
@@ -200,17 +214,23 @@ params:
 
 # ---------------------------------------------------------------- experiment.yaml
 
-def render_experiment(name: str, n_oos: int, *, inputs: Sequence[str] = (CORPUS_FILE,),
-                      replay: Sequence[str] | None = None) -> str:
+
+def render_experiment(
+    name: str, n_oos: int, *, inputs: Sequence[str] = (CORPUS_FILE,), replay: Sequence[str] | None = None
+) -> str:
     """The experiment; with ``replay`` (the fused sources) its fusion-replay variant."""
     queries, qrels = file_names(name, named=True)
     input_list = ", ".join(p if _PLAIN.fullmatch(p) else json.dumps(p) for p in dict.fromkeys(inputs))
     if n_oos:
-        constraints = (f"# {n_oos} out-of-scope queries: answering more than {OOS_BOUND:.0%} of them is infeasible\n"
-                       f"# (the rate moves in steps of 1/{n_oos}).\nconstraints:\n  - OOS_FP_Rate <= {OOS_BOUND:.2f}\n")
+        constraints = (
+            f"# {n_oos} out-of-scope queries: answering more than {OOS_BOUND:.0%} of them is infeasible\n"
+            f"# (the rate moves in steps of 1/{n_oos}).\nconstraints:\n  - OOS_FP_Rate <= {OOS_BOUND:.2f}\n"
+        )
     else:
-        constraints = "# No out-of-scope queries in the query set, so no OOS_FP_Rate bound: it could never bind.\n" \
-                      "constraints: []\n"
+        constraints = (
+            "# No out-of-scope queries in the query set, so no OOS_FP_Rate bound: it could never bind.\n"
+            "constraints: []\n"
+        )
     if replay is None:
         head = f"""# Tune the reference backend on the {name} data set:
 #
@@ -236,7 +256,9 @@ description: Fusion and gates of the reference backend on the {name} data set.
 study: {json.dumps(name + "-replay")}
 description: Fusion (replayed) and gates of the reference backend on the {name} data set.
 """
-    return head + f"""project_root: .
+    return (
+        head
+        + f"""project_root: .
 
 sampler: {{type: tpe, seed: 42, multivariate: true, n_startup_trials: 10}}
 pruner: {{type: none}}
@@ -297,6 +319,7 @@ search_space: {SPACE_FILE}
 tracking:
   enabled: true
 """
+    )
 
 
 def _replay_section(fused: Sequence[str] | None) -> str:
@@ -304,7 +327,9 @@ def _replay_section(fused: Sequence[str] | None) -> str:
     if fused is None:
         return ""
     weights = "    fusion.weights: weights\n" if len(fused) > 1 else ""
-    return ("# The fusion params are searched inside each trial from one explained retrieval\n"
-            "# (\"explain\": true goes into the request body of that retrieval).\n"
-            "replay:\n  params:\n    fusion.method: method\n    fusion.rrf_k: rrf_k\n"
-            f"{weights}    fusion.normalization: normalization\n")
+    return (
+        "# The fusion params are searched inside each trial from one explained retrieval\n"
+        '# ("explain": true goes into the request body of that retrieval).\n'
+        "replay:\n  params:\n    fusion.method: method\n    fusion.rrf_k: rrf_k\n"
+        f"{weights}    fusion.normalization: normalization\n"
+    )

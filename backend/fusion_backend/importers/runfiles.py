@@ -51,8 +51,12 @@ def run_name(spec: str) -> tuple[str, Path]:
     if not sep:
         path, name = spec, Path(spec).stem
     if not _RUN_NAME.fullmatch(name):
-        raise DataFormatError.at("--run", None, f"run name {name!r} is not [A-Za-z][A-Za-z0-9_-]*",
-                                 "pass --run NAME=PATH with a simple name starting with a letter")
+        raise DataFormatError.at(
+            "--run",
+            None,
+            f"run name {name!r} is not [A-Za-z][A-Za-z0-9_-]*",
+            "pass --run NAME=PATH with a simple name starting with a letter",
+        )
     return name, Path(path)
 
 
@@ -79,8 +83,12 @@ def _trec(path: Path, lines: list[str]) -> Iterator[RunLine]:
     seen: dict[tuple[str, str], int] = {}
     for number, parts in split_rows(lines):
         if len(parts) != 6:
-            raise DataFormatError.at(path, number, f"expected 6 columns 'qid Q0 docno rank score tag', "
-                                     f"got {len(parts)}", "write run lines in TREC format")
+            raise DataFormatError.at(
+                path,
+                number,
+                f"expected 6 columns 'qid Q0 docno rank score tag', got {len(parts)}",
+                "write run lines in TREC format",
+            )
         _unique(seen, parts[0], parts[2], path, number)
         yield RunLine(parts[0], parts[2], _score(parts[4], path, number), parts[5])
 
@@ -90,12 +98,16 @@ def _jsonl(path: Path, lines: list[str], name: str) -> Iterator[RunLine]:
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
-        record = json_object(path, number, line, "write {\"query_id\": ..., \"results\": [...]}")
-        qid = _field(record, ("query_id", "qid"), path, number, "write {\"query_id\": ..., \"results\": [...]}")
+        record = json_object(path, number, line, 'write {"query_id": ..., "results": [...]}')
+        qid = _field(record, ("query_id", "qid"), path, number, 'write {"query_id": ..., "results": [...]}')
         results = record.get("results")
         if not isinstance(results, list):
-            raise DataFormatError.at(path, number, "record has no 'results' list",
-                                     "write {\"query_id\": ..., \"results\": [{\"doc_id\": ..., \"score\": ...}]}")
+            raise DataFormatError.at(
+                path,
+                number,
+                "record has no 'results' list",
+                'write {"query_id": ..., "results": [{"doc_id": ..., "score": ...}]}',
+            )
         for hit in results:
             yield _hit(hit, qid, name, seen, path, number)
 
@@ -103,20 +115,26 @@ def _jsonl(path: Path, lines: list[str], name: str) -> Iterator[RunLine]:
 def _json_array(path: Path, text: str, name: str) -> Iterator[RunLine]:
     data = _json(text, path, None)
     if not isinstance(data, list):
-        raise DataFormatError.at(path, None, "a JSON run must be a list of per-query objects",
-                                 "write [{\"qid\": ..., \"hits\": [...]}, ...]")
+        raise DataFormatError.at(
+            path, None, "a JSON run must be a list of per-query objects", 'write [{"qid": ..., "hits": [...]}, ...]'
+        )
     seen: dict[tuple[str, str], int] = {}
     for index, entry in enumerate(data, start=1):
         hits = entry.get("hits") if isinstance(entry, dict) else None
         if not isinstance(hits, list):
-            raise DataFormatError.at(path, None, f"query object {index} has no 'hits' list",
-                                     "give every object a \"hits\": [{\"qid\", \"docid\", \"score\"}] list")
+            raise DataFormatError.at(
+                path,
+                None,
+                f"query object {index} has no 'hits' list",
+                'give every object a "hits": [{"qid", "docid", "score"}] list',
+            )
         default_qid = _query_of(entry)
         for hit in hits:
             qid = str(hit.get("qid", default_qid or "")) if isinstance(hit, dict) else ""
             if not qid:
-                raise DataFormatError.at(path, None, f"query object {index}: a hit has no 'qid'",
-                                         "give each hit (or its query object) a qid")
+                raise DataFormatError.at(
+                    path, None, f"query object {index}: a hit has no 'qid'", "give each hit (or its query object) a qid"
+                )
             yield _hit(hit, qid, name, seen, path, None)
 
 
@@ -129,7 +147,7 @@ def _query_of(entry: dict[str, Any]) -> str | None:
 
 
 def _hit(hit: Any, qid: str, tag: str, seen: dict[tuple[str, str], int], path: Path, line: int | None) -> RunLine:
-    fix = "write each result as {\"doc_id\": ..., \"score\": ...}"
+    fix = 'write each result as {"doc_id": ..., "score": ...}'
     if not isinstance(hit, dict):
         raise DataFormatError.at(path, line, f"query {qid}: a result is not an object", fix)
     doc_id = _field(hit, ("doc_id", "docid"), path, line, fix, f"query {qid}: ")
@@ -137,8 +155,14 @@ def _hit(hit: Any, qid: str, tag: str, seen: dict[tuple[str, str], int], path: P
         raise DataFormatError.at(path, line, f"query {qid}: result {doc_id} has no 'score'", fix)
     _unique(seen, qid, doc_id, path, line)
     title = hit.get("title")
-    return RunLine(qid, doc_id, _score(hit["score"], path, line), tag, _passage(hit),
-                   " ".join(title.split()) if isinstance(title, str) else None)
+    return RunLine(
+        qid,
+        doc_id,
+        _score(hit["score"], path, line),
+        tag,
+        _passage(hit),
+        " ".join(title.split()) if isinstance(title, str) else None,
+    )
 
 
 def _passage(hit: dict[str, Any]) -> str | None:
@@ -161,8 +185,9 @@ def _passage(hit: dict[str, Any]) -> str | None:
     return None
 
 
-def _field(record: dict[str, Any], keys: tuple[str, ...], path: Path, line: int | None, fix: str,
-           prefix: str = "") -> str:
+def _field(
+    record: dict[str, Any], keys: tuple[str, ...], path: Path, line: int | None, fix: str, prefix: str = ""
+) -> str:
     for key in keys:
         value = record.get(key)
         if value is not None and str(value).strip():
@@ -184,8 +209,9 @@ def _score(raw: Any, path: Path, line: int | None) -> float:
     except (TypeError, ValueError):
         value = math.nan
     if isinstance(raw, bool) or not math.isfinite(value):
-        raise DataFormatError.at(path, line, f"score {raw!r} is not a finite number",
-                                 "give every result a numeric score")
+        raise DataFormatError.at(
+            path, line, f"score {raw!r} is not a finite number", "give every result a numeric score"
+        )
     return value
 
 
@@ -193,8 +219,9 @@ def _unique(seen: dict[tuple[str, str], int], qid: str, doc_id: str, path: Path,
     key = (qid, doc_id)
     if key in seen:
         first = f" (first on line {seen[key]})" if seen[key] else ""
-        raise DataFormatError.at(path, line, f"document {doc_id} listed twice for query {qid}{first}",
-                                 "keep one line per query and document")
+        raise DataFormatError.at(
+            path, line, f"document {doc_id} listed twice for query {qid}{first}", "keep one line per query and document"
+        )
     seen[key] = line or 0
 
 

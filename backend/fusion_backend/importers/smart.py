@@ -60,28 +60,43 @@ def parse_smart(path: Path, markers: str) -> list[SmartRecord]:
         repeated = marker is not None and current is not None and marker.group(1) in current.fields
         if marker and marker.group(1) in markers and not repeated:
             if current is None:
-                raise DataFormatError.at(path, number, f"field '.{marker.group(1)}' before the first '.I' line",
-                                         "every record must start with '.I <id>'")
+                raise DataFormatError.at(
+                    path,
+                    number,
+                    f"field '.{marker.group(1)}' before the first '.I' line",
+                    "every record must start with '.I <id>'",
+                )
             close_field()
             field_name, lines = marker.group(1), []
             current.field_lines[field_name] = number
             continue
         if marker and not repeated:
-            raise DataFormatError.at(path, number, f"unknown field marker '.{marker.group(1)}'",
-                                     f"this collection's markers are {', '.join('.' + m for m in markers)}; "
-                                     "remove or rename the line")
+            raise DataFormatError.at(
+                path,
+                number,
+                f"unknown field marker '.{marker.group(1)}'",
+                f"this collection's markers are {', '.join('.' + m for m in markers)}; remove or rename the line",
+            )
         if current is None:
             if line.strip():
-                raise DataFormatError.at(path, number, "text before the first '.I' line",
-                                         "remove the stray text or add the missing '.I <id>' line")
+                raise DataFormatError.at(
+                    path,
+                    number,
+                    "text before the first '.I' line",
+                    "remove the stray text or add the missing '.I <id>' line",
+                )
             continue
         if field_name is None:
             if line.strip().isdigit() and not current.fields:
                 current.record_id += line.strip()
                 continue
             if line.strip():
-                raise DataFormatError.at(path, number, f"text in record {current.record_id} before any field marker",
-                                         "add the field marker line (e.g. '.W') above it")
+                raise DataFormatError.at(
+                    path,
+                    number,
+                    f"text in record {current.record_id} before any field marker",
+                    "add the field marker line (e.g. '.W') above it",
+                )
             continue
         lines.append(line)
     close_field()
@@ -93,7 +108,10 @@ def _check_unique(path: Path, records: list[SmartRecord]) -> None:
     seen: dict[str, int] = {}
     for record in records:
         if record.record_id in seen:
-            raise DataFormatError.at(path, record.line,
-                                     f"record id {record.record_id} already used on line {seen[record.record_id]}",
-                                     "give every '.I' record a distinct id")
+            raise DataFormatError.at(
+                path,
+                record.line,
+                f"record id {record.record_id} already used on line {seen[record.record_id]}",
+                "give every '.I' record a distinct id",
+            )
         seen[record.record_id] = record.line

@@ -20,17 +20,18 @@ def read_bytes(path: Path) -> bytes:
     try:
         raw = path.read_bytes()
     except FileNotFoundError as exc:
-        raise DataFormatError.at(path, None, "file not found",
-                                 "check the path given on the command line") from exc
+        raise DataFormatError.at(path, None, "file not found", "check the path given on the command line") from exc
     except OSError as exc:
-        raise DataFormatError.at(path, None, f"cannot read the file ({exc.strerror})",
-                                 "check the path and its permissions") from exc
+        raise DataFormatError.at(
+            path, None, f"cannot read the file ({exc.strerror})", "check the path and its permissions"
+        ) from exc
     if path.suffix == ".gz":
         try:
             return gzip.decompress(raw)
         except (OSError, EOFError) as exc:
-            raise DataFormatError.at(path, None, "not a valid gzip file",
-                                     "decompress it or pass the uncompressed file") from exc
+            raise DataFormatError.at(
+                path, None, "not a valid gzip file", "decompress it or pass the uncompressed file"
+            ) from exc
     return raw
 
 
@@ -56,8 +57,9 @@ def read_lines(path: Path) -> list[str]:
 def require_file(directory: Path, name: str, option: str = "--src") -> Path:
     path = directory / name
     if not path.is_file():
-        raise DataFormatError.at(path, None, f"expected file {name!r} is missing",
-                                 f"point {option} at the directory that holds {name}")
+        raise DataFormatError.at(
+            path, None, f"expected file {name!r} is missing", f"point {option} at the directory that holds {name}"
+        )
     return path
 
 

@@ -56,6 +56,7 @@ class Topic:
 
 # ---------------------------------------------------------------- topics
 
+
 def parse_topics(path: Path) -> list[Topic]:
     text = decode(read_bytes(path))
     if "<top>" in text.lower():
@@ -87,8 +88,7 @@ def _parse_sgml_topics(path: Path, text: str) -> list[Topic]:
             topics.append(_topic(path, top_line, fields))
             fields = {}
     if fields:
-        raise DataFormatError.at(path, top_line, "topic opened with <top> is never closed",
-                                 "add the missing </top>")
+        raise DataFormatError.at(path, top_line, "topic opened with <top> is never closed", "add the missing </top>")
     return topics
 
 
@@ -98,8 +98,9 @@ def _topic(path: Path, line: int, fields: dict[str, str]) -> Topic:
         raise DataFormatError.at(path, line, "topic has no <num>", "add '<num> Number: <id>' to the topic")
     title, desc = fields.get("title", ""), fields.get("desc", "")
     if not title and not desc:
-        raise DataFormatError.at(path, line, f"topic {number[0]} has neither <title> nor <desc> text",
-                                 "add a <title> line")
+        raise DataFormatError.at(
+            path, line, f"topic {number[0]} has neither <title> nor <desc> text", "add a <title> line"
+        )
     return Topic(number[0], title, desc, line)
 
 
@@ -110,13 +111,18 @@ def _parse_tsv_topics(path: Path, lines: list[str]) -> list[Topic]:
             continue
         topic_id, sep, text = line.partition("\t")
         if not sep or not text.strip():
-            raise DataFormatError.at(path, number, "expected 'qid<TAB>query text' (or SGML <top> topics)",
-                                     "separate the id and the text with one tab")
+            raise DataFormatError.at(
+                path,
+                number,
+                "expected 'qid<TAB>query text' (or SGML <top> topics)",
+                "separate the id and the text with one tab",
+            )
         topics.append(Topic(topic_id.strip(), " ".join(text.split()), "", number))
     return topics
 
 
 # ---------------------------------------------------------------- qrels
+
 
 def grade_qrels(path: Path, raw: list[RawQrel], grade_map: GradeMap | None) -> tuple[list[Judgment], GradeMap]:
     grade_map = grade_map or auto_grade_map((q.code for q in raw), path)
@@ -166,36 +172,52 @@ def parse_documents(path: Path) -> list[Document]:
         title = next((t for t in (_element(body, tag) for tag in _TITLE_TAGS) if t), "")
         documents.append(Document(docno, title, _element(body, "TEXT") or "", parse_date(_element(body, "DATE"))))
     if not documents:
-        raise DataFormatError.at(path, None, "no <DOC>...</DOC> records found",
-                                 "pass TREC SGML document files to --docs")
+        raise DataFormatError.at(
+            path, None, "no <DOC>...</DOC> records found", "pass TREC SGML document files to --docs"
+        )
     return documents
 
 
 # ---------------------------------------------------------------- import
 
-def topic_queries(topics: Path, query_field: QueryField, short_max_words: int, source: str,
-                  scope: Scope = "in") -> list[Query]:
+
+def topic_queries(
+    topics: Path, query_field: QueryField, short_max_words: int, source: str, scope: Scope = "in"
+) -> list[Query]:
     """The topics of ``topics`` (SGML or TSV) as queries, refusing duplicate ids."""
     seen: dict[str, int] = {}
     queries = []
     for topic in parse_topics(topics):
         if topic.topic_id in seen:
-            raise DataFormatError.at(topics, topic.line, f"topic {topic.topic_id} already defined on line "
-                                     f"{seen[topic.topic_id]}", "keep one definition per topic")
+            raise DataFormatError.at(
+                topics,
+                topic.line,
+                f"topic {topic.topic_id} already defined on line {seen[topic.topic_id]}",
+                "keep one definition per topic",
+            )
         seen[topic.topic_id] = topic.line
         text = topic.text(query_field)
         if not text:
-            raise DataFormatError.at(topics, topic.line, f"topic {topic.topic_id} has no {query_field} text",
-                                     "choose another --query-field")
+            raise DataFormatError.at(
+                topics, topic.line, f"topic {topic.topic_id} has no {query_field} text", "choose another --query-field"
+            )
         query_type = length_type(text, short_max_words) if scope == "in" else "off_topic"
         queries.append(Query(topic.topic_id, text, query_type, source, scope=scope))
     return queries
 
 
-def import_trec(topics: Path, qrels: Path, *, docs: list[Path] | None = None, runs: list[str] | None = None,
-                query_field: QueryField = "title", grade_map: GradeMap | None = None,
-                short_max_words: int = SHORT_MAX_WORDS, source: str = "trec",
-                unjudged: Policy = "drop") -> tuple[Dataset, dict[str, str]]:
+def import_trec(
+    topics: Path,
+    qrels: Path,
+    *,
+    docs: list[Path] | None = None,
+    runs: list[str] | None = None,
+    query_field: QueryField = "title",
+    grade_map: GradeMap | None = None,
+    short_max_words: int = SHORT_MAX_WORDS,
+    source: str = "trec",
+    unjudged: Policy = "drop",
+) -> tuple[Dataset, dict[str, str]]:
     """The bundle plus its extra files (``runs/<name>.run`` -> text)."""
     queries = topic_queries(topics, query_field, short_max_words, source)
     judgments, used_map = grade_qrels(qrels, parse_qrels(qrels), grade_map)

@@ -32,14 +32,18 @@ class UnjudgedOutcome:
         return {"policy": self.policy, "count": len(self.unjudged), "examples": self.unjudged[:_EXAMPLES]}
 
 
-def apply_policy(queries: list[Query], judgments: Iterable[Judgment], policy: Policy,
-                 qrels: Path | str) -> UnjudgedOutcome:
+def apply_policy(
+    queries: list[Query], judgments: Iterable[Judgment], policy: Policy, qrels: Path | str
+) -> UnjudgedOutcome:
     judged = {j.query_id for j in judgments}
     unjudged = [q.query_id for q in queries if q.scope == "in" and q.query_id not in judged]
     if unjudged and policy == "error":
-        raise DataFormatError.at(qrels, None, f"{len(unjudged)} in-scope queries have no judgment at all, "
-                                 f"e.g. {unjudged[0]!r}",
-                                 "judge them, or pass --unjudged drop (leave them out) or --unjudged keep")
+        raise DataFormatError.at(
+            qrels,
+            None,
+            f"{len(unjudged)} in-scope queries have no judgment at all, e.g. {unjudged[0]!r}",
+            "judge them, or pass --unjudged drop (leave them out) or --unjudged keep",
+        )
     if policy == "drop":
         dropped = set(unjudged)
         queries = [q for q in queries if q.query_id not in dropped]
@@ -52,6 +56,8 @@ def describe(manifest_entry: dict[str, Any]) -> str | None:
     if not count:
         return None
     if policy == "drop":
-        return (f"dropped {count} in-scope queries without any judgment (they would score 0 for every "
-                "configuration); keep them with --unjudged keep")
+        return (
+            f"dropped {count} in-scope queries without any judgment (they would score 0 for every "
+            "configuration); keep them with --unjudged keep"
+        )
     return f"kept {count} in-scope queries without any judgment (--unjudged keep): they score 0 for every configuration"

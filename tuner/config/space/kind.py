@@ -40,8 +40,10 @@ class ParamKind(BaseModel):
     path: str | None = Field(default=None, description="Dotted config path; default: the param's name.")
     file: int | str | None = Field(default=None, description="Config file index or path; default: the space's file.")
     when: dict[str, Scalar | list[Scalar]] = Field(default_factory=dict)
-    post_retrieval: bool = Field(default=False, description="Only gates results after retrieval: "
-                                                            "solved per trial from one retrieval, not sampled.")
+    post_retrieval: bool = Field(
+        default=False,
+        description="Only gates results after retrieval: solved per trial from one retrieval, not sampled.",
+    )
     gate: GateRole | None = Field(default=None, description="A post-retrieval gate's role; implies post_retrieval.")
 
     #: Sampled by Optuna and part of the baseline (False: a value the space fixes).

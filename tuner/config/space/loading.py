@@ -78,6 +78,6 @@ def _resolve_file(ref: int | str, files: Sequence[Path], base: Path) -> int:
     if not files:
         raise ValueError(f"file: {ref} needs the experiment's target.config_files to resolve (or use an index)")
     for i, f in enumerate(files):
-        if (base / wanted).resolve() == f.resolve() or f.parts[-len(wanted.parts):] == wanted.parts:
+        if (base / wanted).resolve() == f.resolve() or f.parts[-len(wanted.parts) :] == wanted.parts:
             return i
     raise ValueError(f"file: {ref} matches none of target.config_files {[str(f) for f in files]}")

@@ -42,8 +42,10 @@ class _Number(ParamKind):
 
     def range_warning(self, value: Any) -> str | None:
         if isinstance(value, int | float) and not isinstance(value, bool) and not self.low <= value <= self.high:
-            return (f"current value {value} lies outside [{self.low}, {self.high}]; "
-                    "the baseline trial is enqueued outside the space")
+            return (
+                f"current value {value} lies outside [{self.low}, {self.high}]; "
+                "the baseline trial is enqueued outside the space"
+            )
         return None
 
 
@@ -127,8 +129,7 @@ class CategoricalParam(ParamKind):
         kinds = sorted({kind_of(c) for c in self.choices})
         if have != "null" and any(family(k) != family(have) for k in kinds):
             return (
-                f"config has {have}, space declares categorical of {'/'.join(kinds)} "
-                f"(make the choices {have} values)"
+                f"config has {have}, space declares categorical of {'/'.join(kinds)} (make the choices {have} values)"
             )
         return None
 
@@ -139,8 +140,10 @@ class CategoricalParam(ParamKind):
 
     def condition_problem(self, value: Any) -> str | None:
         if not any(same(value, c) for c in self.choices):
-            return (f"{value!r} is not one of its choices "
-                    f"{self.choices}{did_you_mean(str(value), [str(c) for c in self.choices])}")
+            return (
+                f"{value!r} is not one of its choices "
+                f"{self.choices}{did_you_mean(str(value), [str(c) for c in self.choices])}"
+            )
         return None
 
 

@@ -52,8 +52,7 @@ class SearchSpace:
             return self._params[name]
         except KeyError:
             raise ConfigError(
-                f"{display_path(self.source)}: {name}: not a parameter of this space"
-                f"{did_you_mean(name, self._params)}"
+                f"{display_path(self.source)}: {name}: not a parameter of this space{did_you_mean(name, self._params)}"
             ) from None
 
     def __contains__(self, name: object) -> bool:
@@ -97,8 +96,9 @@ class SearchSpace:
 
     # ---- sampling
 
-    def suggest(self, trial: optuna.trial.BaseTrial, *, skip_post_retrieval: bool = False,
-                skip: Collection[str] = ()) -> Assignment:
+    def suggest(
+        self, trial: optuna.trial.BaseTrial, *, skip_post_retrieval: bool = False, skip: Collection[str] = ()
+    ) -> Assignment:
         """Ask ``trial`` for every active parameter; fixed values are included.
 
         With ``skip_post_retrieval`` the post-retrieval params are left out (the trial
@@ -151,15 +151,18 @@ class SearchSpace:
             out[p.name] = p.spec.from_config(value)
         return out
 
-    def as_found(self, assignment: Mapping[str, Any],
-                 configs: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> Assignment:
+    def as_found(
+        self, assignment: Mapping[str, Any], configs: Mapping[str, Any] | Sequence[Mapping[str, Any]]
+    ) -> Assignment:
         """``assignment`` with each value that leaves its key as the config files hold it
         replaced by the file's own value (each kind decides, ``ParamKind.as_found``): the
         baseline, and any trial that keeps a key, records and writes the config as found
         (weights 1.0/1.0 stay 1.0/1.0, not the simplex's 0.5/0.5)."""
         found = self.current_assignment(configs)
-        return {name: self._params[name].spec.as_found(value, found[name]) if name in found else value
-                for name, value in assignment.items()}
+        return {
+            name: self._params[name].spec.as_found(value, found[name]) if name in found else value
+            for name, value in assignment.items()
+        }
 
     def edits(self, assignment: Mapping[str, Any]) -> dict[int, dict[str, Any]]:
         """``{file index: {dotted path: value}}`` to hand to the config patcher."""

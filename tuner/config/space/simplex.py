@@ -112,8 +112,10 @@ class SimplexParam(ParamKind):
             except ValueError:  # weights that sum to 0: no shares to compare with
                 shares = found
             for proposed in (found, shares):
-                if all(math.isclose(float(value[c]), float(proposed[c]), rel_tol=0.0, abs_tol=1e-12)
-                       for c in self.components):
+                if all(
+                    math.isclose(float(value[c]), float(proposed[c]), rel_tol=0.0, abs_tol=1e-12)
+                    for c in self.components
+                ):
                     return found
         return value
 

@@ -12,8 +12,11 @@ Scalar = Union[str, bool, int, float]  # noqa: UP007 - pydantic tries members in
 def same(a: Any, b: Any) -> bool:
     """``a`` and ``b`` are the same value: equal and of one type, or both non-bool numbers."""
     return (type(a) is type(b) and a == b) or (
-        isinstance(a, int | float) and isinstance(b, int | float)
-        and not isinstance(a, bool) and not isinstance(b, bool) and a == b
+        isinstance(a, int | float)
+        and isinstance(b, int | float)
+        and not isinstance(a, bool)
+        and not isinstance(b, bool)
+        and a == b
     )
 
 
