@@ -31,6 +31,10 @@ def quiet_libraries() -> None:
     import optuna
 
     os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
+    # MLflow's client writes "View run ... at: URL" and "View experiment at: URL" to stdout
+    # whenever a run on a tracking server ends (one more request each): the tuner's output is
+    # the tuner's, and its notes and summary link the runs already.
+    os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
     for name in ("mlflow", "alembic", "optuna"):
         logging.getLogger(name).setLevel(logging.WARNING)
     optuna.logging.set_verbosity(optuna.logging.WARNING)

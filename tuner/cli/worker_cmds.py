@@ -124,11 +124,13 @@ def worker_command(
 ) -> None:
     """Run trials of the experiment's study (PostgreSQL storage) on backend replica N until
     the study has n_trials finished trials. Start one per replica, on one or more machines."""
+    from tuner.cli.study_common import quiet_libraries
     from tuner.config.experiment import load_experiment
     from tuner.config.workers import WorkerSettings
     from tuner.ops.workers import run_replica
     from tuner.study.stop import StopFlag
 
+    quiet_libraries()  # as `tuner run`: MLflow's, alembic's and Optuna's chatter off
     console = Console(stderr=True)
     exp = load_experiment(experiment)
     given = {
