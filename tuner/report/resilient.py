@@ -63,16 +63,23 @@ def fail_fast_http() -> dict[str, str]:
     return chosen
 
 
+def is_server(uri: str) -> bool:
+    """Whether ``uri`` names an MLflow tracking server (HTTP), not a database."""
+    return uri.startswith(("http://", "https://"))
+
+
+def server_health(uri: str, timeout_s: float = 5.0) -> None:
+    """GET the tracking server's ``/health``; raises httpx.HTTPError when it does not answer OK."""
+    import httpx
+
+    httpx.get(uri.rstrip("/") + "/health", timeout=timeout_s).raise_for_status()
+
+
 def store_probe(uri: str, inner: Any, timeout_s: float = 5.0) -> Callable[[], None]:
     """A cheap check that the tracking store answers (raises when it does not):
     ``/health`` of an HTTP server, else one small client read."""
-    if uri.startswith(("http://", "https://")):
-        import httpx
-
-        def health() -> None:
-            httpx.get(uri.rstrip("/") + "/health", timeout=timeout_s).raise_for_status()
-
-        return health
+    if is_server(uri):
+        return lambda: server_health(uri, timeout_s)
 
     def read() -> None:
         inner.client.search_experiments(max_results=1)

@@ -19,7 +19,7 @@ import optuna
 
 from tuner.dburl import redact
 from tuner.errors import StudyError
-from tuner.report.resilient import ResilientTracker, fail_fast_http, store_probe
+from tuner.report.resilient import ResilientTracker, fail_fast_http, is_server, server_health, store_probe
 from tuner.report.tracking import MlflowTracker, NullTracker, Tracker
 from tuner.study.bookkeeping import Bookkeeper, OptunaArtifacts
 from tuner.study.interfaces import Constraint as TrialConstraint
@@ -470,7 +470,7 @@ def make_tracker(experiment: Experiment, on_warning: Any = None, *, resilient: b
     uri = experiment.tracking.store_uri
     try:
         _probe_tracking_server(uri)
-        if resilient and uri.startswith(("http://", "https://")):
+        if resilient and is_server(uri):
             fail_fast_http()
         tracker = MlflowTracker(
             uri,
@@ -495,9 +495,9 @@ def make_tracker(experiment: Experiment, on_warning: Any = None, *, resilient: b
 def _probe_tracking_server(uri: str, timeout_s: float = 5.0) -> None:
     """An HTTP tracking server that does not answer /health within ``timeout_s`` is a
     StudyError now, instead of minutes of MLflow's own retries per call later."""
-    if not uri.startswith(("http://", "https://")):
+    if not is_server(uri):
         return
     try:
-        httpx.get(uri.rstrip("/") + "/health", timeout=timeout_s).raise_for_status()
+        server_health(uri, timeout_s)
     except httpx.HTTPError as exc:
         raise StudyError(f"MLflow tracking server {uri} does not answer /health ({type(exc).__name__}: {exc})") from exc
