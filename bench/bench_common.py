@@ -22,7 +22,7 @@ import optuna
 
 from tuner.config.space.loading import load_space
 from tuner.config.space.searchspace import SearchSpace
-from tuner.study.threshold import CONFIDENCE_PARAM, GateRange, Retrieval, solve
+from tuner.study.gates.threshold import CONFIDENCE_PARAM, GateRange, Retrieval, solve
 
 OOS_BOUND = 0.10
 CONSTRAINT = f"OOS_FP_Rate <= {OOS_BOUND}"
@@ -104,7 +104,7 @@ def grid_optimum(evaluate_retrieval: Callable[[dict[str, Any]], Any], *, k_value
                  w_values: int = 21) -> tuple[float, dict[str, Any], int]:
     """The best feasible value of a dense grid: RRF k (log-spaced) x bm25 share, and
     linear {minmax, z} x bm25 share, with the threshold solved exactly per grid point
-    (tuner.study.threshold; exact because the threshold gates a fixed retrieval)."""
+    (tuner.study.gates.threshold; exact because the threshold gates a fixed retrieval)."""
     ks = sorted({int(round(v)) for v in np.geomspace(1, 200, k_values)})
     ws = np.round(np.linspace(0.0, 1.0, w_values), 4)
     points: list[dict[str, Any]] = []
@@ -163,12 +163,12 @@ def run_study(cb: Any, sampler: optuna.samplers.BaseSampler, n_trials: int, *, s
     params and each trial's value is the best feasible threshold of its retrieval;
     otherwise the sampler proposes the threshold like any other parameter.
     ``gate_as_param``: the solved threshold is recorded as an Optuna param under its declared
-    distribution, as the trial runner does for the dashboards (tuner.study.applied_params),
+    distribution, as the trial runner does for the dashboards (tuner.study.trial.applied_params),
     so the sampler's model sees it too.
     """
     from optuna.distributions import FloatDistribution
 
-    from tuner.study.applied_params import record_applied_params
+    from tuner.study.trial.applied_params import record_applied_params
 
     declared = {CONFIDENCE_PARAM: FloatDistribution(THRESHOLD.low, THRESHOLD.high, step=THRESHOLD.step)}
     space = make_space(work, with_threshold=not solve_threshold)

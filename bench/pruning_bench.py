@@ -2,7 +2,7 @@
 
 Each configuration runs the same TPE study (seeded, demo configuration) over the fusion
 space + confidence threshold under ``OOS_FP_Rate <= 0.10``. A trial's queries are fed
-in an order shuffled per trial (tuner.study.pruning.trial_order_seed) through the tuner's
+in an order shuffled per trial (tuner.study.trial.pruning.trial_order_seed) through the tuner's
 ``QueryReporter``, exactly as ``run_batch(on_result=...)`` feeds them in a study:
 
 - none: every query of every trial is evaluated;
@@ -45,7 +45,7 @@ from bench_common import (  # noqa: E402
 )
 from cached_backend import CachedBackend, bundle  # noqa: E402
 
-from tuner.study.pruning import OOSBudget, QueryReporter, mode_for, query_steps, trial_order_seed  # noqa: E402
+from tuner.study.trial.pruning import OOSBudget, QueryReporter, mode_for, query_steps, trial_order_seed  # noqa: E402
 
 CONFIGS = ("none", "oos-stop", "wilcoxon+oos", "median+oos")
 

@@ -66,7 +66,7 @@ from cached_backend import REPO, bundle  # noqa: E402
 from tuner.config.configpatch import patch_text  # noqa: E402
 from tuner.config.experiment import load_experiment  # noqa: E402
 from tuner.ops.demo import DEMO_BASELINE  # noqa: E402
-from tuner.study.attrs import ATTR_PHASES, trial_attr  # noqa: E402
+from tuner.study.trial.attrs import ATTR_PHASES, trial_attr  # noqa: E402
 
 GOAL_SPEEDUP = 5.0
 SHARE = 0.99

@@ -9,9 +9,9 @@ with), evaluates one batch of the tune queries and keeps it. ``--batch FILE`` pi
 that BatchResult there, or loads it when the file exists (no backend needed then).
 
 Then it times, interleaved, the two calls a trial makes in ``TrialRunner._solve``
-(tuner.study.trial): ``solve_batch`` with the experiment's objective and constraints,
+(tuner.study.trial.runner): ``solve_batch`` with the experiment's objective and constraints,
 then ``regate`` at the solved values with the confidence gate's declared range, with
-today's code (tuner.study.threshold, tuner.evaluation.regate) and with the slow
+today's code (tuner.study.gates.threshold, tuner.evaluation.regate) and with the slow
 reference it replaced (tests/threshold/reference_solve.py), and checks that both give
 exactly the same values: chosen gates, every column of the sweep table, every metric
 and per-query row of the re-gated batch. Prints the medians, the ratio and PASS / MISS
@@ -48,9 +48,9 @@ from trial_overhead import set_up  # noqa: E402
 from tuner.config.experiment import load_experiment  # noqa: E402
 from tuner.evaluation.regate import regate  # noqa: E402
 from tuner.evaluation.result import evaluate_responses  # noqa: E402
-from tuner.study.gate_arrays import HitArrays  # noqa: E402
-from tuner.study.interfaces import Constraint as TrialConstraint  # noqa: E402
-from tuner.study.threshold import CONFIDENCE, MIN_SCORE, retrieval_values, solve_batch  # noqa: E402
+from tuner.study.gates.gate_arrays import HitArrays  # noqa: E402
+from tuner.study.gates.threshold import CONFIDENCE, MIN_SCORE, retrieval_values, solve_batch  # noqa: E402
+from tuner.study.trial.interfaces import Constraint as TrialConstraint  # noqa: E402
 
 GOAL_S = 0.015
 
@@ -59,7 +59,7 @@ def demo_batch(root: Path) -> dict[str, Any]:
     """One batch of the demo's tune queries, retrieved with the gates at their low end,
     plus what a trial solves it with (gates, objective, constraints)."""
     from tuner.config.configpatch import patch_text
-    from tuner.study.live import LiveEvaluator
+    from tuner.study.trial.live import LiveEvaluator
     from tuner.study.wiring import prepare
     from tuner.targets.factory import make_target
     from tuner.targets.health import wait_healthy
@@ -147,7 +147,7 @@ def main() -> int:
           f"{len(batch.failed)} failed), {sum(map(len, batch.hits.values()))} hits; grid {grid}")
 
     sides = {"reference": (reference.solve_batch, reference.regate), "vectorised": (solve_batch, regate)}
-    # warm-up, and the values: the reference taking its row by today's rule (tuner.study.gate_choice),
+    # warm-up, and the values: the reference taking its row by today's rule (tuner.study.gates.gate_choice),
     # so the two are compared whole; its timed runs below keep the margin rule it was written with
     with reference_picks_by_todays_rule(HitArrays.from_batch(batch), case["gates"]):
         outputs = {"reference": solve_phase(*sides["reference"], case)}

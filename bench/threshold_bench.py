@@ -5,7 +5,7 @@ RRF k, weights, normalisation, confidence threshold) under ``OOS_FP_Rate <= 0.10
 
 - sampled: the sampler proposes the threshold like any other parameter;
 - solved: the threshold is post-retrieval; each trial evaluates the whole range from
-  its one retrieval (tuner.study.threshold) and records the best feasible value.
+  its one retrieval (tuner.study.gates.threshold) and records the best feasible value.
 
 Printed side by side (medians over seeds): best feasible score at equal trial counts,
 and the trials each needs to reach 95% / 99% of the sampled study's final best.

@@ -70,7 +70,7 @@ from tuner.evaluation.client import shared_ssl_context  # noqa: E402
 from tuner.evaluation.mapping import prepare_request  # noqa: E402
 from tuner.ops.demo import generate_data, write_backend_config  # noqa: E402
 from tuner.ops.run import run_experiment  # noqa: E402
-from tuner.study.live import LiveEvaluator  # noqa: E402
+from tuner.study.trial.live import LiveEvaluator  # noqa: E402
 from tuner.study.wiring import load_dataset  # noqa: E402
 from tuner.targets.factory import make_target  # noqa: E402
 from tuner.targets.health import wait_healthy  # noqa: E402

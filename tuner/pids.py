@@ -1,5 +1,5 @@
 """Whether a process id names a live process on this machine: the one check the lock
-holder record (tuner.study.lock_holder) and the restore journal (tuner.config.journal)
+holder record (tuner.study.storage.lock_holder) and the restore journal (tuner.config.journal)
 make of the process that wrote them."""
 
 from __future__ import annotations

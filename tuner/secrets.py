@@ -8,7 +8,7 @@ A value is secret by where it sits (its name), never by what it looks like:
   (``X-Api-Key``, ``apikey``, ``access_token``, ``clientSecret``, ``db_password``), in
   any case and spelling (kebab, snake, camel). ``keywords``, ``max_tokens`` and
   ``author`` are not: the part must not run on into more letters;
-- the password of a URL (``scheme://user:PASSWORD@host``, tuner.study.database.redact);
+- the password of a URL (``scheme://user:PASSWORD@host``, tuner.study.storage.database.redact);
 - the names an experiment lists in ``evaluation.request.secret_fields``.
 
 Each is replaced by ``***`` (REDACTED)::

@@ -17,13 +17,13 @@ from pathlib import Path
 
 import optuna
 import pytest
+from support import cranfield_files
+
 from fusion_backend.config import load_config
 from fusion_backend.importers import import_trec
 from fusion_backend.importers.__main__ import main
 from fusion_backend.search import SearchRequest
-from support import cranfield_files
-
-from tuner.study.attrs import metrics_of
+from tuner.study.trial.attrs import metrics_of
 
 pytestmark = pytest.mark.integration
 

@@ -1,6 +1,6 @@
 """`tuner best` on a real Optuna SQLite study: the tables a person picks the winner from.
 
-The study is written the way `tuner run` writes it (tuner/study/trial.py): metrics and
+The study is written the way `tuner run` writes it (tuner/study/trial/runner.py): metrics and
 assignment as ``tuner.*`` system attributes, variant / feasible / early_stop as user
 attributes, each constraint through optuna 5's ``set_constraint`` plus the legacy
 ``constraints`` list optuna-dashboard reads. Expected numbers are read back from the
@@ -21,7 +21,7 @@ from support.reference_experiment import write_reference_experiment
 
 from tuner.ops import analysis
 from tuner.ops.analysis import flatten_assignment
-from tuner.study.attrs import ATTR_ASSIGNMENT, ATTR_METRICS, assignment_of, metrics_of, record_key
+from tuner.study.trial.attrs import ATTR_ASSIGNMENT, ATTR_METRICS, assignment_of, metrics_of, record_key
 
 LIMIT = 0.10
 CONSTRAINT = "OOS_FP_Rate <= 0.1"

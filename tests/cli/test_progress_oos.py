@@ -10,8 +10,8 @@ from rich.console import Console
 
 from tuner.cli.progress import summary_tables, trial_line
 from tuner.ops import analysis
-from tuner.study.attrs import record_key
-from tuner.study.outcome import TrialOutcome
+from tuner.study.trial.attrs import record_key
+from tuner.study.trial.outcome import TrialOutcome
 
 
 def _outcome(n_oos: int, oos: float, constraints: dict[str, float]) -> TrialOutcome:

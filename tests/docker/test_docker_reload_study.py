@@ -20,7 +20,7 @@ from test_docker_study import ContainerProbe, _started_at
 
 from tuner.config.experiment import load_experiment
 from tuner.ops.run import run_experiment
-from tuner.study.attrs import ATTR_APPLIED, assignment_of
+from tuner.study.trial.attrs import ATTR_APPLIED, assignment_of
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 optuna.logging.set_verbosity(optuna.logging.WARNING)

@@ -36,8 +36,8 @@ from tuner.config.configpatch import patch_text
 from tuner.config.experiment import load_experiment
 from tuner.errors import ConfigError, TargetError
 from tuner.files import atomic_write
-from tuner.study.attrs import metrics_of
-from tuner.study.database import rdb_storage
+from tuner.study.storage.database import rdb_storage
+from tuner.study.trial.attrs import metrics_of
 from tuner.targets.compose import ComposeCLI, compose_failure
 from tuner.targets.compose_replica import ComposeReplica
 from tuner.targets.docker import DockerTarget

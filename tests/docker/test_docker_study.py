@@ -21,8 +21,8 @@ from support.reference_experiment import DROP, write_reference_experiment
 import docker
 from tuner.config.experiment import load_experiment
 from tuner.ops.run import run_experiment
-from tuner.study.attrs import ATTR_FAIL_REASON, ATTR_VARIANT
 from tuner.study.loop import StudyObserver
+from tuner.study.trial.attrs import ATTR_FAIL_REASON, ATTR_VARIANT
 from tuner.targets.health import wait_healthy
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -31,9 +31,9 @@ from tuner.config.experiment import load_experiment
 from tuner.ops.apply import plan_apply
 from tuner.ops.demo import generate_data
 from tuner.ops.run import run_experiment
-from tuner.study.attrs import assignment_of
 from tuner.study.loop import StudyObserver
-from tuner.study.storage import ATTR_CONFIG_SEEN
+from tuner.study.storage.study_storage import ATTR_CONFIG_SEEN
+from tuner.study.trial.attrs import assignment_of
 
 PYTHON = sys.executable
 N_IN_SCOPE = 60

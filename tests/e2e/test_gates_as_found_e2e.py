@@ -19,7 +19,7 @@ from e2e.test_study_e2e import _cli, demo_data, make_project  # noqa: F401  (mod
 from tuner.config.configpatch import get_path
 from tuner.config.experiment import load_experiment
 from tuner.ops.run import run_experiment
-from tuner.study.attrs import ATTR_GATES_MOVED, assignment_of, metrics_of, trial_attr
+from tuner.study.trial.attrs import ATTR_GATES_MOVED, assignment_of, metrics_of, trial_attr
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 GATES = ("confidence.threshold", "citation.min_score")

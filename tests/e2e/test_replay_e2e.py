@@ -21,7 +21,7 @@ from support.reference_experiment import FULL_SPACE, FUSION_SPACE, copy_backend_
 from tuner.config.experiment import load_experiment
 from tuner.ops.demo import generate_data
 from tuner.ops.run import run_experiment
-from tuner.study.attrs import assignment_of, reports_of
+from tuner.study.trial.attrs import assignment_of, reports_of
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -148,7 +148,7 @@ def test_the_config_is_restored_and_no_helper_is_left_after_a_replay_study(repla
 
     assert (replay_run["root"] / "backend" / "config.yaml").read_bytes() == replay_run["original"]
     ps = subprocess.run(["ps", "-eo", "ppid,args"], capture_output=True, text=True, check=True).stdout
-    mine = [line for line in ps.splitlines() if "tuner.study.replay_pool" in line
+    mine = [line for line in ps.splitlines() if "tuner.study.replay.replay_pool" in line
             and line.split()[0] == str(__import__("os").getpid())]
     assert mine == []
 

@@ -39,9 +39,9 @@ from tuner.ops.apply import apply_plan, plan_apply
 from tuner.ops.demo import generate_data
 from tuner.ops.run import run_experiment
 from tuner.report.tracking import TAG_ROLE, TAG_STUDY, TAG_TRIAL
-from tuner.study.attrs import assignment_of, metrics_of, reports_of
 from tuner.study.feasibility import best_feasible_trial
 from tuner.study.loop import StudyObserver
+from tuner.study.trial.attrs import assignment_of, metrics_of, reports_of
 
 # The low ends of the post-retrieval ranges in search_space/reference_full.yaml.
 GATE_LOW = {"confidence.threshold": 0.0, "citation.min_score": 0.0}
@@ -333,7 +333,7 @@ def test_apply_of_a_solved_trial_writes_the_solved_gates_and_reproduces_its_scor
         for path in GATE_LOW:
             assert _same(get_path(doc, path), assignment_of(trial)[path]), path
         # The solver models the backend's gates exactly but for the fallback window of an
-        # emptied list and top_m over filtered hits (tuner.study.threshold); SOLVE_TOLERANCE bounds both here.
+        # emptied list and top_m over filtered hits (tuner.study.gates.threshold); SOLVE_TOLERANCE bounds both here.
         result = apply_plan(plan, tolerance=SOLVE_TOLERANCE)
         assert result.applied, result.message
         assert result.measured == pytest.approx(trial.value, abs=SOLVE_TOLERANCE)

@@ -12,7 +12,7 @@ from tuner.evaluation.mapping import Hit, ParsedResponse
 from tuner.evaluation.outcomes import QueryResponse
 from tuner.evaluation.regate import regate
 from tuner.evaluation.result import evaluate_responses
-from tuner.study.threshold import CONFIDENCE_PARAM, MIN_SCORE_PARAM, GateRange, solve_batch
+from tuner.study.gates.threshold import CONFIDENCE_PARAM, MIN_SCORE_PARAM, GateRange, solve_batch
 
 LOW_T, LOW_M = 0.2, 0.0
 

@@ -9,7 +9,7 @@ import pytest
 
 from evaluation.test_regate import LOW_M, LOW_T, retrieved_at_low_end
 from tuner.evaluation.regate import regate
-from tuner.study.threshold import CONFIDENCE_PARAM, MIN_SCORE_PARAM, GateRange, solve_batch
+from tuner.study.gates.threshold import CONFIDENCE_PARAM, MIN_SCORE_PARAM, GateRange, solve_batch
 
 GATES = [GateRange(CONFIDENCE_PARAM, 0.0, 0.9, 0.01), GateRange(MIN_SCORE_PARAM, 0.0, 0.5, 0.01)]
 

@@ -510,8 +510,8 @@ class Project:
         return any(p.name == "restore-journal.json" for p in (self.root / "state").rglob("*.json"))
 
     def locks_free(self) -> bool:
-        from tuner.study.file_locks import lock_file_for, read_holder
-        from tuner.study.locks import study_holders
+        from tuner.study.storage.file_locks import lock_file_for, read_holder
+        from tuner.study.storage.locks import study_holders
 
         exp = self.load()
         return not study_holders(exp.storage, self.study) and all(
@@ -642,7 +642,7 @@ def lost_trials(trials: list[Any], calibration: Calibration) -> list[str]:
     lost = unrecorded_or_running(trials)
     for t in trials:
         if t.state == TrialState.COMPLETE:
-            from tuner.study.attrs import assignment_of
+            from tuner.study.trial.attrs import assignment_of
 
             depth = int(assignment_of(t)["fusion.depth"])
             want = calibration.expected(depth)

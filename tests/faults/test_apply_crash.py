@@ -31,7 +31,7 @@ from faults.faultlib import (
     states,
     wait_until,
 )
-from tuner.study.attrs import assignment_of
+from tuner.study.trial.attrs import assignment_of
 
 pytestmark = [pytest.mark.slow]
 

@@ -48,7 +48,7 @@ from faults.faultlib import (
     wait_until,
 )
 from tuner.evaluation.spec import EvalSpec
-from tuner.study.attrs import ATTR_PHASES, reports_of, trial_attr
+from tuner.study.trial.attrs import ATTR_PHASES, reports_of, trial_attr
 
 pytestmark = [pytest.mark.slow]
 

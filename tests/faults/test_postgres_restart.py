@@ -216,7 +216,7 @@ def judge_variant_retried(run: dict[str, Any], calibration: Calibration, label: 
 
 
 def assignment_depth(trial: Any) -> int | None:
-    from tuner.study.attrs import assignment_of
+    from tuner.study.trial.attrs import assignment_of
 
     depth = assignment_of(trial).get("fusion.depth")
     return None if depth is None else int(depth)

@@ -50,7 +50,7 @@ from faults.faultlib import (
     processes_naming,
     states,
 )
-from tuner.study.attrs import assignment_of
+from tuner.study.trial.attrs import assignment_of
 
 pytestmark = [pytest.mark.slow]
 

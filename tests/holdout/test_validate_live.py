@@ -19,13 +19,12 @@ from support.reference_experiment import copy_backend_config, write_reference_ex
 from tuner.errors import StudyError
 from tuner.evaluation.holdout import HoldoutConfig, record_split, split_queries
 from tuner.ops.validate import validate_holdout
-from tuner.study.attrs import ATTR_ASSIGNMENT, ATTR_VARIANT, set_record
+from tuner.study.trial.attrs import ATTR_ASSIGNMENT, ATTR_VARIANT, set_record
 
 
 @pytest.fixture
 def setup(tmp_path):
     from fusion_backend.datagen.demo import write_demo
-
     from tuner.config.experiment import load_experiment
     from tuner.study.wiring import prepare
 

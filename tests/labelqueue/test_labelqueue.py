@@ -19,7 +19,7 @@ from tuner.ops.labelqueue import (
     report_of,
     write_queue,
 )
-from tuner.study.attrs import ATTR_REPORTS, ATTR_VARIANT, set_record
+from tuner.study.trial.attrs import ATTR_REPORTS, ATTR_VARIANT, set_record
 
 QUERIES = {"q1": "wing flutter", "q2": "boundary layer"}
 

@@ -1,4 +1,4 @@
-"""tuner.study.locks with real processes: a lock another process holds refuses at once with
+"""tuner.study.storage.locks with real processes: a lock another process holds refuses at once with
 the holder named, a dead holder's lock is taken over with a message, and the
 database lock of a PostgreSQL study keeps runs and workers apart across processes."""
 
@@ -15,15 +15,15 @@ from pathlib import Path
 
 import pytest
 
-from tuner.study.file_locks import config_locks, lock_file_for, read_holder
-from tuner.study.lock_holder import LockHeld
-from tuner.study.locks import StudyLease, patch_rights, study_holders
+from tuner.study.storage.file_locks import config_locks, lock_file_for, read_holder
+from tuner.study.storage.lock_holder import LockHeld
+from tuner.study.storage.locks import StudyLease, patch_rights, study_holders
 
 HOLD = textwrap.dedent("""
     import sys, time
     from pathlib import Path
-    from tuner.study.file_locks import config_locks
-    from tuner.study.locks import StudyLease
+    from tuner.study.storage.file_locks import config_locks
+    from tuner.study.storage.locks import StudyLease
     storage, study, config, mode, ready = sys.argv[1:6]
     with StudyLease.acquire(storage, study, mode=mode, command="holder-under-test", heartbeat_s=0.5,
                             stale_after_s=3):

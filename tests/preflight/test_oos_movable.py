@@ -7,8 +7,8 @@ from tuner.config.objective import Constraint
 from tuner.data.dataset import Query, QuerySet
 from tuner.evaluation import QueryResponse, evaluate_responses
 from tuner.evaluation.mapping import Hit, ParsedResponse
+from tuner.study.gates.threshold import GateRange
 from tuner.study.preflight import check_oos_movable
-from tuner.study.threshold import GateRange
 
 OOS_BOUND = [Constraint(metric="OOS_FP_Rate", op="<=", bound=0.1)]
 TUNED = ["fusion.method", "fusion.weights", "confidence.threshold", "citation.min_score"]

@@ -13,7 +13,7 @@ from tuner.data.dataset import Query
 from tuner.evaluation.mapping import Hit, ParsedResponse
 from tuner.evaluation.outcomes import FailedQuery, QueryResponse
 from tuner.evaluation.result import query_record
-from tuner.study.pruning import (
+from tuner.study.trial.pruning import (
     OOSBudget,
     OOSBudgetExceeded,
     QueryReporter,
@@ -184,7 +184,7 @@ def test_wilcoxon_pruner_prunes_a_clearly_worse_trial_with_per_query_reports():
 def test_reporter_factory_wires_pruner_mode_and_oos_budget():
     from tuner.config.objective import Constraint
     from tuner.data.dataset import QuerySet
-    from tuner.study.pruning import oos_bound, reporter_factory
+    from tuner.study.trial.pruning import oos_bound, reporter_factory
 
     qs = QuerySet("d", "h", tuple([Query(f"q{i}", "t", "x", "s", "in") for i in range(6)]
                                   + [Query(f"o{i}", "t", "x", "s", "oos") for i in range(10)]))

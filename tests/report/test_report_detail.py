@@ -18,7 +18,7 @@ from tuner.evaluation.result import evaluate_responses
 from tuner.metrics import PRIMARY_SCORECARD
 from tuner.report import ReportContext, load_report, write_reports
 from tuner.report.plots import pr_curve_figure
-from tuner.study.threshold import CONFIDENCE_PARAM, MIN_SCORE_PARAM, GateRange, solve_batch
+from tuner.study.gates.threshold import CONFIDENCE_PARAM, MIN_SCORE_PARAM, GateRange, solve_batch
 
 GATES = [GateRange(CONFIDENCE_PARAM, 0.0, 0.9, 0.01), GateRange(MIN_SCORE_PARAM, 0.0, 0.5, 0.01)]
 SLIM_COLUMNS = ["query_id", "query_type", "source", "scope", "status", "handoff", "handoff_reason", "confidence",
@@ -30,7 +30,7 @@ SNAPSHOT = "fusion:\n  method: rrf\n  rrf_k: 60\nconfidence:\n  threshold: 0.0\n
 @pytest.fixture(scope="module")
 def solved():
     """A 300-query batch retrieved with the gates at their low end, solved and re-gated
-    as a study trial does (tuner.study.trial._solve)."""
+    as a study trial does (tuner.study.trial.runner._solve)."""
     qs, qrels, responses, failed = synthetic_batch(11, n_in=250, n_oos=50, n_docs=600, depth=50)
     low = [QueryResponse(r.query_id, r.request_id, ParsedResponse(r.response.hits, r.response.confidence, False, "0"),
                          latency_ms=5.0 + i % 7, attempts=1) for i, r in enumerate(responses)]

@@ -12,7 +12,7 @@ from optuna.trial import TrialState, create_trial
 
 from tuner.cli.progress import eta_seconds, fmt_duration
 from tuner.ops import analysis
-from tuner.study.attrs import record_key
+from tuner.study.trial.attrs import record_key
 
 LIMIT = 0.10
 

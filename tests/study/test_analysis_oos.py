@@ -6,7 +6,7 @@ from __future__ import annotations
 from optuna.trial import TrialState, create_trial
 
 from tuner.ops import analysis
-from tuner.study.attrs import record_key
+from tuner.study.trial.attrs import record_key
 
 
 def _trial(number: int, score: float, n_oos: int, variant: str = ""):

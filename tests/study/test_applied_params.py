@@ -1,5 +1,5 @@
 """Every applied config value recorded as an Optuna param under its config key
-(tuner.study.applied_params), on a real search space and real Optuna trials."""
+(tuner.study.trial.applied_params), on a real search space and real Optuna trials."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from optuna.trial import TrialState
 
 from tuner.config.space.loading import load_space
 from tuner.config.space.searchspace import SearchSpace
-from tuner.study.applied_params import applied_params, flatten, record_applied_params
+from tuner.study.trial.applied_params import applied_params, flatten, record_applied_params
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")

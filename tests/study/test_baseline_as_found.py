@@ -23,10 +23,10 @@ from ruamel.yaml import YAML
 from study.fakes import FormulaEvaluator, run_one
 from tuner.config.configpatch import ConfigPatcher
 from tuner.config.space.loading import load_space
-from tuner.study.attrs import assignment_of
-from tuner.study.queue import enqueue_initial
-from tuner.study.storage import ATTR_CONFIG_SEEN
-from tuner.study.trial import TrialRunner
+from tuner.study.storage.queue import enqueue_initial
+from tuner.study.storage.study_storage import ATTR_CONFIG_SEEN
+from tuner.study.trial.attrs import assignment_of
+from tuner.study.trial.runner import TrialRunner
 from tuner.study.wiring import PatcherWriter, initial_variants, record_config_seen
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)

@@ -28,9 +28,9 @@ from study.fakes import CONFIG_TEXT, FileBackend, FormulaEvaluator, TwoParamSpac
 from tuner.config.experiment import load_experiment
 from tuner.data.inputs import InputsWatch, changed_files, expand, fingerprint_inputs
 from tuner.errors import ConfigError, TargetError
-from tuner.study.attrs import ATTR_CACHE_NOTE, ATTR_DATA_FINGERPRINT, reports_of, trial_attr
-from tuner.study.result_cache import ResultCache
-from tuner.study.trial import TrialRunner
+from tuner.study.storage.result_cache import ResultCache
+from tuner.study.trial.attrs import ATTR_CACHE_NOTE, ATTR_DATA_FINGERPRINT, reports_of, trial_attr
+from tuner.study.trial.runner import TrialRunner
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 PYTHON = sys.executable
@@ -289,9 +289,10 @@ def test_a_health_wait_that_returns_no_body_fails_when_a_fingerprint_is_declared
 
 
 def test_the_reference_backends_data_fingerprint_covers_corpus_and_enabled_run_files(tmp_path: Path) -> None:
+    from support.backend import write_backend_config
+
     from fusion_backend.config import load_config
     from fusion_backend.reload import data_fingerprint
-    from support.backend import write_backend_config
 
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text('{"doc_id": "d1", "title": "t", "text": "x"}\n')

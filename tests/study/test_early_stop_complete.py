@@ -1,5 +1,5 @@
 """The OOS early stop ends a trial COMPLETE and infeasible (not PRUNED): a real Optuna
-trial, the real per-query reporter (tuner.study.pruning) and `TrialRunner`; only the
+trial, the real per-query reporter (tuner.study.trial.pruning) and `TrialRunner`; only the
 search engine is scripted (the per-query rows a batch would produce)."""
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ from optuna.trial import TrialState
 from study.fakes import CONFIG_TEXT, FakeResult, FileBackend, FormulaEvaluator, TwoParamSpace, YamlWriter, run_one
 from tuner.config.objective import Constraint
 from tuner.data.dataset import Query, QuerySet
-from tuner.study.attrs import ATTR_EARLY_STOP, ATTR_FAIL_REASON, ATTR_FEASIBLE, metrics_of, named_constraints
-from tuner.study.interfaces import Constraint as TrialConstraint
-from tuner.study.pruning import reporter_factory
-from tuner.study.scoring import LEGACY_CONSTRAINTS_ATTR
-from tuner.study.trial import TrialRunner
+from tuner.study.trial.attrs import ATTR_EARLY_STOP, ATTR_FAIL_REASON, ATTR_FEASIBLE, metrics_of, named_constraints
+from tuner.study.trial.interfaces import Constraint as TrialConstraint
+from tuner.study.trial.pruning import reporter_factory
+from tuner.study.trial.runner import TrialRunner
+from tuner.study.trial.scoring import LEGACY_CONSTRAINTS_ATTR
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

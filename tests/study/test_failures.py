@@ -1,5 +1,5 @@
 """Which failures are the infrastructure's (the study's storage) and which the trial's:
-tuner.study.failures.classify_failure, one table."""
+tuner.study.trial.failures.classify_failure, one table."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import pytest
 import sqlalchemy as sa
 
 from tuner.errors import BackendExited, EvaluationError, HealthTimeout
-from tuner.study.failures import classify_failure, is_retried_infrastructure, not_retried_reason, retried_reason
-from tuner.study.pruning import OOSBudgetExceeded
 from tuner.study.stop import TrialInterrupted
+from tuner.study.trial.failures import classify_failure, is_retried_infrastructure, not_retried_reason, retried_reason
+from tuner.study.trial.pruning import OOSBudgetExceeded
 
 
 def chained(outer: BaseException, *causes: BaseException) -> BaseException:

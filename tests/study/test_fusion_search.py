@@ -1,4 +1,4 @@
-"""The fusion search inside a trial (tuner.study.fusion_search), without a backend: the
+"""The fusion search inside a trial (tuner.study.replay.fusion_search), without a backend: the
 grid honours the space's conditions and bounds, a grid too large goes to a seeded
 optimiser that is reproducible, the ranking puts feasible settings first, and a
 ``replay:`` section that cannot be replayed is refused with its fix."""
@@ -14,7 +14,7 @@ from tuner.config.replay import ReplayConfig
 from tuner.config.space.loading import load_space
 from tuner.errors import ConfigError
 from tuner.evaluation.fusion_replay import FusionSetting
-from tuner.study.fusion_search import ReplayPlan, Scored, ranked, sweep_frame
+from tuner.study.replay.fusion_search import ReplayPlan, Scored, ranked, sweep_frame
 
 REPO = Path(__file__).resolve().parents[2]
 FUSION = {"fusion.method": "method", "fusion.rrf_k": "rrf_k", "fusion.weights": "weights",
@@ -133,7 +133,7 @@ def _fake(grid, *, seed: int, slack: float = 0.0, infeasible_every: int = 7):  #
     """Exact scores for the grid (some tied, some infeasible) and bounds at or above them."""
     import numpy as np
 
-    from tuner.study.threshold import GateBound
+    from tuner.study.gates.threshold import GateBound
 
     rng = np.random.default_rng(seed)
     values = np.round(rng.random(len(grid)), 2)  # two decimals: many exact ties
@@ -189,7 +189,7 @@ def test_a_bounded_grid_finds_the_best_settings_that_scoring_every_one_finds(spa
 
 
 def test_a_bound_below_an_exact_score_is_caught_and_every_setting_scored(space) -> None:
-    from tuner.study.threshold import GateBound
+    from tuner.study.gates.threshold import GateBound
 
     p = plan(space, weight_step=0.25, points=3)
     grid = p.grid({})

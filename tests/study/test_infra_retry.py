@@ -22,12 +22,12 @@ from optuna.trial import TrialState
 
 from study.fakes import score
 from study.test_trial_runner import OOS_LIMIT, make_runner
-from tuner.study.interfaces import Constraint
 from tuner.study.loop import FailureBudget, StudyLoop, StudyObserver
-from tuner.study.outcome import TrialOutcome
-from tuner.study.queue import Variant, count_finished, enqueue_initial
-from tuner.study.retry import infra_summary
-from tuner.study.storage import open_study
+from tuner.study.storage.queue import Variant, count_finished, enqueue_initial
+from tuner.study.storage.retry import infra_summary
+from tuner.study.storage.study_storage import open_study
+from tuner.study.trial.interfaces import Constraint
+from tuner.study.trial.outcome import TrialOutcome
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

@@ -10,7 +10,7 @@ import optuna
 import pytest
 
 from tuner.errors import LabelError
-from tuner.study.storage import ATTR_LABELS
+from tuner.study.storage.study_storage import ATTR_LABELS
 from tuner.study.wiring import labels_mismatch, record_labels_seen
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)

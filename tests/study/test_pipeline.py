@@ -15,11 +15,11 @@ from optuna.trial import TrialState
 from study.fakes import score
 from study.test_trial_runner import make_runner
 from tuner.errors import StudyError
-from tuner.study.attrs import assignment_of
 from tuner.study.loop import FailureBudget, StudyLoop
-from tuner.study.queue import Variant, enqueue_initial, remaining_trials
 from tuner.study.stop import StopFlag
-from tuner.study.storage import open_study
+from tuner.study.storage.queue import Variant, enqueue_initial, remaining_trials
+from tuner.study.storage.study_storage import open_study
+from tuner.study.trial.attrs import assignment_of
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

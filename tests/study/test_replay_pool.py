@@ -1,4 +1,4 @@
-"""Replayed fusion settings scored in helper processes (tuner.study.replay_pool): the same
+"""Replayed fusion settings scored in helper processes (tuner.study.replay.replay_pool): the same
 numbers, in grid order, as scoring them in process; a new context reaches the helpers;
 a helper that dies leaves its share to this process; closing leaves no process behind."""
 
@@ -10,8 +10,8 @@ import pytest
 
 from tuner.config.objective import Constraint
 from tuner.evaluation.fusion_replay import Explained, FusionSetting
-from tuner.study.replay_pool import ReplayContext, ReplayPool, _split
-from tuner.study.threshold import GateRange
+from tuner.study.gates.threshold import GateRange
+from tuner.study.replay.replay_pool import ReplayContext, ReplayPool, _split
 
 N_QUERIES, N_DOCS = 40, 120
 

@@ -1,4 +1,4 @@
-"""Which trials keep full report files (tuner.study.records): the baseline and the best
+"""Which trials keep full report files (tuner.study.trial.records): the baseline and the best
 feasible trial so far; a superseded best is rewritten slim in place (its hard links in
 the artifact store see the slim bytes); every trial when the experiment asks
 (``tracking.report_detail: full``). Real Optuna trials, the fake backend, whose
@@ -15,8 +15,8 @@ from optuna.artifacts import get_all_artifact_meta
 
 from study.fakes import run_one
 from study.test_trial_runner import make_runner
-from tuner.study.attrs import ATTR_VARIANT, reports_of
-from tuner.study.bookkeeping import Bookkeeper, OptunaArtifacts
+from tuner.study.trial.attrs import ATTR_VARIANT, reports_of
+from tuner.study.trial.bookkeeping import Bookkeeper, OptunaArtifacts
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

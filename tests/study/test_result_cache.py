@@ -7,7 +7,7 @@ import sqlite3
 from pathlib import Path
 
 from tuner.data.inputs import InputsFingerprint
-from tuner.study.result_cache import CachedResult, CacheKey, ResultCache, cache_key
+from tuner.study.storage.result_cache import CachedResult, CacheKey, ResultCache, cache_key
 
 BASE = cache_key({"config.yaml": "x: 1\n"}, dataset_hash="d", labels_fingerprint="l", eval_spec_json="{}")
 CORPUS_A = InputsFingerprint({"data/corpus.jsonl": "a" * 64, "data/runs/bm25.run": "r" * 64})
@@ -66,7 +66,7 @@ def test_a_cache_written_before_the_fingerprints_is_migrated_and_still_hits(tmp_
 def test_a_change_of_the_scoring_rules_changes_every_key(monkeypatch) -> None:
     """Results scored under older rules (before repeats were removed from live answers)
     must miss, not answer for the rules now."""
-    import tuner.study.result_cache as rc
+    import tuner.study.storage.result_cache as rc
 
     def key() -> str:
         return cache_key({"config.yaml": "x: 1\n"}, dataset_hash="d", labels_fingerprint="l", eval_spec_json="{}")

@@ -14,9 +14,9 @@ from study.test_trial_runner import OOS_LIMIT, make_runner
 from tuner.errors import StudyError
 from tuner.study.feasibility import best_feasible_trial
 from tuner.study.loop import FailureBudget, StudyLoop
-from tuner.study.queue import Variant, count_finished, enqueue_initial, fail_stale_trials, remaining_trials
 from tuner.study.stop import StopFlag
-from tuner.study.storage import open_study
+from tuner.study.storage.queue import Variant, count_finished, enqueue_initial, fail_stale_trials, remaining_trials
+from tuner.study.storage.study_storage import open_study
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -94,7 +94,7 @@ def test_failure_budget_stops_the_study_with_a_clear_message(tmp_path: Path) -> 
 
 
 def test_failure_budget_total() -> None:
-    from tuner.study.outcome import TrialOutcome
+    from tuner.study.trial.outcome import TrialOutcome
 
     budget = FailureBudget(max_consecutive=None, max_total=2)
     budget.record(TrialOutcome(0, "FAIL", fail_reason="a"))

@@ -15,11 +15,11 @@ from rich.console import Console
 from study.fakes import score
 from study.test_trial_runner import make_runner, run_one
 from tuner.errors import ConfigError, TargetError
-from tuner.study.bookkeeping import Bookkeeper
-from tuner.study.live import spec_fingerprint
 from tuner.study.loop import FailureBudget, StudyLoop
-from tuner.study.result_cache import CachedResult, ResultCache, cache_key
 from tuner.study.stop import StopFlag
+from tuner.study.storage.result_cache import CachedResult, ResultCache, cache_key
+from tuner.study.trial.bookkeeping import Bookkeeper
+from tuner.study.trial.live import spec_fingerprint
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 REPO = Path(__file__).resolve().parents[2]

@@ -7,7 +7,7 @@ import optuna
 import pytest
 import sqlalchemy as sa
 
-from tuner.study.storage import is_transient_storage_error, retry_transient
+from tuner.study.storage.study_storage import is_transient_storage_error, retry_transient
 
 
 def lost_connection() -> Exception:

@@ -9,7 +9,10 @@ import pytest
 from optuna.trial import TrialState
 
 from study.fakes import CONFIG_TEXT, FileBackend, FormulaEvaluator, TwoParamSpace, YamlWriter, oos_rate, run_one, score
-from tuner.study.attrs import (
+from tuner.study.feasibility import best_feasible_trial
+from tuner.study.stop import StopFlag
+from tuner.study.storage.result_cache import ResultCache
+from tuner.study.trial.attrs import (
     ATTR_METRICS,
     ATTR_REPORTS,
     assignment_of,
@@ -18,13 +21,10 @@ from tuner.study.attrs import (
     record_key,
     reports_of,
 )
-from tuner.study.bookkeeping import Bookkeeper, OptunaArtifacts
-from tuner.study.feasibility import best_feasible_trial
-from tuner.study.interfaces import Constraint
-from tuner.study.result_cache import ResultCache
-from tuner.study.scoring import LEGACY_CONSTRAINTS_ATTR
-from tuner.study.stop import StopFlag
-from tuner.study.trial import TrialRunner
+from tuner.study.trial.bookkeeping import Bookkeeper, OptunaArtifacts
+from tuner.study.trial.interfaces import Constraint
+from tuner.study.trial.runner import TrialRunner
+from tuner.study.trial.scoring import LEGACY_CONSTRAINTS_ATTR
 
 OOS_LIMIT = 0.10
 

@@ -1,7 +1,7 @@
 """A trial with a post-retrieval gate: the retrieval runs at the gate's low end, the
 runner solves the gate from the batch, records the solved value and the sweep, and a
 cache hit restores the solved value. The batch is a real BatchResult (the evaluation
-core on synthetic responses); expected values come from tuner.study.threshold.solve on it."""
+core on synthetic responses); expected values come from tuner.study.gates.threshold.solve on it."""
 
 from __future__ import annotations
 
@@ -21,11 +21,11 @@ from study.fakes import FileBackend, YamlWriter
 from tuner.config.space.loading import load_space
 from tuner.evaluation.result import evaluate_responses
 from tuner.report import ReportContext, write_reports
-from tuner.study.attrs import assignment_of, trial_attr
-from tuner.study.interfaces import Constraint
-from tuner.study.result_cache import ResultCache
-from tuner.study.threshold import CONFIDENCE_PARAM, Retrieval, solvable_gates, solve
-from tuner.study.trial import TrialRunner
+from tuner.study.gates.threshold import CONFIDENCE_PARAM, Retrieval, solvable_gates, solve
+from tuner.study.storage.result_cache import ResultCache
+from tuner.study.trial.attrs import assignment_of, trial_attr
+from tuner.study.trial.interfaces import Constraint
+from tuner.study.trial.runner import TrialRunner
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 BOUND = 0.3
@@ -218,7 +218,7 @@ def test_the_studys_pruning_callback_reads_gates_by_role() -> None:
 
     from tuner.config.objective import Constraint as ExpConstraint
     from tuner.data.dataset import Query, QuerySet
-    from tuner.study.threshold import GateRange
+    from tuner.study.gates.threshold import GateRange
     from tuner.study.wiring import reporters_for
 
     qs = QuerySet("d", "h", (Query("q", "t", "x", "s", "in"), Query("o", "t", "x", "s", "oos")))
@@ -247,8 +247,8 @@ def test_a_gate_keeps_its_value_as_found_unless_a_constraint_moves_it_and_the_tr
     from optuna_dashboard._note import get_note_from_system_attrs
     from threshold.test_gate_choice import wide_ties_batch
 
-    from tuner.study.attrs import ATTR_GATES_MOVED
-    from tuner.study.storage import ATTR_CONFIG_SEEN
+    from tuner.study.storage.study_storage import ATTR_CONFIG_SEEN
+    from tuner.study.trial.attrs import ATTR_GATES_MOVED
     from tuner.study.wiring import Prepared, gates_as_found
 
     setup = make_setup(tmp_path, WIDE_CONFIG, WIDE_SPACE, "confidence.threshold")

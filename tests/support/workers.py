@@ -9,8 +9,8 @@ from typing import Any
 
 import optuna
 
-from tuner.study.attrs import ATTR_FAIL_REASON
-from tuner.study.outcome import TrialOutcome
+from tuner.study.trial.attrs import ATTR_FAIL_REASON
+from tuner.study.trial.outcome import TrialOutcome
 
 DEFAULT_TEST_DSN = "postgresql://tuner:tuner@127.0.0.1:5432/tuner_test"
 

@@ -65,15 +65,15 @@ def assert_same_batch(old: Any, new: Any) -> None:
 @contextmanager
 def reference_picks_by_todays_rule(arrays: Any, gates: Sequence[Any]) -> Iterator[None]:
     """Within: the reference solve (reference_solve.py, the margin rule it was written with)
-    takes its row by today's rule (tuner.study.gate_choice: a gate kept as found, else the
+    takes its row by today's rule (tuner.study.gates.gate_choice: a gate kept as found, else the
     least-cutting tie, unless a constraint needs it), so its solution can be compared with
-    the vectorised one whole. ``arrays``: the batch's tuner.study.gate_arrays.HitArrays
+    the vectorised one whole. ``arrays``: the batch's tuner.study.gates.gate_arrays.HitArrays
     (the hits each row shows break ties the gates' values cannot)."""
     import numpy as np
 
     from threshold import reference_solve
-    from tuner.study.gate_arrays import hits_shown
-    from tuner.study.gate_choice import choose_gates
+    from tuner.study.gates.gate_arrays import hits_shown
+    from tuner.study.gates.gate_choice import choose_gates
 
     by_role = {g.role: g for g in gates}
     conf, cut = by_role.get("confidence"), by_role.get("min_score")

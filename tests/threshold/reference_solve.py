@@ -1,5 +1,5 @@
 """Today's gate solve and regate, kept verbatim as the slow reference (the code of
-tuner.study.threshold and tuner.evaluation.regate before they were vectorised; only
+tuner.study.gates.threshold and tuner.evaluation.regate before they were vectorised; only
 Retrieval.from_batch is a function here, and regate scores through the reference copy
 of evaluate_responses in reference_result.py).
 
@@ -23,7 +23,7 @@ from tuner.evaluation import oos
 from tuner.evaluation.mapping import Hit, ParsedResponse
 from tuner.evaluation.oos import threshold_grid
 from tuner.evaluation.outcomes import QueryResponse
-from tuner.study.threshold import (
+from tuner.study.gates.threshold import (
     CONFIDENCE,
     MIN_SCORE,
     ConstraintLike,

@@ -1,4 +1,4 @@
-"""The gate solver's bound (tuner.study.threshold.bound_arrays), which lets a fusion search
+"""The gate solver's bound (tuner.study.gates.threshold.bound_arrays), which lets a fusion search
 skip the exact solve of settings that cannot be among the best: on hostile batches
 whose lists never rise, the feasibility is the solver's exactly and the bound is never
 below the solved objective (and equal to it without a score cut); where no bound holds
@@ -17,9 +17,9 @@ import pytest
 from threshold.test_solve_vectorised import CUTS, MaxFP, gate_sets, hostile_batch
 from tuner.config.objective import Constraint as MetricBound
 from tuner.evaluation.result import evaluate_responses
-from tuner.study.gate_arrays import HitArrays
-from tuner.study.interfaces import Constraint as TrialConstraint
-from tuner.study.threshold import MIN_SCORE, GateRange, bound_arrays, solve_arrays
+from tuner.study.gates.gate_arrays import HitArrays
+from tuner.study.gates.threshold import MIN_SCORE, GateRange, bound_arrays, solve_arrays
+from tuner.study.trial.interfaces import Constraint as TrialConstraint
 
 
 def descending_batch(seed: int, **kw: Any) -> Any:

@@ -1,4 +1,4 @@
-"""Gates that move only when something asks them to (tuner.study.gate_choice, through the
+"""Gates that move only when something asks them to (tuner.study.gates.gate_choice, through the
 per-trial solve and the replayed settings' solve): on a batch whose objective is flat
 over wide ranges of both gates, a gate keeps its value as found; when that value is not
 among the best, the tie that cuts least; and when a constraint needs the gate, the
@@ -14,11 +14,11 @@ from tuner.data.dataset import Query, QuerySet
 from tuner.evaluation.mapping import Hit, ParsedResponse
 from tuner.evaluation.outcomes import QueryResponse
 from tuner.evaluation.result import evaluate_responses
-from tuner.study.gate_arrays import HitArrays
-from tuner.study.gate_choice import choose_gates
-from tuner.study.interfaces import Constraint as TrialConstraint
-from tuner.study.replay_pool import ReplayContext
-from tuner.study.threshold import CONFIDENCE_PARAM, MIN_SCORE_PARAM, GateRange, solve_arrays, solve_batch
+from tuner.study.gates.gate_arrays import HitArrays
+from tuner.study.gates.gate_choice import choose_gates
+from tuner.study.gates.threshold import CONFIDENCE_PARAM, MIN_SCORE_PARAM, GateRange, solve_arrays, solve_batch
+from tuner.study.replay.replay_pool import ReplayContext
+from tuner.study.trial.interfaces import Constraint as TrialConstraint
 
 N_IN, N_OOS = 12, 6
 #: in-scope confidences 0.55..0.9, OOS ones 0.2..0.4: any threshold in [0, 0.55] answers
@@ -111,7 +111,7 @@ def test_the_replayed_settings_solve_chooses_the_same(found, constraints):
     arrays = HitArrays.from_batch(batch)
     replayed = solve_arrays(arrays, gates(*found), constraints=constraints, full=False)
     assert (replayed.values, replayed.moved, replayed.objective) == (live.values, live.moved, live.objective)
-    # what a replay trial scores each fusion setting with (tuner.study.replay_pool)
+    # what a replay trial scores each fusion setting with (tuner.study.replay.replay_pool)
     named = dict(zip(("confidence", "cutoff"), gates(*found), strict=True))
     context = ReplayContext({}, arrays.query_ids, tuple(arrays.is_oos), batch.qrels, 6, "linear", named,
                             "Primary_Metric_Score", constraints)
@@ -137,8 +137,7 @@ def test_the_rule_on_plain_columns():
 
 def test_the_hits_a_row_shows_are_counted_query_by_query():
     from threshold.test_solve_vectorised import batch_of
-
-    from tuner.study.gate_arrays import hits_shown
+    from tuner.study.gates.gate_arrays import hits_shown
 
     batch = batch_of(7)  # hostile: failed, empty, unscored-free, handed-off and OOS queries
     arrays = HitArrays.from_batch(batch)

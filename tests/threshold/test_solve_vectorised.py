@@ -28,9 +28,8 @@ from tuner.evaluation.outcomes import FailedQuery, QueryResponse
 from tuner.evaluation.regate import regate
 from tuner.evaluation.result import evaluate_responses
 from tuner.evaluation.summary import column_mean, column_means
-from tuner.study.gate_arrays import HitArrays
-from tuner.study.interfaces import Constraint as TrialConstraint
-from tuner.study.threshold import (
+from tuner.study.gates.gate_arrays import HitArrays
+from tuner.study.gates.threshold import (
     CONFIDENCE_PARAM,
     MIN_SCORE_PARAM,
     GateRange,
@@ -40,6 +39,7 @@ from tuner.study.threshold import (
     solve_batch,
     sweep,
 )
+from tuner.study.trial.interfaces import Constraint as TrialConstraint
 
 CUTS = (0.0, 0.6, 0.1)  # the min_score grid: 0.0, 0.1, ..., 0.6
 
@@ -218,7 +218,7 @@ def test_unscored_hits_are_refused_by_a_score_gate_and_kept_by_a_confidence_gate
 
 
 def test_the_pick_rule_on_a_table_is_the_solutions_row() -> None:
-    from tuner.study.threshold import _pick
+    from tuner.study.gates.threshold import _pick
 
     sol = solve_batch(batch_of(62), gate_sets()[0], constraints=constraint_sets()[1])
     row = sol.table.loc[_pick(sol.table, "Primary_Metric_Score")]

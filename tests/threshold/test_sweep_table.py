@@ -8,8 +8,8 @@ import pytest
 
 from threshold.test_threshold import MaxFP, synthetic_batch
 from tuner.evaluation.result import evaluate_responses
-from tuner.study.sweep_table import CHOSEN, slim_sweep
-from tuner.study.threshold import CONFIDENCE_PARAM, MIN_SCORE_PARAM, GateRange, Retrieval, solve
+from tuner.study.gates.sweep_table import CHOSEN, slim_sweep
+from tuner.study.gates.threshold import CONFIDENCE_PARAM, MIN_SCORE_PARAM, GateRange, Retrieval, solve
 
 GATES = [GateRange(CONFIDENCE_PARAM, 0.0, 0.9, 0.01), GateRange(MIN_SCORE_PARAM, 0.0, 0.5, 0.01)]
 NAMES = [g.param for g in GATES]

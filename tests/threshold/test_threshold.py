@@ -13,7 +13,7 @@ from tuner.errors import ConfigError
 from tuner.evaluation.mapping import Hit, ParsedResponse
 from tuner.evaluation.outcomes import FailedQuery, QueryResponse
 from tuner.evaluation.result import evaluate_responses
-from tuner.study.threshold import CONFIDENCE_PARAM, MIN_SCORE_PARAM, GateRange, Retrieval, solve
+from tuner.study.gates.threshold import CONFIDENCE_PARAM, MIN_SCORE_PARAM, GateRange, Retrieval, solve
 
 # Another backend's names for the same two gates: solved by role, not by key.
 RENAMED = ("rag.min_confidence", "rag.cutoff")
@@ -153,7 +153,7 @@ def test_grid_includes_both_ends():
 
 def test_gates_come_from_the_search_space_and_solve_batch_matches_solve(tmp_path):
     from tuner.config.space.loading import load_space
-    from tuner.study.threshold import retrieval_values, solvable_gates, solve_batch
+    from tuner.study.gates.threshold import retrieval_values, solvable_gates, solve_batch
 
     space_file = tmp_path / "space.yaml"
     space_file.write_text(
@@ -219,7 +219,7 @@ def test_a_renamed_gate_is_solved_and_reported_like_the_reference_key(seed, gate
 
 def test_a_gated_space_with_renamed_keys_gives_roled_gates(tmp_path):
     from tuner.config.space.loading import load_space
-    from tuner.study.threshold import retrieval_values, solvable_gates, solve_batch
+    from tuner.study.gates.threshold import retrieval_values, solvable_gates, solve_batch
 
     space_file = tmp_path / "space.yaml"
     space_file.write_text(
@@ -240,7 +240,7 @@ def test_a_gated_space_with_renamed_keys_gives_roled_gates(tmp_path):
 @pytest.mark.parametrize(("role", "unmapped"), [("confidence", {"confidence": None}), ("min_score", {"score": None})])
 def test_a_gate_needs_its_response_field_mapped(role, unmapped):
     from tuner.evaluation.spec import ResponseMapping
-    from tuner.study.threshold import check_gate_mapping
+    from tuner.study.gates.threshold import check_gate_mapping
 
     gate = GateRange("rag.gate", 0.0, 0.5, role=role)
     check_gate_mapping([gate], ResponseMapping(confidence="conf", score="s"))

@@ -21,10 +21,10 @@ from tuner.report.tracking import (
     TrialRecord,
     mlflow_name,
 )
-from tuner.study.bookkeeping import Bookkeeper
 from tuner.study.loop import StudyLoop
-from tuner.study.queue import Variant, enqueue_initial
-from tuner.study.storage import open_study
+from tuner.study.storage.queue import Variant, enqueue_initial
+from tuner.study.storage.study_storage import open_study
+from tuner.study.trial.bookkeeping import Bookkeeper
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

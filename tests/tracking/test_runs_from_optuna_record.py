@@ -17,8 +17,8 @@ import optuna
 import pytest
 from mlflow import MlflowClient
 from optuna.trial import TrialState
-
 from study.fakes import CONFIG_TEXT, FileBackend, FormulaEvaluator, TwoParamSpace, YamlWriter, score
+
 from tuner.report.mlflow_values import trial_run_name
 from tuner.report.tracking import (
     INTERRUPTED,
@@ -32,9 +32,9 @@ from tuner.report.tracking import (
     TrialRecord,
 )
 from tuner.study.feasibility import best_feasible_trial
-from tuner.study.interfaces import Constraint
-from tuner.study.tracking_record import TAG_RECOVERED, OptunaRecords, close_killed_runs
-from tuner.study.trial import TrialRunner
+from tuner.study.trial.interfaces import Constraint
+from tuner.study.trial.runner import TrialRunner
+from tuner.study.trial.tracking_record import TAG_RECOVERED, OptunaRecords, close_killed_runs
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 STUDY = "killed"
@@ -228,7 +228,7 @@ def test_a_workers_trial_finds_its_config_snapshot_in_its_replicas_folder(tmp_pa
     with the replica's copy of the config (config.replica-2.yaml)."""
     from optuna.distributions import FloatDistribution
 
-    from tuner.study.attrs import ATTR_ASSIGNMENT, ATTR_METRICS, record_key
+    from tuner.study.trial.attrs import ATTR_ASSIGNMENT, ATTR_METRICS, record_key
 
     trial = optuna.trial.create_trial(
         state=TrialState.COMPLETE, value=0.5, params={"x": 0.5}, distributions={"x": FloatDistribution(0, 1)},

@@ -19,10 +19,10 @@ from study.test_trial_runner import make_runner
 from tuner.cli.progress import RichProgress
 from tuner.ops import analysis
 from tuner.report.tracking import TAG_TRIAL, MlflowTracker
-from tuner.study.attrs import ATTR_PHASES, trial_attr
-from tuner.study.bookkeeping import Bookkeeper
 from tuner.study.loop import StudyLoop
-from tuner.study.outcome import NOT_IN_DURATION
+from tuner.study.trial.attrs import ATTR_PHASES, trial_attr
+from tuner.study.trial.bookkeeping import Bookkeeper
+from tuner.study.trial.outcome import NOT_IN_DURATION
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 N_TRIALS = 5

@@ -20,10 +20,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: run as a
 from support.workers import ObjectiveRunner  # noqa: E402
 
 from tuner.config.workers import WorkerSettings  # noqa: E402
-from tuner.study.attrs import ATTR_ASSIGNMENT, set_record  # noqa: E402
 from tuner.study.loop import StudyLoop  # noqa: E402
-from tuner.study.queue import Variant, enqueue_initial, enqueue_once  # noqa: E402
-from tuner.study.storage import make_storage  # noqa: E402
+from tuner.study.storage.queue import Variant, enqueue_initial, enqueue_once  # noqa: E402
+from tuner.study.storage.study_storage import make_storage  # noqa: E402
+from tuner.study.trial.attrs import ATTR_ASSIGNMENT, set_record  # noqa: E402
 
 VARIANTS = [Variant("baseline", {"x": 0.5, "y": 1}), Variant("shortlist-1", {"x": 0.25, "y": 3})]
 

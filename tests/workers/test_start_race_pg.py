@@ -3,14 +3,14 @@
 Optuna's RDBStorage creates its schema in its constructor with check-then-create steps,
 so workers that start together on an empty database race on it (`CREATE TYPE
 studydirection ... already exists` on PostgreSQL, `table ... already exists` on SQLite).
-`tuner.study.database.rdb_storage` serialises that step. Each round gets a brand-new empty
+`tuner.study.storage.database.rdb_storage` serialises that step. Each round gets a brand-new empty
 database (a new schema when the test role may not create databases: see fresh_pg_url in
 conftest.py) or SQLite file, and PROCESSES children that import everything, report
 ready and block on a pipe; the parent closes the pipe once all are ready, which releases
 them together. Released, each opens the storage; a second such barrier then makes them
 call ``optuna.create_study(load_if_exists=True)`` together too (optuna turns the losers'
 unique-name violation into loading the study), and each enqueues one trial under
-`tuner.study.database.database_lock` if the study has none yet.
+`tuner.study.storage.database.database_lock` if the study has none yet.
 
 This module is also the child: ``python test_start_race_pg.py MODE URL STUDY READY_FD GO_FD GO2_FD``.
 """
@@ -37,7 +37,7 @@ def child(mode: str, url: str, study_name: str, ready_fd: int, go_fd: int, go2_f
     import optuna
 
     from tuner.dburl import sqlalchemy_url
-    from tuner.study.database import database_lock, rdb_storage
+    from tuner.study.storage.database import database_lock, rdb_storage
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     os.write(ready_fd, b"r")
@@ -196,7 +196,7 @@ def test_a_bare_rdbstorage_loses_the_same_race(backend: str, request: pytest.Fix
 @pytest.mark.parametrize("backend", [pytest.param("postgresql", marks=pytest.mark.integration), "sqlite"])
 def test_a_lock_held_too_long_names_the_fix(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> None:
     from tuner.errors import StudyError
-    from tuner.study.database import database_lock
+    from tuner.study.storage.database import database_lock
 
     url = request.getfixturevalue("pg_fresh")[0]() if backend == "postgresql" else sqlite_urls(tmp_path)()
     with database_lock(url), pytest.raises(StudyError) as err, database_lock(url, timeout_s=0.5):
@@ -207,7 +207,7 @@ def test_a_lock_held_too_long_names_the_fix(backend: str, request: pytest.Fixtur
 
 
 def test_rdb_storage_passes_its_keywords_to_rdbstorage(tmp_path: Path) -> None:
-    from tuner.study.database import rdb_storage
+    from tuner.study.storage.database import rdb_storage
 
     storage = rdb_storage(sqlite_urls(tmp_path)(), heartbeat_interval=7, grace_period=20,
                           engine_kwargs={"connect_args": {"timeout": 30}})

@@ -24,8 +24,8 @@ from optuna.trial import TrialState
 from support.workers import retries_of
 
 from tuner.ops.demo import write_backend_config
-from tuner.study.attrs import assignment_of
-from tuner.study.storage import ATTR_REPLICA
+from tuner.study.storage.study_storage import ATTR_REPLICA
+from tuner.study.trial.attrs import assignment_of
 from workers.replica_setup import write_experiment
 
 REPO = Path(__file__).resolve().parents[2]

@@ -1,4 +1,4 @@
-"""Storage rules and settings of the workers (tuner.study.storage) that need no database server."""
+"""Storage rules and settings of the workers (tuner.study.storage.study_storage) that need no database server."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from tuner.config.workers import WorkerSettings
 from tuner.dburl import redact, sqlalchemy_url
 from tuner.errors import StudyError
 from tuner.study.loop import StudyLoop
-from tuner.study.queue import enqueue_once
 from tuner.study.stop import StopFlag
-from tuner.study.storage import check_storage, make_storage, storage_dialect
+from tuner.study.storage.queue import enqueue_once
+from tuner.study.storage.study_storage import check_storage, make_storage, storage_dialect
 
 
 def test_sqlite_with_several_workers_is_refused_with_the_reason():
@@ -45,7 +45,7 @@ def test_settings_reject_a_grace_period_shorter_than_the_heartbeat():
 def test_single_worker_on_sqlite_runs_to_the_study_wide_count(tmp_path):
     """The loop on a real SQLite storage: budget counted study-wide, pruned and failed
     trials handled, variants queued once even when enqueue runs twice."""
-    from tuner.study.queue import Variant, enqueue_initial
+    from tuner.study.storage.queue import Variant, enqueue_initial
 
     storage = make_storage(f"sqlite:///{tmp_path / 'study.db'}", WorkerSettings(heartbeat_interval_s=1))
     study = optuna.create_study(study_name="s", storage=storage, direction="maximize")

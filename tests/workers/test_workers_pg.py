@@ -20,7 +20,7 @@ import pytest
 from optuna.trial import TrialState
 from support.workers import retries_of
 
-from tuner.study.attrs import ATTR_VARIANT, RECORDS, assignment_of, trial_attr
+from tuner.study.trial.attrs import ATTR_VARIANT, RECORDS, assignment_of, trial_attr
 
 WORKER = Path(__file__).with_name("cheap_worker.py")
 

@@ -96,7 +96,7 @@ def _apply(
         console.print("the config files already hold this trial's values; nothing to apply")
         return
     console.print(_colored_diff(plan.diff), soft_wrap=True)
-    if plan.gates_moved:  # the other solved gates are written as found (tuner.study.gate_choice)
+    if plan.gates_moved:  # the other solved gates are written as found (tuner.study.gates.gate_choice)
         console.print(f"gates moved by a constraint: {plan.gates_moved}", soft_wrap=True, highlight=False, markup=False)
     if plan.drift:
         how = "--force given: written anyway" if force else "a real apply stops here"

@@ -30,7 +30,7 @@ def demo_command(
 
     from tuner.config.experiment import load_experiment
     from tuner.ops.demo import DEMO_EXPERIMENT, find_project, prepare_demo
-    from tuner.study.locks import patch_rights
+    from tuner.study.storage.locks import patch_rights
 
     console = Console()
     quiet_libraries()

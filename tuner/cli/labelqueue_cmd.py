@@ -48,7 +48,7 @@ def queue_command(
     from tuner.config.experiment import load_experiment
     from tuner.errors import InputError
     from tuner.ops.labelqueue import build_queue, load_trial_report, pick_trials, report_of, write_queue
-    from tuner.study.storage import load_study
+    from tuner.study.storage.study_storage import load_study
 
     if fmt is not None and fmt not in ("csv", "jsonl"):
         raise InputError(f"--format {fmt!r}: use csv or jsonl")

@@ -22,7 +22,7 @@ from rich.text import Text
 
 from tuner.ops import analysis
 from tuner.study.loop import StudyObserver
-from tuner.study.outcome import TrialOutcome
+from tuner.study.trial.outcome import TrialOutcome
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -165,7 +165,7 @@ def trial_line(outcome: TrialOutcome, objective: str, *, constrained: bool = Tru
     """One permanent line per finished trial. The OOS rate of a batch without OOS
     queries, and the verdict of a study without constraints, print ``n/a``: a "0.000
     feasible" there would be a number nothing measured."""
-    took = outcome.duration_s  # the one definition (tuner.study.outcome.trial_seconds), as stored
+    took = outcome.duration_s  # the one definition (tuner.study.trial.outcome.trial_seconds), as stored
     parts: list[tuple[str, str] | str] = [(f"#{outcome.number:<3}", "bold")]
     if outcome.state == "COMPLETE":
         feasible = outcome.feasible

@@ -26,7 +26,7 @@ def best_command(
     from tuner.cli import best_tables as bt
     from tuner.config.experiment import load_experiment
     from tuner.ops import analysis
-    from tuner.study.storage import load_study
+    from tuner.study.storage.study_storage import load_study
 
     console = Console()
     exp = load_experiment(experiment, check_paths=False)
@@ -100,7 +100,7 @@ def report_command(
     """All trials to CSV and Markdown, plus PNG plots (history, importances, score vs OOS)."""
     from tuner.config.experiment import load_experiment
     from tuner.ops import analysis
-    from tuner.study.storage import load_study
+    from tuner.study.storage.study_storage import load_study
 
     console = Console()
     exp = load_experiment(experiment, check_paths=False)

@@ -134,7 +134,7 @@ def run_and_report(
 def _print_summary(console: Console, exp: Any, summary: Any) -> None:
     from tuner.cli.progress import fmt_duration, summary_tables
     from tuner.ops import analysis
-    from tuner.study.storage import load_study
+    from tuner.study.storage.study_storage import load_study
 
     maximize = exp.objective.direction == "maximize"
     for warning in summary.warnings:
@@ -154,7 +154,7 @@ def _print_summary(console: Console, exp: Any, summary: Any) -> None:
         f"{summary.n_trials_total} trials in total",
         soft_wrap=True,
     )
-    from tuner.study.retry import infra_summary
+    from tuner.study.storage.retry import infra_summary
 
     infra = infra_summary(result.infra_failed)
     if infra:

@@ -41,7 +41,7 @@ def workers_command(
     import time
 
     from tuner.config.experiment import load_experiment
-    from tuner.study.storage import check_storage
+    from tuner.study.storage.study_storage import check_storage
 
     console = Console(stderr=True)
     exp = load_experiment(experiment)
@@ -177,7 +177,7 @@ def worker_command(
         f"{summary.result.stopped_by}; config restored: "
         f"{', '.join(map(str, summary.restored)) or 'unchanged'}"
     )
-    from tuner.study.retry import infra_summary
+    from tuner.study.storage.retry import infra_summary
 
     infra = infra_summary(summary.result.infra_failed)
     if infra:

@@ -6,7 +6,7 @@ grade for the query's labels. ``score_result`` (tuner.evaluation.result) builds 
 batch and keeps it on the BatchResult (``hit_table``). The scorecard's grade rows are
 cut from it (``batch``: each query's first n hits, through tuner.metrics.from_grades),
 so a batch re-scored with fewer hits (tuner.evaluation.regate: ``filtered``) or at every
-score cut-off (the gate solver, tuner.study.threshold) never looks a document up again.
+score cut-off (the gate solver, tuner.study.gates.threshold) never looks a document up again.
 
 A live answer holds each document once (tuner.evaluation.mapping removes the later
 copies before ranks are assigned). The grade rows are those ``tuner.metrics.prepare``

@@ -1,13 +1,13 @@
 """A batch re-scored as if the backend had applied post-retrieval gates: pure, no I/O.
 
-A trial that solves its gates (tuner.study.threshold: a ``confidence`` and/or a ``min_score``
+A trial that solves its gates (tuner.study.gates.threshold: a ``confidence`` and/or a ``min_score``
 gate, whatever their config keys) retrieves with the gates at the low end of their
 ranges, then scores the solved values client-side. The gates come in by role, never by
 key, so any backend's gates re-score the same way. ``regate`` turns that retrieval into the BatchResult the backend
 would have produced at the solved values, so the trial's reports (report.json,
 report.md, the per-query CSV) describe the same numbers as the trial's score.
 
-Gate model (the same as tuner.study.threshold's, so both give the same metrics):
+Gate model (the same as tuner.study.gates.threshold's, so both give the same metrics):
 
 - a hit is kept when its score >= min_score (up to rounding); a hit without a score
   is kept, since nothing can be compared;
@@ -40,7 +40,7 @@ from tuner.evaluation.oos import threshold_grid
 from tuner.evaluation.outcomes import UnjudgedHit
 from tuner.evaluation.result import INFO_COLUMNS, PRIMARY, BatchResult, score_result
 
-#: the reference backend keeps scores equal to min_score up to rounding (as tuner.study.threshold)
+#: the reference backend keeps scores equal to min_score up to rounding (as tuner.study.gates.threshold)
 _EPS = 1e-9
 _ROW_COLUMNS = [c for c in INFO_COLUMNS if c != "answered"]  # what score_result takes
 

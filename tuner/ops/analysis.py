@@ -24,7 +24,7 @@ from tuner.files import atomic_write_text, atomic_write_with
 from tuner.metrics.scorecard import PRIMARY_METRIC, PRIMARY_SCORECARD
 from tuner.ops.verdicts import CONSTRAINT_PREFIX, parse_constraint, verdicts
 from tuner.ops.verdicts import JUDGED as JUDGED  # re-exported: the CLI's tables name the column
-from tuner.study.attrs import (
+from tuner.study.trial.attrs import (
     ATTR_CACHE_HIT,
     ATTR_DURATION,
     ATTR_EARLY_STOP,
@@ -38,7 +38,7 @@ from tuner.study.attrs import (
     named_constraints,
     trial_attr,
 )
-from tuner.study.outcome import trial_seconds
+from tuner.study.trial.outcome import trial_seconds
 
 PARAM_PREFIX = "param:"
 
@@ -113,7 +113,7 @@ def trials_frame(trials: Iterable[Any]) -> pd.DataFrame:
 
 
 def trial_duration(t: Any) -> float:
-    """The trial's duration as the run printed it (tuner.study.outcome.trial_seconds): its
+    """The trial's duration as the run printed it (tuner.study.trial.outcome.trial_seconds): its
     ``duration_s`` attribute, else (a study recorded before it) the sum of its phase
     record; never Optuna's start-to-complete span, which in the pipelined loop covers
     the neighbouring trials too. NaN for a trial with neither (running, or waiting)."""

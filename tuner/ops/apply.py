@@ -34,9 +34,9 @@ from typing import TYPE_CHECKING, Any
 import optuna
 
 from tuner.errors import LabelError, StudyError, TunerError
-from tuner.study.attrs import ATTR_GATES_MOVED, ATTR_VARIANT, assignment_of, trial_attr
 from tuner.study.feasibility import is_feasible, pick_trial
-from tuner.study.storage import ATTR_CONFIG_SEEN, load_study
+from tuner.study.storage.study_storage import ATTR_CONFIG_SEEN, load_study
+from tuner.study.trial.attrs import ATTR_GATES_MOVED, ATTR_VARIANT, assignment_of, trial_attr
 from tuner.study.wiring import Prepared, labels_mismatch, prepare
 
 if TYPE_CHECKING:
@@ -58,7 +58,7 @@ class ApplyPlan:
     #: (param, value the study saw, value now, value the trial writes)
     drift: list[tuple[str, Any, Any, Any]] = field(default_factory=list)
     #: which constraint moved a solved gate of the trial off its value as found, from what
-    #: to what (tuner.study.gate_choice); None: every solved gate keeps its value as found
+    #: to what (tuner.study.gates.gate_choice); None: every solved gate keeps its value as found
     #: or moved only for the objective
     gates_moved: str | None = None
 
@@ -88,8 +88,8 @@ class ApplyResult:
 
 
 def apply_rights(experiment: Experiment) -> Any:
-    """The locks a real apply holds from planning to its last restart (tuner.study.locks)."""
-    from tuner.study.locks import patch_rights
+    """The locks a real apply holds from planning to its last restart (tuner.study.storage.locks)."""
+    from tuner.study.storage.locks import patch_rights
 
     return patch_rights(
         experiment.storage, experiment.study, experiment.target.config_files, mode="exclusive", command="tuner apply"
@@ -202,8 +202,8 @@ def apply_plan(
     The preflight's static checks run before anything is written (PreflightError); its
     batch checks run on the re-measured batch, and a stop there rolls back like a miss."""
     from tuner.ops.check import static_preflight
-    from tuner.study.live import LiveEvaluator
     from tuner.study.preflight import check_batch
+    from tuner.study.trial.live import LiveEvaluator
     from tuner.targets.factory import make_target
     from tuner.targets.health import wait_target_healthy
 

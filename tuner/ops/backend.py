@@ -22,10 +22,10 @@ def served_as_found(experiment: Any, *, command: str) -> Iterator[dict[str, Any]
     healthy, yield its health answer; stop it on the way out, whatever happened.
 
     ``experiment`` has its port bound (``Experiment.bind_port``). The config locks are
-    held meanwhile (tuner.study.locks): a run with a trial's values in the files stops
+    held meanwhile (tuner.study.storage.locks): a run with a trial's values in the files stops
     this with LockHeld naming it, and no run patches them while this backend reads them.
     """
-    from tuner.study.file_locks import config_locks
+    from tuner.study.storage.file_locks import config_locks
     from tuner.targets.factory import make_target
     from tuner.targets.health import wait_target_healthy
 

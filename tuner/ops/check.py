@@ -131,11 +131,11 @@ def live_preflight(
 def replay_finding(prepared: Prepared, queries: Any, seed: int, *, abort: Abort | None = None) -> Finding:
     """Fusion replay checked before the first trial: the queries run once, explained, on
     the config as found, and every answer replayed at the setting the backend served
-    (tuner.study.replay_measure.served_problem). A stop when it cannot be replayed."""
+    (tuner.study.trial.replay_measure.served_problem). A stop when it cannot be replayed."""
     from tuner.errors import TunerError
     from tuner.evaluation.client import BatchAborted
     from tuner.evaluation.explain_batch import run_explained
-    from tuner.study.replay_measure import served_problem
+    from tuner.study.trial.replay_measure import served_problem
 
     exp, plan = prepared.experiment, prepared.replay
     try:
@@ -280,7 +280,7 @@ def preflight_on_target(
 
 def check_experiment(experiment: Any, *, full: bool = False, seed: int = 0) -> tuple[PreflightReport, list[str]]:
     """`tuner check`: every check on the config as found, on a backend started for it
-    (and stopped after), holding the config locks (tuner.study.locks) while the backend runs.
+    (and stopped after), holding the config locks (tuner.study.storage.locks) while the backend runs.
     Never replays or touches a restore journal: one that exists belongs to a killed
     run, which the next `tuner run` replays. Returns the
     report and the experiment's own warnings (space vs config, sampler)."""
@@ -297,7 +297,7 @@ def check_experiment(experiment: Any, *, full: bool = False, seed: int = 0) -> t
         report.findings.insert(0, Finding("journal", "warn", found.line(recover_hint(experiment.source))))
     if any(f.code == "template_field" for f in report.stops):
         return report, prepared.warnings  # every request would fail: nothing to send
-    from tuner.study.file_locks import config_locks
+    from tuner.study.storage.file_locks import config_locks
 
     # The backend it starts reads the config files: not while a run has a trial's values
     # in them (LockHeld names the run), and no run patches them while it measures.

@@ -9,7 +9,7 @@ All of it is pure (argv, URLs, environment); `tuner.ops.dashboard_procs.Dashboar
 the specs. Only tuner/cli/ prints.
 
 Store URLs reach the UIs as `ui_store` makes them: ``postgresql://`` names the installed
-driver (tuner.study.database.sqlalchemy_url; SQLAlchemy's default, psycopg 3, is often not
+driver (tuner.study.storage.database.sqlalchemy_url; SQLAlchemy's default, psycopg 3, is often not
 installed), and a PostgreSQL password moves from the URL into the UI's environment as
 ``PGPASSWORD``, which libpq (psycopg2 and psycopg alike) reads when the URL has none. A
 process's command line is world-readable (``ps``, /proc/PID/cmdline), its environment
@@ -93,7 +93,7 @@ def _shell_command(argv: Sequence[str], env: dict[str, str]) -> str:
 def dashboard_commands(experiment: Any) -> dict[str, str]:
     """Shell commands that open the two UIs on this experiment's stores (printed by
     `tuner run` and `tuner demo`). They hold no password (see `ui_store`)."""
-    from tuner.study.paths import StudyPaths
+    from tuner.study.storage.paths import StudyPaths
 
     paths = StudyPaths(experiment.state_dir, experiment.study)
     storage, storage_env = _printable_store(experiment.storage)
@@ -127,7 +127,7 @@ def ui_specs(
 ) -> list[UiSpec]:
     """The UIs for ``experiment`` (a `tuner.config.experiment.Experiment`): optuna-dashboard
     always, MLflow when tracking is enabled."""
-    from tuner.study.paths import StudyPaths
+    from tuner.study.storage.paths import StudyPaths
 
     _require_storage(experiment.storage, experiment.source)
     storage, storage_env = ui_store(experiment.storage)

@@ -29,7 +29,7 @@ from tuner.data.labels import ImportSummary, LabelStore
 from tuner.errors import InputError
 from tuner.files import atomic_write_text
 from tuner.ops import analysis
-from tuner.study.attrs import reports_of
+from tuner.study.trial.attrs import reports_of
 
 QueueFormat = Literal["csv", "jsonl"]
 CSV_COLUMNS = ("query_id", "query", "doc_id", "title", "best_rank", "n_trials", "relevance")

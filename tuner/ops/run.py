@@ -22,16 +22,22 @@ from tuner.errors import DiskFull, StudyError, TargetError, TunerError
 from tuner.evaluation.holdout import record_split
 from tuner.ops.check import preflight_on_target, static_preflight
 from tuner.ops.dashboard_specs import dashboard_commands
-from tuner.study.attrs import ATTR_VARIANT
-from tuner.study.bookkeeping import Bookkeeper, OptunaArtifacts
 from tuner.study.feasibility import best_feasible_trial, summary_metrics
-from tuner.study.locks import StudyLease, patch_rights
 from tuner.study.loop import FailureBudget, RunResult, StudyLoop, StudyObserver
-from tuner.study.paths import StudyPaths
-from tuner.study.queue import enqueue_initial, fail_stale_trials, remaining_trials, replay_trials_left
 from tuner.study.stop import StopFlag
-from tuner.study.storage import ATTR_ARTIFACT_DIR, ATTR_CONSTRAINTS, ATTR_OBJECTIVE, ATTR_PREFLIGHT, open_study
-from tuner.study.tracking_record import close_killed_runs
+from tuner.study.storage.locks import StudyLease, patch_rights
+from tuner.study.storage.paths import StudyPaths
+from tuner.study.storage.queue import enqueue_initial, fail_stale_trials, remaining_trials, replay_trials_left
+from tuner.study.storage.study_storage import (
+    ATTR_ARTIFACT_DIR,
+    ATTR_CONSTRAINTS,
+    ATTR_OBJECTIVE,
+    ATTR_PREFLIGHT,
+    open_study,
+)
+from tuner.study.trial.attrs import ATTR_VARIANT
+from tuner.study.trial.bookkeeping import Bookkeeper, OptunaArtifacts
+from tuner.study.trial.tracking_record import close_killed_runs
 from tuner.study.wiring import (
     Prepared,
     adopt_backend,
@@ -124,7 +130,7 @@ def disk_full_in_state(exc: BaseException, experiment: Experiment) -> DiskFull |
     back as found: the restore runs before any error leaves the run, and the restore
     journal is removed only once every file is back."""
     from tuner.diskspace import disk_full
-    from tuner.study.locks import sqlite_path
+    from tuner.study.storage.locks import sqlite_path
 
     journal = experiment.journal_path
     restored = (

@@ -28,7 +28,7 @@ from tuner.evaluation.holdout import (
 )
 from tuner.files import atomic_write_text
 from tuner.metrics.significance import Test
-from tuner.study.attrs import ATTR_VARIANT, assignment_of
+from tuner.study.trial.attrs import ATTR_VARIANT, assignment_of
 
 REPORT_JSON = "holdout.json"
 REPORT_MD = "holdout.md"
@@ -51,9 +51,9 @@ def holdout_config_of(experiment: Any) -> HoldoutConfig:
 
 
 def validate_holdout(experiment: Any, **kwargs: Any) -> HoldoutRun:
-    """`_validate_holdout` under the study and config locks (tuner.study.locks): it patches the
+    """`_validate_holdout` under the study and config locks (tuner.study.storage.locks): it patches the
     config and may replay a restore journal, so it needs the same rights as a run."""
-    from tuner.study.locks import patch_rights
+    from tuner.study.storage.locks import patch_rights
 
     with patch_rights(
         experiment.storage, experiment.study, experiment.target.config_files, mode="exclusive", command="tuner validate"
@@ -76,8 +76,8 @@ def _validate_holdout(
     on_step: Callable[[str], None] = lambda step: None,
 ) -> HoldoutRun:
     from tuner.study.feasibility import pick_trial
-    from tuner.study.live import LiveEvaluator
-    from tuner.study.storage import load_study
+    from tuner.study.storage.study_storage import load_study
+    from tuner.study.trial.live import LiveEvaluator
     from tuner.study.wiring import prepare
     from tuner.targets.factory import make_target
     from tuner.targets.health import wait_target_healthy

@@ -16,7 +16,7 @@ from tuner.config.objective import Constraint
 
 CONSTRAINT_PREFIX = "constraint:"  # the trials frame's column per constraint (tuner.ops.analysis)
 JUDGED = "Judged@10"
-EARLY_STOP_METRIC = "OOS_FP_Rate"  # the metric an early stop bounds from below (tuner.study.trial)
+EARLY_STOP_METRIC = "OOS_FP_Rate"  # the metric an early stop bounds from below (tuner.study.trial.runner)
 
 
 def parse_constraint(name: str) -> Constraint | None:

@@ -11,8 +11,8 @@ Rules, and why:
 - **PostgreSQL (or MySQL) for more than one worker.** Several workers on one SQLite
   study race on queued trials: two of them can pop the same WAITING trial (optuna
   issues 4621, 4002), so a baseline runs twice and another is lost.
-  tuner.study.storage.check_storage refuses that with the fix in the message.
-- **A shared study lock** (tuner.study.locks): workers share it, a `tuner run` or `apply`
+  tuner.study.storage.study_storage.check_storage refuses that with the fix in the message.
+- **A shared study lock** (tuner.study.storage.locks): workers share it, a `tuner run` or `apply`
   needs it alone, so neither starts while the other patches.
 - **Heartbeats, not "fail every RUNNING trial".** A trial whose heartbeat is older
   than ``grace_period_s`` belongs to a dead worker and is failed by whichever worker
@@ -21,9 +21,9 @@ Rules, and why:
 - **Enqueue once.** The baseline and shortlist are queued by the first worker under a
   storage-wide lock (a PostgreSQL advisory lock) with a study attribute as the
   "done" mark, so N workers starting together queue them exactly once
-  (tuner.study.queue.enqueue_once).
+  (tuner.study.storage.queue.enqueue_once).
 - **Study-wide trial budget.** A worker stops when the study as a whole has
-  ``n_trials`` counted trials, running ones included (tuner.study.queue.count_counted).
+  ``n_trials`` counted trials, running ones included (tuner.study.storage.queue.count_counted).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from tuner.config.workers import WorkerSettings
 from tuner.dburl import redact
 from tuner.errors import StudyError
 from tuner.study.loop import RunResult
-from tuner.study.storage import check_storage, make_storage, storage_lock
+from tuner.study.storage.study_storage import check_storage, make_storage, storage_lock
 
 
 @dataclass
@@ -75,9 +75,9 @@ def run_replica(
     replayed. It always restores the replica's config and stops its backend; a reaper
     does both if this process is killed.
     """
-    from tuner.study.file_locks import config_locks, file_lock
-    from tuner.study.locks import StudyLease
     from tuner.study.stop import StopFlag
+    from tuner.study.storage.file_locks import config_locks, file_lock
+    from tuner.study.storage.locks import StudyLease
     from tuner.targets.replicas import replica_of
 
     check_storage(experiment.storage, n_workers=2)
@@ -128,13 +128,13 @@ def _run_replica(
     use_cache: bool,
 ) -> ReplicaSummary:
     from tuner.ops.check import preflight_on_target, static_preflight
-    from tuner.study.bookkeeping import Bookkeeper, OptunaArtifacts
     from tuner.study.feasibility import summary_metrics
     from tuner.study.loop import FailureBudget, StudyLoop, StudyObserver, fail_stale_heartbeats
-    from tuner.study.paths import StudyPaths
-    from tuner.study.queue import enqueue_initial, enqueue_once
-    from tuner.study.storage import ATTR_CONSTRAINTS, ATTR_OBJECTIVE, open_study
-    from tuner.study.tracking_record import close_killed_runs
+    from tuner.study.storage.paths import StudyPaths
+    from tuner.study.storage.queue import enqueue_initial, enqueue_once
+    from tuner.study.storage.study_storage import ATTR_CONSTRAINTS, ATTR_OBJECTIVE, open_study
+    from tuner.study.trial.bookkeeping import Bookkeeper, OptunaArtifacts
+    from tuner.study.trial.tracking_record import close_killed_runs
     from tuner.study.wiring import (
         adopt_backend,
         build_runner,

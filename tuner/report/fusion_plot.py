@@ -4,7 +4,7 @@ With a two-source weights simplex among the replayed params, the objective is dr
 against the first source's weight share: one line per RRF k (darker: larger k) and one
 per linear normalisation (dashed), infeasible settings as grey crosses, the trial's
 best replayed setting as a star. Without one, the objective of every setting, best
-first. A bounded sweep (``exact`` False on some rows: tuner.study.fusion_search) draws
+first. A bounded sweep (``exact`` False on some rows: tuner.study.replay.fusion_search) draws
 those rows at their upper bound and dots the settings scored exactly; the title counts
 both. Object API with the Agg canvas (never pyplot), as tuner.report.plots.
 """
@@ -23,7 +23,7 @@ DPI = 80
 def fusion_sweep_png(
     table: pd.DataFrame, *, objective: str = "objective", title: str = "Fusion settings scored"
 ) -> bytes:
-    """PNG bytes of ``table`` (tuner.study.fusion_search.sweep_frame: one row per setting,
+    """PNG bytes of ``table`` (tuner.study.replay.fusion_search.sweep_frame: one row per setting,
     ``objective``, ``feasible`` and ``rank`` columns, the params flattened)."""
     from matplotlib import colormaps
     from matplotlib.backends.backend_agg import FigureCanvasAgg

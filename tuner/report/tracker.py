@@ -54,9 +54,9 @@ class TrialRecord:
     # into the run's description
     links: Mapping[str, str] = field(default_factory=dict)
     summary: str | None = None  # short Markdown, the top of the run's description
-    # the trial's duration (tuner.study.outcome.trial_seconds): the run ends this long after it started
+    # the trial's duration (tuner.study.trial.outcome.trial_seconds): the run ends this long after it started
     duration_s: float | None = None
-    # Read back from a finished trial (tuner.study.tracking_record): when it began (ms since
+    # Read back from a finished trial (tuner.study.trial.tracking_record): when it began (ms since
     # the epoch; a run made for it after the fact starts then), and the run id it recorded
     # (None: it recorded none, e.g. the store failed when the run was to be made)
     started_ms: int | None = None

@@ -203,7 +203,7 @@ class MlflowTracker(Tracker):
         the runs its finished trials lack, so MLflow agrees with the Optuna study.
 
         ``finished`` holds the study's finished trials by number, each as the record the
-        live path logs (tuner.study.tracking_record builds them from the Optuna trials).
+        live path logs (tuner.study.trial.tracking_record builds them from the Optuna trials).
         A RUNNING trial run whose trial number is not in ``live_trials`` (the trials a
         live process still runs) is completed from its record when ``finished`` has it:
         the killed process had told Optuna but not logged the run yet (that is

@@ -12,7 +12,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner.errors import StudyError
-from tuner.study.attrs import named_constraints
+from tuner.study.trial.attrs import named_constraints
 
 
 def is_feasible(trial: FrozenTrial) -> bool:

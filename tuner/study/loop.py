@@ -2,7 +2,7 @@
 `tuner worker`: the failure budget, n-trials / timeout limits, the stop flag, the
 study-wide total of workers, Optuna heartbeats for ask/tell and the progress hooks
 (``StudyObserver``). It knows nothing about files, backends or MLflow: the runner
-(tuner.study.trial.TrialRunner, wired by tuner.study.wiring.build_runner) does.
+(tuner.study.trial.runner.TrialRunner, wired by tuner.study.wiring.build_runner) does.
 """
 
 from __future__ import annotations
@@ -19,14 +19,14 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner.errors import StudyError
-from tuner.study.attrs import ATTR_FAIL_REASON, ATTR_VARIANT
-from tuner.study.failures import not_retried_reason, retried_reason
 from tuner.study.feasibility import best_feasible_trial
-from tuner.study.outcome import TrialOutcome
-from tuner.study.queue import count_counted
-from tuner.study.retry import InfraFailure, queue_retry
 from tuner.study.stop import StopFlag
-from tuner.study.storage import ATTR_REPLICA, is_transient_storage_error, retry_transient
+from tuner.study.storage.queue import count_counted
+from tuner.study.storage.retry import InfraFailure, queue_retry
+from tuner.study.storage.study_storage import ATTR_REPLICA, is_transient_storage_error, retry_transient
+from tuner.study.trial.attrs import ATTR_FAIL_REASON, ATTR_VARIANT
+from tuner.study.trial.failures import not_retried_reason, retried_reason
+from tuner.study.trial.outcome import TrialOutcome
 
 _FINISHED = (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED)
 
@@ -93,7 +93,7 @@ class RunResult:
     ran: list[TrialOutcome] = field(default_factory=list)
     stopped_by: str = "n_trials"  # n_trials | timeout | signal | failure_budget | lock_lost
     stale_failed: list[int] = field(default_factory=list)
-    # trials the study's storage failed under (tuner.study.failures), retried or not
+    # trials the study's storage failed under (tuner.study.trial.failures), retried or not
     infra_failed: list[InfraFailure] = field(default_factory=list)
     elapsed_s: float = 0.0
     flush_s: float = 0.0  # waiting for the last trials' bookkeeping at the end
@@ -118,7 +118,7 @@ class StudyLoop:
     live worker, which looks before each trial), records its replica, and the loop
     stops once the study as a whole has ``study_total`` trials counted (finished
     ones plus those running elsewhere, so parallel workers overshoot by at most the
-    trials already running). ``lease`` (tuner.study.locks.StudyLease) is checked before
+    trials already running). ``lease`` (tuner.study.storage.locks.StudyLease) is checked before
     each trial: a study lock lost to another process stops the loop.
     """
 

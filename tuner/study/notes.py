@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from optuna.trial import FrozenTrial, TrialState
 
-from tuner.study.attrs import ATTR_EARLY_STOP, ATTR_MLFLOW_RUN, ATTR_VARIANT, metrics_of, named_constraints
 from tuner.study.feasibility import best_feasible_trial, is_feasible, summary_of
+from tuner.study.trial.attrs import ATTR_EARLY_STOP, ATTR_MLFLOW_RUN, ATTR_VARIANT, metrics_of, named_constraints
 
 if TYPE_CHECKING:
     from tuner.report.tracker import Tracker
@@ -182,7 +182,7 @@ def publish_study(
     apply_hint: str | None = None,
 ) -> None:
     """Write the study note and, with a tracker, the MLflow parent run's summary
-    (``objective``: a tuner.study.interfaces.Objective)."""
+    (``objective``: a tuner.study.trial.interfaces.Objective)."""
     trials = study.get_trials(deepcopy=False)
     note = study_note(
         trials,

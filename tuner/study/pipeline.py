@@ -1,7 +1,7 @@
 """The pipelined trial loop: the backend measures one trial while the tuner ends the
 trial before it and begins the next.
 
-A trial has three stages (tuner.study.trial.TrialRunner): ``begin`` (ask, suggest,
+A trial has three stages (tuner.study.trial.runner.TrialRunner): ``begin`` (ask, suggest,
 render, cache lookup), ``measure`` (patch, reload or restart, the search calls) and
 ``end`` (scoring, solved gates, the record, ``tell``). Only ``measure`` needs the
 backend, so it runs back to back on the loop's thread, and one helper thread does the
@@ -45,13 +45,13 @@ from typing import TYPE_CHECKING, Any
 
 import optuna
 
-from tuner.study.outcome import TrialOutcome
+from tuner.study.trial.outcome import TrialOutcome
 
 if TYPE_CHECKING:
-    from tuner.study.trial import TrialJob, TrialRunner
+    from tuner.study.trial.runner import TrialJob, TrialRunner
 
 SWITCH_INTERVAL_S = 0.0005
-# starts with "interrupted" (tuner.study.queue.INTERRUPTED): it never uses up one of n_trials
+# starts with "interrupted" (tuner.study.storage.queue.INTERRUPTED): it never uses up one of n_trials
 NOT_RUN = (
     "interrupted: the study stopped ({why}) before this trial, begun ahead, was measured; it did not run "
     "and its params are queued again for the next run"

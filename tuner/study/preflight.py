@@ -411,7 +411,7 @@ def check_oos_movable(
     (the backend says nothing configurable is responsible), a warning when a reason names
     only untuned keys (a tuned key may still move what they read). Some of them: a
     warning, the metric measures the others only. Otherwise, with ``gates`` (the solved
-    post-retrieval gates, tuner.study.threshold.GateRange), the batch is re-gated at both
+    post-retrieval gates, tuner.study.gates.threshold.GateRange), the batch is re-gated at both
     ends of their ranges (tuner.evaluation.regate): the same metric at both ends is a
     warning, as the retrieval keys of other trials may still move it."""
     bound = [c for c in constraints if c.metric in OOS_DENOMINATOR_METRICS]

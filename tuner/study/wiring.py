@@ -21,25 +21,25 @@ from tuner.dburl import redact
 from tuner.errors import StudyError
 from tuner.report.resilient import ResilientTracker, fail_fast_http, is_server, server_health, store_probe
 from tuner.report.tracking import MlflowTracker, NullTracker, Tracker
-from tuner.study.bookkeeping import Bookkeeper, OptunaArtifacts
-from tuner.study.interfaces import Constraint as TrialConstraint
-from tuner.study.interfaces import Objective
-from tuner.study.live import LiveEvaluator
 from tuner.study.notes import Links
-from tuner.study.paths import StudyPaths
 from tuner.study.preflight import PreflightReport
-from tuner.study.pruning import trial_order_seed
-from tuner.study.queue import Variant
-from tuner.study.result_cache import ResultCache
 from tuner.study.stop import StopFlag
-from tuner.study.storage import ATTR_CONFIG_SEEN, ATTR_LABELS
-from tuner.study.trial import TrialRunner
+from tuner.study.storage.paths import StudyPaths
+from tuner.study.storage.queue import Variant
+from tuner.study.storage.result_cache import ResultCache
+from tuner.study.storage.study_storage import ATTR_CONFIG_SEEN, ATTR_LABELS
+from tuner.study.trial.bookkeeping import Bookkeeper, OptunaArtifacts
+from tuner.study.trial.interfaces import Constraint as TrialConstraint
+from tuner.study.trial.interfaces import Objective
+from tuner.study.trial.live import LiveEvaluator
+from tuner.study.trial.pruning import trial_order_seed
+from tuner.study.trial.runner import TrialRunner
 
 if TYPE_CHECKING:
     from tuner.config.experiment import Experiment
     from tuner.data.dataset import QuerySet
     from tuner.evaluation.holdout import Split
-    from tuner.study.threshold import GateRange
+    from tuner.study.gates.threshold import GateRange
 
 
 class PatcherWriter:
@@ -82,7 +82,7 @@ class Prepared:
     split: Split | None = None
     gates: dict[str, GateRange] = field(default_factory=dict)  # post-retrieval param -> its range, solved per trial
     dataset_note: str | None = None  # what dataset.unjudged_queries did (tuner.data.dataset.judged_subset)
-    replay: Any = None  # tuner.study.fusion_search.ReplayPlan: fusion params replayed per trial (replay:)
+    replay: Any = None  # tuner.study.replay.fusion_search.ReplayPlan: fusion params replayed per trial (replay:)
     #: what the replay of a crash's restore journal restored, from whose journal (one line;
     #: None: no journal was replayed). A backend left up may still serve the crash's config.
     replayed: str | None = None
@@ -97,7 +97,7 @@ def prepare(experiment: Experiment, *, recover_journal: bool = True) -> Prepared
     from tuner.config.journal import pending, recover
     from tuner.config.space.loading import load_space
     from tuner.evaluation.holdout import tune_split
-    from tuner.study.threshold import check_gate_mapping, solvable_gates
+    from tuner.study.gates.threshold import check_gate_mapping, solvable_gates
 
     found = pending(experiment.journal_path) if recover_journal else None
     recovered = recover(experiment.journal_path) if found is not None else []
@@ -114,7 +114,7 @@ def prepare(experiment: Experiment, *, recover_journal: bool = True) -> Prepared
         )
     replay = None
     if experiment.replay is not None:
-        from tuner.study.fusion_search import ReplayPlan
+        from tuner.study.replay.fusion_search import ReplayPlan
 
         replay = ReplayPlan(space, experiment.replay, where=f"{experiment.source}: replay")
         if experiment.objective.direction != "maximize" and gates:
@@ -254,8 +254,8 @@ def _measured(study: optuna.Study) -> int:
 def gates_as_found(prepared: Prepared, study: optuna.Study) -> dict[str, GateRange]:
     """The solved gates, each with its value as the study found it in the config (recorded
     at its first run; else the config now): the value a gate keeps unless the objective or
-    a constraint asks for another (tuner.study.gate_choice)."""
-    from tuner.study.threshold import with_found
+    a constraint asks for another (tuner.study.gates.gate_choice)."""
+    from tuner.study.gates.threshold import with_found
 
     seen = study.user_attrs.get(ATTR_CONFIG_SEEN)
     if not isinstance(seen, dict) and prepared.gates:
@@ -284,7 +284,7 @@ def reporters_for(
     queries: QuerySet,
     gates: Mapping[str, GateRange] | None = None,
 ) -> Any:
-    """The experiment's per-query callback factory (tuner.study.pruning.reporter_factory):
+    """The experiment's per-query callback factory (tuner.study.trial.pruning.reporter_factory):
     intermediate values for the pruner, and the exact OOS early stop (a trial whose answered OOS queries already
     exceed what ``OOS_FP_Rate <= b`` allows is stopped, COMPLETE and infeasible). None when neither
     applies (no per-query callback then).
@@ -294,8 +294,8 @@ def reporters_for(
     list, which the per-query row at the retrieval's minimum cannot show, so the OOS
     early stop is off then (it could stop a trial that a higher minimum makes feasible).
     """
-    from tuner.study import pruning
-    from tuner.study.threshold import CONFIDENCE, MIN_SCORE
+    from tuner.study.gates.threshold import CONFIDENCE, MIN_SCORE
+    from tuner.study.trial import pruning
 
     by_role = {g.role: g for g in (gates or {}).values()}
     constraints = () if MIN_SCORE in by_role else experiment.constraints
@@ -330,7 +330,7 @@ def start_helpers(prepared: Prepared) -> Helpers:
         helpers.report_worker = ReportWorker()
         helpers.report_worker.start()
     if prepared.replay is not None and exp.replay is not None:
-        from tuner.study.replay_pool import ReplayPool, default_workers
+        from tuner.study.replay.replay_pool import ReplayPool, default_workers
 
         workers = default_workers() if exp.replay.workers == "auto" else int(exp.replay.workers)
         helpers.replay_pool = ReplayPool(workers)

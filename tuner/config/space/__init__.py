@@ -41,7 +41,7 @@ parameter is active and has one of those values; an inactive parameter is neithe
 suggested nor written (the config keeps its value).
 
 A *gate* (``gate: confidence`` or ``gate: min_score``, which implies ``post_retrieval``)
-only filters what one retrieval returned, so tuner.study.threshold solves it per trial
+only filters what one retrieval returned, so tuner.study.gates.threshold solves it per trial
 instead of sampling it. On the reference backend's own keys (``gates.REFERENCE_GATES``)
 ``post_retrieval: true`` alone implies the role.
 

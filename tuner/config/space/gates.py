@@ -1,6 +1,6 @@
 """Gate roles: the vocabulary of ``gate:`` (which post-retrieval filter a param is).
 
-A gate only filters what one retrieval returned, so tuner.study.threshold solves it per
+A gate only filters what one retrieval returned, so tuner.study.gates.threshold solves it per
 trial instead of sampling it. The role, not the key, says how: a backend may call its
 confidence gate ``rag.min_confidence``.
 """

@@ -102,7 +102,7 @@ class SearchSpace:
         """Ask ``trial`` for every active parameter; fixed values are included.
 
         With ``skip_post_retrieval`` the post-retrieval params are left out (the trial
-        runner solves them from the retrieval, tuner.study.threshold) unless the trial was
+        runner solves them from the retrieval, tuner.study.gates.threshold) unless the trial was
         queued with a value for them: the baseline and a shortlist variant that names
         a threshold are measured at that value, not at a solved one. ``skip`` leaves out
         more params the same way (the fusion params replayed per trial, tuner.config.replay).

@@ -1,6 +1,6 @@
 """Which row of a gate solve's grid becomes the trial's gates (pure numpy): the one rule
-the per-trial solve, the replayed fusion settings (both through tuner.study.threshold)
-and the slimmed sweep table (tuner.study.sweep_table) choose by.
+the per-trial solve, the replayed fusion settings (both through tuner.study.gates.threshold)
+and the slimmed sweep table (tuner.study.gates.sweep_table) choose by.
 
 A gate filters what one retrieval returned, and over a range of its values the
 objective is often flat: the grid then has a *tied* set of best rows. Picking inside

@@ -1,7 +1,7 @@
 """A measured trial's score: the gates solved from its retrieval, the objective and
 constraints set on the Optuna trial, and the OOS early stop's COMPLETE-infeasible record.
 
-`TrialScoring` is mixed into `tuner.study.trial.TrialRunner`; it reads the runner's
+`TrialScoring` is mixed into `tuner.study.trial.runner.TrialRunner`; it reads the runner's
 ``objective`` and ``constraints``.
 """
 
@@ -13,9 +13,9 @@ from typing import Any
 import optuna
 
 from tuner.errors import EvaluationError
-from tuner.study.interfaces import Constraint, Objective
-from tuner.study.outcome import SOLVED_PREFIX, TrialOutcome, is_number
-from tuner.study.pruning import OOSBudgetExceeded
+from tuner.study.trial.interfaces import Constraint, Objective
+from tuner.study.trial.outcome import SOLVED_PREFIX, TrialOutcome, is_number
+from tuner.study.trial.pruning import OOSBudgetExceeded
 
 LEGACY_CONSTRAINTS_ATTR = "constraints"  # the system attr optuna-dashboard 0.21 reads
 
@@ -30,7 +30,7 @@ class TrialScoring:
         """Pick the solved gate values from the retrieval; the trial's metrics become those
         of the batch re-scored at those values. Returns the sweep and the re-scored batch."""
         from tuner.evaluation.regate import regate
-        from tuner.study.threshold import CONFIDENCE, MIN_SCORE, solve_batch
+        from tuner.study.gates.threshold import CONFIDENCE, MIN_SCORE, solve_batch
 
         sol = solve_batch(result, list(solving.values()), objective=self.objective.metric, constraints=self.constraints)
         # By role, not by key: the backend's own names for its gates do not matter here.

@@ -22,7 +22,7 @@ never stops a trial that could still end feasible. The trial runner records such
 as COMPLETE and infeasible (its OOS_FP_Rate lower bound breaks the constraint), valued at
 the running mean of the queries measured, so the dashboards and the samplers' constraint
 models see it. When the confidence threshold is
-solved per retrieval (tuner.study.threshold), an OOS query counts as answered only if it
+solved per retrieval (tuner.study.gates.threshold), an OOS query counts as answered only if it
 would be answered even at the highest threshold of the range.
 """
 

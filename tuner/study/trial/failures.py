@@ -9,7 +9,7 @@ The kind decides what the loop does with the trial:
   StorageInternalError, a SQLAlchemy OperationalError / InterfaceError / disconnect, a
   database driver's connection error: a PostgreSQL restart, a connection cut, a SQLite
   file locked too long). Nothing is known about the trial's config: the loop queues the
-  same params again (tuner.study.retry) and the failed trial's reason says so;
+  same params again (tuner.study.storage.retry) and the failed trial's reason says so;
 - ``trial``: the tuner's own errors about the trial (the backend never healthy, it
   exited, too many failed queries, a bad answer): the config's or the backend's
   verdict, kept;
@@ -31,8 +31,8 @@ from typing import Literal
 import optuna
 
 from tuner.errors import TunerError
-from tuner.study.pruning import OOSBudgetExceeded
 from tuner.study.stop import TrialInterrupted
+from tuner.study.trial.pruning import OOSBudgetExceeded
 
 FailureKind = Literal["interrupted", "early_stop", "pruned", "infrastructure", "trial", "crash"]
 

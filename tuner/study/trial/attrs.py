@@ -29,7 +29,9 @@ ATTR_APPLIED = "applied"  # how the backend took the config: reload, restart, or
 ATTR_REPLAY = "replay"  # fusion replay: settings scored, replayed vs live of those verified
 ATTR_JUDGED = "judged@10"
 ATTR_FAILED_QUERIES = "failed_queries"
-ATTR_DURATION = "duration_s"  # the trial's duration (tuner.study.outcome.trial_seconds), as printed and in trials.csv
+ATTR_DURATION = (
+    "duration_s"  # the trial's duration (tuner.study.trial.outcome.trial_seconds), as printed and in trials.csv
+)
 
 # records (system attributes under RECORD_PREFIX)
 ATTR_METRICS = "metrics"

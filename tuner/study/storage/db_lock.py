@@ -14,7 +14,7 @@ import uuid
 from typing import TYPE_CHECKING, Any, Literal
 
 from tuner.errors import StudyError
-from tuner.study.lock_holder import Holder, LockHeld
+from tuner.study.storage.lock_holder import Holder, LockHeld
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine

@@ -214,7 +214,7 @@ class ReplayPlan:
         settings a seeded TPE proposes one by one; returns every setting (in the order
         scored) and how they were chosen, in words.
 
-        With ``bound_many`` (a tuner.study.threshold.GateBound per grid setting, or None) and a
+        With ``bound_many`` (a tuner.study.gates.threshold.GateBound per grid setting, or None) and a
         maximised objective, the grid is bounded first and scored exactly best bound first,
         until the next bound falls below the ``keep``-th best exact score: the ``keep`` best
         are those scoring every setting would give (ties included, grid order breaking them),

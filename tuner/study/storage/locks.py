@@ -1,6 +1,6 @@
 """Who may patch a config file and drive a study right now: the study lease and the
-patch rights on top of the file locks (tuner.study.file_locks) and the database lock
-rows (tuner.study.db_lock).
+patch rights on top of the file locks (tuner.study.storage.file_locks) and the database lock
+rows (tuner.study.storage.db_lock).
 
 Two processes on one study or one config file measure each other's configs: both patch
 the same file, restart their own backends from it, and record scores the other one
@@ -41,9 +41,9 @@ from pathlib import Path
 from typing import Any
 
 from tuner.errors import StudyError
-from tuner.study.db_lock import HEARTBEAT_S, STALE_AFTER_S, TABLE, DbLock, Mode, fix_for
-from tuner.study.file_locks import config_locks, file_lock, read_holder
-from tuner.study.lock_holder import Holder
+from tuner.study.storage.db_lock import HEARTBEAT_S, STALE_AFTER_S, TABLE, DbLock, Mode, fix_for
+from tuner.study.storage.file_locks import config_locks, file_lock, read_holder
+from tuner.study.storage.lock_holder import Holder
 
 _held_studies: dict[tuple[str, str], list[Any]] = {}
 _held_lock = threading.Lock()

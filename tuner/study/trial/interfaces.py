@@ -1,4 +1,4 @@
-"""What a `TrialRunner` (tuner.study.trial) is built from: the small interfaces of its
+"""What a `TrialRunner` (tuner.study.trial.runner) is built from: the small interfaces of its
 collaborators (search space, config writer, declared data inputs, batch evaluator)
 and the objective and constraints it scores a trial by."""
 

@@ -21,7 +21,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tuner.study.lock_holder import Holder, LockHeld
+from tuner.study.storage.lock_holder import Holder, LockHeld
 
 
 @dataclass

@@ -34,7 +34,8 @@ if TYPE_CHECKING:
 LOCK_TIMEOUT_S = 120.0
 _LOCK_NAME = "tuner.storage.schema"
 # pg_advisory_lock takes a bigint; a hash of the name keeps clear of the study locks'
-# keys (tuner.study.storage.storage_lock, tuner.study.db_lock), which hash other names the same way.
+# keys (tuner.study.storage.study_storage.storage_lock, tuner.study.storage.db_lock), which hash
+# other names the same way.
 _PG_LOCK_KEY = int.from_bytes(hashlib.blake2b(_LOCK_NAME.encode(), digest_size=8).digest(), "big", signed=True)
 _SQLITE_POLL_S = 0.05
 

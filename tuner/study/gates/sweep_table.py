@@ -1,11 +1,11 @@
 """A trial's solve grid, slimmed for its threshold_sweep.csv (pure).
 
-tuner.study.threshold.solve scores every pair of gate values (``ThresholdSolution.table``:
+tuner.study.gates.threshold.solve scores every pair of gate values (``ThresholdSolution.table``:
 on the demo 91 confidence thresholds x 51 min_scores = 4,641 rows, about 600 KB a
 trial). ``slim_sweep`` keeps the rows that say why the solution won:
 
 - for each value of the first gate, its best row (the profile over that gate), picked
-  by the solver's own rule (tuner.study.gate_choice: the other gate as found or cutting
+  by the solver's own rule (tuner.study.gates.gate_choice: the other gate as found or cutting
   least, unless a constraint needs it);
 - every row at the chosen value of the first gate (the cross through the solution);
 - a ``chosen`` column, True on the solution's row.
@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from tuner.study.gate_choice import choose_gates
+from tuner.study.gates.gate_choice import choose_gates
 
 #: significant digits kept of every float (gate values are grid values: exact)
 SIGNIFICANT_DIGITS = 10
@@ -38,11 +38,11 @@ def slim_sweep(
     objective: str | None = None,
     found: Mapping[str, float | None] | None = None,
 ) -> pd.DataFrame:
-    """The rows of ``table`` (tuner.study.threshold.ThresholdSolution.table) described in
+    """The rows of ``table`` (tuner.study.gates.threshold.ThresholdSolution.table) described in
     the module doc, in grid order, plus ``chosen``. ``chosen``: the solved values by
     gate key (``ThresholdSolution.values``); ``names``: the gate keys, the first one
     profiled; ``objective``: the objective column (default: the one after the gates,
-    where tuner.study.threshold.sweep puts it); ``found``: the gates' values as found
+    where tuner.study.gates.threshold.sweep puts it); ``found``: the gates' values as found
     (``GateRange.found``), which the profile keeps where the solver would."""
     gates = list(names)
     if not gates or (absent := [n for n in gates if n not in table.columns or n not in chosen]):
@@ -80,7 +80,7 @@ def _best_rows(
     found: Mapping[str, float | None],
 ) -> list[int]:
     """Per value of the first gate (in sorted order), the row the solver would pick among
-    its rows: tuner.study.gate_choice.choose_gates on them, the other gates' columns
+    its rows: tuner.study.gates.gate_choice.choose_gates on them, the other gates' columns
     (``others``) and values as found. NumPy per group: the pandas version cost ~0.2 s a
     trial on the demo's 4,641-row grid."""
     order = np.argsort(first, kind="stable")  # row order kept within a value

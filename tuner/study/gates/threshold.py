@@ -30,7 +30,7 @@ The sweep table names its gate columns by the gates' config keys, so a trial's
 threshold_sweep.csv says what was solved; ``ThresholdSolution.by_role`` gives the chosen
 values by role to the code that applies them (tuner.evaluation.regate).
 
-The grid is evaluated on the retrieval as arrays (tuner.study.gate_arrays: every hit graded
+The grid is evaluated on the retrieval as arrays (tuner.study.gates.gate_arrays: every hit graded
 once, every (threshold, min_score) pair counted and scored by array operations), with
 the same arithmetic as scoring each gated batch on its own, so every value is exact.
 
@@ -38,7 +38,7 @@ Candidate values: the grid ``low, low+step, ..., high`` of each gate (the search
 space's step, else ``resolution``), plus the gate's value as found in the config
 (``GateRange.found``) when it lies in the range. Outcomes are step functions of t and
 m, so a fine grid covers the whole range. Which row of the grid is taken is
-tuner.study.gate_choice's rule: a gate that does not change the objective and that no
+tuner.study.gates.gate_choice's rule: a gate that does not change the objective and that no
 constraint needs keeps its value as found (else, among exact ties, the value that cuts
 least); where a constraint needs it, the middle of the feasible tied plateau, and
 ``ThresholdSolution.moved`` says which constraint moved which gate, from what to what.
@@ -58,8 +58,8 @@ from tuner import metrics as scorecard
 from tuner.config.objective import Constraint as MetricBound
 from tuner.config.space.gates import GATE_ROLES, REFERENCE_GATES
 from tuner.errors import ConfigError
-from tuner.study.gate_arrays import HitArrays, bound_columns, hits_shown, scorecard_values, sweep_columns
-from tuner.study.gate_choice import choose_gates
+from tuner.study.gates.gate_arrays import HitArrays, bound_columns, hits_shown, scorecard_values, sweep_columns
+from tuner.study.gates.gate_choice import choose_gates
 
 if TYPE_CHECKING:
     from tuner.evaluation.result import BatchResult
@@ -84,7 +84,7 @@ class GateRange:
     """One post-retrieval parameter (``param``: its config key), its role and the values
     to try. ``role`` "" takes the reference key's role; any other key must name one.
     ``found``: its value as found in the config (the study's baseline), which it keeps
-    unless the objective or a constraint asks for another (tuner.study.gate_choice)."""
+    unless the objective or a constraint asks for another (tuner.study.gates.gate_choice)."""
 
     param: str
     low: float
@@ -394,7 +394,7 @@ def _metric_bound(constraint: Any) -> MetricBound | None:
 def _pick(
     table: pd.DataFrame, objective: str, found: Mapping[str, float | None] | None = None, gates: Sequence[str] = ()
 ) -> int:
-    """The row of a sweep table the solver takes (tuner.study.gate_choice.choose_gates on its
+    """The row of a sweep table the solver takes (tuner.study.gates.gate_choice.choose_gates on its
     columns): ``gates`` the gate columns (default: those ``found`` names, else the columns
     before the objective), ``found`` their values as found. Without the retrieval, a tie
     that the gates' values cannot break goes to the first row."""
@@ -427,7 +427,7 @@ def solvable_gates(space: Any) -> list[GateRange]:
 
 def with_found(gates: Mapping[str, GateRange], config: Mapping[str, Any]) -> dict[str, GateRange]:
     """``gates`` (param name -> range) with each one's value as found: the number ``config``
-    (param name -> value: the study's baseline, tuner.study.storage.ATTR_CONFIG_SEEN, or the
+    (param name -> value: the study's baseline, tuner.study.storage.study_storage.ATTR_CONFIG_SEEN, or the
     config now) holds for it; a gate it does not hold keeps none."""
     out = {}
     for name, g in gates.items():
@@ -468,7 +468,7 @@ def solve_arrays(
     top_m: int | None = None,
     full: bool = True,
 ) -> ThresholdSolution:
-    """``solve`` on a retrieval already in arrays (tuner.study.gate_arrays.HitArrays). With
+    """``solve`` on a retrieval already in arrays (tuner.study.gates.gate_arrays.HitArrays). With
     no gates, the one row is the retrieval as the backend gated it. Not ``full``: the
     metrics are the sweep's columns only (objective, OOS rates, counts) and the table is
     empty (a search over thousands of retrievals needs no more)."""
@@ -495,7 +495,7 @@ def bound_arrays(
     top_m: int | None = None,
 ) -> GateBound | None:
     """A ``GateBound`` of ``solve_arrays`` with the same arguments, from
-    ``tuner.study.gate_arrays.bound_columns`` (every column but the objective exact, so the
+    ``tuner.study.gates.gate_arrays.bound_columns`` (every column but the objective exact, so the
     feasibility is); None when no bound holds: the objective gains from a shorter ranking,
     a list's scores rise somewhere, or a constraint reads the objective or is not a plain
     ``metric op bound``."""

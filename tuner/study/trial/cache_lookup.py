@@ -2,7 +2,7 @@
 declared target.inputs, the backend's data fingerprint), the lookup, and the key a
 measured result is stored under.
 
-`CacheLookup` is mixed into `tuner.study.trial.TrialRunner`: it reads the runner's
+`CacheLookup` is mixed into `tuner.study.trial.runner.TrialRunner`: it reads the runner's
 fields annotated below and its ``_named_texts`` helper, and keeps the backend
 fingerprint of the last health answer on the runner.
 """
@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 from tuner.data.inputs import changed_files, describe_files
 from tuner.errors import TargetError
-from tuner.study.interfaces import BatchEvaluator, Constraint, InputsLike, Objective
-from tuner.study.outcome import TrialOutcome
-from tuner.study.result_cache import CachedResult, CacheKey, ResultCache, cache_key, short_fingerprint
+from tuner.study.storage.result_cache import CachedResult, CacheKey, ResultCache, cache_key, short_fingerprint
+from tuner.study.trial.interfaces import BatchEvaluator, Constraint, InputsLike, Objective
+from tuner.study.trial.outcome import TrialOutcome
 from tuner.targets.health import health_fingerprint
 
 

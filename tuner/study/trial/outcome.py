@@ -37,11 +37,11 @@ class TrialOutcome:
     inputs: InputsFingerprint | None = None
     backend_fingerprint: str | None = None
     interrupted: bool = False
-    # the study's storage failed under it (tuner.study.failures, kind "infrastructure"):
+    # the study's storage failed under it (tuner.study.trial.failures, kind "infrastructure"):
     # nothing is known about its config, so the loop queues its params again
     infrastructure: bool = False
     # the trial number its params were queued again as (an infrastructure failure retried,
-    # tuner.study.retry); it then counts in neither n_trials nor the failure budget
+    # tuner.study.storage.retry); it then counts in neither n_trials nor the failure budget
     retried_as: int | None = None
     # the Optuna params as suggested (what a retry queues again)
     suggested: dict[str, Any] = field(default_factory=dict)
@@ -56,11 +56,11 @@ class TrialOutcome:
     # a replay's "explain" / "verify"); "ask", "tell", "record" and "backlog" are the loop's
     # and the bookkeeping queue's, not in its duration (``duration_s``)
     phase_seconds: dict[str, float] = field(default_factory=dict)
-    # fusion replay (tuner.study.replay_measure): how the settings were chosen, how many were
+    # fusion replay (tuner.study.trial.replay_measure): how the settings were chosen, how many were
     # scored, replayed vs live for each one verified; None: nothing replayed
     replay: dict[str, Any] | None = None
     # which constraint moved which solved gate away from the value it keeps otherwise (as
-    # found), from what to what (tuner.study.threshold.ThresholdSolution.moved); None: none did
+    # found), from what to what (tuner.study.gates.threshold.ThresholdSolution.moved); None: none did
     gates_moved: str | None = None
 
     @property

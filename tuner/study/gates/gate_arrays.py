@@ -1,4 +1,4 @@
-"""One retrieval as arrays, for the gate solver (tuner.study.threshold): pure numpy.
+"""One retrieval as arrays, for the gate solver (tuner.study.gates.threshold): pure numpy.
 
 ``HitArrays`` holds one array per query field and the retrieval's hits as a
 ``HitTable`` (tuner.evaluation.hits: flat arrays, each document graded once; a
@@ -28,7 +28,7 @@ from tuner.evaluation import oos
 from tuner.evaluation.hits import UNLABELLED, HitTable
 from tuner.evaluation.summary import column_means
 
-_EPS = 1e-9  # as tuner.study.threshold: scores equal to min_score up to rounding are kept
+_EPS = 1e-9  # as tuner.study.gates.threshold: scores equal to min_score up to rounding are kept
 
 
 @dataclass(frozen=True, eq=False)
@@ -45,7 +45,7 @@ class HitArrays:
 
     @classmethod
     def from_retrieval(cls, retrieval: Any) -> HitArrays:
-        """From a tuner.study.threshold.Retrieval (hits as (doc_id, score) pairs)."""
+        """From a tuner.study.gates.threshold.Retrieval (hits as (doc_id, score) pairs)."""
         qs = retrieval.queries
         ids = [q.query_id for q in qs]
         is_oos = np.array([q.scope == "oos" for q in qs], dtype=bool)
@@ -359,7 +359,7 @@ def scorecard_values(
 ) -> dict[str, float]:
     """Mean of every scorecard metric over the in-scope queries with the gates at
     (threshold, min_score): a handed-off, emptied or failed query scores 0 (see
-    tuner.study.threshold.scorecard_at). Each mean is ``frame[c].mean()``'s
+    tuner.study.gates.threshold.scorecard_at). Each mean is ``frame[c].mean()``'s
     (tuner.evaluation.summary.column_means)."""
     rows = np.flatnonzero(~arrays.is_oos)
     if not rows.size:

@@ -2,7 +2,7 @@
 one or several processes, the storage-wide lock, and the study-level attributes.
 
 ``open_study`` creates or resumes a study on a URL (SQLite files in WAL mode, other
-databases through tuner.study.database); ``make_storage`` is the worker's storage
+databases through tuner.study.storage.database); ``make_storage`` is the worker's storage
 (heartbeats, retry of a dead worker's trial); ``check_storage`` refuses SQLite for
 more than one worker (queued trials race there, optuna issues 4621, 4002);
 ``storage_lock`` is a lock shared by every process on the same database;
@@ -25,7 +25,7 @@ from sqlalchemy import text
 from tuner.config.workers import WorkerSettings
 from tuner.dburl import redact, sqlalchemy_url
 from tuner.errors import StudyError
-from tuner.study.database import rdb_storage
+from tuner.study.storage.database import rdb_storage
 
 if TYPE_CHECKING:
     from tuner.config.experiment import Experiment
@@ -54,7 +54,7 @@ def open_study(
     """Create the study, or load it when one of that name exists (resume)."""
     direction: Literal["minimize", "maximize"] = "maximize" if maximize else "minimize"
     if isinstance(storage, str):
-        from tuner.study.database import rdb_storage
+        from tuner.study.storage.database import rdb_storage
 
         # rdb_storage names the installed PostgreSQL driver and creates the schema under a
         # lock (processes starting at once on an empty database would race on it).
@@ -113,7 +113,7 @@ def sqlite_storage(url: str) -> optuna.storages.RDBStorage:
         conn.execute("PRAGMA synchronous=NORMAL")
         return conn
 
-    from tuner.study.database import rdb_storage
+    from tuner.study.storage.database import rdb_storage
 
     return rdb_storage(url, engine_kwargs={"creator": connect})
 

@@ -9,7 +9,7 @@ settings with it (``score``); it pickles, so ``ReplayPool`` sends it once per tr
 results come back in grid order, the same numbers either way (each is computed by the
 same code on the same values).
 
-The helpers are plain child processes (``python -m tuner.study.replay_pool``) speaking
+The helpers are plain child processes (``python -m tuner.study.replay.replay_pool``) speaking
 length-prefixed pickles over stdin/stdout, as the report helper does
 (tuner.report.report_worker); they exit when their stdin closes. A helper that cannot
 be started or dies leaves its share to this process, and ``fallback`` says why.
@@ -48,7 +48,7 @@ class ReplayContext:
     qrels: Mapping[str, Mapping[str, int]]
     top_k: int
     gains: str
-    gates: Mapping[str, Any]  # param name -> tuner.study.threshold.GateRange, solved per setting
+    gates: Mapping[str, Any]  # param name -> tuner.study.gates.threshold.GateRange, solved per setting
     objective: str
     constraints: Sequence[Any]
     #: names this context to the helpers (an ``id()`` may be reused by the next trial's)
@@ -63,9 +63,9 @@ class ReplayContext:
         return [self.solved(self._arrays(setting)) for setting in settings]
 
     def bound(self, settings: Sequence[Any]) -> list[Any]:
-        """For each FusionSetting of ``settings``, in order, a tuner.study.threshold.GateBound
+        """For each FusionSetting of ``settings``, in order, a tuner.study.gates.threshold.GateBound
         of its score (None: no bound holds), a fraction of ``score``'s cost."""
-        from tuner.study.threshold import MIN_SCORE, bound_arrays
+        from tuner.study.gates.threshold import MIN_SCORE, bound_arrays
 
         gates = list(self.gates.values())
         low = next((g.low for g in gates if g.role == MIN_SCORE), 0.0)
@@ -84,7 +84,7 @@ class ReplayContext:
         import numpy as np
 
         from tuner.evaluation.replay_batch import ReplayBatch
-        from tuner.study.gate_arrays import HitArrays
+        from tuner.study.gates.gate_arrays import HitArrays
 
         is_oos = np.asarray(self.is_oos, dtype=bool)
         if self._flat is None:
@@ -93,10 +93,10 @@ class ReplayContext:
         return HitArrays(self.query_ids, is_oos, r.failed, r.handoff, r.confidence, r.table, self.gains)
 
     def solved(self, arrays: Any) -> Score:
-        """The objective and largest violation of a retrieval (tuner.study.gate_arrays.HitArrays)
+        """The objective and largest violation of a retrieval (tuner.study.gates.gate_arrays.HitArrays)
         at its solved gates, and the columns a sweep table shows: the one solver for replayed
         and live retrievals, so both give the same numbers for the same answers."""
-        from tuner.study.threshold import MIN_SCORE, solve_arrays
+        from tuner.study.gates.threshold import MIN_SCORE, solve_arrays
 
         gates = list(self.gates.values())
         low = next((g.low for g in gates if g.role == MIN_SCORE), 0.0)
@@ -170,7 +170,7 @@ class ReplayPool:
             try:
                 self._procs = [
                     subprocess.Popen(
-                        [sys.executable, "-m", "tuner.study.replay_pool"],
+                        [sys.executable, "-m", "tuner.study.replay.replay_pool"],
                         stdin=subprocess.PIPE,
                         stdout=subprocess.PIPE,
                         stderr=subprocess.DEVNULL,
@@ -220,7 +220,7 @@ def _serve(inp: Any, out: Any) -> None:
     """A helper's loop: ("load", context) keeps it; ("score" or "bound", settings) answers
     (True, what that method of the context returns)."""
     from tuner.evaluation.replay_batch import ReplayBatch  # noqa: F401 - imported before the first request
-    from tuner.study.threshold import solve_arrays  # noqa: F401
+    from tuner.study.gates.threshold import solve_arrays  # noqa: F401
 
     context: ReplayContext | None = None
     while True:

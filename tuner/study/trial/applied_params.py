@@ -2,7 +2,7 @@
 
 A trial's Optuna params are what the sampler drew: a simplex's free coordinates
 (``fusion.weights:bm25``), an ordered list's first value and gaps
-(``fallback.windows_days:gap1``); the solved gates (tuner.study.threshold) are not drawn
+(``fallback.windows_days:gap1``); the solved gates (tuner.study.gates.threshold) are not drawn
 at all. The dashboards show params, so without this the Best Trial card, the parallel
 coordinates and the slice plots would miss the values that decide the score.
 

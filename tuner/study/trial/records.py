@@ -3,7 +3,7 @@ records, the applied values as params, artifact names), then the bookkeeping que
 the `Bookkeeper` -- the config snapshot and report files, the artifact links, the
 notes and the MLflow child run.
 
-`TrialRecording` is mixed into `tuner.study.trial.TrialRunner`: it reads the runner's
+`TrialRecording` is mixed into `tuner.study.trial.runner.TrialRunner`: it reads the runner's
 fields annotated below and its ``_dir`` / ``_named_texts`` helpers.
 
 Report detail: a trial's files are "slim" (scorecard, per-query metrics, the sweep
@@ -30,8 +30,11 @@ from optuna.distributions import BaseDistribution
 
 from tuner.files import atomic_write_bytes, atomic_write_text, overwrite_in_place
 from tuner.report.tracking import Tracker
-from tuner.study.applied_params import record_applied_params
-from tuner.study.attrs import (
+from tuner.study.gates.sweep_table import slim_sweep
+from tuner.study.notes import Links, publish_study, trial_note, write_note
+from tuner.study.storage.study_storage import retry_transient
+from tuner.study.trial.applied_params import record_applied_params
+from tuner.study.trial.attrs import (
     ATTR_APPLIED,
     ATTR_CACHE_HIT,
     ATTR_CACHE_NOTE,
@@ -51,13 +54,17 @@ from tuner.study.attrs import (
     ATTR_VARIANT,
     set_record,
 )
-from tuner.study.bookkeeping import Bookkeeper, OptunaArtifacts
-from tuner.study.interfaces import BatchEvaluator, Objective
-from tuner.study.notes import Links, publish_study, trial_note, write_note
-from tuner.study.outcome import FUSION_PLOT_FILE, FUSION_SWEEP_FILE, SOLVED_PREFIX, SWEEP_FILE, TrialOutcome, jsonable
-from tuner.study.storage import retry_transient
-from tuner.study.sweep_table import slim_sweep
-from tuner.study.tracking_record import TAG_CACHE_NOTE, tracking_record
+from tuner.study.trial.bookkeeping import Bookkeeper, OptunaArtifacts
+from tuner.study.trial.interfaces import BatchEvaluator, Objective
+from tuner.study.trial.outcome import (
+    FUSION_PLOT_FILE,
+    FUSION_SWEEP_FILE,
+    SOLVED_PREFIX,
+    SWEEP_FILE,
+    TrialOutcome,
+    jsonable,
+)
+from tuner.study.trial.tracking_record import TAG_CACHE_NOTE, tracking_record
 
 __all__ = ["ATTR_CACHE_NOTE", "ATTR_DATA_FINGERPRINT", "TAG_CACHE_NOTE", "TrialRecording"]
 
@@ -155,7 +162,9 @@ class TrialRecording:
         if out.metrics:
             user[ATTR_JUDGED] = out.metrics.get("Judged@10")
             user[ATTR_FAILED_QUERIES] = out.metrics.get("Failed_Queries")
-        user[ATTR_FAIL_REASON] = out.fail_reason  # one line (tuner.study.trial._fail), whole: tests and people grep it
+        user[ATTR_FAIL_REASON] = (
+            out.fail_reason
+        )  # one line (tuner.study.trial.runner._fail), whole: tests and people grep it
         user[ATTR_EARLY_STOP] = out.early_stop
         user[ATTR_APPLIED] = out.applied
         user[ATTR_REPLAY] = out.replay
@@ -378,7 +387,7 @@ def _sweep_text(
     table: Any, chosen: Mapping[str, float], detail: str, found: Mapping[str, float | None] | None = None
 ) -> str:
     """The solve grid as CSV: whole when ``detail`` (the experiment's report_detail) is
-    full, else the rows through the chosen gates (tuner.study.sweep_table)."""
+    full, else the rows through the chosen gates (tuner.study.gates.sweep_table)."""
     if detail != "full":
         names = [c for c in table.columns if c in chosen]  # the table's gate order: confidence first
         table = slim_sweep(table, {n: chosen[n] for n in names}, names, found={n: (found or {}).get(n) for n in names})

@@ -14,10 +14,10 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from tuner.study.attrs import ATTR_FAIL_REASON, ATTR_VARIANT
-from tuner.study.failures import is_retried_infrastructure
-from tuner.study.retry import queue_retry
-from tuner.study.storage import ATTR_ENQUEUED, storage_lock
+from tuner.study.storage.retry import queue_retry
+from tuner.study.storage.study_storage import ATTR_ENQUEUED, storage_lock
+from tuner.study.trial.attrs import ATTR_FAIL_REASON, ATTR_VARIANT
+from tuner.study.trial.failures import is_retried_infrastructure
 
 INTERRUPTED = "interrupted"
 STALE = "stale"
@@ -47,10 +47,10 @@ def fail_stale_trials(study: optuna.Study, *, requeued: dict[int, int] | None = 
     returns their numbers.
 
     A queued baseline or shortlist variant among them is queued again (same params and
-    variant name, as tuner.study.retry queues a trial the storage failed under), so a
+    variant name, as tuner.study.storage.retry queues a trial the storage failed under), so a
     SIGKILL never loses it: its number and its retry's go into ``requeued``. A sampled
     trial is not: the sampler proposes again. Only for a process holding the study lock
-    exclusively (tuner.study.locks): then no other process has a live trial. Workers fail
+    exclusively (tuner.study.storage.locks): then no other process has a live trial. Workers fail
     stale trials by heartbeat instead (Optuna's retry callback queues a copy of each).
     """
     stale = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
@@ -80,7 +80,7 @@ def counts_toward_total(trial: FrozenTrial) -> bool:
     ones, and FAILed ones the trial runner failed for a reason. Interrupted trials
     (Ctrl-C, a killed run or worker; no reason, or ``interrupted``/``stale``) never
     ran to the end and are not counted: their retries are. Nor is a trial the study's
-    storage failed under whose params were queued again (tuner.study.failures): its retry is."""
+    storage failed under whose params were queued again (tuner.study.trial.failures): its retry is."""
     if trial.state in (TrialState.COMPLETE, TrialState.PRUNED):
         return True
     if trial.state != TrialState.FAIL:

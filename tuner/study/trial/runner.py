@@ -7,7 +7,7 @@
 becomes healthy, a crash, too many failed queries or an interrupt all end as a FAIL
 outcome with a one-line reason (the study loop then applies its failure budget). Which
 reason, and whether the study's storage failed under the trial (``infrastructure``: the
-loop queues its params again), is decided by tuner.study.failures.classify_failure.
+loop queues its params again), is decided by tuner.study.trial.failures.classify_failure.
 Only a second Ctrl-C (KeyboardInterrupt) propagates, after the trial is recorded.
 
 Critical path and bookkeeping. Everything Optuna needs before ``tell`` (metrics,
@@ -23,11 +23,11 @@ trials and a fake evaluator at the edge: `ConfigWriter` (render and write the
 patched config files), a `Target`, a health wait callable and a `BatchEvaluator`.
 
 Module map: the collaborators' interfaces and the objective/constraints are in
-tuner.study.interfaces, the outcome in tuner.study.outcome, the stop flag in
-tuner.study.stop; the cache key and lookup (`CacheLookup`) in tuner.study.cache_lookup
-and the record and its bookkeeping (`TrialRecording`) in tuner.study.records, both
+tuner.study.trial.interfaces, the outcome in tuner.study.trial.outcome, the stop flag in
+tuner.study.stop; the cache key and lookup (`CacheLookup`) in tuner.study.trial.cache_lookup
+and the record and its bookkeeping (`TrialRecording`) in tuner.study.trial.records, both
 mixed into `TrialRunner`; the `Bookkeeper` and `OptunaArtifacts` in
-tuner.study.bookkeeping.
+tuner.study.trial.bookkeeping.
 """
 
 from __future__ import annotations
@@ -44,13 +44,24 @@ import optuna
 from optuna.distributions import BaseDistribution
 
 from tuner.report.tracking import Tracker
-from tuner.study.attrs import ATTR_ASSIGNMENT, ATTR_CACHED_FROM, set_record
-from tuner.study.bookkeeping import Bookkeeper, OptunaArtifacts
-from tuner.study.cache_lookup import CacheLookup
-from tuner.study.failures import classify_failure
-from tuner.study.interfaces import BatchEvaluator, ConfigWriter, Constraint, InputsLike, Objective, OnResult, SpaceLike
 from tuner.study.notes import Links
-from tuner.study.outcome import (
+from tuner.study.stop import StopFlag, TrialInterrupted
+from tuner.study.storage.result_cache import CachedResult, ResultCache
+from tuner.study.storage.study_storage import is_transient_storage_error, retry_transient
+from tuner.study.trial.attrs import ATTR_ASSIGNMENT, ATTR_CACHED_FROM, set_record
+from tuner.study.trial.bookkeeping import Bookkeeper, OptunaArtifacts
+from tuner.study.trial.cache_lookup import CacheLookup
+from tuner.study.trial.failures import classify_failure
+from tuner.study.trial.interfaces import (
+    BatchEvaluator,
+    ConfigWriter,
+    Constraint,
+    InputsLike,
+    Objective,
+    OnResult,
+    SpaceLike,
+)
+from tuner.study.trial.outcome import (
     FUSION_PLOT_FILE,
     FUSION_PLOT_REPORT,
     FUSION_SWEEP_FILE,
@@ -62,13 +73,10 @@ from tuner.study.outcome import (
     is_number,
     jsonable,
 )
-from tuner.study.pruning import OOSBudgetExceeded
-from tuner.study.records import TrialRecording
-from tuner.study.replay_measure import ReplayMeasure
-from tuner.study.result_cache import CachedResult, ResultCache
-from tuner.study.scoring import TrialScoring
-from tuner.study.stop import StopFlag, TrialInterrupted
-from tuner.study.storage import is_transient_storage_error, retry_transient
+from tuner.study.trial.pruning import OOSBudgetExceeded
+from tuner.study.trial.records import TrialRecording
+from tuner.study.trial.replay_measure import ReplayMeasure
+from tuner.study.trial.scoring import TrialScoring
 
 Phase = Literal[
     "suggest",
@@ -100,14 +108,14 @@ class TrialJob:
     texts: dict[Path, str] = field(default_factory=dict)
     solving: dict[str, Any] = field(default_factory=dict)
     run_id: Future[Any] | None = None
-    key: Any = None  # tuner.study.cache_lookup.CacheKey
+    key: Any = None  # tuner.study.trial.cache_lookup.CacheKey
     cached: CachedResult | None = None
     stored_key: Any = None
     result: Any = None  # the BatchResult, or a callable that finishes scoring it (deferred)
     sweep: Any = None
     error: Exception | None = None  # of any stage; settled by ``end``
     suggested: dict[str, Any] = field(default_factory=dict)  # the Optuna params as suggested (a requeue's)
-    replaying: bool = False  # fusion params solved from one explained retrieval (tuner.study.replay_measure)
+    replaying: bool = False  # fusion params solved from one explained retrieval (tuner.study.trial.replay_measure)
     fusion_sweep: Any = None  # every replayed setting scored (pandas), best first
 
 
@@ -133,7 +141,7 @@ class TrialRunner(CacheLookup, TrialRecording, TrialScoring, ReplayMeasure):
     # Config names (artifact / cache-key names) relative to this directory when below it.
     project_dir: Path | None = None
     # Builds the per-query callback that reports intermediate values to the pruner
-    # (tuner.study.pruning.QueryReporter); it raises optuna.TrialPruned to stop the batch.
+    # (tuner.study.trial.pruning.QueryReporter); it raises optuna.TrialPruned to stop the batch.
     reporter_factory: Callable[[optuna.Trial], OnResult] | None = None
     # Query order of a trial's batch (shuffled per trial so early queries are a fair sample).
     order_seed: Callable[[int], int] = lambda number: number
@@ -142,7 +150,7 @@ class TrialRunner(CacheLookup, TrialRecording, TrialScoring, ReplayMeasure):
     # Whether any trial wrote a config (the backend then needs a restart on the original).
     touched_backend: bool = False
     # Post-retrieval params solved from each trial's retrieval (param name ->
-    # tuner.study.threshold.GateRange); empty: every param is sampled.
+    # tuner.study.gates.threshold.GateRange); empty: every param is sampled.
     gates: Mapping[str, Any] = field(default_factory=dict)
     # The data the backend serves, part of the cache key: the declared target.inputs
     # (hashed at the first trial, re-stat'ed before each one) and the dotted field of the
@@ -153,10 +161,10 @@ class TrialRunner(CacheLookup, TrialRecording, TrialScoring, ReplayMeasure):
     # The backend fingerprint of the last health answer: what the running backend serves.
     backend_fingerprint: str | None = None
     # The space's Optuna distributions by name (default: ``space.distributions()``): a solved
-    # gate is recorded as a param under its declared one (tuner.study.applied_params).
+    # gate is recorded as a param under its declared one (tuner.study.trial.applied_params).
     declared: Mapping[str, BaseDistribution] = field(default_factory=dict)
     # "slim" (default) or "full": the report detail of trials that are neither the baseline
-    # nor a new best feasible trial (those are always full; tuner.study.records).
+    # nor a new best feasible trial (those are always full; tuner.study.trial.records).
     report_detail: str = "slim"
     # Where the dashboards serve this study: the notes and MLflow runs link to each other.
     links: Links | None = None
@@ -166,9 +174,9 @@ class TrialRunner(CacheLookup, TrialRecording, TrialScoring, ReplayMeasure):
     # Finish a batch's scoring in ``end`` (off the backend's path) rather than in ``measure``.
     defer_scoring: bool = False
     # Fusion params solved per trial from one explained retrieval and verified live
-    # (tuner.study.fusion_search.ReplayPlan; tuner.study.replay_measure); None: all sampled.
+    # (tuner.study.replay.fusion_search.ReplayPlan; tuner.study.trial.replay_measure); None: all sampled.
     replay: Any = None
-    # Helper processes scoring replayed settings beside this one (tuner.study.replay_pool); None: in process.
+    # Helper processes scoring replayed settings beside this one (tuner.study.replay.replay_pool); None: in process.
     replay_pool: Any = None
     _best_value: float | None = field(default=None, init=False, repr=False)
     _best_known: bool = field(default=False, init=False, repr=False)
@@ -416,7 +424,7 @@ class TrialRunner(CacheLookup, TrialRecording, TrialScoring, ReplayMeasure):
     # ------------------------------------------------------------------ helpers
 
     def _as_found(self, assignment: dict[str, Any]) -> dict[str, Any]:
-        as_found = getattr(self.writer, "as_found", None)  # optional (tuner.study.interfaces.ConfigWriter)
+        as_found = getattr(self.writer, "as_found", None)  # optional (tuner.study.trial.interfaces.ConfigWriter)
         return dict(as_found(assignment)) if as_found is not None else assignment
 
     def _dir(self, number: int) -> Path:

@@ -2,7 +2,7 @@
 for both of its paths:
 
 - live: `tracking_record` of the `TrialOutcome`, on the bookkeeper after ``tell``
-  (tuner.study.records);
+  (tuner.study.trial.records);
 - after a SIGKILL: `record_from_trial` of the finished Optuna trial. Everything the
   live record holds is on the trial before ``tell`` (the assignment, metrics, report
   paths and phase timings as records; feasibility, cache hit, fail reason, early stop
@@ -25,7 +25,9 @@ from typing import Any
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner.report.tracker import TAG_CACHE_HIT, StaleRuns, Tracker, TrialRecord
-from tuner.study.attrs import (
+from tuner.study.notes import Links, trial_note
+from tuner.study.storage.queue import counts_toward_total
+from tuner.study.trial.attrs import (
     ATTR_CACHE_HIT,
     ATTR_CACHE_NOTE,
     ATTR_EARLY_STOP,
@@ -40,9 +42,7 @@ from tuner.study.attrs import (
     reports_of,
     trial_attr,
 )
-from tuner.study.notes import Links, trial_note
-from tuner.study.outcome import SOLVED_PREFIX, TrialOutcome
-from tuner.study.queue import counts_toward_total
+from tuner.study.trial.outcome import SOLVED_PREFIX, TrialOutcome
 
 TAG_CACHE_NOTE = "tuner.cache_note"
 TAG_RECOVERED = "tuner.recovered"  # "optuna-record": logged from the Optuna trial after a killed run

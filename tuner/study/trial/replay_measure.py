@@ -2,7 +2,7 @@
 one explained retrieval, every candidate setting scored from it, the best verified live.
 
 1. The config is served with the trial's sampled params, every source weighted
-   (tuner.study.fusion_search.ReplayPlan.retrieval_values) and the gates at the low end
+   (tuner.study.replay.fusion_search.ReplayPlan.retrieval_values) and the gates at the low end
    of their ranges, and the query set is run once, explained.
 2. Every query is replayed at the setting the backend reports it served and compared with
    its live answer (tuner.evaluation.explain_batch.served_mismatch): a backend whose
@@ -11,7 +11,7 @@ one explained retrieval, every candidate setting scored from it, the best verifi
    evaluated like a live batch, the gates solved jointly with the same constraints). A
    grid is bounded first (a cheap upper bound of each setting's solved objective, exact
    feasibility) and only the settings whose bound reaches the ``verify_top`` best are
-   scored exactly (tuner.study.fusion_search.ReplayPlan.search): the same best settings
+   scored exactly (tuner.study.replay.fusion_search.ReplayPlan.search): the same best settings
    as scoring them all.
 4. The ``verify_top`` best are served and measured live, one after the other. A live
    objective or constraint value further than ``replay.tolerance`` from the replayed one
@@ -30,10 +30,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tuner.errors import EvaluationError
-from tuner.study.fusion_search import ReplayPlan, Scored, ranked, sweep_frame
-from tuner.study.gate_arrays import HitArrays
-from tuner.study.interfaces import BatchEvaluator, ConfigWriter, Constraint, Objective
-from tuner.study.replay_pool import ReplayContext, ReplayPool
+from tuner.study.gates.gate_arrays import HitArrays
+from tuner.study.replay.fusion_search import ReplayPlan, Scored, ranked, sweep_frame
+from tuner.study.replay.replay_pool import ReplayContext, ReplayPool
+from tuner.study.trial.interfaces import BatchEvaluator, ConfigWriter, Constraint, Objective
 
 
 class ReplayMeasure:

@@ -8,7 +8,7 @@ makes one: the params as suggested with their distributions, a queued trial's
 callback's ``retried_trial_number`` / ``retry_history`` read. Its bound is the same
 ``workers.max_retry`` ("retries of one crashed trial before it stays failed"), counted
 over both kinds of retry. Which failures count as infrastructure is decided in
-tuner.study.failures; the loop (tuner.study.loop) calls `queue_retry` before it tells
+tuner.study.trial.failures; the loop (tuner.study.loop) calls `queue_retry` before it tells
 the failed trial, so its fail_reason can name the retry.
 """
 
@@ -21,7 +21,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from tuner.study.attrs import ATTR_VARIANT
+from tuner.study.trial.attrs import ATTR_VARIANT
 
 FAILED_TRIAL = "failed_trial"  # Optuna's names (RetryHeartbeatStaleTrialCallback)
 RETRY_HISTORY = "retry_history"

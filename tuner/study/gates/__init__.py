@@ -1,0 +1,1 @@
+"""Post-retrieval gates solved from one retrieval (pure numpy)."""
