@@ -110,7 +110,7 @@ def plan_apply(
     its originals are the right base to render from anyway). ``on_replay`` gets the line
     saying what the replay restored, at once (before anything else can stop the plan)."""
     study = load_study(experiment)
-    maximize = experiment.objective.direction == "maximize"
+    maximize = experiment.objective.maximize
     prepared = prepare(experiment, recover_journal=recover_journal)
     if prepared.replayed:
         on_replay(prepared.replayed)
