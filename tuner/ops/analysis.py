@@ -3,10 +3,12 @@
 Everything here is a pure function of a trials DataFrame (built once from Optuna's
 frozen trials by `trials_frame`), so it is tested without a study or a backend.
 
-Feasibility is decided here, not by Optuna's best-trial logic: a trial is feasible
-when it is COMPLETE and every constraint value is <= 0 (Optuna's convention). The
-best trial is the best *feasible* one; optuna-dashboard's best-trial card ignores
-feasibility, which is why reports carry this selection.
+Feasibility is not Optuna's best-trial logic: a trial is feasible when it is COMPLETE
+and every constraint value is <= 0 (Optuna's convention), and the best trial is the
+best *feasible* one, both by the one rule and ranking of tuner.study.feasibility (the
+frame's rows rank exactly as `best_feasible_trial` ranks the trials).
+optuna-dashboard's best-trial card ignores feasibility, which is why reports carry
+this selection.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from tuner.files import atomic_write_text, atomic_write_with
 from tuner.metrics.scorecard import PRIMARY_METRIC, PRIMARY_SCORECARD
 from tuner.ops.verdicts import CONSTRAINT_PREFIX, parse_constraint, verdicts
 from tuner.ops.verdicts import JUDGED as JUDGED  # re-exported: the CLI's tables name the column
+from tuner.study import feasibility
 from tuner.study.trial.attrs import (
     ATTR_CACHE_HIT,
     ATTR_DURATION,
@@ -86,8 +89,8 @@ def trials_frame(trials: Iterable[Any]) -> pd.DataFrame:
             "number": t.number,
             "state": state,
             "value": value,
-            "feasible": state == "COMPLETE" and all(v <= 0 for v in constraints.values()),
-            "violation": max(constraints.values()) if constraints else math.nan,
+            "feasible": feasibility.feasible(state, constraints.values()),
+            "violation": worst_violation(constraints.values()),
             "variant": attrs.get(ATTR_VARIANT, ""),
             "cache_hit": bool(attrs.get(ATTR_CACHE_HIT, False)),
             "fail_reason": attrs.get(ATTR_FAIL_REASON, ""),
@@ -138,10 +141,26 @@ def flatten_assignment(assignment: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def worst_violation(constraints: Iterable[float]) -> float:
+    """The largest constraint value (<= 0 when feasible); a NaN one counts as +inf, as
+    it breaks the trial (tuner.study.feasibility); NaN without constraints."""
+    values = [math.inf if math.isnan(v) else float(v) for v in constraints]
+    return max(values) if values else math.nan
+
+
 def feasible_ranked(frame: pd.DataFrame, *, maximize: bool = True) -> pd.DataFrame:
-    """Feasible trials, best first (ties: lower trial number first)."""
-    feasible = frame[frame["feasible"].astype(bool)] if not frame.empty else frame
-    return feasible.sort_values(["value", "number"], ascending=[not maximize, True], kind="mergesort")
+    """Feasible trials with a value, best first (tuner.study.feasibility.rank_key: ties
+    to the lower trial number)."""
+    if frame.empty:
+        return frame
+    rows = [
+        (feasibility.rank_key(value, number, maximize=maximize), index)
+        for index, number, value, ok in zip(
+            frame.index, frame["number"], frame["value"], frame["feasible"], strict=True
+        )
+        if ok and feasibility.rankable(value)
+    ]
+    return frame.loc[[index for _, index in sorted(rows)]]
 
 
 def infeasible_trials(frame: pd.DataFrame) -> pd.DataFrame:

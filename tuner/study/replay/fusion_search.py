@@ -31,6 +31,7 @@ import pandas as pd
 from tuner.config.replay import ROLE_CHOICES, ROLE_KINDS, ReplayConfig
 from tuner.errors import ConfigError
 from tuner.evaluation.fusion_replay import FusionSetting
+from tuner.study.feasibility import constraints_hold
 
 #: the FusionSetting field of each role (the same names, but said once)
 _FIELD = {
@@ -60,7 +61,7 @@ class Scored:
 
     @property
     def feasible(self) -> bool:
-        return self.violation <= 0 if self.bound is None else self.bound > -math.inf
+        return constraints_hold([self.violation]) if self.bound is None else self.bound > -math.inf
 
     @property
     def exact(self) -> bool:
