@@ -21,6 +21,7 @@ from typing import Any
 
 import pandas as pd
 
+from tuner.config.flatten import flatten
 from tuner.errors import StudyError
 from tuner.files import atomic_write_text, atomic_write_with
 from tuner.metrics.scorecard import PRIMARY_METRIC, PRIMARY_SCORECARD
@@ -74,8 +75,9 @@ def trials_frame(trials: Iterable[Any]) -> pd.DataFrame:
     Columns: number, state, value, feasible, violation (largest constraint value, <= 0
     when feasible), variant (baseline / shortlist name), cache_hit, fail_reason,
     early_stop, gates_moved (which constraint moved a solved gate off its value as found),
-    duration_s, then ``constraint:<name>``, ``param:<dotted path>`` (the
-    config assignment, not Optuna's internal parameters) and one column per report
+    duration_s, then ``constraint:<name>``, ``param:<config key>`` (the
+    config assignment under tuner.config.flatten's keys, not Optuna's internal
+    parameters) and one column per report
     metric. A constraint's metric and Judged@10 missing from the metrics record are
     taken from the user attributes of the same name (the scalars the trial also keeps).
     """
@@ -100,7 +102,7 @@ def trials_frame(trials: Iterable[Any]) -> pd.DataFrame:
         }
         row.update({CONSTRAINT_PREFIX + k: v for k, v in constraints.items()})
         assignment = assignment_of(t) or dict(t.params)
-        row.update({PARAM_PREFIX + k: v for k, v in flatten_assignment(assignment).items()})
+        row.update({PARAM_PREFIX + k: v for k, v in flatten(assignment).items()})
         row.update(metrics_of(t))
         fallbacks = {c.metric: c.metric for c in map(parse_constraint, constraints) if c} | {JUDGED: ATTR_JUDGED}
         row.update({col: attrs[attr] for col, attr in fallbacks.items() if col not in row and attr in attrs})
@@ -125,20 +127,6 @@ def trial_duration(t: Any) -> float:
         return float(attrs[ATTR_DURATION])
     phases = trial_attr(t, ATTR_PHASES)
     return trial_seconds(phases) if isinstance(phases, Mapping) and phases else math.nan
-
-
-def flatten_assignment(assignment: Mapping[str, Any]) -> dict[str, Any]:
-    """Weights mappings become one column per component (``fusion.weights.bm25``);
-    lists (ordered windows) become tuples so cells stay hashable and print compactly."""
-    out: dict[str, Any] = {}
-    for key, value in assignment.items():
-        if isinstance(value, Mapping):
-            out.update({f"{key}.{sub}": v for sub, v in value.items()})
-        elif isinstance(value, list):
-            out[key] = tuple(value)
-        else:
-            out[key] = value
-    return out
 
 
 def worst_violation(constraints: Iterable[float]) -> float:

@@ -28,6 +28,7 @@ import numpy as np
 import optuna
 import pandas as pd
 
+from tuner.config.flatten import flatten
 from tuner.config.replay import ROLE_CHOICES, ROLE_KINDS, ReplayConfig
 from tuner.errors import ConfigError
 from tuner.evaluation.fusion_replay import FusionSetting
@@ -320,12 +321,7 @@ def sweep_frame(scored: Sequence[Scored], order: Sequence[Scored]) -> pd.DataFra
     rank = {id(s): i + 1 for i, s in enumerate(order)}
     rows = []
     for s in scored:
-        row: dict[str, Any] = {}
-        for name, value in s.assignment.items():
-            if isinstance(value, Mapping):
-                row.update({f"{name}.{k}": v for k, v in value.items()})
-            else:
-                row[name] = value
+        row: dict[str, Any] = flatten(s.assignment)
         row.update(
             objective=s.objective,
             violation=s.violation,
