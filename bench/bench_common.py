@@ -49,7 +49,9 @@ BASELINE: dict[str, Any] = {"fusion.method": "rrf", "fusion.rrf_k": 60, "fusion.
                             "confidence.threshold": 0.6}
 
 
-class Constraint:
+class OosViolation:
+    """``OOS_FP_Rate <= OOS_BOUND`` as a plain callable (the solver calls it per row)."""
+
     def violation(self, metrics: Mapping[str, float]) -> float:
         return float(metrics["OOS_FP_Rate"]) - OOS_BOUND
 
@@ -123,7 +125,7 @@ def grid_optimum(evaluate_retrieval: Callable[[dict[str, Any]], Any], *, k_value
 
 def solved_value(batch: Any) -> tuple[float, float]:
     """(best feasible objective, its threshold) of one retrieval; -inf when infeasible."""
-    sol = solve(Retrieval.from_batch(batch), [THRESHOLD], constraints=[Constraint()])
+    sol = solve(Retrieval.from_batch(batch), [THRESHOLD], constraints=[OosViolation()])
     return (sol.objective if sol.feasible else -math.inf), sol.values[CONFIDENCE_PARAM]
 
 
@@ -172,7 +174,7 @@ def run_study(cb: Any, sampler: optuna.samplers.BaseSampler, n_trials: int, *, s
 
     declared = {CONFIDENCE_PARAM: FloatDistribution(THRESHOLD.low, THRESHOLD.high, step=THRESHOLD.step)}
     space = make_space(work, with_threshold=not solve_threshold)
-    constraint = Constraint()
+    constraint = OosViolation()
 
     def objective(trial: optuna.Trial) -> float:
         assignment = space.suggest(trial)

@@ -35,7 +35,7 @@ from bench_common import (  # noqa: E402
     BASELINE,
     CONSTRAINT,
     OOS_BOUND,
-    Constraint,
+    OosViolation,
     best_so_far,
     make_space,
     quiet,
@@ -64,7 +64,7 @@ def run(cb: CachedBackend, work: Path, config: str, seed: int, n_trials: int) ->
     steps = query_steps(cb.queries.query_ids)
     n_oos = len(cb.queries.oos())
     pruner = pruner_for(config)
-    constraint = Constraint()
+    constraint = OosViolation()
     evaluations = 0
 
     def objective(trial: optuna.Trial) -> float:

@@ -50,7 +50,6 @@ from tuner.evaluation.regate import regate  # noqa: E402
 from tuner.evaluation.result import evaluate_responses  # noqa: E402
 from tuner.study.gates.gate_arrays import HitArrays  # noqa: E402
 from tuner.study.gates.threshold import CONFIDENCE, MIN_SCORE, retrieval_values, solve_batch  # noqa: E402
-from tuner.study.trial.interfaces import Constraint as TrialConstraint  # noqa: E402
 
 GOAL_S = 0.015
 
@@ -86,7 +85,7 @@ def demo_batch(root: Path) -> dict[str, Any]:
 def solve_phase(solve_fn: Any, regate_fn: Any, case: dict[str, Any]) -> tuple[Any, Any]:
     """What TrialRunner._solve calls, with ``solve_fn`` / ``regate_fn``."""
     gates = case["gates"]
-    constraints = [TrialConstraint(name, c.violation, metric) for name, metric, c in case["constraints"]]
+    constraints = [c for _, _, c in case["constraints"]]
     sol = solve_fn(case["batch"], gates, objective=case["objective"], constraints=constraints)
     conf = next((g for g in gates if g.role == CONFIDENCE), None)
     gated = regate_fn(case["batch"], confidence_threshold=sol.by_role.get(CONFIDENCE),

@@ -20,7 +20,7 @@ from optuna.trial import TrialState, create_trial
 from support.reference_experiment import write_reference_experiment
 
 from tuner.ops import analysis
-from tuner.ops.analysis import flatten_assignment
+from tuner.config.flatten import flatten
 from tuner.study.trial.attrs import ATTR_ASSIGNMENT, ATTR_METRICS, assignment_of, metrics_of, record_key
 
 LIMIT = 0.10
@@ -163,14 +163,17 @@ def test_best_at_80_columns_shows_baseline_deltas_verdicts_and_every_key_whole(s
             assert f"{v:.4f}" not in out, f"trial {t.number}'s violation {v:.4f} printed"
     # Every config key whole, each listed trial's values present, changes marked.
     shown = [base] + top
-    keys = set().union(*(flatten_assignment(assignment_of(t)) for t in shown))
+    keys = set().union(*(flatten(assignment_of(t)) for t in shown))
     assert LONG_KEY in keys and "fusion.weights.bm25" in keys
     for key in keys:
         assert re.search(rf"│ {re.escape(key)} +│", out), f"config key {key} cut or missing"
     header_numbers = re.findall(r"#(\d+)", "\n".join(line for line in out.splitlines() if line.startswith("┃")))
     assert {t.number for t in shown} <= {int(n) for n in header_numbers}
-    windows = "[" + ", ".join(str(d) for d in assignment_of(top[0])["fallback.windows_days"]) + "]*"
-    assert windows in out  # a list whole, marked as changed from the baseline's
+    # a list item by item under its position (tuner.config.flatten: the names the dashboards
+    # and MLflow show), each marked as changed from the baseline's
+    windows = zip(assignment_of(base)["fallback.windows_days"], assignment_of(top[0])["fallback.windows_days"])
+    for pos, (was, days) in enumerate(windows):
+        assert re.search(rf"│ fallback\.windows_days\.{pos} +│ +{was} │ +{days}\* │", out), pos
     assert out.count("config values (") >= 2  # split over several tables rather than cut
 
 

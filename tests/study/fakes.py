@@ -18,7 +18,22 @@ from typing import Any
 import optuna
 from ruamel.yaml import YAML
 
+from tuner.config.objective import Constraint
 from tuner.errors import BackendExited, FailureBudgetExceeded, HealthTimeout
+
+
+class MetricNamed(Constraint):
+    """An experiment constraint recorded under its metric's name (``OOS_FP_Rate``), the
+    name these tests' trials carry, instead of ``OOS_FP_Rate <= 0.1``."""
+
+    @property
+    def name(self) -> str:
+        return self.metric
+
+
+def oos_constraint(limit: float) -> Constraint:
+    """``OOS_FP_Rate <= limit``, recorded as ``OOS_FP_Rate``."""
+    return MetricNamed(metric="OOS_FP_Rate", op="<=", bound=limit)
 
 
 def score(x: float, k: int) -> float:

@@ -15,7 +15,8 @@ from optuna.trial import TrialState
 
 from tuner.config.space.loading import load_space
 from tuner.config.space.searchspace import SearchSpace
-from tuner.study.trial.applied_params import applied_params, flatten, record_applied_params
+from tuner.config.flatten import flatten
+from tuner.study.trial.applied_params import applied_params, record_applied_params
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")

@@ -16,7 +16,6 @@ from study.fakes import CONFIG_TEXT, FakeResult, FileBackend, FormulaEvaluator, 
 from tuner.config.objective import Constraint
 from tuner.data.dataset import Query, QuerySet
 from tuner.study.trial.attrs import ATTR_EARLY_STOP, ATTR_FAIL_REASON, ATTR_FEASIBLE, metrics_of, named_constraints
-from tuner.study.trial.interfaces import Constraint as TrialConstraint
 from tuner.study.trial.pruning import reporter_factory
 from tuner.study.trial.runner import TrialRunner
 from tuner.study.trial.scoring import LEGACY_CONSTRAINTS_ATTR
@@ -68,7 +67,7 @@ def make_runner(tmp_path: Path) -> tuple[TrialRunner, ScriptedEvaluator]:
     runner = TrialRunner(
         study_name="s", space=TwoParamSpace(), writer=YamlWriter(cfg), target=backend,
         wait_healthy=backend.wait_healthy, evaluator=evaluator, trials_dir=tmp_path / "trials",
-        constraints=[TrialConstraint(c.name, c.violation, c.metric) for c in constraints],
+        constraints=constraints,
         reporter_factory=reporter_factory(optuna.pruners.NopPruner(), QUERIES, constraints=constraints),
     )
     return runner, evaluator

@@ -20,13 +20,13 @@ import pytest
 import sqlalchemy as sa
 from optuna.trial import TrialState
 
-from study.fakes import score
+from study.fakes import MetricNamed, score
 from study.test_trial_runner import OOS_LIMIT, make_runner
-from tuner.study.loop import FailureBudget, StudyLoop, StudyObserver
+from tuner.config.objective import FailureBudget
+from tuner.study.loop import FailureTally, StudyLoop, StudyObserver
 from tuner.study.storage.queue import Variant, count_finished, enqueue_initial
 from tuner.study.storage.retry import infra_summary
 from tuner.study.storage.study_storage import open_study
-from tuner.study.trial.interfaces import Constraint
 from tuner.study.trial.outcome import TrialOutcome
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -75,12 +75,13 @@ def locked_study(tmp_path: Path, *, times: int = 1) -> tuple[optuna.Study, LockO
     lock = LockOnce(path, storage.engine, times=times)
     runner, backend, _, _ = make_runner(tmp_path)
 
-    def oos(metrics: dict[str, float]) -> float:
-        if metrics["Primary_Metric_Score"] == LOCKED_ON:
-            lock.arm()  # the next write of this trial (its constraint) meets the lock
-        return metrics["OOS_FP_Rate"] - OOS_LIMIT
+    class ArmsTheLock(MetricNamed):
+        def violation(self, metrics) -> float:
+            if metrics["Primary_Metric_Score"] == LOCKED_ON:
+                lock.arm()  # the next write of this trial (its constraint) meets the lock
+            return super().violation(metrics)
 
-    runner.constraints = [Constraint("OOS_FP_Rate", oos, "OOS_FP_Rate")]
+    runner.constraints = [ArmsTheLock(metric="OOS_FP_Rate", op="<=", bound=OOS_LIMIT)]
     return study, lock, runner
 
 
@@ -140,11 +141,11 @@ def test_retries_are_bounded_and_a_variant_not_retried_is_said_out_loud(tmp_path
         f"warning: trial #{retry.number} (variant linear-minmax-balanced) failed because the study's storage failed, "
         "and was NOT retried: it is a retry already, 1 of workers.max_retry=1; it counts as a failed trial"]
     # the one not retried counts, in n_trials and in the failure budget; its retried first try does not
-    assert loop.budget.total == 1 and result.counted == 4 and count_finished(study) == 4
+    assert loop.failures.total == 1 and result.counted == 4 and count_finished(study) == 4
 
 
 def test_a_retried_failure_spends_no_failure_budget() -> None:
-    budget = FailureBudget(max_consecutive=1, max_total=1)
+    budget = FailureTally(FailureBudget(max_consecutive=1, max_total=1))
     budget.record(TrialOutcome(0, "FAIL", fail_reason="infrastructure: ... (retried as trial #3)", infrastructure=True,
                                retried_as=3))
     assert budget.exceeded() is None and budget.total == 0

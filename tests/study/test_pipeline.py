@@ -15,7 +15,8 @@ from optuna.trial import TrialState
 from study.fakes import score
 from study.test_trial_runner import make_runner
 from tuner.errors import StudyError
-from tuner.study.loop import FailureBudget, StudyLoop
+from tuner.config.objective import FailureBudget
+from tuner.study.loop import StudyLoop
 from tuner.study.stop import StopFlag
 from tuner.study.storage.queue import Variant, enqueue_initial, remaining_trials
 from tuner.study.storage.study_storage import open_study

@@ -13,7 +13,8 @@ from study.fakes import oos_rate, score
 from study.test_trial_runner import OOS_LIMIT, make_runner
 from tuner.errors import StudyError
 from tuner.study.feasibility import best_feasible_trial
-from tuner.study.loop import FailureBudget, StudyLoop
+from tuner.config.objective import FailureBudget
+from tuner.study.loop import FailureTally, StudyLoop
 from tuner.study.stop import StopFlag
 from tuner.study.storage.queue import Variant, count_finished, enqueue_initial, fail_stale_trials, remaining_trials
 from tuner.study.storage.study_storage import open_study
@@ -96,7 +97,7 @@ def test_failure_budget_stops_the_study_with_a_clear_message(tmp_path: Path) -> 
 def test_failure_budget_total() -> None:
     from tuner.study.trial.outcome import TrialOutcome
 
-    budget = FailureBudget(max_consecutive=None, max_total=2)
+    budget = FailureTally(FailureBudget(max_consecutive=3, max_total=2))  # never 3 in a row below
     budget.record(TrialOutcome(0, "FAIL", fail_reason="a"))
     budget.record(TrialOutcome(1, "COMPLETE", value=1.0))
     assert budget.exceeded() is None

@@ -15,7 +15,8 @@ from rich.console import Console
 from study.fakes import score
 from study.test_trial_runner import make_runner, run_one
 from tuner.errors import ConfigError, TargetError
-from tuner.study.loop import FailureBudget, StudyLoop
+from tuner.config.objective import FailureBudget
+from tuner.study.loop import StudyLoop
 from tuner.study.stop import StopFlag
 from tuner.study.storage.result_cache import CachedResult, ResultCache, cache_key
 from tuner.study.trial.bookkeeping import Bookkeeper

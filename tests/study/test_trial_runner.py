@@ -8,7 +8,17 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from study.fakes import CONFIG_TEXT, FileBackend, FormulaEvaluator, TwoParamSpace, YamlWriter, oos_rate, run_one, score
+from study.fakes import (
+    CONFIG_TEXT,
+    FileBackend,
+    FormulaEvaluator,
+    TwoParamSpace,
+    YamlWriter,
+    oos_constraint,
+    oos_rate,
+    run_one,
+    score,
+)
 from tuner.study.feasibility import best_feasible_trial
 from tuner.study.stop import StopFlag
 from tuner.study.storage.result_cache import ResultCache
@@ -22,7 +32,6 @@ from tuner.study.trial.attrs import (
     reports_of,
 )
 from tuner.study.trial.bookkeeping import Bookkeeper, OptunaArtifacts
-from tuner.study.trial.interfaces import Constraint
 from tuner.study.trial.runner import TrialRunner
 from tuner.study.trial.scoring import LEGACY_CONSTRAINTS_ATTR
 
@@ -44,7 +53,7 @@ def make_runner(tmp_path: Path, *, discrete: bool = False, crash_when=None, fail
         wait_healthy=backend.wait_healthy,
         evaluator=evaluator,
         trials_dir=tmp_path / "trials",
-        constraints=[Constraint("OOS_FP_Rate", lambda m: m["OOS_FP_Rate"] - OOS_LIMIT, "OOS_FP_Rate")],
+        constraints=[oos_constraint(OOS_LIMIT)],
         cache=ResultCache(tmp_path / "cache.sqlite"),
         **kw,
     )

@@ -24,7 +24,7 @@ from tuner.report import ReportContext, write_reports
 from tuner.study.gates.threshold import CONFIDENCE_PARAM, Retrieval, solvable_gates, solve
 from tuner.study.storage.result_cache import ResultCache
 from tuner.study.trial.attrs import assignment_of, trial_attr
-from tuner.study.trial.interfaces import Constraint
+from tuner.config.objective import Constraint
 from tuner.study.trial.runner import TrialRunner
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -88,7 +88,7 @@ def make_setup(tmp_path: Path, config: str, space_text: str, gate_key: str) -> d
     batch = evaluate_responses(qs, qrels, responses, failed)
     backend = FileBackend(cfg)
     evaluator = BatchEvaluator(backend, batch, gate_key)
-    constraint = Constraint("OOS_FP_Rate <= 0.3", lambda m: m["OOS_FP_Rate"] - BOUND)
+    constraint = Constraint(metric="OOS_FP_Rate", op="<=", bound=BOUND)
     runner = TrialRunner(
         study_name="s", space=space, writer=YamlWriter(cfg), target=backend, wait_healthy=lambda: None,
         evaluator=evaluator, trials_dir=tmp_path / "trials", constraints=[constraint],
@@ -255,7 +255,7 @@ def test_a_gate_keeps_its_value_as_found_unless_a_constraint_moves_it_and_the_tr
     runner, study, space = setup["runner"], setup["study"], setup["space"]
     runner.evaluator.batch = wide_ties_batch()  # the objective is flat from 0 to 0.55
     runner.constraints = [] if bound is None else [
-        Constraint(f"OOS_FP_Rate <= {bound}", lambda m: m["OOS_FP_Rate"] - bound, "OOS_FP_Rate")]
+        Constraint(metric="OOS_FP_Rate", op="<=", bound=bound)]
     study.set_user_attr(ATTR_CONFIG_SEEN, {"fusion.x": 0.5, CONFIDENCE_PARAM: 0.12})
     prepared = Prepared(None, space, None, None, {}, "", [], [],  # type: ignore[arg-type]
                         gates=dict(zip(sorted(space.post_retrieval), solvable_gates(space), strict=True)))

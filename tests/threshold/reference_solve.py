@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -26,7 +26,6 @@ from tuner.evaluation.outcomes import QueryResponse
 from tuner.study.gates.threshold import (
     CONFIDENCE,
     MIN_SCORE,
-    ConstraintLike,
     GateRange,
     QueryRetrieval,
     Retrieval,
@@ -62,7 +61,7 @@ def solve(
     gates: Sequence[GateRange],
     *,
     objective: str = scorecard.PRIMARY_METRIC,
-    constraints: Sequence[ConstraintLike] = (),
+    constraints: Sequence[Any] = (),
     resolution: float = 0.01,
 ) -> ThresholdSolution:
     """Evaluate every grid point of ``gates`` on ``retrieval`` and pick the best feasible one.
@@ -231,7 +230,7 @@ def _scores_by_cut(retrieval: Retrieval, min_scores: np.ndarray, kept: np.ndarra
     return out
 
 
-def _violations(table: pd.DataFrame, constraints: Sequence[ConstraintLike]) -> np.ndarray:
+def _violations(table: pd.DataFrame, constraints: Sequence[Any]) -> np.ndarray:
     if not constraints:
         return np.zeros(len(table))
     records = table.to_dict("records")
@@ -255,7 +254,7 @@ def solve_batch(
     gates: Sequence[GateRange],
     *,
     objective: str = scorecard.PRIMARY_METRIC,
-    constraints: Sequence[ConstraintLike] = (),
+    constraints: Sequence[Any] = (),
     top_m: int | None = None,
 ) -> ThresholdSolution:
     """``solve`` on a batch retrieved with ``retrieval_values(gates)``."""

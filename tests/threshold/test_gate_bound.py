@@ -19,7 +19,6 @@ from tuner.config.objective import Constraint as MetricBound
 from tuner.evaluation.result import evaluate_responses
 from tuner.study.gates.gate_arrays import HitArrays
 from tuner.study.gates.threshold import MIN_SCORE, GateRange, bound_arrays, solve_arrays
-from tuner.study.trial.interfaces import Constraint as TrialConstraint
 
 
 def descending_batch(seed: int, **kw: Any) -> Any:
@@ -96,6 +95,6 @@ def test_no_bound_is_given_for_a_list_whose_scores_rise() -> None:
     qs, qrels, responses, failed, gains = hostile_batch(5)  # some lists permuted
     batch = evaluate(qs, qrels, responses, failed, gains=gains)
     assert bound_arrays(HitArrays.from_batch(batch), gate_sets()[0], retrieved_min_score=CUTS[0]) is None
-    trial = TrialConstraint("fp", MetricBound.parse("OOS_FP_Rate <= 0.3").violation, "OOS_FP_Rate")
+    trial = MetricBound.parse("OOS_FP_Rate <= 0.3")
     assert both(descending_batch(5), gate_sets()[0], constraints=[trial])[0] is not None  # a trial's constraints
     assert np.isfinite(both(descending_batch(5), gate_sets()[0])[0].upper)

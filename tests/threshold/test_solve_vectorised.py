@@ -39,7 +39,6 @@ from tuner.study.gates.threshold import (
     solve_batch,
     sweep,
 )
-from tuner.study.trial.interfaces import Constraint as TrialConstraint
 
 CUTS = (0.0, 0.6, 0.1)  # the min_score grid: 0.0, 0.1, ..., 0.6
 
@@ -119,8 +118,7 @@ def constraint_sets() -> list[list[Any]]:
     return [
         [],
         [bound],  # taken on whole columns
-        [TrialConstraint(bound.name, bound.violation, bound.metric),  # what a trial passes
-         TrialConstraint("recall", MetricBound.parse("Answer_Recall >= 0.5").violation, "Answer_Recall")],
+        [bound, MetricBound.parse("Answer_Recall >= 0.5")],  # two, as a trial passes them
         [MaxFP()],  # called per row
         [MetricBound.parse("OOS_FP_Rate <= -1")],  # infeasible everywhere
     ]

@@ -32,14 +32,14 @@ from tuner.report.tracking import (
     TrialRecord,
 )
 from tuner.study.feasibility import best_feasible_trial
-from tuner.study.trial.interfaces import Constraint
+from tuner.config.objective import Constraint
 from tuner.study.trial.runner import TrialRunner
 from tuner.study.trial.tracking_record import TAG_RECOVERED, OptunaRecords, close_killed_runs
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 STUDY = "killed"
 OOS_LIMIT = 0.10
-CONSTRAINTS = [Constraint("OOS_FP_Rate <= 0.1", lambda m: m["OOS_FP_Rate"] - OOS_LIMIT, "OOS_FP_Rate")]
+CONSTRAINTS = [Constraint(metric="OOS_FP_Rate", op="<=", bound=OOS_LIMIT)]
 
 
 class DiesBeforeLogging(MlflowTracker):

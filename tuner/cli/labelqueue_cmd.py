@@ -57,7 +57,7 @@ def queue_command(
     trials = pick_trials(
         load_study(exp).get_trials(deepcopy=False),
         top_n=top,
-        maximize=exp.objective.direction == "maximize",
+        maximize=exp.objective.maximize,
         include_baseline=baseline,
     )
     with_reports = [(t.number, report_of(t)) for t in trials]

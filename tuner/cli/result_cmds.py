@@ -33,7 +33,7 @@ def best_command(
     warn_pending_journal(console, exp)
     frame = analysis.trials_frame(load_study(exp).get_trials(deepcopy=False))
     analysis.require_trials(frame, exp.study)
-    maximize = exp.objective.direction == "maximize"
+    maximize = exp.objective.maximize
     base = analysis.baseline_row(frame)
     names = bt.constraint_names_of(frame)
     judged = analysis.JUDGED in frame.columns and exp.objective.metric != analysis.JUDGED
@@ -116,7 +116,7 @@ def report_command(
         out_dir,
         study_name=exp.study,
         objective=exp.objective.metric,
-        maximize=exp.objective.direction == "maximize",
+        maximize=exp.objective.maximize,
         importances=analysis.param_importances(study),
         oos_limit=oos_limit,
     )

@@ -136,7 +136,7 @@ def _print_summary(console: Console, exp: Any, summary: Any) -> None:
     from tuner.ops import analysis
     from tuner.study.storage.study_storage import load_study
 
-    maximize = exp.objective.direction == "maximize"
+    maximize = exp.objective.maximize
     for warning in summary.warnings:
         if warning not in exp.warnings:  # those were printed at the start
             console.print(f"[yellow]warning:[/] {warning}", soft_wrap=True)

@@ -1,9 +1,14 @@
 """What a study optimises and tolerates: the ``objective:``, ``constraints:`` and
-``failure_budget:`` sections.
+``failure_budget:`` sections. These are the one Objective, Constraint and FailureBudget
+of the tuner: the study scores a trial by them (tuner.study.trial), solves gates under
+them (tuner.study.gates.threshold) and counts failed trials against the budget
+(tuner.study.loop.FailureTally) as parsed here, with no second type built from them.
 
 Public API::
 
+    Objective(metric=..., direction="maximize").maximize -> bool
     Constraint.parse("OOS_FP_Rate <= 0.10") -> Constraint; .violation(metrics) -> float
+    FailureBudget(max_consecutive=3, max_total=10)
 """
 
 from __future__ import annotations
@@ -22,6 +27,10 @@ from tuner.errors import ConfigError
 class Objective(StrictModel):
     metric: str = "Primary_Metric_Score"
     direction: Literal["maximize", "minimize"] = "maximize"
+
+    @property
+    def maximize(self) -> bool:
+        return self.direction == "maximize"
 
 
 _CONSTRAINT_RE = re.compile(r"^\s*([A-Za-z_][\w@.\-]*)\s*(<=|>=)\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*$")
@@ -62,5 +71,8 @@ class Constraint(StrictModel):
 
 
 class FailureBudget(StrictModel):
+    """How many failed trials a run tolerates: in a row, and in all (the loop's
+    tuner.study.loop.FailureTally counts them)."""
+
     max_consecutive: PositiveInt = 3
     max_total: PositiveInt = 10

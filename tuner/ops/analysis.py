@@ -3,10 +3,12 @@
 Everything here is a pure function of a trials DataFrame (built once from Optuna's
 frozen trials by `trials_frame`), so it is tested without a study or a backend.
 
-Feasibility is decided here, not by Optuna's best-trial logic: a trial is feasible
-when it is COMPLETE and every constraint value is <= 0 (Optuna's convention). The
-best trial is the best *feasible* one; optuna-dashboard's best-trial card ignores
-feasibility, which is why reports carry this selection.
+Feasibility is not Optuna's best-trial logic: a trial is feasible when it is COMPLETE
+and every constraint value is <= 0 (Optuna's convention), and the best trial is the
+best *feasible* one, both by the one rule and ranking of tuner.study.feasibility (the
+frame's rows rank exactly as `best_feasible_trial` ranks the trials).
+optuna-dashboard's best-trial card ignores feasibility, which is why reports carry
+this selection.
 """
 
 from __future__ import annotations
@@ -19,11 +21,13 @@ from typing import Any
 
 import pandas as pd
 
+from tuner.config.flatten import flatten
 from tuner.errors import StudyError
 from tuner.files import atomic_write_text, atomic_write_with
 from tuner.metrics.scorecard import PRIMARY_METRIC, PRIMARY_SCORECARD
 from tuner.ops.verdicts import CONSTRAINT_PREFIX, parse_constraint, verdicts
 from tuner.ops.verdicts import JUDGED as JUDGED  # re-exported: the CLI's tables name the column
+from tuner.study import feasibility
 from tuner.study.trial.attrs import (
     ATTR_CACHE_HIT,
     ATTR_DURATION,
@@ -71,8 +75,9 @@ def trials_frame(trials: Iterable[Any]) -> pd.DataFrame:
     Columns: number, state, value, feasible, violation (largest constraint value, <= 0
     when feasible), variant (baseline / shortlist name), cache_hit, fail_reason,
     early_stop, gates_moved (which constraint moved a solved gate off its value as found),
-    duration_s, then ``constraint:<name>``, ``param:<dotted path>`` (the
-    config assignment, not Optuna's internal parameters) and one column per report
+    duration_s, then ``constraint:<name>``, ``param:<config key>`` (the
+    config assignment under tuner.config.flatten's keys, not Optuna's internal
+    parameters) and one column per report
     metric. A constraint's metric and Judged@10 missing from the metrics record are
     taken from the user attributes of the same name (the scalars the trial also keeps).
     """
@@ -86,8 +91,8 @@ def trials_frame(trials: Iterable[Any]) -> pd.DataFrame:
             "number": t.number,
             "state": state,
             "value": value,
-            "feasible": state == "COMPLETE" and all(v <= 0 for v in constraints.values()),
-            "violation": max(constraints.values()) if constraints else math.nan,
+            "feasible": feasibility.feasible(state, constraints.values()),
+            "violation": worst_violation(constraints.values()),
             "variant": attrs.get(ATTR_VARIANT, ""),
             "cache_hit": bool(attrs.get(ATTR_CACHE_HIT, False)),
             "fail_reason": attrs.get(ATTR_FAIL_REASON, ""),
@@ -97,7 +102,7 @@ def trials_frame(trials: Iterable[Any]) -> pd.DataFrame:
         }
         row.update({CONSTRAINT_PREFIX + k: v for k, v in constraints.items()})
         assignment = assignment_of(t) or dict(t.params)
-        row.update({PARAM_PREFIX + k: v for k, v in flatten_assignment(assignment).items()})
+        row.update({PARAM_PREFIX + k: v for k, v in flatten(assignment).items()})
         row.update(metrics_of(t))
         fallbacks = {c.metric: c.metric for c in map(parse_constraint, constraints) if c} | {JUDGED: ATTR_JUDGED}
         row.update({col: attrs[attr] for col, attr in fallbacks.items() if col not in row and attr in attrs})
@@ -124,24 +129,26 @@ def trial_duration(t: Any) -> float:
     return trial_seconds(phases) if isinstance(phases, Mapping) and phases else math.nan
 
 
-def flatten_assignment(assignment: Mapping[str, Any]) -> dict[str, Any]:
-    """Weights mappings become one column per component (``fusion.weights.bm25``);
-    lists (ordered windows) become tuples so cells stay hashable and print compactly."""
-    out: dict[str, Any] = {}
-    for key, value in assignment.items():
-        if isinstance(value, Mapping):
-            out.update({f"{key}.{sub}": v for sub, v in value.items()})
-        elif isinstance(value, list):
-            out[key] = tuple(value)
-        else:
-            out[key] = value
-    return out
+def worst_violation(constraints: Iterable[float]) -> float:
+    """The largest constraint value (<= 0 when feasible); a NaN one counts as +inf, as
+    it breaks the trial (tuner.study.feasibility); NaN without constraints."""
+    values = [math.inf if math.isnan(v) else float(v) for v in constraints]
+    return max(values) if values else math.nan
 
 
 def feasible_ranked(frame: pd.DataFrame, *, maximize: bool = True) -> pd.DataFrame:
-    """Feasible trials, best first (ties: lower trial number first)."""
-    feasible = frame[frame["feasible"].astype(bool)] if not frame.empty else frame
-    return feasible.sort_values(["value", "number"], ascending=[not maximize, True], kind="mergesort")
+    """Feasible trials with a value, best first (tuner.study.feasibility.rank_key: ties
+    to the lower trial number)."""
+    if frame.empty:
+        return frame
+    rows = [
+        (feasibility.rank_key(value, number, maximize=maximize), index)
+        for index, number, value, ok in zip(
+            frame.index, frame["number"], frame["value"], frame["feasible"], strict=True
+        )
+        if ok and feasibility.rankable(value)
+    ]
+    return frame.loc[[index for _, index in sorted(rows)]]
 
 
 def infeasible_trials(frame: pd.DataFrame) -> pd.DataFrame:

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 import optuna
 
 from tuner.errors import LabelError, StudyError, TunerError
-from tuner.study.feasibility import is_feasible, pick_trial
+from tuner.study.feasibility import constraints_hold, is_feasible, pick_trial
 from tuner.study.storage.study_storage import ATTR_CONFIG_SEEN, load_study
 from tuner.study.trial.attrs import ATTR_GATES_MOVED, ATTR_VARIANT, assignment_of, trial_attr
 from tuner.study.wiring import Prepared, labels_mismatch, prepare
@@ -110,7 +110,7 @@ def plan_apply(
     its originals are the right base to render from anyway). ``on_replay`` gets the line
     saying what the replay restored, at once (before anything else can stop the plan)."""
     study = load_study(experiment)
-    maximize = experiment.objective.direction == "maximize"
+    maximize = experiment.objective.maximize
     prepared = prepare(experiment, recover_journal=recover_journal)
     if prepared.replayed:
         on_replay(prepared.replayed)
@@ -287,7 +287,7 @@ def violated_constraints(constraints: Any, metrics: Any) -> list[str]:
         value = metrics.get(c.metric) if hasattr(metrics, "get") else None
         if value is None or value != value:  # missing or NaN
             out.append(f"{c.name}: {c.metric} was not measured")
-        elif c.violation(metrics) > 0:
+        elif not constraints_hold([c.violation(metrics)]):
             out.append(f"{c.metric} = {float(value):.4f}, breaks {c.name}")
     return out
 

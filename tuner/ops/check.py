@@ -158,7 +158,7 @@ def replay_finding(prepared: Prepared, queries: Any, seed: int, *, abort: Abort 
     grid = plan.grid({})
     if grid is None:
         how = f"scores {plan.config.max_settings} settings (TPE)"
-    elif plan.config.bound and prepared.gates and exp.objective.direction == "maximize":
+    elif plan.config.bound and prepared.gates and exp.objective.maximize:
         how = f"bounds a grid of {len(grid)} settings, scores exactly those that can be among the best"
     else:
         how = f"scores a grid of {len(grid)} settings"

@@ -23,7 +23,7 @@ from tuner.evaluation.holdout import record_split
 from tuner.ops.check import preflight_on_target, static_preflight
 from tuner.ops.dashboard_specs import dashboard_commands
 from tuner.study.feasibility import best_feasible_trial, summary_metrics
-from tuner.study.loop import FailureBudget, RunResult, StudyLoop, StudyObserver
+from tuner.study.loop import RunResult, StudyLoop, StudyObserver
 from tuner.study.stop import StopFlag
 from tuner.study.storage.locks import StudyLease, patch_rights
 from tuner.study.storage.paths import StudyPaths
@@ -272,7 +272,7 @@ def _run_locked(
     loop = StudyLoop(
         study,
         runner,
-        budget=FailureBudget(experiment.failure_budget.max_consecutive, experiment.failure_budget.max_total),
+        budget=experiment.failure_budget,
         stop=stop,
         observer=observer,
         maximize=maximize,

@@ -84,7 +84,7 @@ def _validate_holdout(
 
     holdout = holdout or holdout_config_of(experiment)
     study = load_study(experiment)
-    maximize = experiment.objective.direction == "maximize"
+    maximize = experiment.objective.maximize
     best = pick_trial(study, trial_number, maximize=maximize)
     baseline = next(
         (

@@ -13,6 +13,7 @@ from typing import Any, TypeGuard
 import pandas as pd
 
 from tuner.config.objective import Constraint
+from tuner.study.feasibility import constraints_hold
 
 CONSTRAINT_PREFIX = "constraint:"  # the trials frame's column per constraint (tuner.ops.analysis)
 JUDGED = "Judged@10"
@@ -45,7 +46,7 @@ class Verdict:
 
     @property
     def ok(self) -> bool:
-        return self.known and self.violation <= 0
+        return self.known and constraints_hold([self.violation])
 
     def text(self, *, excess: bool = True) -> str:
         """``0.0938 ✓ ≤ 0.10`` or ``0.1250 ✗ > 0.10 by 0.0250`` (``excess``: the "by")."""

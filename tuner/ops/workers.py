@@ -129,7 +129,7 @@ def _run_replica(
 ) -> ReplicaSummary:
     from tuner.ops.check import preflight_on_target, static_preflight
     from tuner.study.feasibility import summary_metrics
-    from tuner.study.loop import FailureBudget, StudyLoop, StudyObserver, fail_stale_heartbeats
+    from tuner.study.loop import StudyLoop, StudyObserver, fail_stale_heartbeats
     from tuner.study.storage.paths import StudyPaths
     from tuner.study.storage.queue import enqueue_initial, enqueue_once
     from tuner.study.storage.study_storage import ATTR_CONSTRAINTS, ATTR_OBJECTIVE, open_study
@@ -234,7 +234,7 @@ def _run_replica(
     loop = StudyLoop(
         study,
         runner,
-        budget=FailureBudget(exp.failure_budget.max_consecutive, exp.failure_budget.max_total),
+        budget=exp.failure_budget,
         stop=stop,
         observer=observer,
         maximize=maximize,

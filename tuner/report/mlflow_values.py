@@ -14,6 +14,7 @@ from urllib.parse import urlparse
 from urllib.request import url2pathname
 
 from tuner import secrets
+from tuner.config.flatten import leaves
 
 PARAM_VALUE_LIMIT = 6000  # MLflow's MAX_PARAM_VAL_LENGTH
 TAG_VALUE_LIMIT = 8000  # MLflow's MAX_TAG_VAL_LENGTH
@@ -42,26 +43,16 @@ def safe_value(name: str, value: Any, *, by_name: bool = True) -> str:
 
 
 def flat_params(params: Mapping[str, Any], *, by_name: bool = True) -> dict[str, str]:
-    """Params as MLflow stores them, one per component so each can be plotted: a dict
-    value becomes ``key.sub`` params, a list ``key.0``, ``key.1`` (recursively); an empty
-    one stays its text. Values pass `safe_value`; under a secret name (``by_name``) the
-    whole subtree is ``***``."""
+    """Params as MLflow stores them, one per component so each can be plotted: the
+    config keys of tuner.config.flatten (a dict value becomes ``key.sub`` params, a list
+    ``key.0``, ``key.1``, recursively; an empty one stays its text). Values pass
+    `safe_value`; under a secret name (``by_name``) the whole subtree is ``***``."""
     out: dict[str, str] = {}
-
-    def walk(key: str, value: Any, hidden: bool) -> None:
-        hidden = hidden or (by_name and secrets.is_secret_name(key))
-        if isinstance(value, Mapping) and value:
-            for sub, item in value.items():
-                walk(f"{key}.{sub}", item, hidden)
-        elif isinstance(value, (list, tuple)) and value:
-            for index, item in enumerate(value):
-                walk(f"{key}.{index}", item, hidden)
-        else:
-            text = secrets.REDACTED if hidden else safe_value(key, value, by_name=False)
-            out[mlflow_name(key)] = text[:PARAM_VALUE_LIMIT]
-
-    for key, value in params.items():
-        walk(str(key), value, False)
+    for path, value in leaves(params):
+        keys = [".".join(path[: i + 1]) for i in range(len(path))]  # the leaf's key and its parents'
+        hidden = by_name and any(secrets.is_secret_name(key) for key in keys)
+        text = secrets.REDACTED if hidden else safe_value(keys[-1], value, by_name=False)
+        out[mlflow_name(keys[-1])] = text[:PARAM_VALUE_LIMIT]
     return out
 
 

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from tuner.config.objective import FailureBudget
 from tuner.errors import StudyError
 from tuner.study.feasibility import best_feasible_trial
 from tuner.study.stop import StopFlag
@@ -49,11 +50,11 @@ class StudyObserver:
 
 
 @dataclass
-class FailureBudget:
-    """Stop the study after too many failed trials (in this run)."""
+class FailureTally:
+    """The failed trials of this run, counted against the experiment's ``failure_budget``
+    (tuner.config.objective.FailureBudget): the study stops once it is spent."""
 
-    max_consecutive: int | None = 3
-    max_total: int | None = 10
+    budget: FailureBudget = field(default_factory=FailureBudget)
     consecutive: int = 0
     total: int = 0
     last_reason: str | None = None
@@ -73,12 +74,13 @@ class FailureBudget:
 
     def exceeded(self) -> str | None:
         """Why the budget is spent, or None."""
-        if self.max_consecutive is not None and self.consecutive >= self.max_consecutive:
+        limit = self.budget
+        if self.consecutive >= limit.max_consecutive:
             return (
-                f"{self.consecutive} consecutive failed trials (failure_budget.max_consecutive={self.max_consecutive})"
+                f"{self.consecutive} consecutive failed trials (failure_budget.max_consecutive={limit.max_consecutive})"
             )
-        if self.max_total is not None and self.total >= self.max_total:
-            return f"{self.total} failed trials in this run (failure_budget.max_total={self.max_total})"
+        if self.total >= limit.max_total:
+            return f"{self.total} failed trials in this run (failure_budget.max_total={limit.max_total})"
         return None
 
 
@@ -140,6 +142,11 @@ class StudyLoop:
     #: retries of one trial the study's storage failed under (workers.max_retry; shared with
     #: the heartbeat retry of a dead worker's trial); None: no bound
     max_retry: int | None = 2
+    #: the failed trials counted against ``budget`` (kept from one ``run`` to the next)
+    failures: FailureTally = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.failures = FailureTally(self.budget)
 
     def run(self, *, n_trials: int | None, timeout: float | None) -> RunResult:
         """Run up to ``n_trials`` trials (None: until stopped) for at most ``timeout`` s.
@@ -184,7 +191,7 @@ class StudyLoop:
                 break
             outcome = self._one_trial()
             result.ran.append(outcome)
-            self.budget.record(outcome)
+            self.failures.record(outcome)
             self._raise_if_budget_spent(result)
 
     def _why_stop(
@@ -247,11 +254,11 @@ class StudyLoop:
         return False
 
     def _raise_if_budget_spent(self, result: RunResult) -> None:
-        why = self.budget.exceeded()
+        why = self.failures.exceeded()
         if why is not None:
             result.stopped_by = "failure_budget"
             raise StudyError(
-                f"study {self.study.study_name!r} stopped: {why}; last failure: {self.budget.last_reason};"
+                f"study {self.study.study_name!r} stopped: {why}; last failure: {self.failures.last_reason};"
                 " fix the backend or the search space, then `tuner run` resumes the study"
             )
 
@@ -273,10 +280,10 @@ class StudyLoop:
 
         def on_end(outcome: TrialOutcome) -> str | None:
             result.ran.append(outcome)
-            self.budget.record(outcome)
+            self.failures.record(outcome)
             best = best_feasible_trial(self.study.get_trials(deepcopy=False), maximize=self.maximize)
             self.observer.trial_finished(outcome, best)
-            return "failure_budget" if self.budget.exceeded() else None
+            return "failure_budget" if self.failures.exceeded() else None
 
         self.runner.on_phase = on_phase
         try:

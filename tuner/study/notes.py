@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from optuna.trial import FrozenTrial, TrialState
 
-from tuner.study.feasibility import best_feasible_trial, is_feasible, summary_of
+from tuner.study.feasibility import best_feasible_trial, constraints_hold, feasible_ranked, is_feasible, summary_of
 from tuner.study.trial.attrs import ATTR_EARLY_STOP, ATTR_MLFLOW_RUN, ATTR_VARIANT, metrics_of, named_constraints
 
 if TYPE_CHECKING:
@@ -80,7 +80,7 @@ def trial_note(
     for name, violation in constraints.items():
         metric = name.split()[0]
         shown = metrics.get(metric)
-        verdict = "holds" if violation <= 0 else f"violated by {violation:.4g}"
+        verdict = "holds" if constraints_hold([violation]) else f"violated by {violation:.4g}"
         lines.append(f"- `{name}`: {metric} = {_num(shown)} ({verdict})")
     for name, v in solved.items():
         lines.append(f"- `{name}` = {v:g} (solved from this trial's retrieval)")
@@ -133,7 +133,7 @@ def study_note(
         ]
     if holdout:
         lines += [f"Holdout: {holdout}", ""]
-    feasible = sorted((t for t in done if is_feasible(t)), key=lambda t: -t.values[0] if maximize else t.values[0])
+    feasible = feasible_ranked(trials, maximize=maximize)
     if feasible:
         lines += [f"| trial | {objective} | vs baseline | constraints | variant |", "|---|---:|---:|---|---|"]
         for t in feasible[:_TOP]:
@@ -182,7 +182,7 @@ def publish_study(
     apply_hint: str | None = None,
 ) -> None:
     """Write the study note and, with a tracker, the MLflow parent run's summary
-    (``objective``: a tuner.study.trial.interfaces.Objective)."""
+    (``objective``: a tuner.config.objective.Objective)."""
     trials = study.get_trials(deepcopy=False)
     note = study_note(
         trials,

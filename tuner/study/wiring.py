@@ -29,8 +29,6 @@ from tuner.study.storage.queue import Variant
 from tuner.study.storage.result_cache import ResultCache
 from tuner.study.storage.study_storage import ATTR_CONFIG_SEEN, ATTR_LABELS
 from tuner.study.trial.bookkeeping import Bookkeeper, OptunaArtifacts
-from tuner.study.trial.interfaces import Constraint as TrialConstraint
-from tuner.study.trial.interfaces import Objective
 from tuner.study.trial.live import LiveEvaluator
 from tuner.study.trial.pruning import trial_order_seed
 from tuner.study.trial.runner import TrialRunner
@@ -105,7 +103,7 @@ def prepare(experiment: Experiment, *, recover_journal: bool = True) -> Prepared
     # ConfigError now, not after the first trial; solvable_gates goes in sorted name order.
     gates = dict(zip(sorted(space.post_retrieval), solvable_gates(space), strict=True))
     check_gate_mapping(gates.values(), experiment.evaluation.response, where=f"{experiment.source}: ")
-    if gates and experiment.objective.direction != "maximize":
+    if gates and not experiment.objective.maximize:
         from tuner.errors import ConfigError
 
         raise ConfigError(
@@ -117,7 +115,7 @@ def prepare(experiment: Experiment, *, recover_journal: bool = True) -> Prepared
         from tuner.study.replay.fusion_search import ReplayPlan
 
         replay = ReplayPlan(space, experiment.replay, where=f"{experiment.source}: replay")
-        if experiment.objective.direction != "maximize" and gates:
+        if not experiment.objective.maximize and gates:
             from tuner.errors import ConfigError
 
             raise ConfigError(f"{experiment.source}: replay with solved gates needs objective.direction: maximize")
@@ -362,7 +360,6 @@ def build_runner(
     per-query pruning callback and the post-retrieval gates solved per trial."""
     exp = prepared.experiment
     paths = StudyPaths(exp.state_dir, exp.study)
-    maximize = exp.objective.direction == "maximize"
     gates = gates_as_found(prepared, study)
     extra: dict[str, Any] = {}
     if bookkeeper is not None:
@@ -399,8 +396,8 @@ def build_runner(
         wait_healthy=wait_healthy,
         evaluator=evaluator,
         trials_dir=paths.trials_dir,
-        objective=Objective(exp.objective.metric, maximize),
-        constraints=[TrialConstraint(c.name, c.violation, c.metric) for c in exp.constraints],
+        objective=exp.objective,
+        constraints=list(exp.constraints),
         cache=ResultCache(paths.cache_path) if use_cache else None,
         tracker=tracker,
         artifacts=artifacts,

@@ -49,13 +49,13 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
 from tuner import metrics as scorecard
-from tuner.config.objective import Constraint as MetricBound
+from tuner.config.objective import Constraint
 from tuner.config.space.gates import GATE_ROLES, REFERENCE_GATES
 from tuner.errors import ConfigError
 from tuner.study.gates.gate_arrays import HitArrays, bound_columns, hits_shown, scorecard_values, sweep_columns
@@ -71,12 +71,6 @@ MIN_SCORE_PARAM = "citation.min_score"
 #: the response field each role reads (tuner.evaluation.spec.ResponseMapping)
 RESPONSE_FIELD = {CONFIDENCE: "confidence", MIN_SCORE: "score"}
 _EPS = 1e-9  # the reference backend keeps scores equal to min_score up to rounding
-
-
-class ConstraintLike(Protocol):
-    """Anything with ``violation(metrics) -> float`` (<= 0 feasible), e.g. experiment.Constraint."""
-
-    def violation(self, metrics: Mapping[str, float]) -> float: ...
 
 
 @dataclass(frozen=True)
@@ -183,7 +177,7 @@ def solve(
     gates: Sequence[GateRange],
     *,
     objective: str = scorecard.PRIMARY_METRIC,
-    constraints: Sequence[ConstraintLike] = (),
+    constraints: Sequence[Constraint] = (),
     resolution: float = 0.01,
 ) -> ThresholdSolution:
     """Evaluate every grid point of ``gates`` on ``retrieval`` and pick the best feasible one.
@@ -208,7 +202,7 @@ def _solve(
     arrays: HitArrays,
     gates: Sequence[GateRange],
     objective: str,
-    constraints: Sequence[ConstraintLike],
+    constraints: Sequence[Constraint],
     resolution: float,
     retrieved_min_score: float,
     top_m: int | None,
@@ -258,7 +252,7 @@ def _solve(
 def moved_note(
     columns: Mapping[str, np.ndarray],
     gates: Sequence[GateRange],
-    constraints: Sequence[ConstraintLike],
+    constraints: Sequence[Constraint],
     kept: int,
     chosen: int,
 ) -> str:
@@ -356,11 +350,11 @@ def scorecard_at(
     return scorecard_values(HitArrays.from_retrieval(retrieval), threshold, min_score, backend_handoff=backend_handoff)
 
 
-def _violations(columns: Mapping[str, np.ndarray], constraints: Sequence[ConstraintLike]) -> np.ndarray:
+def _violations(columns: Mapping[str, np.ndarray], constraints: Sequence[Constraint]) -> np.ndarray:
     """Per row of the sweep (``columns``), the largest violation of ``constraints`` (<= 0
-    feasible). A ``metric op bound`` constraint (tuner.config.objective.Constraint) is
-    taken on whole columns with its own arithmetic; any other is called per row, on the
-    row as a dict."""
+    feasible). A constraint (tuner.config.objective.Constraint) is taken on whole columns
+    with its own arithmetic; one whose ``violation`` is another (a subclass, a test's
+    stand-in) is called per row, on the row as a dict."""
     n = len(next(iter(columns.values())))
     if not constraints:
         return np.zeros(n)
@@ -379,16 +373,10 @@ def _violations(columns: Mapping[str, np.ndarray], constraints: Sequence[Constra
     return out if out is not None else np.zeros(n)
 
 
-def _metric_bound(constraint: Any) -> MetricBound | None:
-    """The ``metric op bound`` behind a constraint: itself, or the owner of its
-    ``violation`` (a trial's constraints hold the experiment's bound methods)."""
-    if type(constraint) is MetricBound:
-        return constraint
-    method = getattr(constraint, "violation", None)
-    owner = getattr(method, "__self__", None)
-    if type(owner) is MetricBound and getattr(method, "__func__", None) is MetricBound.violation:
-        return owner
-    return None
+def _metric_bound(constraint: Any) -> Constraint | None:
+    """The constraint when its ``violation`` is Constraint's own ``metric op bound``
+    arithmetic (so it can be taken on whole columns), else None."""
+    return constraint if type(constraint) is Constraint else None
 
 
 def _pick(
@@ -463,7 +451,7 @@ def solve_arrays(
     gates: Sequence[GateRange],
     *,
     objective: str = scorecard.PRIMARY_METRIC,
-    constraints: Sequence[ConstraintLike] = (),
+    constraints: Sequence[Constraint] = (),
     retrieved_min_score: float = 0.0,
     top_m: int | None = None,
     full: bool = True,
@@ -490,7 +478,7 @@ def bound_arrays(
     gates: Sequence[GateRange],
     *,
     objective: str = scorecard.PRIMARY_METRIC,
-    constraints: Sequence[ConstraintLike] = (),
+    constraints: Sequence[Constraint] = (),
     retrieved_min_score: float = 0.0,
     top_m: int | None = None,
 ) -> GateBound | None:
@@ -524,7 +512,7 @@ def solve_batch(
     gates: Sequence[GateRange],
     *,
     objective: str = scorecard.PRIMARY_METRIC,
-    constraints: Sequence[ConstraintLike] = (),
+    constraints: Sequence[Constraint] = (),
     top_m: int | None = None,
 ) -> ThresholdSolution:
     """``solve`` on a batch retrieved with ``retrieval_values(gates)``."""

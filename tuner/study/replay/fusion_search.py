@@ -28,9 +28,11 @@ import numpy as np
 import optuna
 import pandas as pd
 
+from tuner.config.flatten import flatten
 from tuner.config.replay import ROLE_CHOICES, ROLE_KINDS, ReplayConfig
 from tuner.errors import ConfigError
 from tuner.evaluation.fusion_replay import FusionSetting
+from tuner.study.feasibility import constraints_hold
 
 #: the FusionSetting field of each role (the same names, but said once)
 _FIELD = {
@@ -60,7 +62,7 @@ class Scored:
 
     @property
     def feasible(self) -> bool:
-        return self.violation <= 0 if self.bound is None else self.bound > -math.inf
+        return constraints_hold([self.violation]) if self.bound is None else self.bound > -math.inf
 
     @property
     def exact(self) -> bool:
@@ -319,12 +321,7 @@ def sweep_frame(scored: Sequence[Scored], order: Sequence[Scored]) -> pd.DataFra
     rank = {id(s): i + 1 for i, s in enumerate(order)}
     rows = []
     for s in scored:
-        row: dict[str, Any] = {}
-        for name, value in s.assignment.items():
-            if isinstance(value, Mapping):
-                row.update({f"{name}.{k}": v for k, v in value.items()})
-            else:
-                row[name] = value
+        row: dict[str, Any] = flatten(s.assignment)
         row.update(
             objective=s.objective,
             violation=s.violation,

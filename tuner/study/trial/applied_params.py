@@ -6,9 +6,9 @@ A trial's Optuna params are what the sampler drew: a simplex's free coordinates
 at all. The dashboards show params, so without this the Best Trial card, the parallel
 coordinates and the slice plots would miss the values that decide the score.
 
-`applied_params` (pure) flattens the assignment -- ``fusion.weights`` {bm25, dense} ->
-``fusion.weights.bm25`` / ``.dense``, ``fallback.windows_days`` [39, 111] ->
-``.0`` / ``.1`` -- and keeps the numeric values that are not already params under the
+`applied_params` (pure) flattens the assignment (tuner.config.flatten: ``fusion.weights``
+{bm25, dense} -> ``fusion.weights.bm25`` / ``.dense``, ``fallback.windows_days`` [39, 111]
+-> ``.0`` / ``.1``) and keeps the numeric values that are not already params under the
 same name. Each gets the distribution it is recorded under:
 
 - a param the space declares (a solved gate: ``confidence.threshold``) keeps its
@@ -32,20 +32,8 @@ from typing import Any
 
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 
+from tuner.config.flatten import flatten
 from tuner.config.space.distributions import widened
-
-
-def flatten(assignment: Mapping[str, Any]) -> dict[str, Any]:
-    """Config keys to leaf values: mappings by their keys, lists by their positions."""
-    out: dict[str, Any] = {}
-    for key, value in assignment.items():
-        if isinstance(value, Mapping):
-            out.update(flatten({f"{key}.{sub}": v for sub, v in value.items()}))
-        elif isinstance(value, (list, tuple)):
-            out.update(flatten({f"{key}.{i}": v for i, v in enumerate(value)}))
-        else:
-            out[key] = value
-    return out
 
 
 def applied_params(

@@ -15,10 +15,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tuner.config.objective import Constraint, Objective
 from tuner.data.inputs import changed_files, describe_files
 from tuner.errors import TargetError
 from tuner.study.storage.result_cache import CachedResult, CacheKey, ResultCache, cache_key, short_fingerprint
-from tuner.study.trial.interfaces import BatchEvaluator, Constraint, InputsLike, Objective
+from tuner.study.trial.interfaces import BatchEvaluator, InputsLike
 from tuner.study.trial.outcome import TrialOutcome
 from tuner.targets.health import health_fingerprint
 

@@ -1,11 +1,11 @@
 """What a `TrialRunner` (tuner.study.trial.runner) is built from: the small interfaces of its
-collaborators (search space, config writer, declared data inputs, batch evaluator)
-and the objective and constraints it scores a trial by."""
+collaborators (search space, config writer, declared data inputs, batch evaluator).
+The objective and constraints it scores a trial by are the experiment's own
+(tuner.config.objective.Objective, Constraint)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -81,18 +81,3 @@ class BatchEvaluator(Protocol):
 
     def close(self) -> None:
         """End what the evaluator started (its report helper process)."""
-
-
-@dataclass(frozen=True)
-class Constraint:
-    """``violation(metrics) <= 0`` means satisfied (Optuna's convention)."""
-
-    name: str
-    violation: Callable[[Mapping[str, float]], float]
-    metric: str | None = None  # the metric it bounds (shown next to the trial's feasibility)
-
-
-@dataclass(frozen=True)
-class Objective:
-    metric: str = "Primary_Metric_Score"
-    maximize: bool = True

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from tuner.data.inputs import InputsFingerprint
+from tuner.study import feasibility
 
 SOLVED_PREFIX = "solved."  # metrics holding a solved gate's value and the sweep's counts
 SWEEP_REPORT = "threshold_sweep_csv"  # TrialOutcome.reports key of the sweep table
@@ -65,7 +66,7 @@ class TrialOutcome:
 
     @property
     def feasible(self) -> bool:
-        return self.state == "COMPLETE" and all(v <= 0 for v in self.constraints.values())
+        return feasibility.feasible(self.state, self.constraints.values())
 
     @property
     def duration_s(self) -> float:

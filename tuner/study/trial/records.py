@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import optuna
 from optuna.distributions import BaseDistribution
 
+from tuner.config.objective import Objective
 from tuner.files import atomic_write_bytes, atomic_write_text, overwrite_in_place
 from tuner.report.tracking import Tracker
 from tuner.study.gates.sweep_table import slim_sweep
@@ -55,7 +56,7 @@ from tuner.study.trial.attrs import (
     set_record,
 )
 from tuner.study.trial.bookkeeping import Bookkeeper, OptunaArtifacts
-from tuner.study.trial.interfaces import BatchEvaluator, Objective
+from tuner.study.trial.interfaces import BatchEvaluator
 from tuner.study.trial.outcome import (
     FUSION_PLOT_FILE,
     FUSION_SWEEP_FILE,

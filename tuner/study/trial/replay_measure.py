@@ -29,11 +29,12 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from tuner.config.objective import Constraint, Objective
 from tuner.errors import EvaluationError
 from tuner.study.gates.gate_arrays import HitArrays
 from tuner.study.replay.fusion_search import ReplayPlan, Scored, ranked, sweep_frame
 from tuner.study.replay.replay_pool import ReplayContext, ReplayPool
-from tuner.study.trial.interfaces import BatchEvaluator, ConfigWriter, Constraint, Objective
+from tuner.study.trial.interfaces import BatchEvaluator, ConfigWriter
 
 
 class ReplayMeasure:

@@ -43,6 +43,7 @@ from typing import Any, Literal
 import optuna
 from optuna.distributions import BaseDistribution
 
+from tuner.config.objective import Constraint, Objective
 from tuner.report.tracking import Tracker
 from tuner.study.notes import Links
 from tuner.study.stop import StopFlag, TrialInterrupted
@@ -55,9 +56,7 @@ from tuner.study.trial.failures import classify_failure
 from tuner.study.trial.interfaces import (
     BatchEvaluator,
     ConfigWriter,
-    Constraint,
     InputsLike,
-    Objective,
     OnResult,
     SpaceLike,
 )

@@ -12,8 +12,8 @@ from typing import Any
 
 import optuna
 
+from tuner.config.objective import Constraint, Objective
 from tuner.errors import EvaluationError
-from tuner.study.trial.interfaces import Constraint, Objective
 from tuner.study.trial.outcome import SOLVED_PREFIX, TrialOutcome, is_number
 from tuner.study.trial.pruning import OOSBudgetExceeded
 

@@ -24,6 +24,7 @@ from typing import Any
 
 from optuna.trial import FrozenTrial, TrialState
 
+from tuner.config.objective import Constraint
 from tuner.report.tracker import TAG_CACHE_HIT, StaleRuns, Tracker, TrialRecord
 from tuner.study.notes import Links, trial_note
 from tuner.study.storage.queue import counts_toward_total
@@ -50,7 +51,7 @@ RECOVERED = "optuna-record"
 
 
 def tracking_record(
-    out: TrialOutcome, named: Mapping[str, str], *, constraints: Sequence[Any], note: str | None = None
+    out: TrialOutcome, named: Mapping[str, str], *, constraints: Sequence[Constraint], note: str | None = None
 ) -> TrialRecord:
     """The MLflow record of ``out``: its assignment as params, its metrics with the
     objective, feasibility and each constraint's violation (``violation.<metric>``),
@@ -122,7 +123,7 @@ def record_from_trial(
     trial: FrozenTrial,
     *,
     objective: str,
-    constraints: Sequence[Any],
+    constraints: Sequence[Constraint],
     config_texts: Mapping[str, str],
     links: Links | None = None,
 ) -> TrialRecord:
@@ -195,7 +196,7 @@ class OptunaRecords(Mapping[int, TrialRecord]):
         trials_dirs: Sequence[Path],
         config_names: Sequence[str],
         objective: str,
-        constraints: Sequence[Any],
+        constraints: Sequence[Constraint],
         links: Links | None = None,
     ) -> None:
         self._trials = {t.number: t for t in trials if t.state.is_finished() and counts_toward_total(t)}
@@ -244,7 +245,7 @@ def close_killed_runs(
     trials_dirs: Sequence[Path],
     config_names: Sequence[str],
     objective: str,
-    constraints: Sequence[Any],
+    constraints: Sequence[Constraint],
     links: Links | None = None,
     live_trials: Collection[int] = (),
     killed: str = "a killed run",
