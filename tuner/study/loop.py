@@ -144,6 +144,8 @@ class StudyLoop:
     #: trial ids this loop asked and has not ended (alive by definition: never failed as stale here)
     _open: set[int] = field(default_factory=set, init=False, repr=False)
     _unbeaten: Unbeaten = field(init=False, repr=False)
+    #: numbers of the trials whose infrastructure failure was handled (retry queued or refused)
+    _retried: set[int] = field(default_factory=set, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self._unbeaten = Unbeaten(max_retry=self.max_retry, clock=self.clock)
@@ -157,6 +159,9 @@ class StudyLoop:
         result = self.result = RunResult(self.study.study_name)
         started = self.clock()
         self.observer.study_started(self.study, planned=n_trials, timeout=timeout)
+        hooked = hasattr(self.runner, "on_infrastructure_failure")
+        if hooked:  # the retry is queued before the runner records the trial: every record names it
+            self.runner.on_infrastructure_failure = self._retry
         try:
             while True:
                 if self.pipeline and hasattr(self.runner, "begin"):
@@ -176,6 +181,8 @@ class StudyLoop:
                 ):
                     break
         finally:
+            if hooked:
+                self.runner.on_infrastructure_failure = None
             flush_started = self.clock()
             self.runner.flush()  # the last trial's reports and MLflow run
             result.flush_s = self.clock() - flush_started
@@ -370,7 +377,11 @@ class StudyLoop:
 
     def _retry(self, trial: optuna.Trial, outcome: TrialOutcome) -> None:
         """A trial the study's storage failed under: queue its params again (the same
-        variant), and say so in its fail_reason; when it cannot be, say so out loud."""
+        variant), and say so in its fail_reason; when it cannot be, say so out loud. Once
+        per trial: called by the runner before it records the trial, else by ``_tell``."""
+        if trial.number in self._retried:
+            return
+        self._retried.add(trial.number)
         try:
             failure = retry_transient(
                 lambda: queue_retry(self.study, trial._trial_id, outcome.suggested, max_retry=self.max_retry)
