@@ -171,7 +171,7 @@ class Records(NullTracker):
 @pytest.mark.parametrize("threaded", [False, True], ids=["inline-bookkeeping", "threaded-bookkeeping"])
 def test_the_mlflow_record_and_note_of_a_retried_trial_name_the_retry_as_optuna_does(
         tmp_path: Path, threaded: bool) -> None:
-    study, lock, runner = locked_study(tmp_path)
+    study, _, runner = locked_study(tmp_path)
     runner.tracker = tracker = Records()
     runner.bookkeeper = Bookkeeper(threaded=threaded)
     try:
