@@ -59,5 +59,9 @@ class StudyError(TunerError):
     """The study cannot continue (failure budget exceeded, storage refused, ...)."""
 
 
+class DatabaseUnreachable(StudyError):
+    """The study's database stopped answering for longer than the tuner waits out."""
+
+
 class DiskFull(TunerError):
     """A write failed because the filesystem holding it is full (tuner.diskspace)."""

@@ -290,3 +290,43 @@ def test_a_variant_failed_by_a_postgres_restart_is_retried_among_two_workers(
         "n_trials COMPLETE": states(trials).count("COMPLETE") >= N_TRIALS,
     }}))
     assert_survived(record)
+
+
+@pytest.mark.parametrize("command", [("run", "--no-cache"), ("worker", "--replica", "0", "--heartbeat", "1",
+                                                                 "--grace", "3")], ids=["run", "worker"])
+def test_a_database_away_past_the_retries_ends_in_one_line_and_the_next_start_resumes(
+        tmp_path: Path, pg_outage: PgOutage, calibration: Calibration, fault_log: FaultLog,
+        command: tuple[str, ...]) -> None:
+    # The database goes away mid-trial and stays away until the process has ended: past
+    # the ~9 s its calls ride out, it ends with one line saying so (no traceback), its
+    # config restored; brought back, the same command resumes the study to n_trials.
+    study = f"pg-away-{command[0]}"
+    project = Project.create(tmp_path / study, study=study, n_trials=N_TRIALS, storage=pg_outage.url,
+                             plan={"3": {"hold_until": RELEASE}})
+    proc = project.start(*command)
+    try:
+        wait_until(lambda: project.serving(3) or not proc.alive(), "trial 1 is evaluating")
+        cut = pg_outage.down()
+        project.release()
+        done = proc.wait()
+    finally:
+        proc.kill_quietly()
+        project.release()
+        pg_outage.up()
+    last = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else ""
+    restored = all(c.read_bytes() == project.original for c in project.configs())
+    again = project.tuner(*command)
+    record = fault_log.add(judge("postgres-restart", assess(project, calibration), {
+        "connections cut": cut > 0,
+        "no traceback": "Traceback" not in done.stderr,
+        "exit 2 (an error of the tuner's own)": done.returncode == 2,
+        "one line: the study's database is unreachable": last.startswith("error: ")
+        and f"study {study!r}: its database postgresql" in last and "is unreachable" in last,
+        "it says what was kept and how to resume": "kept: every trial told before it went away is in the study" in last
+        and f"`tuner {command[0]} " in last,
+        "the config restored before it ended": restored,
+        "the next start exits 0": again.returncode == 0,
+        "the study reached n_trials": states(project.trials()).count("COMPLETE") == N_TRIALS,
+        "locks free": project.locks_free(),
+    }, injections={f"{command[0]}, away past the retries": {}}))
+    assert_survived(record)

@@ -23,10 +23,12 @@ from optuna.trial import TrialState
 from study.fakes import MetricNamed, score
 from study.test_trial_runner import OOS_LIMIT, make_runner
 from tuner.config.objective import FailureBudget
+from tuner.report.tracker import NullTracker, TrialRecord
 from tuner.study.loop import FailureTally, StudyLoop, StudyObserver
 from tuner.study.storage.queue import Variant, count_finished, enqueue_initial
 from tuner.study.storage.retry import infra_summary
 from tuner.study.storage.study_storage import open_study
+from tuner.study.trial.bookkeeping import Bookkeeper
 from tuner.study.trial.outcome import TrialOutcome
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -152,3 +154,34 @@ def test_a_retried_failure_spends_no_failure_budget() -> None:
     budget.record(TrialOutcome(1, "FAIL", fail_reason="infrastructure: ... (not retried: ...)", infrastructure=True))
     assert budget.exceeded() is not None
 
+
+
+class Records(NullTracker):
+    """The MLflow records the runner logs, by trial number."""
+
+    def __init__(self) -> None:
+        self.records: dict[int, TrialRecord] = {}
+
+    def start_trial(self, number: int, params: Any) -> str | None:
+        return f"run-{number}"
+
+    def finish_trial(self, run_id: str | None, record: TrialRecord) -> None:
+        self.records[record.number] = record
+
+
+@pytest.mark.parametrize("threaded", [False, True], ids=["inline-bookkeeping", "threaded-bookkeeping"])
+def test_the_mlflow_record_and_note_of_a_retried_trial_name_the_retry_as_optuna_does(
+        tmp_path: Path, threaded: bool) -> None:
+    study, _, runner = locked_study(tmp_path)
+    runner.tracker = tracker = Records()
+    runner.bookkeeper = Bookkeeper(threaded=threaded)
+    try:
+        StudyLoop(study, runner, budget=FailureBudget(max_consecutive=1, max_total=1)).run(n_trials=4, timeout=None)
+    finally:
+        runner.bookkeeper.close()
+    failed = study.get_trials()[1]
+    retry = next(t for t in study.get_trials() if t.system_attrs.get("failed_trial") == 1)
+    reason = failed.user_attrs["fail_reason"]
+    assert reason.endswith(f"(retried as trial #{retry.number})"), reason
+    assert tracker.records[1].fail_reason == reason, "MLflow's fail_reason is Optuna's"
+    assert f"(retried as trial #{retry.number})" in tracker.records[1].summary, "the trial note names it too"

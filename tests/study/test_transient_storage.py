@@ -91,3 +91,36 @@ def test_a_workers_check_between_trials_rides_through_a_lost_connection(monkeypa
     result = RunResult(study.study_name)
     assert loop._why_stop(result, 0.0, n_trials=None, timeout=None, in_flight=1) == "n_trials"
     assert calls == {"stale": 2, "count": 2} and result.stale_failed == [4]
+
+
+def test_a_database_away_past_the_retries_is_one_line_that_says_what_is_kept_and_how_to_resume() -> None:
+    from tuner.errors import DatabaseUnreachable, StudyError
+    from tuner.study.storage.study_storage import RETRY_WAIT_S, database_unreachable
+
+    def away(exc: BaseException) -> DatabaseUnreachable | None:
+        return database_unreachable(exc, study="s", url="postgresql://u:secret@db:5432/optuna",
+                                    kept="KEPT", resume="`tuner run x.yaml` resumes")
+
+    error = away(wrapped_by_optuna())
+    assert isinstance(error, DatabaseUnreachable) and isinstance(error, StudyError)
+    assert str(error) == (
+        "study 's': its database postgresql://u:***@db:5432/optuna is unreachable (Exception: server closed the "
+        f"connection unexpectedly) for longer than the ~{RETRY_WAIT_S} s the tuner waits out; kept: KEPT; once it "
+        "answers again, `tuner run x.yaml` resumes"
+    )
+    assert away(sa.exc.IntegrityError("INSERT", {}, Exception("duplicate key"))) is None
+    assert away(ValueError("bad value")) is None
+
+
+def test_retry_wait_s_is_what_retry_transient_waits(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tuner.study.storage import study_storage
+
+    slept: list[float] = []
+    monkeypatch.setattr(study_storage.time, "sleep", slept.append)
+
+    def down() -> None:
+        raise lost_connection()
+
+    with pytest.raises(sa.exc.OperationalError):
+        retry_transient(down)
+    assert sum(slept) == pytest.approx(study_storage.RETRY_WAIT_S)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import signal
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -168,6 +168,11 @@ def worker_command(
             note=console.print,
             skip_checks=skip_checks,
         )
+    except Exception as exc:
+        away = _database_away(exc, exp, replica)
+        if away is None:
+            raise
+        raise away from exc
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
@@ -187,3 +192,20 @@ def worker_command(
         raise typer.Exit(1)
     if summary.result.stopped_by == "signal":
         raise typer.Exit(128 + (received[0] if received else signal.SIGINT))  # as `tuner run`: 130, 143
+
+
+def _database_away(exc: BaseException, exp: Any, replica: int) -> Exception | None:
+    """The one-line error of a worker the study's database ended by staying away (past
+    the ~9 s its calls wait out), else None: what is kept and how to go on."""
+    from tuner.files import display_path
+    from tuner.study.storage.study_storage import database_unreachable
+
+    return database_unreachable(
+        exc,
+        study=exp.study,
+        url=exp.storage,
+        kept="every trial told before it went away is in the study, and the replica's config copy is restored "
+        "as the worker ends (else by the replica's next start)",
+        resume=f"`tuner worker {display_path(exp.source)} --replica {replica}` goes on with the study (a trial "
+        "left running is failed once it is stale, and retried)",
+    )

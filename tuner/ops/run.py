@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING, Any
 from optuna.trial import FrozenTrial
 
 from tuner.dburl import redact
-from tuner.errors import DiskFull, StudyError, TargetError, TunerError
+from tuner.errors import DatabaseUnreachable, DiskFull, StudyError, TargetError, TunerError
 from tuner.evaluation.holdout import record_split
+from tuner.files import display_path
 from tuner.ops.check import preflight_on_target, static_preflight
 from tuner.ops.dashboard_specs import dashboard_commands
 from tuner.study.feasibility import best_feasible_trial, summary_metrics
@@ -33,6 +34,7 @@ from tuner.study.storage.study_storage import (
     ATTR_CONSTRAINTS,
     ATTR_OBJECTIVE,
     ATTR_PREFLIGHT,
+    database_unreachable,
     open_study,
 )
 from tuner.study.trial.attrs import ATTR_VARIANT
@@ -117,10 +119,32 @@ def run_experiment(
                 skip_checks=skip_checks,
             )
     except Exception as exc:
-        full = disk_full_in_state(exc, experiment)
+        full = disk_full_in_state(exc, experiment) or database_away(exc, experiment)
         if full is None:
             raise
         raise full from exc
+
+
+def database_away(exc: BaseException, experiment: Experiment) -> DatabaseUnreachable | None:
+    """The one-line error of a run the study's database ended by staying away (past the
+    ~9 s the loop's calls wait out), else None: what is kept and how to resume."""
+    return database_unreachable(
+        exc,
+        study=experiment.study,
+        url=experiment.storage,
+        kept=f"every trial told before it went away is in the study, {_restored(experiment)}",
+        resume=f"`tuner run {display_path(experiment.source)}` resumes the study (the trial under way is "
+        "failed as stale, and queued again if it was a queued variant)",
+    )
+
+
+def _restored(experiment: Experiment) -> str:
+    """Whether the config files are back as found: the restore runs before any error
+    leaves the run, and the restore journal is removed only once every file is back."""
+    journal = experiment.journal_path
+    if not journal.exists():
+        return "the config files are restored"
+    return f"a restore journal is left ({journal}): the next `tuner run` or `tuner apply` restores the config"
 
 
 def disk_full_in_state(exc: BaseException, experiment: Experiment) -> DiskFull | None:
@@ -132,12 +156,7 @@ def disk_full_in_state(exc: BaseException, experiment: Experiment) -> DiskFull |
     from tuner.diskspace import disk_full
     from tuner.study.storage.locks import sqlite_path
 
-    journal = experiment.journal_path
-    restored = (
-        "the config files are restored"
-        if not journal.exists()
-        else f"a restore journal is left ({journal}): the next `tuner run` or `tuner apply` restores the config"
-    )
+    restored = _restored(experiment)
     return disk_full(
         exc,
         experiment.state_dir,

@@ -24,6 +24,7 @@ from tuner.study.feasibility import best_feasible_trial
 from tuner.study.stop import StopFlag
 from tuner.study.storage.queue import count_counted
 from tuner.study.storage.retry import InfraFailure, queue_retry
+from tuner.study.storage.stale import Unbeaten
 from tuner.study.storage.study_storage import ATTR_REPLICA, is_transient_storage_error, retry_transient
 from tuner.study.trial.attrs import ATTR_FAIL_REASON, ATTR_VARIANT
 from tuner.study.trial.failures import not_retried_reason, retried_reason
@@ -144,9 +145,15 @@ class StudyLoop:
     max_retry: int | None = 2
     #: the failed trials counted against ``budget`` (kept from one ``run`` to the next)
     failures: FailureTally = field(init=False)
+    #: trial ids this loop asked and has not ended (alive by definition: never failed as stale here)
+    _open: set[int] = field(default_factory=set, init=False, repr=False)
+    _unbeaten: Unbeaten = field(init=False, repr=False)
+    #: numbers of the trials whose infrastructure failure was handled (retry queued or refused)
+    _retried: set[int] = field(default_factory=set, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.failures = FailureTally(self.budget)
+        self._unbeaten = Unbeaten(max_retry=self.max_retry, clock=self.clock)
 
     def run(self, *, n_trials: int | None, timeout: float | None) -> RunResult:
         """Run up to ``n_trials`` trials (None: until stopped) for at most ``timeout`` s.
@@ -157,6 +164,9 @@ class StudyLoop:
         result = self.result = RunResult(self.study.study_name)
         started = self.clock()
         self.observer.study_started(self.study, planned=n_trials, timeout=timeout)
+        hooked = hasattr(self.runner, "on_infrastructure_failure")
+        if hooked:  # the retry is queued before the runner records the trial: every record names it
+            self.runner.on_infrastructure_failure = self._retry
         try:
             while True:
                 if self.pipeline and hasattr(self.runner, "begin"):
@@ -176,6 +186,8 @@ class StudyLoop:
                 ):
                     break
         finally:
+            if hooked:
+                self.runner.on_infrastructure_failure = None
             flush_started = self.clock()
             self.runner.flush()  # the last trial's reports and MLflow run
             result.flush_s = self.clock() - flush_started
@@ -213,18 +225,19 @@ class StudyLoop:
         # read between trials, on the pipeline's helper thread too: a database restart is
         # ridden through as by ask and tell, not raised out of the loop
         if self.replica is not None:
-            result.stale_failed.extend(retry_transient(lambda: fail_stale_heartbeats(self.study)))
+            result.stale_failed.extend(retry_transient(self._fail_stale))
         if self.study_total is not None and retry_transient(lambda: count_counted(self.study)) >= self.study_total:
             return "n_trials"
         return None
 
     def _await_other_replicas(self, result: RunResult) -> bool:
         """The study-wide count is reached (this worker has no trial in flight), but it
-        counts trials other workers are running: wait until they end, or go stale (their
-        worker was killed; failed here, and their retries queued). True when some went
-        stale: the count dropped, so go on. Without the wait the last live worker left a
-        killed one's trials RUNNING, never retried. Two live workers cannot wait on each
-        other: each waits only once its own trials have ended."""
+        counts trials still RUNNING: another worker's, or a killed one's (of any replica,
+        this one's included: a restarted worker is the same replica). Wait until they end,
+        or go stale (failed here, and their retries queued). True when some went stale:
+        the count dropped, so go on. Without the wait the last live worker left a killed
+        one's trials RUNNING, never retried. Two live workers cannot wait on each other:
+        each waits only once its own trials have ended."""
         interval = _heartbeat_interval(self.study)
         if interval is None:  # no heartbeats: a dead worker's trials can never be told apart
             return False
@@ -234,12 +247,12 @@ class StudyLoop:
                 lambda: [
                     t.number
                     for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-                    if t.system_attrs.get(ATTR_REPLICA) not in (None, self.replica)
+                    if t._trial_id not in self._open
                 ]
             )
             if not others:
                 return False
-            failed = retry_transient(lambda: fail_stale_heartbeats(self.study))
+            failed = retry_transient(self._fail_stale)
             if failed:
                 result.stale_failed.extend(failed)
                 return True
@@ -252,6 +265,13 @@ class StudyLoop:
                 told = True
             self.stop.wait(min(interval, 5.0))
         return False
+
+    def _fail_stale(self) -> list[int]:
+        """Fail the trials a dead worker left RUNNING (their params queued again): those
+        whose heartbeat went stale (Optuna's rule), and those that never had one
+        (tuner.study.storage.stale: killed between its ask and its first beat)."""
+        failed = fail_stale_heartbeats(self.study)
+        return failed + self._unbeaten.fail_overdue(self.study, own=frozenset(self._open))
 
     def _raise_if_budget_spent(self, result: RunResult) -> None:
         why = self.failures.exceeded()
@@ -314,11 +334,13 @@ class StudyLoop:
             # a connection lost mid-ask (a database restart) is retried: the pipelined loop
             # asks while a trial is measured, when a blip used to meet no query at all
             trial = retry_transient(self.study.ask)
+        self._open.add(trial._trial_id)
         if self.replica is not None:
             retry_transient(
                 lambda: self.study._storage.set_trial_system_attr(trial._trial_id, ATTR_REPLICA, self.replica)
             )
         beats = ExitStack()
+        beats.callback(self._open.discard, trial._trial_id)  # runs after the heartbeat below stops
         beats.enter_context(heartbeat(self.study._storage, trial._trial_id))
         return trial, time.perf_counter() - asked, beats
 
@@ -360,7 +382,11 @@ class StudyLoop:
 
     def _retry(self, trial: optuna.Trial, outcome: TrialOutcome) -> None:
         """A trial the study's storage failed under: queue its params again (the same
-        variant), and say so in its fail_reason; when it cannot be, say so out loud."""
+        variant), and say so in its fail_reason; when it cannot be, say so out loud. Once
+        per trial: called by the runner before it records the trial, else by ``_tell``."""
+        if trial.number in self._retried:
+            return
+        self._retried.add(trial.number)
         try:
             failure = retry_transient(
                 lambda: queue_retry(self.study, trial._trial_id, outcome.suggested, max_retry=self.max_retry)

@@ -24,7 +24,7 @@ from sqlalchemy import text
 
 from tuner.config.workers import WorkerSettings
 from tuner.dburl import redact, sqlalchemy_url
-from tuner.errors import StudyError
+from tuner.errors import DatabaseUnreachable, StudyError
 from tuner.study.storage.database import rdb_storage
 
 if TYPE_CHECKING:
@@ -180,6 +180,34 @@ def is_transient_storage_error(exc: BaseException) -> bool:
             return True
         seen = seen.__cause__ or seen.__context__
     return False
+
+
+def database_unreachable(
+    exc: BaseException, *, study: str, url: str, kept: str, resume: str
+) -> DatabaseUnreachable | None:
+    """The one-line error of a command that ``exc`` ended because the study's database
+    stayed away past what ``retry_transient`` waits out (a transient storage error, see
+    is_transient_storage_error), else None. ``kept`` says what is safe, ``resume`` what
+    goes on once the database answers again."""
+    if not is_transient_storage_error(exc):
+        return None
+    import sqlalchemy as sa
+
+    seen: BaseException | None = exc
+    while seen is not None and not isinstance(seen, sa.exc.DBAPIError):
+        seen = seen.__cause__ or seen.__context__
+    cause = getattr(seen, "orig", None) or seen or exc  # the driver's own error says why
+    lines = str(cause).strip().splitlines()
+    why = f"{type(cause).__name__}: {lines[0]}" if lines else type(cause).__name__
+    return DatabaseUnreachable(
+        f"study {study!r}: its database {redact(url)} is unreachable ({why}) for longer than the "
+        f"~{RETRY_WAIT_S:g} s the tuner waits out; kept: {kept}; once it answers again, {resume}"
+    )
+
+
+#: the seconds retry_transient's defaults wait in all (0.2 + 0.4 + 0.8 + 1.6 + 2 + 2 + 2
+#: between its 8 attempts): what the loop's own calls ride out of a database away
+RETRY_WAIT_S = 9
 
 
 def retry_transient(fn: Callable[[], T], *, attempts: int = 8, first_wait_s: float = 0.2, max_wait_s: float = 2.0) -> T:

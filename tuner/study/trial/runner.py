@@ -137,6 +137,10 @@ class TrialRunner(CacheLookup, TrialRecording, TrialScoring, ReplayMeasure):
     bookkeeper: Bookkeeper = field(default_factory=lambda: Bookkeeper(threaded=False))
     stop: StopFlag = field(default_factory=StopFlag)
     on_phase: Callable[[int, str], None] = lambda number, phase: None
+    # A trial the study's storage failed under, before it is recorded: the loop queues its
+    # retry here (tuner.study.loop), so its fail_reason names the retry in every record
+    # (the Optuna attr, the trial note, the MLflow run the bookkeeper logs later).
+    on_infrastructure_failure: Callable[[optuna.Trial, TrialOutcome], None] | None = None
     # Config names (artifact / cache-key names) relative to this directory when below it.
     project_dir: Path | None = None
     # Builds the per-query callback that reports intermediate values to the pruner
@@ -323,6 +327,8 @@ class TrialRunner(CacheLookup, TrialRecording, TrialScoring, ReplayMeasure):
         if job.error is not None:
             with self._phase(out, "complete"):  # an OOS early stop's completion writes to the study too
                 self._settle(job)
+        if out.infrastructure and out.state == "FAIL" and self.on_infrastructure_failure is not None:
+            self.on_infrastructure_failure(trial, out)
         self._record(trial, out, job.texts, job.result, job.run_id, job.sweep, job.fusion_sweep)
         return out
 
