@@ -16,16 +16,27 @@ is theirs and left alone.
 from __future__ import annotations
 
 import os
+import sys
 
 _USER_SET = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 
 def limit_blas_threads() -> bool:
     """Limit this process's BLAS libraries to one thread; False when the user set a count
-    (or no BLAS library is loaded to limit)."""
+    (or, numpy loaded already, no BLAS library is loaded to limit)."""
     if any(os.environ.get(name) for name in _USER_SET):
         return False
-    import numpy  # noqa: F401 - loads the BLAS library threadpoolctl limits
+    if "numpy" not in sys.modules:
+        # OpenBLAS reads its thread count once, when numpy loads it: the variable set around
+        # that import limits it without threadpoolctl's scan of the process's libraries (a
+        # tenth of a second of every command), and is removed again so that the backend and
+        # the other processes the tuner starts keep their own default.
+        os.environ["OPENBLAS_NUM_THREADS"] = "1"
+        try:
+            import numpy  # noqa: F401
+        finally:
+            del os.environ["OPENBLAS_NUM_THREADS"]
+        return True
     from threadpoolctl import threadpool_info, threadpool_limits
 
     if not any(p.get("user_api") == "blas" for p in threadpool_info()):

@@ -11,9 +11,12 @@ import sys
 import pytest
 
 PROBE = """
-import json
+import json, os, sys
 from tuner.threads import limit_blas_threads
 limited = limit_blas_threads()
+# the limit is this process's: the backend and other children the tuner starts keep their default
+assert "OPENBLAS_NUM_THREADS" not in os.environ or os.environ["OPENBLAS_NUM_THREADS"] == "2", os.environ
+assert "threadpoolctl" not in sys.modules  # numpy loaded by the limit itself: no scan of the libraries
 from threadpoolctl import threadpool_info
 print(json.dumps([limited, [p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"]]))
 """

@@ -81,3 +81,26 @@ def test_best_reads_the_experiment_and_the_study_without_stats_tracking_or_plots
     packages = loaded(tmp_path, "best", str(exp))
     assert {"optuna", "pandas", "pydantic"} <= packages
     assert packages & HEAVY_EVERYWHERE == set()
+
+
+# What `tuner run` / `tuner worker` load before their first trial, past the commands' own
+# imports: their modules, and the MLflow tracker of an experiment that tracks nothing.
+RUN_PROBE = """
+import json, sys
+from tuner.config.experiment import load_experiment
+import tuner.ops.run, tuner.ops.workers
+from tuner.study.wiring import make_tracker
+tracker = make_tracker(load_experiment(sys.argv[1], check_paths=False), on_warning=print)
+print(json.dumps([type(tracker).__name__, sorted({name.partition(".")[0] for name in sys.modules})]))
+"""
+
+
+def test_a_run_that_tracks_nothing_loads_no_mlflow_and_no_dashboard_app(tmp_path: Path) -> None:
+    exp = write_reference_experiment(tmp_path, study="untracked", n_trials=1,
+                                     storage=f"sqlite:///{tmp_path / 'optuna.db'}", tracking={"enabled": False})
+    done = subprocess.run([sys.executable, "-c", RUN_PROBE, str(exp)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    tracker, packages = json.loads(done.stdout.splitlines()[-1])
+    assert tracker == "NullTracker"
+    # notes load optuna-dashboard's note writer alone when a trial writes one (tests/study/test_dashboard_note.py)
+    assert set(packages) & {"mlflow", "optuna_dashboard", "sklearn", "scipy", "matplotlib", "docker"} == set()

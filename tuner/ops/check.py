@@ -138,6 +138,7 @@ def replay_finding(prepared: Prepared, queries: Any, seed: int, *, abort: Abort 
     from tuner.study.trial.replay_measure import served_problem
 
     exp, plan = prepared.experiment, prepared.replay
+    assert plan is not None, "replay_finding is for an experiment with replay:"
     try:
         batch = run_explained(
             exp.evaluation,

@@ -13,51 +13,32 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from optuna.trial import FrozenTrial
 
-from tuner.dburl import redact
-from tuner.errors import DatabaseUnreachable, DiskFull, StudyError, TargetError, TunerError
-from tuner.evaluation.holdout import record_split
+from tuner.errors import DatabaseUnreachable, DiskFull, StudyError, TunerError
 from tuner.files import display_path
-from tuner.ops.check import preflight_on_target, static_preflight
+from tuner.ops.check import preflight_on_target
 from tuner.ops.dashboard_specs import dashboard_commands
-from tuner.study.feasibility import best_feasible_trial, summary_metrics
-from tuner.study.loop import RunResult, StudyLoop, StudyObserver
+from tuner.ops.study_session import health_wait, open_measured_study, open_session, prepare_checked, start_tracking
+from tuner.study.feasibility import best_feasible_trial
+from tuner.study.loop import RunResult, StudyObserver
 from tuner.study.stop import StopFlag
 from tuner.study.storage.locks import StudyLease, patch_rights
 from tuner.study.storage.paths import StudyPaths
 from tuner.study.storage.queue import enqueue_initial, fail_stale_trials, remaining_trials, replay_trials_left
-from tuner.study.storage.study_storage import (
-    ATTR_ARTIFACT_DIR,
-    ATTR_CONSTRAINTS,
-    ATTR_OBJECTIVE,
-    ATTR_PREFLIGHT,
-    database_unreachable,
-    open_study,
-)
+from tuner.study.storage.study_storage import ATTR_PREFLIGHT, database_unreachable
 from tuner.study.trial.attrs import ATTR_VARIANT
-from tuner.study.trial.bookkeeping import Bookkeeper, OptunaArtifacts
-from tuner.study.trial.tracking_record import close_killed_runs
-from tuner.study.wiring import (
-    Prepared,
-    adopt_backend,
-    apply_mode_line,
-    build_runner,
-    initial_variants,
-    links_for,
-    make_tracker,
-    prepare,
-    record_config_seen,
-    record_labels_seen,
-    start_helpers,
-)
+from tuner.study.wiring import Prepared, adopt_backend, apply_mode_line, initial_variants, start_helpers
 from tuner.targets.factory import make_target
-from tuner.targets.health import wait_target_healthy
 
 if TYPE_CHECKING:
+    import optuna
+
     from tuner.config.experiment import Experiment
+    from tuner.ops.validate import HoldoutRun
+    from tuner.study.trial.runner import TrialRunner
 
 
 @dataclass
@@ -74,7 +55,7 @@ class RunSummary:
     recovered: list[Path]
     restored: list[Path]
     error: str | None = None
-    holdout: Any = None  # tuner.ops.validate.HoldoutRun, when the holdout is enabled and a best trial exists
+    holdout: HoldoutRun | None = None  # when the holdout is enabled and a best trial exists
 
 
 def run_experiment(
@@ -176,46 +157,25 @@ def _run_locked(
     use_cache: bool,
     skip_checks: bool,
 ) -> RunSummary:
-    prepared = prepare(experiment)
-    for line in prepared.patcher.notes:  # a config written in place (its owner kept)
-        observer.note(line)
-    if prepared.replayed:  # what a killed command left, put back before anything reads the config
-        observer.note(prepared.replayed)
-    if prepared.patcher.journal is not None:  # whose writes a journal this run leaves would undo
-        prepared.patcher.journal.owner = f"tuner run of study {experiment.study!r}"
-    preflight = static_preflight(prepared, skip=skip_checks)
-    preflight.raise_for_stops()
-    paths = StudyPaths(experiment.state_dir, experiment.study)
-    maximize = experiment.objective.direction == "maximize"
-    study = open_study(
-        experiment.study,
-        experiment.storage,
-        sampler=experiment.sampler.create(),
-        pruner=experiment.pruner.create(),
-        objective_metric=experiment.objective.metric,
-        maximize=maximize,
+    note = observer.note
+    prepared, preflight = prepare_checked(
+        experiment, owner=f"tuner run of study {experiment.study!r}", note=note, skip_checks=skip_checks
     )
-    labels_note = record_labels_seen(study, prepared)  # a study measured on other labels stops here
-    if labels_note:
-        observer.note(labels_note)
-    study.set_user_attr(ATTR_ARTIFACT_DIR, str(paths.artifact_dir))
-    study.set_user_attr(ATTR_OBJECTIVE, experiment.objective.metric)
-    study.set_user_attr(ATTR_CONSTRAINTS, [c.name for c in experiment.constraints])
-    if prepared.split is not None:
-        record_split(study, prepared.split)
+    paths = StudyPaths(experiment.state_dir, experiment.study)
+    maximize = experiment.objective.maximize
+    study = open_measured_study(prepared, experiment.storage, artifact_dir=paths.artifact_dir, note=note)
     requeued: dict[int, int] = {}
     stale = fail_stale_trials(study, requeued=requeued)
     if stale:
         again = "".join(f"; #{n} was a queued variant: queued again as trial #{r}" for n, r in sorted(requeued.items()))
-        observer.note(f"trials {stale} were left running by a killed run: failed as stale{again}")
-    record_config_seen(study, prepared)
+        note(f"trials {stale} were left running by a killed run: failed as stale{again}")
     enqueue_initial(study, initial_variants(prepared))
     if n_trials is None:
         n_trials = remaining_trials(study, experiment.n_trials)
     if prepared.replay is not None:
         left = replay_trials_left(study, prepared.space, prepared.replay.names)
         if left is not None and (n_trials is None or n_trials > left):
-            observer.note(
+            note(
                 f"every param is replayed per trial or solved per retrieval: one replay trial covers the "
                 f"whole space, so this run stops after {left} trial(s) (queued ones included); "
                 "more would repeat it"
@@ -224,15 +184,11 @@ def _run_locked(
     if timeout is None:
         timeout = experiment.timeout_s
     target = make_target(experiment.target, experiment.state_dir)
-    health = experiment.target.health
-
-    def wait() -> dict[str, Any]:  # the health answer: the data fingerprint a trial ran on
-        return wait_target_healthy(health, target)
-
+    wait = health_wait(experiment, target)
     helpers = start_helpers(prepared) if n_trials != 0 else None  # they import during the preflight
     if n_trials != 0:
         try:
-            preflight_on_target(prepared, preflight, target, wait, note=observer.note, stop=stop)
+            preflight_on_target(prepared, preflight, target, wait, note=note, stop=stop)
         except BaseException:
             assert helpers is not None
             helpers.close()
@@ -245,22 +201,13 @@ def _run_locked(
 
     study.set_user_attr(ATTR_PREFLIGHT, redact_mapping(preflight.to_dict()))  # findings may quote a raw response
 
-    tracker = make_tracker(experiment, on_warning=observer.note)
     # This run holds the study alone: an MLflow run still RUNNING belongs to a killed one,
     # completed from Optuna's record when the killed run had told Optuna the trial.
-    closed = close_killed_runs(
-        tracker,
+    tracker = start_tracking(
+        prepared,
         study,
-        trials_dirs=[paths.trials_dir],
-        config_names=[p.name for p in experiment.target.config_files],
-        objective=experiment.objective.metric,
-        constraints=experiment.constraints,
-        links=links_for(experiment, study, tracker),
-    )
-    if closed:
-        observer.note(closed)
-    tracker.start_study(
-        experiment.study,
+        preflight,
+        note=note,
         params={
             "sampler": experiment.sampler.type,
             "objective": f"{experiment.objective.direction} {experiment.objective.metric}",
@@ -268,37 +215,26 @@ def _run_locked(
             "search_space": str(experiment.search_space),
             "dataset": prepared.queries.dataset_id,
         },
-        tags={
-            "tuner.experiment_file": str(experiment.source),
-            "tuner.optuna_storage": redact(experiment.storage),
-            "tuner.preflight": preflight.verdict,
-        },
+        trials_dirs=[paths.trials_dir],
+        config_names=[p.name for p in experiment.target.config_files],
     )
-    runner = build_runner(
+    session = open_session(
         prepared,
         study,
+        preflight,
         target=target,
-        wait_healthy=wait,
-        stop=stop,
-        use_cache=use_cache,
+        wait=wait,
         tracker=tracker,
-        artifacts=OptunaArtifacts(paths.artifact_dir),
-        bookkeeper=Bookkeeper(threaded=True, on_error=lambda msg: observer.note(f"warning: {msg}")),
-        on_phase=observer.phase,
-        preflight=preflight,
-        helpers=helpers,
-    )
-    loop = StudyLoop(
-        study,
-        runner,
-        budget=experiment.failure_budget,
         stop=stop,
         observer=observer,
-        maximize=maximize,
+        note=note,
         lease=lease,
-        pipeline=experiment.pipeline,
-        max_retry=experiment.workers.max_retry,  # of a trial the study's storage failed under
+        artifact_dir=paths.artifact_dir,
+        max_retry=experiment.workers.max_retry,
+        use_cache=use_cache,
+        helpers=helpers,
     )
+    loop = session.loop
     result = RunResult(experiment.study, stale_failed=stale)
     error: str | None = None
     status = "FAILED"  # the parent run's status unless the loop ends normally
@@ -306,8 +242,8 @@ def _run_locked(
     try:
         if n_trials != 0:
             target.start()
-            observer.note(apply_mode_line(experiment.target))
-            adopt_backend(runner, experiment.target.config_files, wait, note=observer.note)
+            note(apply_mode_line(experiment.target))
+            adopt_backend(session.runner, experiment.target.config_files, wait, note=note)
         result = loop.run(n_trials=n_trials, timeout=timeout)
         result.stale_failed = stale
         status = "KILLED" if result.stopped_by == "signal" else "FINISHED"
@@ -319,21 +255,11 @@ def _run_locked(
         status = "KILLED"
         raise
     finally:
-        try:
-            restored = _restore(prepared, runner.touched_backend, target, wait, observer)
-        finally:
-            runner.bookkeeper.close()
-            runner.evaluator.close()
-            if runner.replay_pool is not None:
-                runner.replay_pool.close()
-            if runner.applier is not None:
-                runner.applier.close()
-            target.close()
-            tracker.end_study(status=status, summary=summary_metrics(study, maximize=maximize))
+        restored = session.finish(status)
     summary = _summary(experiment, prepared, study, result, restored=restored, error=error, maximize=maximize)
     if prepared.split is not None and summary.best is not None and error is None and result.stopped_by != "signal":
         summary.holdout = _validate(experiment, summary, observer)
-    _publish(runner, study, experiment, summary)
+    _publish(session.runner, study, experiment, summary)
     # MLflow calls still queued (a store that stopped answering) get a bounded wait;
     # what it did not take is listed at the end
     untracked = tracker.close()
@@ -343,7 +269,7 @@ def _run_locked(
 
 
 def _stopped_in_preflight(
-    experiment: Experiment, prepared: Prepared, study: Any, stale: list[int], maximize: bool
+    experiment: Experiment, prepared: Prepared, study: optuna.Study, stale: list[int], maximize: bool
 ) -> RunSummary:
     """The summary of a run stopped (SIGTERM, Ctrl-C) before its first trial: nothing was
     patched (a journal left by a killed run was replayed by ``prepare``), no MLflow run made."""
@@ -354,7 +280,7 @@ def _stopped_in_preflight(
 def _summary(
     experiment: Experiment,
     prepared: Prepared,
-    study: Any,
+    study: optuna.Study,
     result: RunResult,
     *,
     restored: list[Path],
@@ -376,7 +302,7 @@ def _summary(
     )
 
 
-def _publish(runner: Any, study: Any, experiment: Experiment, summary: RunSummary) -> None:
+def _publish(runner: TrialRunner, study: optuna.Study, experiment: Experiment, summary: RunSummary) -> None:
     """The study note and the MLflow parent's summary, final (with the holdout verdict).
     Bookkeeping: a failure is a warning."""
     holdout = None
@@ -395,7 +321,7 @@ def _publish(runner: Any, study: Any, experiment: Experiment, summary: RunSummar
         summary.warnings.append(f"the study note was not updated: {type(exc).__name__}: {exc}".splitlines()[0])
 
 
-def _validate(experiment: Experiment, summary: RunSummary, observer: StudyObserver) -> Any:
+def _validate(experiment: Experiment, summary: RunSummary, observer: StudyObserver) -> HoldoutRun | None:
     """The holdout validation at the end of a run; a failure is a warning (the study
     itself is fine, and `tuner validate` can be run again)."""
     from tuner.ops.validate import validate_holdout
@@ -406,20 +332,3 @@ def _validate(experiment: Experiment, summary: RunSummary, observer: StudyObserv
     except TunerError as exc:
         summary.warnings.append(f"holdout validation failed: {exc}; run `tuner validate {experiment.source}` again")
         return None
-
-
-def _restore(prepared: Prepared, touched: bool, target: Any, wait: Any, observer: StudyObserver) -> list[Path]:
-    """Originals back from the journal; when a trial had touched the backend, restart it
-    on them and wait until healthy (so it is never left on a trial's config)."""
-    restored = prepared.patcher.restore()
-    if touched:
-        observer.note("restarting the backend on the original config")
-        try:
-            target.restart()
-            wait()
-        except TargetError as exc:
-            raise StudyError(
-                f"original config restored ({', '.join(map(str, restored)) or 'unchanged'}) but the backend did not"
-                f" come back healthy on it: {exc}"
-            ) from exc
-    return restored

@@ -31,15 +31,21 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import optuna
 
 from tuner.config.workers import WorkerSettings
-from tuner.dburl import redact
 from tuner.errors import StudyError
 from tuner.study.loop import RunResult
 from tuner.study.storage.study_storage import check_storage, make_storage, storage_lock
+
+if TYPE_CHECKING:
+    from tuner.config.experiment import Experiment
+    from tuner.study.loop import StudyObserver
+    from tuner.study.stop import StopFlag
+    from tuner.study.storage.locks import StudyLease
+    from tuner.targets.replica import Replica
 
 
 @dataclass
@@ -54,15 +60,15 @@ class ReplicaSummary:
 
 
 def run_replica(
-    experiment: Any,
+    experiment: Experiment,
     replica_index: int,
     *,
     settings: WorkerSettings | None = None,
     n_trials: int | None = None,
     timeout_s: float | None = None,
-    stop: Any = None,
+    stop: StopFlag | None = None,
     note: Callable[[str], None] = lambda text: None,
-    observer: Any = None,
+    observer: StudyObserver | None = None,
     skip_checks: bool = False,
     use_cache: bool = True,
 ) -> ReplicaSummary:
@@ -113,137 +119,87 @@ def run_replica(
 
 
 def _run_replica(
-    original: Any,
-    exp: Any,
-    replica: Any,
-    lease: Any,
+    original: Experiment,
+    exp: Experiment,
+    replica: Replica,
+    lease: StudyLease,
     *,
     settings: WorkerSettings,
     n_trials: int | None,
     timeout_s: float | None,
-    stop: Any,
+    stop: StopFlag,
     note: Callable[[str], None],
-    observer: Any,
+    observer: StudyObserver | None,
     skip_checks: bool,
     use_cache: bool,
 ) -> ReplicaSummary:
-    from tuner.ops.check import preflight_on_target, static_preflight
-    from tuner.study.feasibility import summary_metrics
-    from tuner.study.loop import StudyLoop, StudyObserver, fail_stale_heartbeats
+    from tuner.ops.check import preflight_on_target
+    from tuner.ops.study_session import (
+        health_wait,
+        open_measured_study,
+        open_session,
+        prepare_checked,
+        start_tracking,
+    )
+    from tuner.study.loop import StudyObserver, fail_stale_heartbeats
     from tuner.study.storage.paths import StudyPaths
     from tuner.study.storage.queue import enqueue_initial, enqueue_once
-    from tuner.study.storage.study_storage import ATTR_CONSTRAINTS, ATTR_OBJECTIVE, open_study
-    from tuner.study.trial.bookkeeping import Bookkeeper, OptunaArtifacts
-    from tuner.study.trial.tracking_record import close_killed_runs
-    from tuner.study.wiring import (
-        adopt_backend,
-        build_runner,
-        initial_variants,
-        links_for,
-        make_tracker,
-        prepare,
-        record_config_seen,
-        record_labels_seen,
-    )
+    from tuner.study.wiring import adopt_backend, initial_variants
     from tuner.targets.factory import make_target
-    from tuner.targets.health import wait_target_healthy
     from tuner.targets.reaper import PidRecordingTarget, start_reaper
 
-    prepared = prepare(exp)
-    if prepared.replayed:
-        note(prepared.replayed)
-    if prepared.patcher.journal is not None:
-        prepared.patcher.journal.owner = f"tuner worker --replica {replica.index} of study {exp.study!r}"
-    for line in prepared.patcher.notes:
-        note(line)
-    preflight = static_preflight(prepared, skip=skip_checks)
-    preflight.raise_for_stops(f"replica {replica.index} preflight")
-    maximize = exp.objective.direction == "maximize"
-    study = open_study(
-        exp.study,
-        make_storage(exp.storage, settings),
-        sampler=exp.sampler.create(),
-        pruner=exp.pruner.create(),
-        objective_metric=exp.objective.metric,
-        maximize=maximize,
+    prepared, preflight = prepare_checked(
+        exp,
+        owner=f"tuner worker --replica {replica.index} of study {exp.study!r}",
+        note=note,
+        skip_checks=skip_checks,
+        where=f"replica {replica.index} preflight",
     )
-    labels_note = record_labels_seen(study, prepared)  # a study measured on other labels stops here
-    if labels_note:
-        note(labels_note)
     artifact_dir = StudyPaths(original.state_dir, exp.study).artifact_dir  # one store beside the study's
-    study.set_user_attr(ATTR_OBJECTIVE, exp.objective.metric)
-    study.set_user_attr(ATTR_CONSTRAINTS, [c.name for c in exp.constraints])
-    if prepared.split is not None:
-        from tuner.evaluation.holdout import record_split
-
-        record_split(study, prepared.split)
-    record_config_seen(study, prepared)  # the replica's copy is the original at start
+    # the replica's copy of the config is the original at start
+    study = open_measured_study(prepared, make_storage(exp.storage, settings), artifact_dir=artifact_dir, note=note)
     enqueue_once(study, lambda s: enqueue_initial(s, initial_variants(prepared)))
     target = PidRecordingTarget(make_target(exp.target, exp.state_dir), replica.pid_file)
-    health = exp.target.health
-
-    def wait() -> dict[str, Any]:  # the health answer: the data fingerprint a trial ran on
-        return wait_target_healthy(health, target)
+    wait = health_wait(exp, target)
 
     # MLflow: one parent run per study, found or made by the first worker (under the
     # storage lock, which also keeps N workers off a fresh MLflow store's schema at once).
     with storage_lock(study._storage, f"mlflow:{exp.study}"):
-        tracker = make_tracker(exp, on_warning=note)
         # Runs of trials no live worker holds any more (failed by heartbeat) are closed.
         fail_stale_heartbeats(study)
-        live = {t.number for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))}
+        live = [t.number for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))]
         # A killed worker's trials: completed from Optuna's record when it had told Optuna.
         # Each replica keeps its trials' folders in its own state dir.
         replica_dirs = sorted(d for d in (original.state_dir / "replicas").glob("*") if d.is_dir())
-        closed = close_killed_runs(
-            tracker,
+        tracker = start_tracking(
+            prepared,
             study,
+            preflight,
+            note=note,
+            params={"sampler": exp.sampler.type, "workers": "yes"},
             live_trials=live,
             killed="a killed worker",
             trials_dirs=[StudyPaths(d, exp.study).trials_dir for d in replica_dirs],
             config_names=[p.name for p in original.target.config_files],
-            objective=exp.objective.metric,
-            constraints=exp.constraints,
-            links=links_for(exp, study, tracker),
         )
-        if closed:
-            note(closed)
-        tracker.start_study(
-            exp.study,
-            params={"sampler": exp.sampler.type, "workers": "yes"},
-            tags={
-                "tuner.experiment_file": str(exp.source),
-                "tuner.optuna_storage": redact(exp.storage),
-                "tuner.preflight": preflight.verdict,
-            },
-        )
-    observer = observer or StudyObserver()
-    runner = build_runner(
+    session = open_session(
         prepared,
         study,
+        preflight,
         target=target,
-        wait_healthy=wait,
-        stop=stop,
-        use_cache=use_cache,
+        wait=wait,
         tracker=tracker,
-        artifacts=OptunaArtifacts(artifact_dir),
-        bookkeeper=Bookkeeper(threaded=True, on_error=lambda msg: note(f"warning: {msg}")),
-        on_phase=observer.phase,
-        preflight=preflight,
-    )
-    loop = StudyLoop(
-        study,
-        runner,
-        budget=exp.failure_budget,
         stop=stop,
-        observer=observer,
-        maximize=maximize,
-        study_total=n_trials or exp.n_trials,
-        replica=replica.index,
+        observer=observer or StudyObserver(),
+        note=note,
         lease=lease,
-        pipeline=exp.pipeline,
+        artifact_dir=artifact_dir,
         max_retry=settings.max_retry,
+        use_cache=use_cache,
+        replica=replica.index,
+        study_total=n_trials or exp.n_trials,
     )
+    loop = session.loop
     reaper = start_reaper(replica.pid_file, exp.journal_path)
     result = RunResult(exp.study)
     error: str | None = None
@@ -259,7 +215,7 @@ def _run_replica(
             result.stopped_by = "signal"
         else:
             target.start()
-            adopt_backend(runner, exp.target.config_files, wait, note=note)
+            adopt_backend(session.runner, exp.target.config_files, wait, note=note)
             result = loop.run(n_trials=None, timeout=timeout_s if timeout_s is not None else exp.timeout_s)
         status = "KILLED" if result.stopped_by == "signal" else "FINISHED"
     except StudyError as exc:
@@ -267,26 +223,17 @@ def _run_replica(
         result = loop.result or result
     finally:
         try:
-            # Originals back; a backend that ran a trial restarts on them, so none is
-            # left on a trial's config, and only then stops.
-            restored = prepared.patcher.restore()
-            if runner.touched_backend:
-                target.restart()
-                wait()
+            # originals back, the backend restarted on them (never left on a trial's config), then stopped
+            restored = session.finish(status)
         finally:
-            try:
-                runner.bookkeeper.close()
-                runner.evaluator.close()
-                if runner.replay_pool is not None:
-                    runner.replay_pool.close()
-                target.close()
-                tracker.end_study(status=status, summary=summary_metrics(study, maximize=maximize))
-            finally:
-                replica.down()
-                reaper.close()
+            replica.down()
+            reaper.close()
     untracked = tracker.close()  # bounded: see tuner.report.resilient
     if untracked:
         note(f"warning: {untracked}")
     ran = [o.number for o in result.ran]
     note(f"replica {replica.index}: ran trials {ran}; stopped by {result.stopped_by}")
-    return ReplicaSummary(replica.index, exp.study, result, restored, exp.target.port, error=error)
+    port = exp.target.port  # bound by replica_of: a number (or None without a port), never "auto"
+    return ReplicaSummary(
+        replica.index, exp.study, result, restored, port if isinstance(port, int) else None, error=error
+    )

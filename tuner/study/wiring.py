@@ -34,10 +34,15 @@ from tuner.study.trial.pruning import trial_order_seed
 from tuner.study.trial.runner import TrialRunner
 
 if TYPE_CHECKING:
+    from tuner.config.configpatch import ConfigPatcher
     from tuner.config.experiment import Experiment
+    from tuner.config.space.searchspace import SearchSpace
     from tuner.data.dataset import QuerySet
     from tuner.evaluation.holdout import Split
+    from tuner.report.report_worker import ReportWorker
     from tuner.study.gates.threshold import GateRange
+    from tuner.study.replay.fusion_search import ReplayPlan
+    from tuner.study.replay.replay_pool import ReplayPool
 
 
 class PatcherWriter:
@@ -68,8 +73,8 @@ class Prepared:
     """An experiment's pieces, loaded and checked before any trial runs."""
 
     experiment: Experiment
-    space: Any
-    patcher: Any
+    space: SearchSpace
+    patcher: ConfigPatcher
     queries: QuerySet
     qrels: dict[str, dict[str, int]]
     labels_fingerprint: str
@@ -80,7 +85,7 @@ class Prepared:
     split: Split | None = None
     gates: dict[str, GateRange] = field(default_factory=dict)  # post-retrieval param -> its range, solved per trial
     dataset_note: str | None = None  # what dataset.unjudged_queries did (tuner.data.dataset.judged_subset)
-    replay: Any = None  # tuner.study.replay.fusion_search.ReplayPlan: fusion params replayed per trial (replay:)
+    replay: ReplayPlan | None = None  # fusion params replayed per trial (replay:)
     #: what the replay of a crash's restore journal restored, from whose journal (one line;
     #: None: no journal was replayed). A backend left up may still serve the crash's config.
     replayed: str | None = None
@@ -309,8 +314,8 @@ class Helpers:
     scorers (``replay:``), either None. Started early (``start_helpers``), their imports
     overlap the preflight and the backend's start instead of the first trial."""
 
-    report_worker: Any = None
-    replay_pool: Any = None
+    report_worker: ReportWorker | None = None
+    replay_pool: ReplayPool | None = None
 
     def close(self) -> None:
         for helper in (self.report_worker, self.replay_pool):
