@@ -73,14 +73,13 @@ def locked_study(tmp_path: Path, *, times: int = 1) -> tuple[optuna.Study, LockO
     study = open_study("s", storage, sampler=optuna.samplers.TPESampler(seed=7, n_startup_trials=3))
     enqueue_initial(study, VARIANTS)
     lock = LockOnce(path, storage.engine, times=times)
-    runner, backend, _, _ = make_runner(tmp_path)
 
     def oos(metrics: dict[str, float]) -> float:
         if metrics["Primary_Metric_Score"] == LOCKED_ON:
             lock.arm()  # the next write of this trial (its constraint) meets the lock
         return metrics["OOS_FP_Rate"] - OOS_LIMIT
 
-    runner.constraints = [Constraint("OOS_FP_Rate", oos, "OOS_FP_Rate")]
+    runner, backend, _, _ = make_runner(tmp_path, constraints=[Constraint("OOS_FP_Rate", oos, "OOS_FP_Rate")])
     return study, lock, runner
 
 
