@@ -85,8 +85,8 @@ def composed(tmp_path: Path) -> tuple[TrialRunner, list[tuple[str, Any]]]:
     constraints = [Constraint("OOS_FP_Rate", lambda m: m["OOS_FP_Rate"] - 0.05, "OOS_FP_Rate")]
     lookup = CacheLookup("s", Fingerprints(), measurer.served, ResultCache(tmp_path / "cache.sqlite"),
                          objective, constraints)
-    runner = TrialRunner(space=TwoParamSpace(), writer=writer, lookup=lookup, measurer=measurer,  # type: ignore[arg-type]
-                         scorer=TrialScorer(objective, constraints), recorder=FakeRecorder(calls))  # type: ignore[arg-type]
+    runner = TrialRunner(space=TwoParamSpace(), writer=writer, lookup=lookup, measurer=measurer,
+                         scorer=TrialScorer(objective, constraints), recorder=FakeRecorder(calls))
     return runner, calls
 
 
@@ -135,7 +135,7 @@ def test_a_failed_measure_is_settled_and_recorded_without_scoring(tmp_path: Path
         calls.append(("measurer.batch", "crash"))
         raise RuntimeError("the backend exited with code 3\nand a second line")
 
-    runner.measurer.batch = crash  # type: ignore[method-assign]
+    runner.measurer.batch = crash
     study = optuna.create_study(direction="maximize")
 
     outcome, frozen = run_one(study, runner, {"x": 0.3, "k": 20})

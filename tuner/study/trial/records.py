@@ -73,6 +73,8 @@ from tuner.study.trial.outcome import (
 from tuner.study.trial.tracking_record import TAG_CACHE_NOTE, tracking_record
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from tuner.study.gates.threshold import GateRange
 
 __all__ = ["ATTR_CACHE_NOTE", "ATTR_DATA_FINGERPRINT", "TAG_CACHE_NOTE", "Recorder"]
@@ -88,13 +90,13 @@ class _Pending:
     trial: optuna.Trial
     outcome: TrialOutcome
     texts: dict[Path, str]
-    result: Any
+    result: EvalOutcome | None
     run_id: Future[Any] | None
     artifacts: dict[str, str]  # artifact id -> file it holds
     detail: str  # "slim" or "full"
     best: bool = False  # full as the best feasible trial so far: rewritten slim when a better one comes
-    sweep: Any = None  # the threshold sweep table (pandas), when gates were solved
-    fusion_sweep: Any = None  # every replayed fusion setting scored (pandas), when fusion was replayed
+    sweep: pd.DataFrame | None = None  # the threshold sweep table, when gates were solved
+    fusion_sweep: pd.DataFrame | None = None  # every replayed fusion setting scored, when fusion was replayed
     chosen: Mapping[str, float] | None = None  # the solved gate values (the sweep's chosen row)
     context: dict[str, Any] | None = None  # the report context it was written with
 
@@ -174,10 +176,10 @@ class Recorder:
         trial: optuna.Trial,
         out: TrialOutcome,
         texts: dict[Path, str],
-        result: Any,
+        result: EvalOutcome | None,
         run_id: Future[Any] | None,
-        sweep: Any = None,
-        fusion_sweep: Any = None,
+        sweep: pd.DataFrame | None = None,
+        fusion_sweep: pd.DataFrame | None = None,
     ) -> None:
         """Everything ``tell`` must find on the trial, then queue the bookkeeping (after
         waiting for room in its queue: the "backlog" phase, when there was a wait)."""
@@ -194,10 +196,10 @@ class Recorder:
         trial: optuna.Trial,
         out: TrialOutcome,
         texts: dict[Path, str],
-        result: Any,
+        result: EvalOutcome | None,
         run_id: Future[Any] | None,
-        sweep: Any = None,
-        fusion_sweep: Any = None,
+        sweep: pd.DataFrame | None = None,
+        fusion_sweep: pd.DataFrame | None = None,
     ) -> None:
         unscored = self._details.get(trial.number, ("slim", False))  # a failed trial's files are slim
         detail, best = self._detail_of(trial, out) if result is not None else unscored
@@ -352,6 +354,7 @@ class Recorder:
         """Rewrite a superseded best's report files slim, in place (their hard links in the
         artifact stores see the slim bytes; the full ones are freed). Its PR-curve PNG is
         kept as drawn (registered as an artifact, and the same bytes a redraw would give)."""
+        assert p.result is not None  # only a measured trial becomes the best (a cache hit has no batch)
         trial_dir = self.dir(p.number)
         with tempfile.TemporaryDirectory(dir=trial_dir.parent, prefix=".slim-") as tmp:
             self.evaluator.write_reports(
@@ -433,7 +436,7 @@ def _data_context(out: TrialOutcome) -> dict[str, Any]:
 
 
 def _sweep_text(
-    table: Any, chosen: Mapping[str, float], detail: str, found: Mapping[str, float | None] | None = None
+    table: pd.DataFrame, chosen: Mapping[str, float], detail: str, found: Mapping[str, float | None] | None = None
 ) -> str:
     """The solve grid as CSV: whole when ``detail`` (the experiment's report_detail) is
     full, else the rows through the chosen gates (tuner.study.gates.sweep_table)."""

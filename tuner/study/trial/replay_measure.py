@@ -33,7 +33,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import optuna
 
@@ -41,25 +41,30 @@ from tuner.errors import EvaluationError
 from tuner.study.gates.gate_arrays import HitArrays
 from tuner.study.replay.fusion_search import ReplayPlan, Scored, ranked, sweep_frame
 from tuner.study.replay.replay_pool import ReplayContext, ReplayPool
-from tuner.study.trial.interfaces import Constraint, Objective
+from tuner.study.trial.interfaces import Constraint, EvalOutcome, Objective, OnResult
 from tuner.study.trial.measure import Measurer
 from tuner.study.trial.outcome import TrialOutcome
 
 if TYPE_CHECKING:
+    import pandas as pd
+
+    from tuner.data.dataset import QuerySet
+    from tuner.evaluation.spec import EvalSpec
     from tuner.study.gates.threshold import GateRange
 
 
+@runtime_checkable
 class ExplainingEvaluator(Protocol):
     """What replay needs of the evaluator beyond a batch (tuner.study.trial.live.LiveEvaluator):
     its evaluation spec, query set and labels, and one explained retrieval."""
 
-    spec: Any  # tuner.config.experiment.EvaluationSpec (top_k, gains)
-    queries: Sequence[Any]  # tuner.evaluation query records (query_id, scope)
-    qrels: Mapping[str, Any]
+    spec: EvalSpec
+    queries: QuerySet
+    qrels: Mapping[str, Mapping[str, int]]
 
     def explain(self, *, request_fields: Mapping[str, Any], explain_path: str, order_seed: int) -> Any: ...
 
-    def evaluate(self, *, order_seed: int, on_result: Any) -> Any: ...
+    def evaluate(self, *, order_seed: int, on_result: OnResult | None) -> Any: ...
 
 
 @dataclass
@@ -67,9 +72,9 @@ class Replayed:
     """A replay trial measured: the best live batch, the config texts it was served
     with, and every setting scored (pandas, best first)."""
 
-    result: Any
+    result: EvalOutcome
     texts: dict[Path, str]
-    fusion_sweep: Any
+    fusion_sweep: pd.DataFrame
 
 
 @dataclass

@@ -130,7 +130,13 @@ class TrialRunner:
     # Post-retrieval params solved from each trial's retrieval (param name -> gate range);
     # empty: every param is sampled.
     gates: Mapping[str, GateRange] = field(default_factory=dict)
-    phases: Phases = field(default_factory=Phases)
+    # The phase timer (default: the measurer's, so the runner and the measurer time and
+    # report phases to one observer).
+    phases: Phases | None = None
+
+    def __post_init__(self) -> None:
+        shared = self.phases or getattr(self.measurer, "phases", None)
+        self._phases: Phases = shared if isinstance(shared, Phases) else Phases()
 
     def run(self, trial: optuna.Trial) -> TrialOutcome:
         """Run ``trial`` start to end (``begin`` -> ``measure`` -> ``end``); sets its user
@@ -167,7 +173,7 @@ class TrialRunner:
         job = TrialJob(trial, TrialOutcome(number=trial.number, state="FAIL"))
         out = job.out
         try:
-            with self.phases.time(out, "suggest"):
+            with self._phases.time(out, "suggest"):
                 if self.replay is not None:
                     out.assignment = dict(
                         self.space.suggest(trial, skip_post_retrieval=True, skip=self.replay.plan.names)
@@ -186,7 +192,7 @@ class TrialRunner:
                 job.replaying = self.replay is not None and self.replay.replays(out.assignment)
                 set_record(trial, ATTR_ASSIGNMENT, jsonable(out.assignment))
             job.run_id = self.recorder.start(trial, out.assignment)
-            with self.phases.time(out, "render"):
+            with self._phases.time(out, "render"):
                 # The retrieval runs with every solved gate at the low end of its range, so
                 # the backend gates nothing away that another candidate value would keep.
                 if job.replaying and self.replay is not None:
@@ -196,7 +202,7 @@ class TrialRunner:
                 self.measurer.prepare(job.texts)  # the restart-key comparison's parse, off the backend's path
             if job.replaying:
                 return job  # scored from settings chosen inside the trial: not a cacheable config
-            with self.phases.time(out, "cache"):
+            with self._phases.time(out, "cache"):
                 job.key = self.lookup.key(job.texts, job.solving)
                 out.inputs, out.backend_fingerprint = job.key.inputs, job.key.backend
                 job.cached = self.lookup.lookup(job.key, out)
@@ -231,7 +237,7 @@ class TrialRunner:
             except Exception as exc:  # noqa: BLE001 - settled below
                 job.error = exc
         if job.error is not None:
-            with self.phases.time(job.out, "complete"):  # an OOS early stop's completion writes to the study too
+            with self._phases.time(job.out, "complete"):  # an OOS early stop's completion writes to the study too
                 self._settle(job)
         result = None if callable(job.result) else job.result  # (settled: never callable here)
         self.recorder.record(job.trial, job.out, job.texts, result, job.run_id, job.sweep, job.fusion_sweep)
@@ -261,13 +267,13 @@ class TrialRunner:
             trial.set_user_attr(ATTR_CACHED_FROM, job.cached.source_trial)
         else:
             if callable(job.result):  # deferred: the batch's scoring finishes here, off the backend's path
-                with self.phases.time(out, "score"):
+                with self._phases.time(out, "score"):
                     job.result = job.result()
             assert job.result is not None
             out.metrics = {k: float(v) for k, v in job.result.metrics.items() if is_number(v)}
             job.stored_key = None if job.key is None else self.lookup.measured_key(job.key, out)
             if job.solving:
-                with self.phases.time(out, "solve"):
+                with self._phases.time(out, "solve"):
                     # The reports describe the batch at the solved gates (the trial's score),
                     # not the retrieval at the low end; the sweep keeps every grid point.
                     job.sweep, job.result = self.scorer.solve(out, job.result, job.solving)
@@ -275,7 +281,7 @@ class TrialRunner:
             out.assignment = self._as_found(out.assignment)  # a solved or replayed value that keeps the file's
             job.texts = self.writer.render(out.assignment)  # the snapshot shows the solved values
             set_record(trial, ATTR_ASSIGNMENT, jsonable(out.assignment))
-        with self.phases.time(out, "complete"):
+        with self._phases.time(out, "complete"):
             self.scorer.complete(trial, out)
             if job.cached is None and job.result is not None and not callable(job.result):
                 out.reports = self.recorder.report_files(
@@ -309,11 +315,11 @@ class TrialRunner:
     @property
     def on_phase(self) -> Callable[[int, str], None]:
         """Told ``(trial number, phase)`` as each phase starts (the loop's progress line)."""
-        return self.phases.on_phase
+        return self._phases.on_phase
 
     @on_phase.setter
     def on_phase(self, observer: Callable[[int, str], None]) -> None:
-        self.phases.on_phase = observer
+        self._phases.on_phase = observer
 
     # ---------------------------------------- what ops reads and closes at the end of a run
 
@@ -422,8 +428,11 @@ def compose_runner(
     )
     replaying = None
     if replay is not None:
-        explaining: ExplainingEvaluator = evaluator  # type: ignore[assignment]  # replay runs on a LiveEvaluator
-        replaying = ReplayMeasurer(replay, measurer, explaining, objective, constraints, replay_pool)
+        if not isinstance(evaluator, ExplainingEvaluator):
+            raise TypeError(
+                f"fusion replay needs an evaluator that explains a retrieval, not {type(evaluator).__name__}"
+            )
+        replaying = ReplayMeasurer(replay, measurer, evaluator, objective, constraints, replay_pool)
     recorder = Recorder(
         study_name,
         evaluator,
