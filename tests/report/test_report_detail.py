@@ -30,7 +30,7 @@ SNAPSHOT = "fusion:\n  method: rrf\n  rrf_k: 60\nconfidence:\n  threshold: 0.0\n
 @pytest.fixture(scope="module")
 def solved():
     """A 300-query batch retrieved with the gates at their low end, solved and re-gated
-    as a study trial does (tuner.study.trial.runner._solve)."""
+    as a study trial does (tuner.study.trial.scoring.TrialScorer.solve)."""
     qs, qrels, responses, failed = synthetic_batch(11, n_in=250, n_oos=50, n_docs=600, depth=50)
     low = [QueryResponse(r.query_id, r.request_id, ParsedResponse(r.response.hits, r.response.confidence, False, "0"),
                          latency_ms=5.0 + i % 7, attempts=1) for i, r in enumerate(responses)]

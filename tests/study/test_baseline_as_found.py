@@ -26,7 +26,7 @@ from tuner.config.space.loading import load_space
 from tuner.study.storage.queue import enqueue_initial
 from tuner.study.storage.study_storage import ATTR_CONFIG_SEEN
 from tuner.study.trial.attrs import assignment_of
-from tuner.study.trial.runner import TrialRunner
+from tuner.study.trial.runner import TrialRunner, compose_runner
 from tuner.study.wiring import PatcherWriter, initial_variants, record_config_seen
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -91,7 +91,7 @@ def _setup(tmp_path: Path, variants: list[Any]) -> tuple[TrialRunner, FileState,
     space = load_space(tmp_path / "space.yaml", [cfg])
     patcher = ConfigPatcher([cfg], journal_path=tmp_path / "journal.json")
     target = FileState(cfg)
-    runner = TrialRunner(study_name="s", space=space, writer=PatcherWriter(space, patcher), target=target,
+    runner = compose_runner(study_name="s", space=space, writer=PatcherWriter(space, patcher), target=target,
                          wait_healthy=target.wait_healthy, evaluator=SumEvaluator(target),  # type: ignore[arg-type]
                          trials_dir=tmp_path / "trials")
     prepared = SimpleNamespace(experiment=SimpleNamespace(baseline=True, variants=variants), space=space,

@@ -30,7 +30,7 @@ from tuner.data.inputs import InputsWatch, changed_files, expand, fingerprint_in
 from tuner.errors import ConfigError, TargetError
 from tuner.study.storage.result_cache import ResultCache
 from tuner.study.trial.attrs import ATTR_CACHE_NOTE, ATTR_DATA_FINGERPRINT, reports_of, trial_attr
-from tuner.study.trial.runner import TrialRunner
+from tuner.study.trial.runner import TrialRunner, compose_runner
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 PYTHON = sys.executable
@@ -155,7 +155,7 @@ def make_runner(root: Path, *, inputs: bool = True, fingerprint: str | None = No
     backend = DataBackend(cfg, data=data)
     backend.start()
     evaluator = FormulaEvaluator(backend)
-    runner = TrialRunner(
+    runner = compose_runner(
         study_name="s", space=TwoParamSpace(), writer=YamlWriter(cfg), target=backend,
         wait_healthy=backend.health, evaluator=evaluator, trials_dir=root / "trials",
         cache=ResultCache(cache or root / "cache.sqlite"), project_dir=root,
@@ -216,7 +216,7 @@ def test_an_input_changing_while_the_trial_runs_keeps_its_result_out_of_the_cach
     first, _ = run_one(study, runner, PARAMS)
     assert first.state == "COMPLETE"
     assert "target.inputs changed while the trial ran (data/corpus.jsonl)" in first.cache_note
-    assert len(runner.cache) == 0
+    assert len(runner.lookup.cache) == 0
 
 
 def test_a_changed_backend_fingerprint_is_a_miss(tmp_path: Path) -> None:
@@ -278,11 +278,11 @@ def test_a_fingerprint_field_the_health_answer_lacks_fails_the_trial_naming_the_
 def test_a_health_wait_that_returns_no_body_fails_when_a_fingerprint_is_declared(tmp_path: Path) -> None:
     study = optuna.create_study(direction="maximize")
     runner, backend, evaluator, data = make_runner(tmp_path, fingerprint="index.sha")
-    runner.wait_healthy = backend.wait_healthy  # returns None (the body is dropped)
+    runner.measurer.served.wait_healthy = backend.wait_healthy  # returns None (the body is dropped)
     outcome, _ = run_one(study, runner, PARAMS)
     assert outcome.state == "FAIL" and "the health wait returned no health answer" in outcome.fail_reason
     with pytest.raises(TargetError):
-        runner._observe_backend(None)
+        runner.measurer.served.observe(None)
 
 
 # ---------------------------------------- the reference backend's data_fingerprint

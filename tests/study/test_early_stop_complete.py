@@ -17,7 +17,7 @@ from tuner.config.objective import Constraint
 from tuner.data.dataset import Query, QuerySet
 from tuner.study.trial.attrs import ATTR_EARLY_STOP, ATTR_FAIL_REASON, ATTR_FEASIBLE, metrics_of, named_constraints
 from tuner.study.trial.pruning import reporter_factory
-from tuner.study.trial.runner import TrialRunner
+from tuner.study.trial.runner import TrialRunner, compose_runner
 from tuner.study.trial.scoring import LEGACY_CONSTRAINTS_ATTR
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -64,7 +64,7 @@ def make_runner(tmp_path: Path) -> tuple[TrialRunner, ScriptedEvaluator]:
     backend = FileBackend(cfg)
     evaluator = ScriptedEvaluator(backend)
     constraints = [Constraint.parse(OOS), Constraint.parse(JUDGED)]
-    runner = TrialRunner(
+    runner = compose_runner(
         study_name="s", space=TwoParamSpace(), writer=YamlWriter(cfg), target=backend,
         wait_healthy=backend.wait_healthy, evaluator=evaluator, trials_dir=tmp_path / "trials",
         constraints=constraints,

@@ -75,7 +75,6 @@ def locked_study(tmp_path: Path, *, times: int = 1) -> tuple[optuna.Study, LockO
     study = open_study("s", storage, sampler=optuna.samplers.TPESampler(seed=7, n_startup_trials=3))
     enqueue_initial(study, VARIANTS)
     lock = LockOnce(path, storage.engine, times=times)
-    runner, backend, _, _ = make_runner(tmp_path)
 
     class ArmsTheLock(MetricNamed):
         def violation(self, metrics) -> float:
@@ -83,7 +82,7 @@ def locked_study(tmp_path: Path, *, times: int = 1) -> tuple[optuna.Study, LockO
                 lock.arm()  # the next write of this trial (its constraint) meets the lock
             return super().violation(metrics)
 
-    runner.constraints = [ArmsTheLock(metric="OOS_FP_Rate", op="<=", bound=OOS_LIMIT)]
+    runner, backend, _, _ = make_runner(tmp_path, constraints=[ArmsTheLock(metric="OOS_FP_Rate", op="<=", bound=OOS_LIMIT)])
     return study, lock, runner
 
 

@@ -61,7 +61,7 @@ class Recording:
 def test_every_trial_is_measured_on_its_own_config_and_the_next_one_begins_meanwhile(tmp_path: Path) -> None:
     runner, backend, evaluator, _ = make_runner(tmp_path)
     study = study_at(tmp_path)
-    runner.evaluator = rec = Recording(evaluator, study)
+    runner.measurer.evaluator = rec = Recording(evaluator, study)
 
     result = StudyLoop(study, runner, pipeline=True).run(n_trials=6, timeout=None)
 
@@ -151,7 +151,7 @@ def test_a_stop_lets_the_measured_trial_finish_and_fails_the_one_begun_ahead(tmp
     stop = StopFlag()
     runner, _, evaluator, _ = make_runner(tmp_path, stop=stop)
     study = study_at(tmp_path)
-    runner.evaluator = Recording(evaluator, study, hook=lambda n: stop.set("interrupted by SIGTERM") if n == 1 else None)
+    runner.measurer.evaluator = Recording(evaluator, study, hook=lambda n: stop.set("interrupted by SIGTERM") if n == 1 else None)
 
     result = StudyLoop(study, runner, stop=stop, pipeline=True).run(n_trials=10, timeout=None)
 
@@ -173,7 +173,7 @@ def test_a_second_interrupt_tells_every_trial_it_asked(tmp_path: Path) -> None:
         if n == 2:
             raise KeyboardInterrupt
 
-    runner.evaluator = Recording(evaluator, study, hook=interrupt)
+    runner.measurer.evaluator = Recording(evaluator, study, hook=interrupt)
     with pytest.raises(KeyboardInterrupt):
         StudyLoop(study, runner, pipeline=True).run(n_trials=10, timeout=None)
 

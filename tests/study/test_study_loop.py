@@ -124,7 +124,7 @@ def test_stop_flag_ends_the_loop_after_the_current_trial(tmp_path: Path) -> None
             stop.set("interrupted by SIGTERM")  # the signal arrives mid-evaluation
             return result
 
-    runner.evaluator = StopAfterFirstEvaluation(runner.evaluator)
+    runner.measurer.evaluator = StopAfterFirstEvaluation(runner.measurer.evaluator)
     result = StudyLoop(study, runner, stop=stop).run(n_trials=5, timeout=None)
     assert result.stopped_by == "signal"
     assert [t.state for t in study.get_trials()] == [TrialState.COMPLETE]  # finished, then stopped

@@ -32,7 +32,7 @@ from tuner.study.trial.attrs import (
     reports_of,
 )
 from tuner.study.trial.bookkeeping import Bookkeeper, OptunaArtifacts
-from tuner.study.trial.runner import TrialRunner
+from tuner.study.trial.runner import compose_runner
 from tuner.study.trial.scoring import LEGACY_CONSTRAINTS_ATTR
 
 OOS_LIMIT = 0.10
@@ -45,7 +45,7 @@ def make_runner(tmp_path: Path, *, discrete: bool = False, crash_when=None, fail
     cfg.write_text(CONFIG_TEXT)
     backend = FileBackend(cfg, crash_when=crash_when or (lambda c: None))
     evaluator = FormulaEvaluator(backend, failed_queries_when=failed_queries_when or (lambda c: 0))
-    runner = TrialRunner(
+    runner = compose_runner(
         study_name="s",
         space=TwoParamSpace(discrete),
         writer=YamlWriter(cfg),
@@ -53,9 +53,8 @@ def make_runner(tmp_path: Path, *, discrete: bool = False, crash_when=None, fail
         wait_healthy=backend.wait_healthy,
         evaluator=evaluator,
         trials_dir=tmp_path / "trials",
-        constraints=[oos_constraint(OOS_LIMIT)],
         cache=ResultCache(tmp_path / "cache.sqlite"),
-        **kw,
+        **{"constraints": [oos_constraint(OOS_LIMIT)], **kw},
     )
     return runner, backend, evaluator, cfg
 
@@ -96,7 +95,7 @@ def test_complete_trial_patches_config_restarts_and_sets_constraint_both_ways(tm
     for phase in ("suggest", "render", "cache", "patch", "restart", "health", "evaluate", "search"):
         assert phase in outcome.phase_seconds
     # Bookkeeping (report files; the trial note, and MLflow when tracked), off the critical path.
-    assert set(runner.background_seconds[0]) == {"report", "track"}
+    assert set(runner.recorder.background_seconds[0]) == {"report", "track"}
     assert not {"report", "track"} & set(outcome.phase_seconds)
 
 
@@ -144,7 +143,7 @@ def test_failures_become_fail_trials_with_reason(tmp_path: Path, crash_when, fai
 def test_health_timeout_fails_the_trial(tmp_path: Path) -> None:
     runner, _, _, cfg = make_runner(tmp_path)
     cfg.write_text(CONFIG_TEXT.replace("k: 20", "k: 20\n  slow: true"))
-    runner.writer = YamlWriter(cfg)
+    runner.writer = runner.measurer.writer = YamlWriter(cfg)  # renders and writes the slow config
     study = optuna.create_study(direction="maximize")
     outcome, frozen = run_one(study, runner, {"x": 0.2, "k": 40})
     assert outcome.state == "FAIL"

@@ -25,7 +25,7 @@ from tuner.study.gates.threshold import CONFIDENCE_PARAM, Retrieval, solvable_ga
 from tuner.study.storage.result_cache import ResultCache
 from tuner.study.trial.attrs import assignment_of, trial_attr
 from tuner.config.objective import Constraint
-from tuner.study.trial.runner import TrialRunner
+from tuner.study.trial.runner import TrialRunner, compose_runner
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 BOUND = 0.3
@@ -89,7 +89,7 @@ def make_setup(tmp_path: Path, config: str, space_text: str, gate_key: str) -> d
     backend = FileBackend(cfg)
     evaluator = BatchEvaluator(backend, batch, gate_key)
     constraint = Constraint(metric="OOS_FP_Rate", op="<=", bound=BOUND)
-    runner = TrialRunner(
+    runner = compose_runner(
         study_name="s", space=space, writer=YamlWriter(cfg), target=backend, wait_healthy=lambda: None,
         evaluator=evaluator, trials_dir=tmp_path / "trials", constraints=[constraint],
         cache=ResultCache(tmp_path / "cache.sqlite"),
@@ -137,7 +137,7 @@ def test_a_free_trial_retrieves_at_the_low_end_and_records_the_solved_gate(setup
 
 def test_the_experiment_can_ask_for_the_whole_sweep_at_full_precision(setup: dict[str, Any]) -> None:
     runner, tmp = setup["runner"], setup["tmp"]
-    runner.report_detail = "full"  # tracking.report_detail: full
+    runner.recorder.report_detail = "full"  # tracking.report_detail: full
     out, frozen = run(setup["study"], runner, {"fusion.x": 0.25})
     rows = list(csv.DictReader((tmp / "trials" / str(frozen.number) / "threshold_sweep.csv").open()))
     assert len(rows) == len(setup["expected"].table) and "chosen" not in rows[0]
@@ -254,12 +254,12 @@ def test_a_gate_keeps_its_value_as_found_unless_a_constraint_moves_it_and_the_tr
     setup = make_setup(tmp_path, WIDE_CONFIG, WIDE_SPACE, "confidence.threshold")
     runner, study, space = setup["runner"], setup["study"], setup["space"]
     runner.evaluator.batch = wide_ties_batch()  # the objective is flat from 0 to 0.55
-    runner.constraints = [] if bound is None else [
+    runner.scorer.constraints = runner.lookup.constraints = runner.recorder.constraints = [] if bound is None else [
         Constraint(metric="OOS_FP_Rate", op="<=", bound=bound)]
     study.set_user_attr(ATTR_CONFIG_SEEN, {"fusion.x": 0.5, CONFIDENCE_PARAM: 0.12})
     prepared = Prepared(None, space, None, None, {}, "", [], [],  # type: ignore[arg-type]
                         gates=dict(zip(sorted(space.post_retrieval), solvable_gates(space), strict=True)))
-    runner.gates = gates_as_found(prepared, study)  # as tuner run builds it: the study's baseline
+    runner.gates = runner.recorder.gates = gates_as_found(prepared, study)  # as tuner run builds it: the study's baseline
     assert runner.gates[CONFIDENCE_PARAM].found == 0.12
     out, frozen = run(study, runner, {"fusion.x": 0.25})
     note = get_note_from_system_attrs(study._storage.get_study_system_attrs(study._study_id),

@@ -33,7 +33,7 @@ from tuner.report.tracking import (
 )
 from tuner.study.feasibility import best_feasible_trial
 from tuner.config.objective import Constraint
-from tuner.study.trial.runner import TrialRunner
+from tuner.study.trial.runner import TrialRunner, compose_runner
 from tuner.study.trial.tracking_record import TAG_RECOVERED, OptunaRecords, close_killed_runs
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -94,7 +94,7 @@ def killed(tmp_path: Path, tracking_uri: str) -> dict[str, Any]:
     backend = FileBackend(cfg, crash_when=lambda c: "exit 3" if c["fusion"]["k"] == 60 else None)
     storage = f"sqlite:///{tmp_path}/optuna.db"
     study = optuna.create_study(study_name=STUDY, storage=storage, direction="maximize")
-    runner = TrialRunner(
+    runner = compose_runner(
         study_name=STUDY, space=TwoParamSpace(), writer=YamlWriter(cfg), target=backend,
         wait_healthy=backend.wait_healthy, evaluator=FormulaEvaluator(backend), trials_dir=tmp_path / "trials",
         constraints=CONSTRAINTS, reporter_factory=pruned_when_x_above(0.9),
@@ -102,7 +102,7 @@ def killed(tmp_path: Path, tracking_uri: str) -> dict[str, Any]:
     run_and_tell(study, runner, {"x": 0.3, "k": 40})  # 0: tracking off
     tracker = DiesBeforeLogging(tracking_uri, "fusion-tuner", no_run={6})
     parent = tracker.start_study(STUDY, params={"sampler": "tpe"}, tags={})
-    runner.tracker = tracker
+    runner.recorder.tracker = tracker
     for params in ({"x": 0.45, "k": 40}, {"x": 0.7, "k": 40}, {"x": 0.95, "k": 40}, {"x": 0.2, "k": 60},
                    {"x": 0.1, "k": 10}, {"x": 0.35, "k": 30}):
         run_and_tell(study, runner, params)

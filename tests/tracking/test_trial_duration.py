@@ -34,7 +34,7 @@ def test_the_printed_stored_and_tracked_durations_of_a_trial_agree(tmp_path: Pat
     runner, _, evaluator, _ = make_runner(tmp_path, tracker=tracker, bookkeeper=Bookkeeper(threaded=True))
     study = study_at(tmp_path)
     # measured while the next trial is begun (the pipeline's overlap made visible)
-    runner.evaluator = Recording(evaluator, study)
+    runner.measurer.evaluator = Recording(evaluator, study)
     console = Console(record=True, width=200)
     result = StudyLoop(study, runner, pipeline=True, observer=RichProgress(console)).run(n_trials=N_TRIALS,
                                                                                          timeout=None)

@@ -31,7 +31,7 @@ from tuner.study.storage.study_storage import ATTR_CONFIG_SEEN, ATTR_LABELS
 from tuner.study.trial.bookkeeping import Bookkeeper, OptunaArtifacts
 from tuner.study.trial.live import LiveEvaluator
 from tuner.study.trial.pruning import trial_order_seed
-from tuner.study.trial.runner import TrialRunner
+from tuner.study.trial.runner import TrialRunner, compose_runner
 
 if TYPE_CHECKING:
     from tuner.config.configpatch import ConfigPatcher
@@ -393,7 +393,7 @@ def build_runner(
 
         # what the backend serves is unknown until the caller adopts the started backend
         applier = ConfigApplier(target, wait_healthy, exp.target.reload, exp.target.health, exp.target.config_files)
-    return TrialRunner(
+    return compose_runner(
         study_name=exp.study,
         space=prepared.space,
         writer=PatcherWriter(prepared.space, prepared.patcher),

@@ -5,7 +5,7 @@ The objective and constraints it scores a trial by are the experiment's own
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -17,7 +17,13 @@ OnResult = Callable[[str, Mapping[str, Any]], None]
 
 
 class SpaceLike(Protocol):
-    def suggest(self, trial: optuna.Trial) -> dict[str, Any]: ...
+    """The search space (tuner.config.space.searchspace.SearchSpace): the trial's values.
+    ``skip_post_retrieval`` / ``skip`` leave out the params a trial solves (its gates,
+    its replayed fusion params); a test fake without gates or replay may ignore them."""
+
+    def suggest(
+        self, trial: optuna.Trial, *, skip_post_retrieval: bool = False, skip: Collection[str] = ()
+    ) -> Mapping[str, Any]: ...
 
 
 class InputsLike(Protocol):

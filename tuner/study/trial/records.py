@@ -3,8 +3,10 @@ records, the applied values as params, artifact names), then the bookkeeping que
 the `Bookkeeper` -- the config snapshot and report files, the artifact links, the
 notes and the MLflow child run.
 
-`TrialRecording` is mixed into `tuner.study.trial.runner.TrialRunner`: it reads the runner's
-fields annotated below and its ``_dir`` / ``_named_texts`` helpers.
+`Recorder` owns all of it: the trial folders, the tracker, the artifact store, the
+bookkeeping queue and the best-so-far its report detail is chosen by. `TrialRunner`
+(tuner.study.trial.runner) asks it for a trial's MLflow run in ``begin``, for the report
+files' names in ``end`` and to ``record`` every trial.
 
 Report detail: a trial's files are "slim" (scorecard, per-query metrics, the sweep
 through the chosen gates, a short summary) unless it is the baseline or the best feasible
@@ -19,16 +21,16 @@ from __future__ import annotations
 
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import optuna
 from optuna.distributions import BaseDistribution
 
-from tuner.config.objective import Objective
+from tuner.config.objective import Constraint, Objective
 from tuner.files import atomic_write_bytes, atomic_write_text, overwrite_in_place
 from tuner.report.tracking import Tracker
 from tuner.study.gates.sweep_table import slim_sweep
@@ -56,18 +58,27 @@ from tuner.study.trial.attrs import (
     set_record,
 )
 from tuner.study.trial.bookkeeping import Bookkeeper, OptunaArtifacts
-from tuner.study.trial.interfaces import BatchEvaluator
+from tuner.study.trial.config_names import ConfigNames
+from tuner.study.trial.interfaces import BatchEvaluator, EvalOutcome
 from tuner.study.trial.outcome import (
     FUSION_PLOT_FILE,
+    FUSION_PLOT_REPORT,
     FUSION_SWEEP_FILE,
+    FUSION_SWEEP_REPORT,
     SOLVED_PREFIX,
     SWEEP_FILE,
+    SWEEP_REPORT,
     TrialOutcome,
     jsonable,
 )
 from tuner.study.trial.tracking_record import TAG_CACHE_NOTE, tracking_record
 
-__all__ = ["ATTR_CACHE_NOTE", "ATTR_DATA_FINGERPRINT", "TAG_CACHE_NOTE", "TrialRecording"]
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from tuner.study.gates.threshold import GateRange
+
+__all__ = ["ATTR_CACHE_NOTE", "ATTR_DATA_FINGERPRINT", "TAG_CACHE_NOTE", "Recorder"]
 
 _REPORT_MAX_FILES = 20  # per-file digests in a report's context up to this many inputs
 _STUDY_NOTE_EVERY = 10  # trials between study-note refreshes (and on every new best)
@@ -80,13 +91,13 @@ class _Pending:
     trial: optuna.Trial
     outcome: TrialOutcome
     texts: dict[Path, str]
-    result: Any
+    result: EvalOutcome | None
     run_id: Future[Any] | None
     artifacts: dict[str, str]  # artifact id -> file it holds
     detail: str  # "slim" or "full"
     best: bool = False  # full as the best feasible trial so far: rewritten slim when a better one comes
-    sweep: Any = None  # the threshold sweep table (pandas), when gates were solved
-    fusion_sweep: Any = None  # every replayed fusion setting scored (pandas), when fusion was replayed
+    sweep: pd.DataFrame | None = None  # the threshold sweep table, when gates were solved
+    fusion_sweep: pd.DataFrame | None = None  # every replayed fusion setting scored, when fusion was replayed
     chosen: Mapping[str, float] | None = None  # the solved gate values (the sweep's chosen row)
     context: dict[str, Any] | None = None  # the report context it was written with
 
@@ -95,41 +106,81 @@ class _Pending:
         return self.outcome.number
 
 
-class TrialRecording:
-    """The record and bookkeeping steps of `TrialRunner` (see the module docstring)."""
+def _in_order() -> Bookkeeper:
+    return Bookkeeper(threaded=False)
 
-    # TrialRunner fields read here (background_seconds is filled on the bookkeeper thread)
+
+@dataclass
+class Recorder:
+    """A trial's record and bookkeeping (module doc); one instance serves a whole study run."""
+
     study_name: str
-    evaluator: BatchEvaluator
-    tracker: Tracker | None
-    artifacts: OptunaArtifacts | None
-    bookkeeper: Bookkeeper
-    gates: Mapping[str, Any]
-    background_seconds: dict[int, dict[str, float]]
-    objective: Objective
-    constraints: Any  # Sequence[Constraint]
-    declared: Mapping[str, BaseDistribution]
-    report_detail: str
-    links: Links | None
-    _best_value: float | None
-    _best_known: bool
-    _full_best: _Pending | None  # the best so far whose files are full (its batch kept to rewrite them slim)
-    _details: dict[int, tuple[str, bool]]  # a trial's report detail, chosen once (a record may be retried)
+    evaluator: BatchEvaluator  # writes the report files
+    trials_dir: Path  # a trial's files are in trials_dir/<number>
+    objective: Objective = field(default_factory=Objective)
+    constraints: Sequence[Constraint] = ()
+    # Post-retrieval params solved from each trial's retrieval (param name -> gate range).
+    gates: Mapping[str, GateRange] = field(default_factory=dict)
+    # The space's Optuna distributions by name: a solved gate is recorded as a param
+    # under its declared one (tuner.study.trial.applied_params).
+    declared: Mapping[str, BaseDistribution] = field(default_factory=dict)
+    tracker: Tracker | None = None
+    artifacts: OptunaArtifacts | None = None
+    bookkeeper: Bookkeeper = field(default_factory=_in_order)
+    # "slim" (default) or "full": the report detail of trials that are neither the
+    # baseline nor a new best feasible trial (module doc).
+    report_detail: str = "slim"
+    # Where the dashboards serve this study: the notes and MLflow runs link to each other.
+    links: Links | None = None
+    names: ConfigNames = field(default_factory=ConfigNames)
+    # Bookkeeping timings per trial number (filled on the bookkeeper thread).
+    background_seconds: dict[int, dict[str, float]] = field(default_factory=dict)
+    _best_value: float | None = field(default=None, init=False, repr=False)
+    _best_known: bool = field(default=False, init=False, repr=False)
+    # the best so far whose files are full (its batch kept to rewrite them slim)
+    _full_best: _Pending | None = field(default=None, init=False, repr=False)
+    # a trial's report detail, chosen once (a record may be retried)
+    _details: dict[int, tuple[str, bool]] = field(default_factory=dict, init=False, repr=False)
 
-    if TYPE_CHECKING:  # TrialRunner's methods used here (declared for the type checker only)
+    def start(self, trial: optuna.Trial, assignment: Mapping[str, Any]) -> Future[str | None] | None:
+        """Ask the tracker for the trial's run, on the bookkeeper's eager lane (it runs
+        while the trial is rendered and measured); None without a tracker."""
+        if self.tracker is None:
+            return None
+        return self.bookkeeper.submit("MLflow run", self.tracker.start_trial, trial.number, assignment, eager=True)
 
-        def _dir(self, number: int) -> Path: ...
-        def _named_texts(self, texts: Mapping[Path, str]) -> dict[str, str]: ...
+    def report_files(
+        self, trial: optuna.Trial, out: TrialOutcome, result: EvalOutcome, *, sweep: bool, fusion_sweep: bool
+    ) -> dict[str, str]:
+        """The report files a measured trial's bookkeeping will write (kind -> path),
+        named before ``tell``; choosing their detail may read the study (the best so far):
+        a lost connection is retried."""
+        detail, _ = retry_transient(lambda: self._detail_of(trial, out))
+        trial_dir = self.dir(trial.number)
+        reports = {k: str(v) for k, v in self.evaluator.report_paths(result, trial_dir, detail=detail).items()}
+        if sweep:
+            reports[SWEEP_REPORT] = str(trial_dir / SWEEP_FILE)
+        if fusion_sweep:
+            reports[FUSION_SWEEP_REPORT] = str(trial_dir / FUSION_SWEEP_FILE)
+            reports[FUSION_PLOT_REPORT] = str(trial_dir / FUSION_PLOT_FILE)
+        return reports
 
-    def _record(
+    def dir(self, number: int) -> Path:
+        return self.trials_dir / str(number)
+
+    def flush(self) -> None:
+        """Wait for the bookkeeping of every trial recorded so far."""
+        self.bookkeeper.flush()
+
+    def record(
         self,
         trial: optuna.Trial,
         out: TrialOutcome,
         texts: dict[Path, str],
-        result: Any,
+        result: EvalOutcome | None,
         run_id: Future[Any] | None,
-        sweep: Any = None,
-        fusion_sweep: Any = None,
+        sweep: pd.DataFrame | None = None,
+        fusion_sweep: pd.DataFrame | None = None,
     ) -> None:
         """Everything ``tell`` must find on the trial, then queue the bookkeeping (after
         waiting for room in its queue: the "backlog" phase, when there was a wait)."""
@@ -146,10 +197,10 @@ class TrialRecording:
         trial: optuna.Trial,
         out: TrialOutcome,
         texts: dict[Path, str],
-        result: Any,
+        result: EvalOutcome | None,
         run_id: Future[Any] | None,
-        sweep: Any = None,
-        fusion_sweep: Any = None,
+        sweep: pd.DataFrame | None = None,
+        fusion_sweep: pd.DataFrame | None = None,
     ) -> None:
         unscored = self._details.get(trial.number, ("slim", False))  # a failed trial's files are slim
         detail, best = self._detail_of(trial, out) if result is not None else unscored
@@ -192,7 +243,7 @@ class TrialRecording:
             record_applied_params(trial, out.assignment, self.declared)
         artifacts: dict[str, str] = {}
         if self.artifacts is not None and out.state == "COMPLETE" and (result is not None or out.cache_hit):
-            files = [self._dir(trial.number) / Path(n).name for n in self._named_texts(texts)]
+            files = [self.dir(trial.number) / Path(n).name for n in self.names.texts(texts)]
             files += [Path(f) for f in out.reports.values()]
             artifacts = {self.artifacts.register(trial, f.name): str(f) for f in files}
         chosen = {n: out.assignment[n] for n in self.gates if n in out.assignment}
@@ -245,8 +296,8 @@ class TrialRecording:
         """On the bookkeeper: config snapshot and report files, artifact links, notes, MLflow."""
         out, timings = p.outcome, self.background_seconds.setdefault(p.number, {})
         started = time.perf_counter()
-        trial_dir = self._dir(p.number)
-        named = self._named_texts(p.texts)
+        trial_dir = self.dir(p.number)
+        named = self.names.texts(p.texts)
         if named:
             trial_dir.mkdir(parents=True, exist_ok=True)
             for name, text in named.items():
@@ -304,7 +355,8 @@ class TrialRecording:
         """Rewrite a superseded best's report files slim, in place (their hard links in the
         artifact stores see the slim bytes; the full ones are freed). Its PR-curve PNG is
         kept as drawn (registered as an artifact, and the same bytes a redraw would give)."""
-        trial_dir = self._dir(p.number)
+        assert p.result is not None  # only a measured trial becomes the best (a cache hit has no batch)
+        trial_dir = self.dir(p.number)
         with tempfile.TemporaryDirectory(dir=trial_dir.parent, prefix=".slim-") as tmp:
             self.evaluator.write_reports(
                 p.result,
@@ -354,7 +406,7 @@ class TrialRecording:
         )
 
     def _snapshot(self, texts: Mapping[Path, str]) -> str:
-        named = self._named_texts(texts)
+        named = self.names.texts(texts)
         if len(named) == 1:
             return next(iter(named.values()))
         return "".join(f"# ---- {name}\n{text}" for name, text in named.items())
@@ -385,7 +437,7 @@ def _data_context(out: TrialOutcome) -> dict[str, Any]:
 
 
 def _sweep_text(
-    table: Any, chosen: Mapping[str, float], detail: str, found: Mapping[str, float | None] | None = None
+    table: pd.DataFrame, chosen: Mapping[str, float], detail: str, found: Mapping[str, float | None] | None = None
 ) -> str:
     """The solve grid as CSV: whole when ``detail`` (the experiment's report_detail) is
     full, else the rows through the chosen gates (tuner.study.gates.sweep_table)."""

@@ -18,6 +18,10 @@ one explained retrieval, every candidate setting scored from it, the best verifi
    fails the trial, saying which setting and by how much. The trial reports the best
    *live* measurement: no replayed number is ever the score of a trial.
 
+`ReplayMeasurer` owns the replay plan, the helper pool and the evaluator's explain path;
+it writes, serves and checks the stop flag through the trial's `Measurer`
+(tuner.study.trial.measure), like any trial.
+
 The trial's ``replay`` record (a user attribute) holds how the settings were chosen,
 how many were scored, and replayed vs live for each verified one; the trial's
 ``fusion_sweep.csv`` holds every scored setting, best first.
@@ -27,63 +31,94 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+import optuna
 
 from tuner.config.objective import Constraint, Objective
 from tuner.errors import EvaluationError
 from tuner.study.gates.gate_arrays import HitArrays
 from tuner.study.replay.fusion_search import ReplayPlan, Scored, ranked, sweep_frame
 from tuner.study.replay.replay_pool import ReplayContext, ReplayPool
-from tuner.study.trial.interfaces import BatchEvaluator, ConfigWriter
+from tuner.study.trial.interfaces import EvalOutcome, OnResult
+from tuner.study.trial.measure import Measurer
+from tuner.study.trial.outcome import TrialOutcome
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from tuner.data.dataset import QuerySet
+    from tuner.evaluation.spec import EvalSpec
+    from tuner.study.gates.threshold import GateRange
 
 
-class ReplayMeasure:
-    """The replay path of `TrialRunner.measure` (module doc)."""
+@runtime_checkable
+class ExplainingEvaluator(Protocol):
+    """What replay needs of the evaluator beyond a batch (tuner.study.trial.live.LiveEvaluator):
+    its evaluation spec, query set and labels, and one explained retrieval."""
 
-    replay: ReplayPlan | None
-    evaluator: BatchEvaluator
-    writer: ConfigWriter
+    spec: EvalSpec
+    queries: QuerySet
+    qrels: Mapping[str, Mapping[str, int]]
+
+    def explain(self, *, request_fields: Mapping[str, Any], explain_path: str, order_seed: int) -> Any: ...
+
+    def evaluate(self, *, order_seed: int, on_result: OnResult | None) -> Any: ...
+
+
+@dataclass
+class Replayed:
+    """A replay trial measured: the best live batch, the config texts it was served
+    with, and every setting scored (pandas, best first)."""
+
+    result: EvalOutcome
+    texts: dict[Path, str]
+    fusion_sweep: pd.DataFrame
+
+
+@dataclass
+class ReplayMeasurer:
+    """The replay path of a trial's measure stage (module doc)."""
+
+    plan: ReplayPlan
+    measurer: Measurer  # writes, serves and stops as for any trial
+    evaluator: ExplainingEvaluator
     objective: Objective
     constraints: Sequence[Constraint]
-    gates: Mapping[str, Any]
-    replay_pool: ReplayPool | None  # None: scored in this process
+    pool: ReplayPool | None = None  # helper processes scoring settings; None: in this process
 
-    def _replays(self, assignment: Mapping[str, Any]) -> bool:
+    def replays(self, assignment: Mapping[str, Any]) -> bool:
         """Whether a trial with ``assignment`` (what was suggested or queued) leaves any
         replayed param to solve."""
-        return self.replay is not None and bool(self.replay.to_solve(assignment))
+        return bool(self.plan.to_solve(assignment))
 
-    def _retrieval_texts(self, assignment: Mapping[str, Any], solving: Mapping[str, Any]) -> dict[Any, str]:
-        plan = self.replay
-        assert plan is not None
-        values = {n: v for n, v in plan.retrieval_values().items() if n not in assignment}
-        return self.writer.render({**assignment, **values, **{n: g.low for n, g in solving.items()}})
+    def retrieval_texts(self, assignment: Mapping[str, Any], solving: Mapping[str, GateRange]) -> dict[Path, str]:
+        values = {n: v for n, v in self.plan.retrieval_values().items() if n not in assignment}
+        return self.measurer.writer.render({**assignment, **values, **{n: g.low for n, g in solving.items()}})
 
-    def _measure_replay(self, job: Any) -> None:
-        plan = self.replay
-        assert plan is not None
-        trial, out = job.trial, job.out
-        ev: Any = self.evaluator
+    def measure(
+        self, trial: optuna.Trial, out: TrialOutcome, texts: Mapping[Path, str], solving: Mapping[str, GateRange]
+    ) -> Replayed:
+        plan, m, ev = self.plan, self.measurer, self.evaluator
         spec = ev.spec
-        with self._phase(out, "patch"):  # type: ignore[attr-defined]
-            self.touched_backend = True
-            self.writer.write(job.texts)
-        self._check_stop()  # type: ignore[attr-defined]
-        self._serve(out, job.texts)  # type: ignore[attr-defined]
-        self._check_stop()  # type: ignore[attr-defined]
-        seed = self.order_seed(trial.number)  # type: ignore[attr-defined]
-        with self._phase(out, "explain"):  # type: ignore[attr-defined]
+        m.write(out, texts)
+        m.check_stop()
+        m.serve(out, texts)
+        m.check_stop()
+        seed = m.order_seed(trial.number)
+        with m.phases.time(out, "explain"):
             try:
                 batch = ev.explain(
                     request_fields=plan.config.request, explain_path=plan.config.explain, order_seed=seed
                 )
             finally:
-                self._add_search_time(out)
+                m.add_search_time(out)
         problem = served_problem(batch, spec.top_k, plan)
         if problem is not None:
             raise EvaluationError(problem)
         served = batch.served_setting
-        solving = job.solving
 
         context = ReplayContext(
             batch.explained,
@@ -96,7 +131,7 @@ class ReplayMeasure:
             self.objective.metric,
             list(self.constraints),
         )
-        pool = self.replay_pool
+        pool = self.pool
 
         def score_many(assignments: list[dict[str, Any]]) -> list[Scored]:
             settings = [plan.setting(a, served) for a in assignments]
@@ -109,7 +144,7 @@ class ReplayMeasure:
 
         maximize = self.objective.maximize
         bounding = bound_many if solving and plan.config.bound else None
-        with self._phase(out, "replay"):  # type: ignore[attr-defined]
+        with m.phases.time(out, "replay"):
             scored, how = plan.search(
                 lambda a: score_many([a])[0],
                 given=out.assignment,
@@ -120,22 +155,21 @@ class ReplayMeasure:
                 keep=plan.config.verify_top,
             )
             order = ranked(scored, maximize=maximize)
-        job.fusion_sweep = sweep_frame(scored, order)
+        fusion_sweep = sweep_frame(scored, order)
         verified: list[dict[str, Any]] = []
-        best: tuple[Scored, Any, Any] | None = None
+        best: tuple[Scored, Any, dict[Path, str]] | None = None
         for candidate in order[: plan.config.verify_top]:
-            self._check_stop()  # type: ignore[attr-defined]
+            m.check_stop()
             assignment = {**out.assignment, **candidate.assignment}
-            texts = self.writer.render({**assignment, **{n: g.low for n, g in solving.items()}})
-            with self._phase(out, "patch"):  # type: ignore[attr-defined]
-                self.writer.write(texts)
-            self._serve(out, texts)  # type: ignore[attr-defined]
-            self._check_stop()  # type: ignore[attr-defined]
-            with self._phase(out, "verify"):  # type: ignore[attr-defined]
+            candidate_texts = m.writer.render({**assignment, **{n: g.low for n, g in solving.items()}})
+            m.write(out, candidate_texts)
+            m.serve(out, candidate_texts)
+            m.check_stop()
+            with m.phases.time(out, "verify"):
                 try:
                     result = ev.evaluate(order_seed=seed, on_result=None)
                 finally:
-                    self._add_search_time(out)
+                    m.add_search_time(out)
             live = Scored(candidate.assignment, *context.solved(HitArrays.from_batch(result)))
             verified.append(
                 {
@@ -155,9 +189,9 @@ class ReplayMeasure:
                     "(docs/tuning.md, fusion replay): take the params it does not model out of replay.params"
                 )
             if best is None or ranked([best[0], live], maximize=maximize)[0] is live:
-                best = (live, result, texts)
+                best = (live, result, candidate_texts)
         assert best is not None
-        live_best, job.result, job.texts = best
+        live_best, best_result, best_texts = best
         out.assignment.update(live_best.assignment)
         out.replay = {
             "chosen_by": how,
@@ -166,13 +200,7 @@ class ReplayMeasure:
             "verified": verified,
             "served_check": f"{len(batch.responses)} answers replayed exactly at the served setting",
         }
-
-    def _add_search_time(self, out: Any) -> None:
-        ev: Any = self.evaluator
-        handling = float(getattr(ev, "last_handling_seconds", 0.0) or 0.0)
-        window = float(getattr(ev, "last_search_seconds", 0.0) or 0.0)
-        out.phase_seconds["search"] = out.phase_seconds.get("search", 0.0) + max(window - handling, 0.0)
-        out.phase_seconds["handle"] = out.phase_seconds.get("handle", 0.0) + handling
+        return Replayed(best_result, best_texts, fusion_sweep)
 
 
 def served_problem(batch: Any, top_k: int, plan: ReplayPlan) -> str | None:

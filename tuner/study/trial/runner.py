@@ -3,6 +3,25 @@
 ``end`` (score -> solve -> record). ``run`` runs them in a row; the pipelined loop
 (tuner.study.pipeline) overlaps one trial's measure with its neighbours' begin and end.
 
+`TrialRunner` only orders the stages; each step belongs to a collaborator passed in,
+which owns the state it uses:
+
+- `CacheLookup` (tuner.study.trial.cache_lookup): the result cache, the cache key, the
+  lookup and the key a measured result is stored under;
+- `Measurer` (tuner.study.trial.measure): writer, target, applier, evaluator and stop
+  flag -- patch, serve, evaluate one batch; its `ServedBackend` is what the running
+  backend serves (the cache lookup reads its data fingerprint);
+- `ReplayMeasurer` (tuner.study.trial.replay_measure), when fusion params are replayed:
+  one explained retrieval, the settings scored from it, the best verified live;
+- `TrialScorer` (tuner.study.trial.scoring): objective and constraints -- the gates
+  solved, the trial COMPLETE with its value and constraints (or an OOS early stop's record);
+- `Recorder` (tuner.study.trial.records): the MLflow run, the attrs ``tell`` needs and the
+  bookkeeping queued on its `Bookkeeper` (tuner.study.trial.bookkeeping).
+
+tuner.study.wiring builds them for an experiment (`compose_runner` below takes the
+flat settings and builds them; a test can instead hand `TrialRunner` a fake measurer
+or recorder). Phases are timed by one `Phases` (tuner.study.trial.phases) all share.
+
 `TrialRunner.run(trial)` never lets an expected failure escape: a backend that never
 becomes healthy, a crash, too many failed queries or an interrupt all end as a FAIL
 outcome with a one-line reason (the study loop then applies its failure budget). Which
@@ -13,32 +32,24 @@ Only a second Ctrl-C (KeyboardInterrupt) propagates, after the trial is recorded
 Critical path and bookkeeping. Everything Optuna needs before ``tell`` (metrics,
 constraints, user attributes, the names of the trial's artifacts) is set on the
 critical path. The slow bookkeeping -- the per-trial report files, the artifact bytes
-and the MLflow child run -- is handed to a `Bookkeeper`, one worker thread that runs
-it in order while the next trial restarts the backend and waits for its health. So
-a trial costs little more than its restart, health wait and search calls
-(bench/trial_overhead.py measures it). `Bookkeeper.flush()` waits for the backlog.
+and the MLflow child run -- is handed to the recorder's `Bookkeeper`, one worker thread
+that runs it in order while the next trial restarts the backend and waits for its
+health. So a trial costs little more than its restart, health wait and search calls
+(bench/trial_overhead.py measures it). ``flush()`` waits for the backlog.
 
-The collaborators are small interfaces so this module is tested with real Optuna
-trials and a fake evaluator at the edge: `ConfigWriter` (render and write the
-patched config files), a `Target`, a health wait callable and a `BatchEvaluator`.
-
-Module map: the collaborators' interfaces and the objective/constraints are in
-tuner.study.trial.interfaces, the outcome in tuner.study.trial.outcome, the stop flag in
-tuner.study.stop; the cache key and lookup (`CacheLookup`) in tuner.study.trial.cache_lookup
-and the record and its bookkeeping (`TrialRecording`) in tuner.study.trial.records, both
-mixed into `TrialRunner`; the `Bookkeeper` and `OptunaArtifacts` in
-tuner.study.trial.bookkeeping.
+The objective/constraints and the collaborators' small interfaces (`ConfigWriter`, a
+`BatchEvaluator`, ...) are in tuner.study.trial.interfaces, the outcome in
+tuner.study.trial.outcome, the stop flag in tuner.study.stop.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import optuna
 from optuna.distributions import BaseDistribution
@@ -46,56 +57,39 @@ from optuna.distributions import BaseDistribution
 from tuner.config.objective import Constraint, Objective
 from tuner.report.tracking import Tracker
 from tuner.study.notes import Links
-from tuner.study.stop import StopFlag, TrialInterrupted
-from tuner.study.storage.result_cache import CachedResult, ResultCache
-from tuner.study.storage.study_storage import is_transient_storage_error, retry_transient
+from tuner.study.stop import StopFlag
+from tuner.study.storage.result_cache import CachedResult, CacheKey, ResultCache
+from tuner.study.storage.study_storage import is_transient_storage_error
 from tuner.study.trial.attrs import ATTR_ASSIGNMENT, ATTR_CACHED_FROM, set_record
 from tuner.study.trial.bookkeeping import Bookkeeper, OptunaArtifacts
 from tuner.study.trial.cache_lookup import CacheLookup
+from tuner.study.trial.config_names import ConfigNames
 from tuner.study.trial.failures import classify_failure
 from tuner.study.trial.interfaces import (
     BatchEvaluator,
     ConfigWriter,
+    EvalOutcome,
     InputsLike,
     OnResult,
     SpaceLike,
 )
-from tuner.study.trial.outcome import (
-    FUSION_PLOT_FILE,
-    FUSION_PLOT_REPORT,
-    FUSION_SWEEP_FILE,
-    FUSION_SWEEP_REPORT,
-    SOLVED_PREFIX,
-    SWEEP_FILE,
-    SWEEP_REPORT,
-    TrialOutcome,
-    is_number,
-    jsonable,
-)
+from tuner.study.trial.measure import Measurer, Restartable, ServedBackend
+from tuner.study.trial.outcome import SOLVED_PREFIX, TrialOutcome, is_number, jsonable
+from tuner.study.trial.phases import Phase, Phases
 from tuner.study.trial.pruning import OOSBudgetExceeded
-from tuner.study.trial.records import TrialRecording
-from tuner.study.trial.replay_measure import ReplayMeasure
-from tuner.study.trial.scoring import TrialScoring
+from tuner.study.trial.records import Recorder
+from tuner.study.trial.replay_measure import ExplainingEvaluator, ReplayMeasurer
+from tuner.study.trial.scoring import TrialScorer
 
-Phase = Literal[
-    "suggest",
-    "render",
-    "cache",
-    "patch",
-    "restart",
-    "health",
-    "reload",
-    "confirm",
-    "evaluate",
-    "score",
-    "solve",
-    "complete",
-    "record",
-    "backlog",
-    "explain",
-    "replay",
-    "verify",
-]
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from tuner.study.gates.threshold import GateRange
+    from tuner.study.replay.fusion_search import ReplayPlan
+    from tuner.study.replay.replay_pool import ReplayPool
+    from tuner.targets.reload import ConfigApplier
+
+__all__ = ["Phase", "TrialJob", "TrialRunner", "compose_runner"]
 
 
 @dataclass
@@ -105,90 +99,47 @@ class TrialJob:
     trial: optuna.Trial
     out: TrialOutcome
     texts: dict[Path, str] = field(default_factory=dict)
-    solving: dict[str, Any] = field(default_factory=dict)
-    run_id: Future[Any] | None = None
-    key: Any = None  # tuner.study.trial.cache_lookup.CacheKey
+    solving: dict[str, GateRange] = field(default_factory=dict)
+    run_id: Future[str | None] | None = None
+    key: CacheKey | None = None
     cached: CachedResult | None = None
-    stored_key: Any = None
-    result: Any = None  # the BatchResult, or a callable that finishes scoring it (deferred)
-    sweep: Any = None
+    stored_key: CacheKey | None = None
+    # the batch result, or (deferred scoring) the callable that finishes scoring it
+    result: EvalOutcome | Callable[[], EvalOutcome] | None = None
+    sweep: pd.DataFrame | None = None  # the solved gates' grid
     error: Exception | None = None  # of any stage; settled by ``end``
     suggested: dict[str, Any] = field(default_factory=dict)  # the Optuna params as suggested (a requeue's)
     replaying: bool = False  # fusion params solved from one explained retrieval (tuner.study.trial.replay_measure)
-    fusion_sweep: Any = None  # every replayed setting scored (pandas), best first
+    fusion_sweep: pd.DataFrame | None = None  # every replayed setting scored, best first
 
 
 @dataclass
-class TrialRunner(CacheLookup, TrialRecording, TrialScoring, ReplayMeasure):
-    """Runs one trial end to end; one instance serves a whole study run."""
+class TrialRunner:
+    """Runs one trial end to end by ordering its collaborators (module doc); one
+    instance serves a whole study run."""
 
-    study_name: str
     space: SpaceLike
-    writer: ConfigWriter
-    target: Any  # tuner.targets.base.Target (start/restart/stop/failure)
-    wait_healthy: Callable[[], Any]  # the health JSON when it has one (target.health.fingerprint reads it)
-    evaluator: BatchEvaluator
-    trials_dir: Path
-    objective: Objective = field(default_factory=Objective)
-    constraints: Sequence[Constraint] = ()
-    cache: ResultCache | None = None
-    tracker: Tracker | None = None
-    artifacts: OptunaArtifacts | None = None
-    bookkeeper: Bookkeeper = field(default_factory=lambda: Bookkeeper(threaded=False))
-    stop: StopFlag = field(default_factory=StopFlag)
-    on_phase: Callable[[int, str], None] = lambda number, phase: None
+    writer: ConfigWriter  # renders a trial's config (the measurer writes it)
+    lookup: CacheLookup
+    measurer: Measurer
+    scorer: TrialScorer
+    recorder: Recorder
+    # The fusion params replayed per trial (tuner.study.trial.replay_measure); None: all sampled.
+    replay: ReplayMeasurer | None = None
+    # Post-retrieval params solved from each trial's retrieval (param name -> gate range);
+    # empty: every param is sampled.
+    gates: Mapping[str, GateRange] = field(default_factory=dict)
+    # The phase timer (default: the measurer's, so the runner and the measurer time and
+    # report phases to one observer).
+    phases: Phases | None = None
     # A trial the study's storage failed under, before it is recorded: the loop queues its
     # retry here (tuner.study.loop), so its fail_reason names the retry in every record
     # (the Optuna attr, the trial note, the MLflow run the bookkeeper logs later).
     on_infrastructure_failure: Callable[[optuna.Trial, TrialOutcome], None] | None = None
-    # Config names (artifact / cache-key names) relative to this directory when below it.
-    project_dir: Path | None = None
-    # Builds the per-query callback that reports intermediate values to the pruner
-    # (tuner.study.trial.pruning.QueryReporter); it raises optuna.TrialPruned to stop the batch.
-    reporter_factory: Callable[[optuna.Trial], OnResult] | None = None
-    # Query order of a trial's batch (shuffled per trial so early queries are a fair sample).
-    order_seed: Callable[[int], int] = lambda number: number
-    # Bookkeeping timings per trial number (filled on the bookkeeper thread).
-    background_seconds: dict[int, dict[str, float]] = field(default_factory=dict)
-    # Whether any trial wrote a config (the backend then needs a restart on the original).
-    touched_backend: bool = False
-    # Post-retrieval params solved from each trial's retrieval (param name ->
-    # tuner.study.gates.threshold.GateRange); empty: every param is sampled.
-    gates: Mapping[str, Any] = field(default_factory=dict)
-    # The data the backend serves, part of the cache key: the declared target.inputs
-    # (hashed at the first trial, re-stat'ed before each one) and the dotted field of the
-    # health answer holding the backend's own data fingerprint (target.health.fingerprint;
-    # ``wait_healthy`` must then return the health JSON).
-    inputs: InputsLike | None = None
-    backend_fingerprint_field: str | None = None
-    # The backend fingerprint of the last health answer: what the running backend serves.
-    backend_fingerprint: str | None = None
-    # The space's Optuna distributions by name (default: ``space.distributions()``): a solved
-    # gate is recorded as a param under its declared one (tuner.study.trial.applied_params).
-    declared: Mapping[str, BaseDistribution] = field(default_factory=dict)
-    # "slim" (default) or "full": the report detail of trials that are neither the baseline
-    # nor a new best feasible trial (those are always full; tuner.study.trial.records).
-    report_detail: str = "slim"
-    # Where the dashboards serve this study: the notes and MLflow runs link to each other.
-    links: Links | None = None
-    # Gets a written config served (tuner.targets.reload.ConfigApplier: reload when the
-    # experiment declares how, else restart); None: ``target.restart()`` + ``wait_healthy()``.
-    applier: Any = None
-    # Finish a batch's scoring in ``end`` (off the backend's path) rather than in ``measure``.
-    defer_scoring: bool = False
-    # Fusion params solved per trial from one explained retrieval and verified live
-    # (tuner.study.replay.fusion_search.ReplayPlan; tuner.study.trial.replay_measure); None: all sampled.
-    replay: Any = None
-    # Helper processes scoring replayed settings beside this one (tuner.study.replay.replay_pool); None: in process.
-    replay_pool: Any = None
-    _best_value: float | None = field(default=None, init=False, repr=False)
-    _best_known: bool = field(default=False, init=False, repr=False)
-    _full_best: Any = field(default=None, init=False, repr=False)
-    _details: dict[int, tuple[str, bool]] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
-        if not self.declared and hasattr(self.space, "distributions"):
-            self.declared = dict(self.space.distributions())
+        shared = self.phases or getattr(self.measurer, "phases", None)
+        self._phases: Phases = shared if isinstance(shared, Phases) else Phases()
 
     def run(self, trial: optuna.Trial) -> TrialOutcome:
         """Run ``trial`` start to end (``begin`` -> ``measure`` -> ``end``); sets its user
@@ -225,17 +176,13 @@ class TrialRunner(CacheLookup, TrialRecording, TrialScoring, ReplayMeasure):
         job = TrialJob(trial, TrialOutcome(number=trial.number, state="FAIL"))
         out = job.out
         try:
-            with self._phase(out, "suggest"):
+            with self._phases.time(out, "suggest"):
                 if self.replay is not None:
                     out.assignment = dict(
-                        self.space.suggest(
-                            trial,
-                            skip_post_retrieval=True,  # type: ignore[call-arg]
-                            skip=self.replay.names,
-                        )
+                        self.space.suggest(trial, skip_post_retrieval=True, skip=self.replay.plan.names)
                     )
                 elif self.gates:
-                    out.assignment = dict(self.space.suggest(trial, skip_post_retrieval=True))  # type: ignore[call-arg]
+                    out.assignment = dict(self.space.suggest(trial, skip_post_retrieval=True))
                 else:
                     out.assignment = dict(self.space.suggest(trial))
                 # The baseline (and any key a trial leaves as found) carries the file's own
@@ -245,27 +192,23 @@ class TrialRunner(CacheLookup, TrialRecording, TrialScoring, ReplayMeasure):
                 job.suggested = dict(trial.params)
                 out.suggested = dict(job.suggested)
                 job.solving = {n: g for n, g in self.gates.items() if n not in out.assignment}
-                job.replaying = self._replays(out.assignment)
+                job.replaying = self.replay is not None and self.replay.replays(out.assignment)
                 set_record(trial, ATTR_ASSIGNMENT, jsonable(out.assignment))
-            if self.tracker is not None:
-                job.run_id = self.bookkeeper.submit(
-                    "MLflow run", self.tracker.start_trial, trial.number, out.assignment, eager=True
-                )
-            with self._phase(out, "render"):
+            job.run_id = self.recorder.start(trial, out.assignment)
+            with self._phases.time(out, "render"):
                 # The retrieval runs with every solved gate at the low end of its range, so
                 # the backend gates nothing away that another candidate value would keep.
-                if job.replaying:
-                    job.texts = self._retrieval_texts(out.assignment, job.solving)
+                if job.replaying and self.replay is not None:
+                    job.texts = self.replay.retrieval_texts(out.assignment, job.solving)
                 else:
                     job.texts = self.writer.render({**out.assignment, **{n: g.low for n, g in job.solving.items()}})
-                if self.applier is not None:
-                    self.applier.prepare(job.texts)  # the restart-key comparison's parse, off the backend's path
+                self.measurer.prepare(job.texts)  # the restart-key comparison's parse, off the backend's path
             if job.replaying:
                 return job  # scored from settings chosen inside the trial: not a cacheable config
-            with self._phase(out, "cache"):
-                job.key = self._cache_key(job.texts, job.solving)
+            with self._phases.time(out, "cache"):
+                job.key = self.lookup.key(job.texts, job.solving)
                 out.inputs, out.backend_fingerprint = job.key.inputs, job.key.backend
-                job.cached = self._lookup(job.key, out)
+                job.cached = self.lookup.lookup(job.key, out)
         except Exception as exc:  # noqa: BLE001 - settled in end()
             job.error = exc
         return job
@@ -278,88 +221,46 @@ class TrialRunner(CacheLookup, TrialRecording, TrialScoring, ReplayMeasure):
         its start); it is not called when nothing is written."""
         if job.error is not None or job.cached is not None:
             return
-        trial, out = job.trial, job.out
-        if job.replaying:
-            if written is not None:
-                written()
-            try:
-                self._measure_replay(job)
-            except Exception as exc:  # noqa: BLE001 - settled in end()
-                job.error = exc
-            return
         try:
-            self._check_stop()
-            with self._phase(out, "patch"):
-                self.touched_backend = True
-                self.writer.write(job.texts)
-            if written is not None:
-                written()
-            self._check_stop()
-            self._serve(out, job.texts)
-            self._check_stop()
-            # Without a pruner no per-query callback is passed: building each query's row
-            # costs about a millisecond of the event loop's time per query.
-            on_result = self.reporter_factory(trial) if self.reporter_factory is not None else None
-            with self._phase(out, "evaluate"):
-                try:
-                    job.result = self.evaluator.evaluate(
-                        order_seed=self.order_seed(trial.number),
-                        on_result=on_result,
-                        **({"defer": True} if self.defer_scoring else {}),
-                    )
-                finally:  # also for a batch stopped early (pruned, failure budget)
-                    handling = float(getattr(self.evaluator, "last_handling_seconds", 0.0) or 0.0)
-                    window = float(getattr(self.evaluator, "last_search_seconds", 0.0) or 0.0)
-                    # strict: the tuner's own handling of the answers inside the window is not search
-                    out.phase_seconds["search"] = max(window - handling, 0.0)
-                    out.phase_seconds["handle"] = handling
+            if job.replaying and self.replay is not None:
+                if written is not None:
+                    written()
+                replayed = self.replay.measure(job.trial, job.out, job.texts, job.solving)
+                job.result, job.texts, job.fusion_sweep = replayed.result, replayed.texts, replayed.fusion_sweep
+            else:
+                job.result = self.measurer.batch(job.trial, job.out, job.texts, written)
         except Exception as exc:  # noqa: BLE001 - settled in end()
             job.error = exc
 
     def end(self, job: TrialJob) -> TrialOutcome:
         """Score (and solve the gates of) a measured trial, or settle its error; record it."""
-        trial, out = job.trial, job.out
         if job.error is None:
             try:
                 self._score(job)
             except Exception as exc:  # noqa: BLE001 - settled below
                 job.error = exc
         if job.error is not None:
-            with self._phase(out, "complete"):  # an OOS early stop's completion writes to the study too
+            with self._phases.time(job.out, "complete"):  # an OOS early stop's completion writes to the study too
                 self._settle(job)
-        if out.infrastructure and out.state == "FAIL" and self.on_infrastructure_failure is not None:
-            self.on_infrastructure_failure(trial, out)
-        self._record(trial, out, job.texts, job.result, job.run_id, job.sweep, job.fusion_sweep)
-        return out
+        if job.out.infrastructure and job.out.state == "FAIL" and self.on_infrastructure_failure is not None:
+            self.on_infrastructure_failure(job.trial, job.out)
+        result = None if callable(job.result) else job.result  # (settled: never callable here)
+        self.recorder.record(job.trial, job.out, job.texts, result, job.run_id, job.sweep, job.fusion_sweep)
+        return job.out
 
     def abort(self, job: TrialJob, reason: str, *, ran: bool = True) -> TrialOutcome:
         """Record ``job`` as failed (interrupted) without scoring it: a second Ctrl-C, or a
         trial begun ahead that the loop will not run (``ran`` False)."""
-        self._fail(job.out, reason)
+        _fail(job.out, reason)
         job.out.interrupted = True
-        self._record(job.trial, job.out, job.texts if ran else {}, None, job.run_id)
+        self.recorder.record(job.trial, job.out, job.texts if ran else {}, None, job.run_id)
         return job.out
 
     def flush(self) -> None:
         """Wait for the bookkeeping of every trial run so far."""
-        self.bookkeeper.flush()
+        self.recorder.flush()
 
     # -------------------------------------------------------------- the steps
-
-    def _serve(self, out: TrialOutcome, texts: Mapping[Path, str]) -> None:
-        """Get the backend to serve ``texts`` (just written): through the applier (reload
-        when declared and allowed, else restart), or a restart and a health wait."""
-        self.backend_fingerprint = None  # unknown until the backend answers on the new config
-        if self.applier is not None:
-            applied = self.applier.apply(texts, phase=lambda name: self._phase(out, name))
-            out.applied = applied.mode if not applied.reason else f"{applied.mode}: {applied.reason}"
-            self._observe_backend(applied.health)
-            return
-        with self._phase(out, "restart"):
-            self.target.restart()
-        with self._phase(out, "health"):
-            self._observe_backend(self.wait_healthy())
-        out.applied = "restart"
 
     def _score(self, job: TrialJob) -> None:
         trial, out = job.trial, job.out
@@ -371,34 +272,27 @@ class TrialRunner(CacheLookup, TrialRecording, TrialScoring, ReplayMeasure):
             trial.set_user_attr(ATTR_CACHED_FROM, job.cached.source_trial)
         else:
             if callable(job.result):  # deferred: the batch's scoring finishes here, off the backend's path
-                with self._phase(out, "score"):
+                with self._phases.time(out, "score"):
                     job.result = job.result()
+            assert job.result is not None
             out.metrics = {k: float(v) for k, v in job.result.metrics.items() if is_number(v)}
-            job.stored_key = None if job.key is None else self._measured_key(job.key, out)
+            job.stored_key = None if job.key is None else self.lookup.measured_key(job.key, out)
             if job.solving:
-                with self._phase(out, "solve"):
+                with self._phases.time(out, "solve"):
                     # The reports describe the batch at the solved gates (the trial's score),
                     # not the retrieval at the low end; the sweep keeps every grid point.
-                    job.sweep, job.result = self._solve(out, job.result, job.solving)
+                    job.sweep, job.result = self.scorer.solve(out, job.result, job.solving)
         if job.solving or job.replaying:
             out.assignment = self._as_found(out.assignment)  # a solved or replayed value that keeps the file's
             job.texts = self.writer.render(out.assignment)  # the snapshot shows the solved values
             set_record(trial, ATTR_ASSIGNMENT, jsonable(out.assignment))
-        with self._phase(out, "complete"):
-            self._complete(trial, out)
-            if job.cached is None and job.result is not None:
-                # may read the study's trials (the best so far): a lost connection is retried
-                detail, _ = retry_transient(lambda: self._detail_of(trial, out))
-                paths = self.evaluator.report_paths(job.result, self._dir(trial.number), detail=detail)
-                out.reports = {k: str(v) for k, v in paths.items()}
-                if job.sweep is not None:
-                    out.reports[SWEEP_REPORT] = str(self._dir(trial.number) / SWEEP_FILE)
-                if job.fusion_sweep is not None:
-                    out.reports[FUSION_SWEEP_REPORT] = str(self._dir(trial.number) / FUSION_SWEEP_FILE)
-                    out.reports[FUSION_PLOT_REPORT] = str(self._dir(trial.number) / FUSION_PLOT_FILE)
-                if self.cache is not None and job.stored_key is not None:
-                    stored = CachedResult(out.metrics, out.reports, trial.number, self.study_name)
-                    self.cache.put(job.stored_key, stored)
+        with self._phases.time(out, "complete"):
+            self.scorer.complete(trial, out)
+            if job.cached is None and job.result is not None and not callable(job.result):
+                out.reports = self.recorder.report_files(
+                    trial, out, job.result, sweep=job.sweep is not None, fusion_sweep=job.fusion_sweep is not None
+                )
+                self.lookup.store(job.stored_key, out, trial.number)
 
     def _settle(self, job: TrialJob) -> None:
         """An error of any stage: the trial's state and one-line reason."""
@@ -409,53 +303,164 @@ class TrialRunner(CacheLookup, TrialRecording, TrialScoring, ReplayMeasure):
         failure = classify_failure(exc)  # the one place a failure gets its kind and reason
         if failure.kind == "early_stop":
             assert isinstance(exc, OOSBudgetExceeded)
-            self._complete_early_stop(job.trial, out, exc)
+            self.scorer.complete_early_stop(job.trial, out, exc)
             return
         # a crash in a collaborator fails this trial, not the study; a storage failure
         # (infrastructure) is queued again by the loop
-        self._fail(out, failure.reason)
+        _fail(out, failure.reason)
         out.interrupted = failure.kind == "interrupted"
         out.infrastructure = failure.kind == "infrastructure"
         if failure.kind == "pruned":
             out.state = "PRUNED"
 
-    def _fail(self, out: TrialOutcome, reason: str) -> None:
-        out.state = "FAIL"
-        out.value = None
-        from tuner.secrets import redact_text
-
-        out.fail_reason = redact_text(reason.splitlines()[0]) if reason else "unknown failure"
-
-    # ------------------------------------------------------------------ helpers
-
     def _as_found(self, assignment: dict[str, Any]) -> dict[str, Any]:
         as_found = getattr(self.writer, "as_found", None)  # optional (tuner.study.trial.interfaces.ConfigWriter)
         return dict(as_found(assignment)) if as_found is not None else assignment
 
-    def _dir(self, number: int) -> Path:
-        return self.trials_dir / str(number)
+    @property
+    def on_phase(self) -> Callable[[int, str], None]:
+        """Told ``(trial number, phase)`` as each phase starts (the loop's progress line)."""
+        return self._phases.on_phase
 
-    @contextmanager
-    def _phase(self, out: TrialOutcome, phase: Phase) -> Iterator[None]:
-        self.on_phase(out.number, phase)
-        started = time.perf_counter()
-        try:
-            yield
-        finally:
-            out.phase_seconds[phase] = out.phase_seconds.get(phase, 0.0) + time.perf_counter() - started
+    @on_phase.setter
+    def on_phase(self, observer: Callable[[int, str], None]) -> None:
+        self._phases.on_phase = observer
 
-    def _check_stop(self) -> None:
-        if self.stop.is_set():
-            raise TrialInterrupted(f"{self.stop.reason} before evaluation; the trial did not run")
+    # ---------------------------------------- what ops reads and closes at the end of a run
 
-    def _named_texts(self, texts: Mapping[Path, str]) -> dict[str, str]:
-        return {self._name(p): t for p, t in texts.items()}
+    @property
+    def touched_backend(self) -> bool:
+        """Whether any trial wrote a config (the backend then needs a restart on the original)."""
+        return self.measurer.served.touched
 
-    def _name(self, path: Path) -> str:
-        p = Path(path)
-        if self.project_dir is not None:
-            try:
-                return p.resolve().relative_to(self.project_dir.resolve()).as_posix()
-            except ValueError:
-                pass
-        return p.as_posix()
+    @property
+    def bookkeeper(self) -> Bookkeeper:
+        return self.recorder.bookkeeper
+
+    @property
+    def evaluator(self) -> BatchEvaluator:
+        return self.measurer.evaluator
+
+    @property
+    def applier(self) -> ConfigApplier | None:
+        return self.measurer.applier
+
+    @property
+    def replay_pool(self) -> ReplayPool | None:
+        return self.replay.pool if self.replay is not None else None
+
+    def publish_study(self, study: optuna.Study, *, holdout: str | None = None, apply_hint: str | None = None) -> None:
+        """Refresh the study note and the MLflow parent run's summary (tuner.study.notes)."""
+        self.recorder.publish_study(study, holdout=holdout, apply_hint=apply_hint)
+
+
+def _fail(out: TrialOutcome, reason: str) -> None:
+    out.state = "FAIL"
+    out.value = None
+    from tuner.secrets import redact_text
+
+    out.fail_reason = redact_text(reason.splitlines()[0]) if reason else "unknown failure"
+
+
+def _same_order(number: int) -> int:
+    return number
+
+
+def _nobody(number: int, phase: str) -> None:
+    return None
+
+
+def compose_runner(
+    *,
+    study_name: str,
+    space: SpaceLike,
+    writer: ConfigWriter,
+    target: Restartable,
+    wait_healthy: Callable[[], Any],
+    evaluator: BatchEvaluator,
+    trials_dir: Path,
+    objective: Objective | None = None,
+    constraints: Sequence[Constraint] = (),
+    cache: ResultCache | None = None,
+    tracker: Tracker | None = None,
+    artifacts: OptunaArtifacts | None = None,
+    bookkeeper: Bookkeeper | None = None,
+    stop: StopFlag | None = None,
+    on_phase: Callable[[int, str], None] = _nobody,
+    project_dir: Path | None = None,
+    reporter_factory: Callable[[optuna.Trial], OnResult] | None = None,
+    order_seed: Callable[[int], int] = _same_order,
+    gates: Mapping[str, GateRange] | None = None,
+    inputs: InputsLike | None = None,
+    backend_fingerprint_field: str | None = None,
+    declared: Mapping[str, BaseDistribution] | None = None,
+    report_detail: str = "slim",
+    links: Links | None = None,
+    applier: ConfigApplier | None = None,
+    defer_scoring: bool = False,
+    replay: ReplayPlan | None = None,
+    replay_pool: ReplayPool | None = None,
+) -> TrialRunner:
+    """A `TrialRunner` with its collaborators built from an experiment's settings
+    (tuner.study.wiring.build_runner passes them; tests too).
+
+    ``wait_healthy`` returns the health JSON when it has one; ``backend_fingerprint_field``
+    is its dotted field holding the backend's data fingerprint (part of the cache key, with
+    the declared ``inputs``); ``project_dir``: config names relative to it when below it;
+    ``declared`` defaults to ``space.distributions()``; ``applier`` gets a written config
+    served (None: ``target.restart()`` + ``wait_healthy()``); ``defer_scoring`` finishes a
+    batch's scoring in ``end``; ``replay`` / ``replay_pool``: fusion params replayed per
+    trial and the helper processes scoring them (None: all sampled / in process)."""
+    objective = objective if objective is not None else Objective()
+    gates = dict(gates or {})
+    if declared is None:
+        distributions = getattr(space, "distributions", None)
+        declared = dict(distributions()) if distributions is not None else {}
+    names = ConfigNames(project_dir)
+    phases = Phases(on_phase)
+    served = ServedBackend(wait_healthy, backend_fingerprint_field)
+    measurer = Measurer(
+        writer,
+        target,
+        served,
+        evaluator,
+        phases=phases,
+        stop=stop if stop is not None else StopFlag(),
+        applier=applier,
+        reporter_factory=reporter_factory,
+        order_seed=order_seed,
+        defer_scoring=defer_scoring,
+    )
+    replaying = None
+    if replay is not None:
+        if not isinstance(evaluator, ExplainingEvaluator):
+            raise TypeError(
+                f"fusion replay needs an evaluator that explains a retrieval, not {type(evaluator).__name__}"
+            )
+        replaying = ReplayMeasurer(replay, measurer, evaluator, objective, constraints, replay_pool)
+    recorder = Recorder(
+        study_name,
+        evaluator,
+        trials_dir,
+        objective=objective,
+        constraints=constraints,
+        gates=gates,
+        declared=declared,
+        tracker=tracker,
+        artifacts=artifacts,
+        bookkeeper=bookkeeper if bookkeeper is not None else Bookkeeper(threaded=False),
+        report_detail=report_detail,
+        links=links,
+        names=names,
+    )
+    return TrialRunner(
+        space,
+        writer,
+        CacheLookup(study_name, evaluator, served, cache, objective, constraints, inputs, names),
+        measurer,
+        TrialScorer(objective, constraints),
+        recorder,
+        replay=replaying,
+        gates=gates,
+        phases=phases,
+    )

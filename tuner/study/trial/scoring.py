@@ -1,14 +1,15 @@
 """A measured trial's score: the gates solved from its retrieval, the objective and
 constraints set on the Optuna trial, and the OOS early stop's COMPLETE-infeasible record.
 
-`TrialScoring` is mixed into `tuner.study.trial.runner.TrialRunner`; it reads the runner's
-``objective`` and ``constraints``.
+`TrialScorer` owns the experiment's objective and constraints; `TrialRunner`
+(tuner.study.trial.runner) hands it a measured trial in ``end``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import optuna
 
@@ -17,16 +18,20 @@ from tuner.errors import EvaluationError
 from tuner.study.trial.outcome import SOLVED_PREFIX, TrialOutcome, is_number
 from tuner.study.trial.pruning import OOSBudgetExceeded
 
+if TYPE_CHECKING:
+    from tuner.study.gates.threshold import GateRange
+
 LEGACY_CONSTRAINTS_ATTR = "constraints"  # the system attr optuna-dashboard 0.21 reads
 
 
-class TrialScoring:
-    """The scoring steps of `TrialRunner` (see the module docstring)."""
+@dataclass
+class TrialScorer:
+    """Scores a measured trial by the objective and constraints (module doc)."""
 
-    objective: Objective
-    constraints: Sequence[Constraint]
+    objective: Objective = field(default_factory=Objective)
+    constraints: Sequence[Constraint] = ()
 
-    def _solve(self, out: TrialOutcome, result: Any, solving: Mapping[str, Any]) -> tuple[Any, Any]:
+    def solve(self, out: TrialOutcome, result: Any, solving: Mapping[str, GateRange]) -> tuple[Any, Any]:
         """Pick the solved gate values from the retrieval; the trial's metrics become those
         of the batch re-scored at those values. Returns the sweep and the re-scored batch."""
         from tuner.evaluation.regate import regate
@@ -55,7 +60,7 @@ class TrialScoring:
         out.metrics.update(counts | {SOLVED_PREFIX + n: float(v) for n, v in solved.items()})
         return sol.table, gated
 
-    def _complete(self, trial: optuna.Trial, out: TrialOutcome) -> None:
+    def complete(self, trial: optuna.Trial, out: TrialOutcome) -> None:
         if self.objective.metric not in out.metrics:
             raise EvaluationError(
                 f"objective metric {self.objective.metric!r} is not in the evaluation's metrics"
@@ -80,7 +85,7 @@ class TrialScoring:
         out.constraints = constraints
         out.state = "COMPLETE"
 
-    def _complete_early_stop(self, trial: optuna.Trial, out: TrialOutcome, exc: OOSBudgetExceeded) -> None:
+    def complete_early_stop(self, trial: optuna.Trial, out: TrialOutcome, exc: OOSBudgetExceeded) -> None:
         """A batch the OOS early stop ended: COMPLETE and infeasible, not PRUNED, so the
         dashboards mark it infeasible and the samplers' constraint models learn from it.
         The OOS constraint is valued at the rate's lower bound (already over its bound);
