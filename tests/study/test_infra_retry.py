@@ -172,8 +172,8 @@ class Records(NullTracker):
 def test_the_mlflow_record_and_note_of_a_retried_trial_name_the_retry_as_optuna_does(
         tmp_path: Path, threaded: bool) -> None:
     study, _, runner = locked_study(tmp_path)
-    runner.tracker = tracker = Records()
-    runner.bookkeeper = Bookkeeper(threaded=threaded)
+    runner.recorder.tracker = tracker = Records()
+    runner.recorder.bookkeeper = Bookkeeper(threaded=threaded)
     try:
         StudyLoop(study, runner, budget=FailureBudget(max_consecutive=1, max_total=1)).run(n_trials=4, timeout=None)
     finally:

@@ -108,7 +108,7 @@ def test_a_trial_is_begun_measured_scored_and_recorded_in_that_order(tmp_path: P
     assert phases == ["suggest", "render", "cache", "complete"]  # the fake measurer times nothing
     # the real scorer set the value and the constraint on the Optuna trial
     assert outcome.value == frozen.value == pytest.approx(0.7)
-    assert outcome.constraints == {"OOS_FP_Rate": pytest.approx(-0.02)} and outcome.feasible
+    assert outcome.constraints == {"OOS_FP_Rate <= 0.05": pytest.approx(-0.02)} and outcome.feasible
     assert outcome.reports == {"scorecard": "trials/0/scorecard.json"}
     assert runner.touched_backend
 
