@@ -76,13 +76,20 @@ def locked_study(tmp_path: Path, *, times: int = 1) -> tuple[optuna.Study, LockO
     enqueue_initial(study, VARIANTS)
     lock = LockOnce(path, storage.engine, times=times)
 
+    runners: list[Any] = []
+
     class ArmsTheLock(MetricNamed):
         def violation(self, metrics) -> float:
-            if metrics["Primary_Metric_Score"] == LOCKED_ON:
-                lock.arm()  # the next write of this trial (its constraint) meets the lock
+            if metrics["Primary_Metric_Score"] == LOCKED_ON and lock.left:
+                # the bookkeeping of the trials before (threaded: their artifact names, written
+                # to the study) first, so the next write, this trial's constraint, meets the lock
+                runners[0].recorder.bookkeeper.flush()
+                lock.arm()
             return super().violation(metrics)
 
-    runner, backend, _, _ = make_runner(tmp_path, constraints=[ArmsTheLock(metric="OOS_FP_Rate", op="<=", bound=OOS_LIMIT)])
+    constraint = ArmsTheLock(metric="OOS_FP_Rate", op="<=", bound=OOS_LIMIT)
+    runner, backend, _, _ = make_runner(tmp_path, constraints=[constraint])
+    runners.append(runner)
     return study, lock, runner
 
 
