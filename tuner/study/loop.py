@@ -19,6 +19,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner.errors import StudyError
+from tuner.optuna_adapter import heartbeat_interval, set_trial_system_attr, storage_of, trial_id_of
 from tuner.study.feasibility import best_feasible_trial
 from tuner.study.stop import StopFlag
 from tuner.study.storage.queue import count_counted
@@ -308,11 +309,9 @@ class StudyLoop:
             # asks while a trial is measured, when a blip used to meet no query at all
             trial = retry_transient(self.study.ask)
         if self.replica is not None:
-            retry_transient(
-                lambda: self.study._storage.set_trial_system_attr(trial._trial_id, ATTR_REPLICA, self.replica)
-            )
+            retry_transient(lambda: set_trial_system_attr(trial, ATTR_REPLICA, self.replica))
         beats = ExitStack()
-        beats.enter_context(heartbeat(self.study._storage, trial._trial_id))
+        beats.enter_context(heartbeat(storage_of(self.study), trial_id_of(trial)))
         return trial, time.perf_counter() - asked, beats
 
     def _tell_once(self, trial: optuna.Trial, outcome: TrialOutcome) -> None:
@@ -356,7 +355,7 @@ class StudyLoop:
         variant), and say so in its fail_reason; when it cannot be, say so out loud."""
         try:
             failure = retry_transient(
-                lambda: queue_retry(self.study, trial._trial_id, outcome.suggested, max_retry=self.max_retry)
+                lambda: queue_retry(self.study, trial_id_of(trial), outcome.suggested, max_retry=self.max_retry)
             )
         except Exception as exc:  # noqa: BLE001 - the database is still away: said, never raised here
             failure = InfraFailure(
@@ -429,9 +428,7 @@ def heartbeat(storage: optuna.storages.BaseStorage, trial_id: int) -> Iterator[N
 
 
 def _heartbeat_interval(study: optuna.Study) -> float | None:
-    storage: Any = study._storage
-    get = getattr(storage, "get_heartbeat_interval", None)
-    return get() if get is not None else None
+    return heartbeat_interval(study)
 
 
 def fail_stale_heartbeats(study: optuna.Study) -> list[int]:

@@ -33,6 +33,7 @@ from typing import Any
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 
 from tuner.config.space.distributions import widened
+from tuner.optuna_adapter import trial_id_of
 
 
 def flatten(assignment: Mapping[str, Any]) -> dict[str, Any]:
@@ -79,7 +80,7 @@ def record_applied_params(
     trial: Any, assignment: Mapping[str, Any], declared: Mapping[str, BaseDistribution]
 ) -> list[str]:
     """Record `applied_params` on the running ``optuna.Trial``; returns the names skipped."""
-    storage, trial_id = trial.storage, trial._trial_id
+    storage, trial_id = trial.storage, trial_id_of(trial)
     sampled = storage.get_trial(trial_id).params
     skipped: list[str] = []
     for name, (value, dist) in applied_params(assignment, sampled, declared).items():
