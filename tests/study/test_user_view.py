@@ -220,3 +220,19 @@ def test_tuner_optuna_dashboard_serves_config_keys_over_http(study: optuna.Study
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def test_a_port_in_use_and_a_dead_storage_are_one_line_errors(study_url: str) -> None:
+    import socket
+
+    from tuner.errors import ConfigError, StudyError
+    from tuner.ops.dashboard_server import listen
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(ConfigError, match=rf"cannot listen on 127.0.0.1:{port} .*; pick another --port"):
+            listen(dashboard_app(study_url), host="127.0.0.1", port=port)
+    with pytest.raises(StudyError, match=r"storage postgresql://u:\*\*\*@127.0.0.1:1/db: cannot open it .*check the URL"):
+        dashboard_app("postgresql://u:secret@127.0.0.1:1/db")

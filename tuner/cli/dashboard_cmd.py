@@ -111,10 +111,11 @@ def optuna_dashboard_command(
     """Serve optuna-dashboard on STORAGE with every param under its config key (the
     samplers' internal coordinates, such as fusion.weights:bm25, are not listed) until
     Ctrl-C."""
-    from tuner.ops.dashboard_server import serve
+    from tuner.ops.dashboard_server import dashboard_app, listen
 
-    typer.echo(f"optuna-dashboard (params under their config keys): http://{host}:{port}/dashboard/", err=True)
-    try:
-        serve(storage, artifact_dir=artifact_dir, host=host, port=port)
-    except KeyboardInterrupt:
-        typer.echo("stopped.", err=True)
+    with listen(dashboard_app(storage, artifact_dir), host=host, port=port) as server:
+        typer.echo(f"optuna-dashboard (params under their config keys): http://{host}:{port}/dashboard/", err=True)
+        try:
+            server.serve_forever()
+        except KeyboardInterrupt:
+            typer.echo("stopped.", err=True)

@@ -8,7 +8,7 @@ the samplers' coordinates (``fusion.weights:bm25``) beside the config keys
 samplers, in the tuner's own processes, keep working on the storage itself.
 
     dashboard_app(storage_url, artifact_dir) -> WSGI app   # optuna-dashboard's own app
-    serve(storage_url, artifact_dir=..., host=..., port=...)  # blocks until interrupted
+    listen(app, host=..., port=...).serve_forever()        # until interrupted
 
 `tuner dashboard` runs it as ``tuner optuna-dashboard STORAGE --artifact-dir DIR``
 (tuner.ops.dashboard_specs); only optuna-dashboard's public entry (``wsgi``) is used.
@@ -53,8 +53,14 @@ def dashboard_app(storage_url: str, artifact_dir: Path | None = None) -> Any:
     return optuna_dashboard.wsgi(UserView(storage), artifact_store=store)
 
 
-def serve(storage_url: str, *, artifact_dir: Path | None, host: str, port: int) -> None:
-    """Serve `dashboard_app` on ``host:port`` until the process is interrupted."""
-    app = dashboard_app(storage_url, artifact_dir)
-    with make_server(host, port, app, server_class=_ThreadedWSGIServer) as httpd:
-        httpd.serve_forever()
+def listen(app: Any, *, host: str, port: int) -> WSGIServer:
+    """A server of ``app`` (a `dashboard_app`) bound to ``host:port``; its ``serve_forever``
+    serves until the process is interrupted. ConfigError when it cannot bind."""
+    from tuner.errors import ConfigError
+
+    try:
+        return make_server(host, port, app, server_class=_ThreadedWSGIServer)
+    except OSError as exc:  # the port in use, an address not on this machine
+        raise ConfigError(
+            f"optuna-dashboard cannot listen on {host}:{port} ({exc.strerror or exc}); pick another --port"
+        ) from exc
