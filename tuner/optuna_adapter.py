@@ -24,8 +24,8 @@ from optuna.distributions import BaseDistribution, FloatDistribution, IntDistrib
 
 # System attributes Optuna writes and reads itself.
 FIXED_PARAMS = "fixed_params"  # study.enqueue_trial: the params a queued trial was given
-FAILED_TRIAL = "failed_trial"  # RetryFailedTrialCallback: the trial a retry copies
-RETRY_HISTORY = "retry_history"  # RetryFailedTrialCallback: the trials before this retry
+FAILED_TRIAL = "failed_trial"  # the heartbeat retry (RetryHeartbeatStaleTrialCallback): the trial it copies
+RETRY_HISTORY = "retry_history"  # the heartbeat retry: the trials before this retry
 LEGACY_CONSTRAINTS_ATTR = "constraints"  # the constraint values optuna-dashboard 0.21 reads
 
 
