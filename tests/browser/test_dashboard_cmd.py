@@ -120,9 +120,10 @@ def test_ui_specs_point_both_uis_at_the_experiment_stores(tmp_path: Path) -> Non
     create_storage(path)
     exp = load_experiment(path)
     optuna_spec, mlflow_spec = ui_specs(exp, optuna_port=18081, mlflow_port=15000)
-    assert optuna_spec.argv[1:] == [exp.storage, "--artifact-dir", str(exp.state_dir / "optuna-artifacts"),
+    # optuna-dashboard as the tuner serves it: params under their config keys (tuner.ops.dashboard_server)
+    assert optuna_spec.argv[2:] == [exp.storage, "--artifact-dir", str(exp.state_dir / "optuna-artifacts"),
                                     "--host", "127.0.0.1", "--port", "18081"]
-    assert Path(optuna_spec.argv[0]).name == "optuna-dashboard"
+    assert Path(optuna_spec.argv[0]).name == "tuner" and optuna_spec.argv[1] == "optuna-dashboard"
     assert optuna_spec.url == "http://127.0.0.1:18081/dashboard/"
     assert mlflow_spec.argv[1:4] == ["server", "--backend-store-uri", exp.tracking.mlflow_uri]
     assert mlflow_spec.argv[-6:] == ["--host", "127.0.0.1", "--port", "15000", "--workers", "1"]

@@ -113,6 +113,28 @@ def test_optuna_dashboard_shows_which_trials_are_infeasible(
     screenshot(browser, "optuna-study-infeasible")
 
 
+def test_param_importance_plot_lists_config_keys_only(
+    dashboard: DashboardProcess, browser: Any, study: optuna.Study
+) -> None:
+    # the storage keeps the sampler's coordinate; the dashboard `tuner dashboard` serves does not list it
+    assert any("fusion.weights:bm25" in t.params for t in study.trials)
+    browser.get(f"{dashboard.urls['optuna-dashboard']}studies/{study._study_id}")
+
+    def importance_bars() -> list[str]:  # the bar chart's y values: the param names it ranks
+        raw = browser.execute_script(
+            "const p = document.getElementById('graph-hyperparameter-importances');"
+            "return p && p.data ? p.data.flatMap(t => Array.from(t.y || [])) : [];"
+        )
+        return [str(v) for v in raw]
+
+    names = wait_for(lambda: (n := importance_bars()) and "fusion.weights.bm25" in n and n, timeout=60,
+                     what="the hyperparameter importance plot")
+    assert {"fusion.weights.bm25", "fusion.weights.dense", "confidence.threshold"} <= set(names), names
+    assert [n for n in names if ":" in n] == [], names
+    browser.execute_script("document.getElementById('graph-hyperparameter-importances').scrollIntoView()")
+    screenshot(browser, "optuna-param-importances")
+
+
 def _mlflow_runs(project: Path) -> tuple[str, str, dict[str, str]]:
     client = MlflowClient(f"sqlite:///{project / 'mlruns' / 'mlflow.db'}")
     exp = client.get_experiment_by_name(STUDY)

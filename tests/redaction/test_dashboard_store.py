@@ -33,7 +33,7 @@ def test_ui_specs_on_postgresql_keep_the_password_off_the_command_line(tmp_path:
     exp = load_experiment(pg_experiment(tmp_path, f"postgresql://tuner:{PASSWORD}@127.0.0.1:5432/db"),
                           check_paths=False)
     optuna_spec, mlflow_spec = ui_specs(exp, optuna_port=18081, mlflow_port=15000)
-    assert optuna_spec.argv[1] == "postgresql+psycopg2://tuner@127.0.0.1:5432/db"
+    assert optuna_spec.argv[1:3] == ["optuna-dashboard", "postgresql+psycopg2://tuner@127.0.0.1:5432/db"]
     assert optuna_spec.env == {"PGPASSWORD": PASSWORD}
     assert all(PASSWORD not in " ".join(s.argv) for s in (optuna_spec, mlflow_spec))
 
@@ -43,7 +43,7 @@ def test_printed_commands_hold_no_password(tmp_path: Path) -> None:
                           check_paths=False)
     commands = dashboard_commands(exp)
     assert all(PASSWORD not in c for c in commands.values())
-    assert commands["optuna"].split()[1] == "postgresql+psycopg2://tuner@127.0.0.1:5432/db"
+    assert commands["optuna"].split()[1:3] == ["optuna-dashboard", "postgresql+psycopg2://tuner@127.0.0.1:5432/db"]
 
 
 def test_a_password_from_the_environment_is_printed_as_the_variable(tmp_path: Path,

@@ -1,4 +1,6 @@
-"""`tuner dashboard EXPERIMENT`: optuna-dashboard and the MLflow UI until Ctrl-C."""
+"""`tuner dashboard EXPERIMENT`: optuna-dashboard and the MLflow UI until Ctrl-C; `tuner
+optuna-dashboard STORAGE`: optuna-dashboard alone, params under their config keys
+(tuner.ops.dashboard_server), which `tuner dashboard` starts."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 def register(app: typer.Typer) -> None:
     app.command(name="dashboard")(dashboard_command)
+    app.command(name="optuna-dashboard")(optuna_dashboard_command)
 
 
 class _StopRequest:
@@ -95,3 +98,24 @@ def dashboard_command(
             stop_request.disarm()
             dashboards.stop()
     typer.echo("stopped.", err=True)
+
+
+def optuna_dashboard_command(
+    storage: Annotated[str, typer.Argument(help="Study storage URL (sqlite:///..., postgresql://...).")],
+    artifact_dir: Annotated[
+        Path | None, typer.Option("--artifact-dir", help="The study's Optuna artifact store (reports, configs).")
+    ] = None,
+    host: Annotated[str, typer.Option("--host", help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", help="Port to listen on.")] = DEFAULT_OPTUNA_PORT,
+) -> None:
+    """Serve optuna-dashboard on STORAGE with every param under its config key (the
+    samplers' internal coordinates, such as fusion.weights:bm25, are not listed) until
+    Ctrl-C."""
+    from tuner.ops.dashboard_server import dashboard_app, listen
+
+    with listen(dashboard_app(storage, artifact_dir), host=host, port=port) as server:
+        typer.echo(f"optuna-dashboard (params under their config keys): http://{host}:{port}/dashboard/", err=True)
+        try:
+            server.serve_forever()
+        except KeyboardInterrupt:
+            typer.echo("stopped.", err=True)

@@ -22,6 +22,7 @@ from typing import Any
 import pandas as pd
 
 from tuner.config.flatten import flatten
+from tuner.config.space.kind import is_coordinate
 from tuner.errors import StudyError
 from tuner.files import atomic_write_text, atomic_write_with
 from tuner.metrics.scorecard import PRIMARY_METRIC, PRIMARY_SCORECARD
@@ -101,7 +102,8 @@ def trials_frame(trials: Iterable[Any]) -> pd.DataFrame:
             "duration_s": trial_duration(t),
         }
         row.update({CONSTRAINT_PREFIX + k: v for k, v in constraints.items()})
-        assignment = assignment_of(t) or dict(t.params)
+        # without its assignment record (an older trial): its params, the samplers' coordinates left out
+        assignment = assignment_of(t) or {k: v for k, v in t.params.items() if not is_coordinate(k)}
         row.update({PARAM_PREFIX + k: v for k, v in flatten(assignment).items()})
         row.update(metrics_of(t))
         fallbacks = {c.metric: c.metric for c in map(parse_constraint, constraints) if c} | {JUDGED: ATTR_JUDGED}
@@ -281,7 +283,7 @@ def write_study_report(
         importance_png=out_dir / "param_importances.png",
         score_vs_oos_png=out_dir / "score_vs_oos_fp_rate.png",
     )
-    atomic_write_text(paths.csv, frame.to_csv(index=False))
+    atomic_write_text(paths.csv, user_columns(frame).to_csv(index=False))
     plot_history(frame, paths.history_png, objective=objective, maximize=maximize)
     plot_importances(importances, paths.importance_png)
     plot_score_vs_oos(frame, paths.score_vs_oos_png, objective=objective, oos_metric=oos_metric, oos_limit=oos_limit)
@@ -292,6 +294,19 @@ def write_study_report(
         ),
     )
     return paths
+
+
+def user_columns(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with each ``param:KEY`` column named ``KEY``, the config key people read
+    everywhere else (a key that is also another column's name keeps its prefix)."""
+    taken = set(frame.columns)
+    return frame.rename(
+        columns=lambda c: (
+            c.removeprefix(PARAM_PREFIX)
+            if c.startswith(PARAM_PREFIX) and c.removeprefix(PARAM_PREFIX) not in taken
+            else c
+        )
+    )
 
 
 def study_markdown(
@@ -442,12 +457,17 @@ def require_trials(frame: pd.DataFrame, study_name: str) -> None:
 
 
 def param_importances(study: Any) -> dict[str, float]:
-    """fANOVA importances of Optuna's parameters over COMPLETE trials (most important
-    first); empty while there are too few trials or no parameter varies."""
+    """fANOVA importances of the config keys over COMPLETE trials (most important first),
+    read through `tuner.study.storage.user_view` as optuna-dashboard is: the values written
+    to the config, never the samplers' coordinates. Empty while there are too few trials
+    or no parameter varies."""
     import warnings
 
     import optuna
 
+    from tuner.study.storage.user_view import user_study
+
+    study = user_study(study)
     complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
     if len(complete) < 2:
         return {}

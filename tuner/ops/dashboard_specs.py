@@ -1,6 +1,7 @@
 """What the two UIs of a study run as, and the commands that open them: optuna-dashboard
-on the study storage (with the Optuna artifact store) and the MLflow tracking server on
-the tracking store.
+on the study storage (with the Optuna artifact store), served by `tuner optuna-dashboard`
+so it lists every param under its config key (tuner.ops.dashboard_server), and the
+MLflow tracking server on the tracking store.
 
     ui_specs(experiment, *, optuna_port=8081, mlflow_port=5000, host="127.0.0.1") -> list[UiSpec]
     dashboard_commands(experiment) -> {"optuna": ..., "mlflow": ..., "both": ...}  # to print
@@ -99,7 +100,8 @@ def dashboard_commands(experiment: Any) -> dict[str, str]:
     storage, storage_env = _printable_store(experiment.storage)
     out = {
         "optuna": _shell_command(
-            [console_script("optuna-dashboard"), storage, "--artifact-dir", str(paths.artifact_dir)], storage_env
+            [console_script("tuner"), "optuna-dashboard", storage, "--artifact-dir", str(paths.artifact_dir)],
+            storage_env,
         )
     }
     if experiment.tracking.enabled:
@@ -135,8 +137,11 @@ def ui_specs(
     specs = [
         UiSpec(
             name="optuna-dashboard",
+            # the tuner's own server: optuna-dashboard on the study as people see it
+            # (params under their config keys; tuner.ops.dashboard_server)
             argv=[
-                console_script("optuna-dashboard"),
+                console_script("tuner"),
+                "optuna-dashboard",
                 storage,
                 "--artifact-dir",
                 str(artifact_dir),

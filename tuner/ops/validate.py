@@ -28,6 +28,7 @@ from tuner.evaluation.holdout import (
 )
 from tuner.files import atomic_write_text
 from tuner.metrics.significance import Test
+from tuner.optuna_adapter import FAILED_TRIAL
 from tuner.study.trial.attrs import ATTR_VARIANT, assignment_of
 
 REPORT_JSON = "holdout.json"
@@ -90,7 +91,7 @@ def _validate_holdout(
         (
             t
             for t in study.get_trials(deepcopy=False)
-            if t.user_attrs.get(ATTR_VARIANT) == "baseline" and "failed_trial" not in t.system_attrs
+            if t.user_attrs.get(ATTR_VARIANT) == "baseline" and FAILED_TRIAL not in t.system_attrs
         ),
         None,
     )

@@ -37,6 +37,7 @@ import optuna
 
 from tuner.config.workers import WorkerSettings
 from tuner.errors import StudyError
+from tuner.optuna_adapter import storage_of
 from tuner.study.loop import RunResult
 from tuner.study.storage.study_storage import check_storage, make_storage, storage_lock
 
@@ -164,7 +165,7 @@ def _run_replica(
 
     # MLflow: one parent run per study, found or made by the first worker (under the
     # storage lock, which also keeps N workers off a fresh MLflow store's schema at once).
-    with storage_lock(study._storage, f"mlflow:{exp.study}"):
+    with storage_lock(storage_of(study), f"mlflow:{exp.study}"):
         # Runs of trials no live worker holds any more (failed by heartbeat) are closed.
         fail_stale_heartbeats(study)
         live = [t.number for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))]

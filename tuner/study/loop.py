@@ -20,6 +20,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from tuner.config.objective import FailureBudget
 from tuner.errors import StudyError
+from tuner.optuna_adapter import heartbeat_interval, set_trial_system_attr, storage_of, trial_id_of
 from tuner.study.feasibility import best_feasible_trial
 from tuner.study.stop import StopFlag
 from tuner.study.storage.queue import count_counted
@@ -336,12 +337,10 @@ class StudyLoop:
             trial = retry_transient(self.study.ask)
         self._open.add(trial._trial_id)
         if self.replica is not None:
-            retry_transient(
-                lambda: self.study._storage.set_trial_system_attr(trial._trial_id, ATTR_REPLICA, self.replica)
-            )
+            retry_transient(lambda: set_trial_system_attr(trial, ATTR_REPLICA, self.replica))
         beats = ExitStack()
-        beats.callback(self._open.discard, trial._trial_id)  # runs after the heartbeat below stops
-        beats.enter_context(heartbeat(self.study._storage, trial._trial_id))
+        beats.callback(self._open.discard, trial_id_of(trial))  # runs after the heartbeat below stops
+        beats.enter_context(heartbeat(storage_of(self.study), trial_id_of(trial)))
         return trial, time.perf_counter() - asked, beats
 
     def _tell_once(self, trial: optuna.Trial, outcome: TrialOutcome) -> None:
@@ -389,7 +388,7 @@ class StudyLoop:
         self._retried.add(trial.number)
         try:
             failure = retry_transient(
-                lambda: queue_retry(self.study, trial._trial_id, outcome.suggested, max_retry=self.max_retry)
+                lambda: queue_retry(self.study, trial_id_of(trial), outcome.suggested, max_retry=self.max_retry)
             )
         except Exception as exc:  # noqa: BLE001 - the database is still away: said, never raised here
             failure = InfraFailure(
@@ -462,9 +461,7 @@ def heartbeat(storage: optuna.storages.BaseStorage, trial_id: int) -> Iterator[N
 
 
 def _heartbeat_interval(study: optuna.Study) -> float | None:
-    storage: Any = study._storage
-    get = getattr(storage, "get_heartbeat_interval", None)
-    return get() if get is not None else None
+    return heartbeat_interval(study)
 
 
 def fail_stale_heartbeats(study: optuna.Study) -> list[int]:

@@ -19,6 +19,7 @@ import optuna
 
 from tuner.dburl import redact
 from tuner.errors import StudyError
+from tuner.optuna_adapter import study_id_of
 from tuner.report.resilient import ResilientTracker, fail_fast_http, is_server, server_health, store_probe
 from tuner.report.tracking import MlflowTracker, NullTracker, Tracker
 from tuner.study.notes import Links
@@ -453,7 +454,7 @@ def adopt_backend(runner: TrialRunner, config_files: Any, wait_healthy: Any, *, 
 
 def links_for(exp: Experiment, study: optuna.Study, tracker: Tracker | None) -> Links:
     """Where the dashboards serve this study (tracking.optuna_dashboard_url / mlflow_ui_url)."""
-    return Links(exp.tracking.optuna_dashboard_url, exp.tracking.mlflow_ui_url, study._study_id, tracker)
+    return Links(exp.tracking.optuna_dashboard_url, exp.tracking.mlflow_ui_url, study_id_of(study), tracker)
 
 
 def make_tracker(experiment: Experiment, on_warning: Any = None, *, resilient: bool = True) -> Tracker:

@@ -17,6 +17,9 @@ from optuna.distributions import (
     IntDistribution,
 )
 
+from tuner.optuna_adapter import contains
+from tuner.optuna_adapter import queued_params as queued
+
 
 def _decimals_of(step: float) -> int:
     return max(0, -Decimal(repr(step)).normalize().as_tuple().exponent)  # type: ignore[operator]  # a finite step: an int
@@ -41,7 +44,7 @@ def suggest_one(trial: optuna.trial.BaseTrial, name: str, dist: BaseDistribution
 
 def widened(dist: BaseDistribution, value: Any) -> BaseDistribution:
     """``dist`` with its numeric range stretched (on its step grid) to contain ``value``."""
-    if isinstance(dist, IntDistribution | FloatDistribution) and not dist._contains(value):
+    if isinstance(dist, IntDistribution | FloatDistribution) and not contains(dist, value):
         low, high = min(dist.low, value), max(dist.high, value)
         if dist.step is not None and not dist.log:
             # Keep the grid: move the new bound onto it.
@@ -55,7 +58,4 @@ def widened(dist: BaseDistribution, value: Any) -> BaseDistribution:
 
 def queued_params(trial: optuna.trial.BaseTrial) -> Mapping[str, Any]:
     """The params ``study.enqueue_trial`` fixed for ``trial`` (an optuna.Trial); empty otherwise."""
-    storage, trial_id = getattr(trial, "storage", None), getattr(trial, "_trial_id", None)
-    if storage is None or trial_id is None:
-        return {}
-    return storage.get_trial_system_attrs(trial_id).get("fixed_params") or {}
+    return queued(trial)

@@ -21,6 +21,22 @@ from tuner.config.space.distributions import suggest_one
 from tuner.config.space.gates import GateRole
 from tuner.config.space.values import Scalar, same
 
+#: Between a config key and the part of its value a sampler coordinate encodes
+#: (``fusion.weights:bm25``, ``fallback.windows_days:gap1``). Config keys are dotted paths,
+#: so a param name holding it is a coordinate: the samplers' own, never shown to people
+#: (tuner.study.storage.user_view serves the config keys instead).
+COORDINATE_SEP = ":"
+
+
+def coordinate(key: str, part: str) -> str:
+    """The Optuna param name of the coordinate ``part`` of config key ``key``."""
+    return f"{key}{COORDINATE_SEP}{part}"
+
+
+def is_coordinate(name: str) -> bool:
+    """Whether the Optuna param ``name`` is a sampler coordinate, not a config key."""
+    return COORDINATE_SEP in name
+
 
 def check_bounds(low: float, high: float, log: bool, step: float | None) -> None:
     """ValueError (a fix included) when ``low..high`` cannot be sampled as declared."""

@@ -14,7 +14,7 @@ from typing import Any, ClassVar, Literal
 from optuna.distributions import BaseDistribution, FloatDistribution, IntDistribution
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from tuner.config.space.kind import ParamKind, check_bounds
+from tuner.config.space.kind import ParamKind, check_bounds, coordinate
 from tuner.config.space.values import kind_of
 
 
@@ -68,11 +68,11 @@ class OrderedParam(ParamKind):
         return self
 
     def distributions(self, name: str) -> dict[str, BaseDistribution]:
-        out = {f"{name}:first": self.first.distribution(self.integer)}
+        out = {coordinate(name, "first"): self.first.distribution(self.integer)}
         step_kind, rng = ("gap", self.gap) if self.gap is not None else ("ratio", self.ratio)
         assert rng is not None
         for i in range(1, self.length):
-            out[f"{name}:{step_kind}{i}"] = rng.distribution(self.integer and step_kind == "gap")
+            out[coordinate(name, f"{step_kind}{i}")] = rng.distribution(self.integer and step_kind == "gap")
         return out
 
     def decode(self, raw: Sequence[Any]) -> list[float | int]:
@@ -94,15 +94,15 @@ class OrderedParam(ParamKind):
         vals = [float(v) for v in value]
         if any(b <= a for a, b in itertools.pairwise(vals)):
             raise ValueError(f"{list(value)} is not strictly increasing (ordered groups only propose increasing lists)")
-        out: dict[str, Any] = {f"{name}:first": int(vals[0]) if self.integer else vals[0]}
+        out: dict[str, Any] = {coordinate(name, "first"): int(vals[0]) if self.integer else vals[0]}
         for i in range(1, self.length):
             if self.gap is not None:
                 gap = vals[i] - vals[i - 1]
-                out[f"{name}:gap{i}"] = int(gap) if self.integer else gap
+                out[coordinate(name, f"gap{i}")] = int(gap) if self.integer else gap
             else:
                 if vals[i - 1] <= 0:
                     raise ValueError(f"ratio encoding needs positive values, got {list(value)}")
-                out[f"{name}:ratio{i}"] = vals[i] / vals[i - 1]
+                out[coordinate(name, f"ratio{i}")] = vals[i] / vals[i - 1]
         return out
 
     def from_config(self, value: Any) -> list[float | int]:

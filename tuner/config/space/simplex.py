@@ -15,7 +15,7 @@ from typing import Any, ClassVar, Literal
 from optuna.distributions import BaseDistribution, FloatDistribution
 from pydantic import Field, field_validator
 
-from tuner.config.space.kind import ParamKind
+from tuner.config.space.kind import ParamKind, coordinate
 from tuner.config.space.values import kind_of
 from tuner.config.yamlfile import did_you_mean
 
@@ -75,7 +75,7 @@ class SimplexParam(ParamKind):
         return v
 
     def distributions(self, name: str) -> dict[str, BaseDistribution]:
-        return {f"{name}:{c}": FloatDistribution(0.0, 1.0) for c in self.components[:-1]}
+        return {coordinate(name, c): FloatDistribution(0.0, 1.0) for c in self.components[:-1]}
 
     def decode(self, raw: Sequence[Any]) -> dict[str, float]:
         shares = sticks_to_shares(list(raw), self.total, self.decimals)
@@ -83,7 +83,7 @@ class SimplexParam(ParamKind):
 
     def encode(self, name: str, value: Any) -> dict[str, Any]:
         us = shares_to_sticks(self._weights(value))
-        return {f"{name}:{c}": u for c, u in zip(self.components[:-1], us, strict=True)}
+        return {coordinate(name, c): u for c, u in zip(self.components[:-1], us, strict=True)}
 
     def _weights(self, value: Any) -> list[float]:
         if isinstance(value, Mapping):

@@ -14,6 +14,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from tuner.optuna_adapter import storage_of, trial_id_of
 from tuner.study.storage.retry import queue_retry
 from tuner.study.storage.study_storage import ATTR_ENQUEUED, storage_lock
 from tuner.study.trial.attrs import ATTR_FAIL_REASON, ATTR_VARIANT
@@ -57,12 +58,12 @@ def fail_stale_trials(study: optuna.Study, *, requeued: dict[int, int] | None = 
     for t in stale:
         reason = f"{STALE}: left running by an interrupted run"
         if t.user_attrs.get(ATTR_VARIANT):
-            retry = queue_retry(study, t._trial_id, t.params, max_retry=None)
+            retry = queue_retry(study, trial_id_of(t), t.params, max_retry=None)
             if retry.retried_as is not None:
                 reason += f" (variant {retry.variant} queued again as trial #{retry.retried_as})"
                 if requeued is not None:
                     requeued[t.number] = retry.retried_as
-        study._storage.set_trial_user_attr(t._trial_id, ATTR_FAIL_REASON, reason)
+        storage_of(study).set_trial_user_attr(trial_id_of(t), ATTR_FAIL_REASON, reason)
         study.tell(t.number, state=TrialState.FAIL)
     return [t.number for t in stale]
 
@@ -71,7 +72,7 @@ def enqueue_once(study: optuna.Study, enqueue: Callable[[optuna.Study], int]) ->
     """Run ``enqueue(study)`` (e.g. enqueue_initial) under the storage lock, so
     workers that start together do not interleave; ``enqueue`` itself checks the
     study's "already enqueued" attribute. Returns what it returned."""
-    with storage_lock(study._storage, f"enqueue:{study.study_name}"):
+    with storage_lock(storage_of(study), f"enqueue:{study.study_name}"):
         return enqueue(study)
 
 

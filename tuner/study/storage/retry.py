@@ -21,11 +21,8 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
+from tuner.optuna_adapter import FAILED_TRIAL, FIXED_PARAMS, RETRY_HISTORY, storage_of, study_id_of
 from tuner.study.trial.attrs import ATTR_VARIANT
-
-FAILED_TRIAL = "failed_trial"  # Optuna's names (RetryHeartbeatStaleTrialCallback)
-RETRY_HISTORY = "retry_history"
-FIXED_PARAMS = "fixed_params"  # where study.enqueue_trial keeps a queued trial's params
 
 
 @dataclass(frozen=True)
@@ -49,7 +46,7 @@ def queue_retry(
 ) -> InfraFailure:
     """Queue running trial ``trial_id`` again (see the module doc); safe to repeat after a
     lost connection (a retry already queued for it is found, not queued twice)."""
-    storage = study._storage
+    storage = storage_of(study)
     frozen = storage.get_trial(trial_id)
     variant = frozen.user_attrs.get(ATTR_VARIANT)
     history = [*frozen.system_attrs.get(RETRY_HISTORY, []), frozen.number]
@@ -79,7 +76,7 @@ def queue_retry(
         user_attrs={ATTR_VARIANT: variant} if variant else None,
         system_attrs=system,
     )
-    new_id = storage.create_new_trial(study._study_id, template_trial=template)
+    new_id = storage.create_new_trial(study_id_of(study), template_trial=template)
     return InfraFailure(frozen.number, variant, retried_as=storage.get_trial_number_from_id(new_id))
 
 

@@ -25,6 +25,7 @@ from sqlalchemy import text
 from tuner.config.workers import WorkerSettings
 from tuner.dburl import redact, sqlalchemy_url
 from tuner.errors import DatabaseUnreachable, StudyError
+from tuner.optuna_adapter import rdb_engine
 from tuner.study.storage.database import rdb_storage
 
 if TYPE_CHECKING:
@@ -234,8 +235,7 @@ def retry_transient(fn: Callable[[], T], *, attempts: int = 8, first_wait_s: flo
 def storage_lock(storage: optuna.storages.BaseStorage, name: str, timeout_s: float = 60.0) -> Iterator[None]:
     """A lock shared by every process on the same database (PostgreSQL advisory lock,
     MySQL GET_LOCK). SQLite gets none: it is refused for several workers anyway."""
-    # study._storage wraps the RDBStorage in a cache layer; the engine sits underneath.
-    engine = getattr(getattr(storage, "_backend", storage), "engine", None)
+    engine = rdb_engine(storage)
     dialect = engine.dialect.name if engine is not None else "none"
     if engine is None or dialect not in ("postgresql", "mysql"):
         yield

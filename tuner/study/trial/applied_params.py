@@ -34,6 +34,7 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution, Floa
 
 from tuner.config.flatten import flatten
 from tuner.config.space.distributions import widened
+from tuner.optuna_adapter import trial_id_of
 
 
 def applied_params(
@@ -67,7 +68,7 @@ def record_applied_params(
     trial: Any, assignment: Mapping[str, Any], declared: Mapping[str, BaseDistribution]
 ) -> list[str]:
     """Record `applied_params` on the running ``optuna.Trial``; returns the names skipped."""
-    storage, trial_id = trial.storage, trial._trial_id
+    storage, trial_id = trial.storage, trial_id_of(trial)
     sampled = storage.get_trial(trial_id).params
     skipped: list[str] = []
     for name, (value, dist) in applied_params(assignment, sampled, declared).items():

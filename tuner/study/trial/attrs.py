@@ -17,6 +17,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from tuner.optuna_adapter import set_trial_system_attr
+
 # user attributes (scalars)
 ATTR_VARIANT = "variant"
 ATTR_FEASIBLE = "feasible"
@@ -56,7 +58,7 @@ def record_key(name: str) -> str:
 
 def set_record(trial: Any, name: str, value: Any) -> None:
     """Store record ``name`` on a running ``optuna.Trial`` (a system attribute)."""
-    trial.storage.set_trial_system_attr(trial._trial_id, record_key(name), value)
+    set_trial_system_attr(trial, record_key(name), value)
 
 
 def trial_attr(trial: Any, name: str, default: Any = None) -> Any:

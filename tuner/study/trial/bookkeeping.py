@@ -3,19 +3,18 @@ in order, and `OptunaArtifacts`, the dashboard artifacts whose bytes arrive afte
 
 from __future__ import annotations
 
-import json
 import mimetypes
 import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import optuna
 
 from tuner.files import hard_link
+from tuner.optuna_adapter import register_artifact
 
 #: trials whose bookkeeping may be queued, unfinished, before the study waits for it
 MAX_BEHIND = 4
@@ -135,21 +134,11 @@ class OptunaArtifacts:
         self.store = FileSystemArtifactStore(str(store_dir))
 
     def register(self, trial: optuna.Trial, filename: str) -> str:
-        from optuna.artifacts._upload import ARTIFACTS_ATTR_PREFIX, ArtifactMeta
-
         mimetype, encoding = mimetypes.guess_type(filename)
         if Path(filename).suffix in {".yaml", ".yml", ".md", ".json"}:
             mimetype = "text/plain"  # shown inline by the dashboard
         artifact_id = str(uuid.uuid4())
-        meta = ArtifactMeta(
-            artifact_id=artifact_id,
-            filename=filename,
-            mimetype=mimetype or "application/octet-stream",
-            encoding=encoding,
-        )
-        trial.storage.set_trial_system_attr(
-            trial._trial_id, ARTIFACTS_ATTR_PREFIX + artifact_id, json.dumps(asdict(meta))
-        )
+        register_artifact(trial, artifact_id, filename, mimetype or "application/octet-stream", encoding)
         return artifact_id
 
     def write(self, artifact_id: str, path: Path) -> None:

@@ -15,13 +15,13 @@ import optuna
 
 from tuner.config.objective import Constraint, Objective
 from tuner.errors import EvaluationError
+from tuner.optuna_adapter import LEGACY_CONSTRAINTS_ATTR as LEGACY_CONSTRAINTS_ATTR  # re-exported: tests read it here
+from tuner.optuna_adapter import set_legacy_constraints
 from tuner.study.trial.outcome import SOLVED_PREFIX, TrialOutcome, is_number
 from tuner.study.trial.pruning import OOSBudgetExceeded
 
 if TYPE_CHECKING:
     from tuner.study.gates.threshold import GateRange
-
-LEGACY_CONSTRAINTS_ATTR = "constraints"  # the system attr optuna-dashboard 0.21 reads
 
 
 @dataclass
@@ -81,7 +81,7 @@ class TrialScorer:
         # a COMPLETE trial without constraints would count as feasible.
         for name, value in constraints.items():
             trial.set_constraint(name, value)
-        trial.storage.set_trial_system_attr(trial._trial_id, LEGACY_CONSTRAINTS_ATTR, list(constraints.values()))
+        set_legacy_constraints(trial, list(constraints.values()))
         out.constraints = constraints
         out.state = "COMPLETE"
 
@@ -102,7 +102,7 @@ class TrialScorer:
             constraints[c.name] = float(c.violation({"OOS_FP_Rate": rate})) if metric == "OOS_FP_Rate" else 0.0
         for name, violation in constraints.items():
             trial.set_constraint(name, violation)
-        trial.storage.set_trial_system_attr(trial._trial_id, LEGACY_CONSTRAINTS_ATTR, list(constraints.values()))
+        set_legacy_constraints(trial, list(constraints.values()))
         out.state, out.value, out.constraints = "COMPLETE", value, constraints
         # short: a trial-table column; the trial note says the rest
         out.early_stop = f"OOS_FP_Rate >= {rate:.4g} after {exc.evaluated} queries"

@@ -1,0 +1,130 @@
+"""tuner.optuna_adapter, pinned to the installed Optuna: each function against real Optuna
+objects, so an Optuna upgrade that moves a private name fails here, in one place. The
+last test keeps the rest of the tuner off Optuna's private names."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+from optuna.trial import TrialState
+
+from tuner import optuna_adapter as oa
+
+REPO = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")  # heartbeat_interval
+
+
+@pytest.fixture
+def study() -> optuna.Study:
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return optuna.create_study(storage=optuna.storages.InMemoryStorage(), study_name="pinned")
+
+
+@pytest.fixture
+def rdb_study(tmp_path: Path) -> optuna.Study:
+    storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path / 'study.db'}", heartbeat_interval=7)
+    return optuna.create_study(storage=storage, study_name="pinned-rdb")
+
+
+def test_storage_and_ids_are_the_ones_optuna_uses(study: optuna.Study) -> None:
+    trial = study.ask()
+    storage = oa.storage_of(study)
+    assert isinstance(storage, optuna.storages.BaseStorage)
+    assert storage.get_study_name_from_id(oa.study_id_of(study)) == "pinned"
+    assert storage.get_trial_number_from_id(oa.trial_id_of(trial)) == trial.number
+    frozen = study.tell(trial, 1.0)
+    assert oa.trial_id_of(frozen) == oa.trial_id_of(trial)
+    assert oa.trial_id_of(study.trials[0]) == oa.trial_id_of(trial)
+
+
+def test_system_attrs_and_legacy_constraints_land_on_the_trial(study: optuna.Study) -> None:
+    trial = study.ask()
+    oa.set_trial_system_attr(trial, "tuner.replica", "r1")
+    oa.set_legacy_constraints(trial, [0.5, -1.0])
+    study.tell(trial, 1.0)
+    attrs = study.trials[0].system_attrs
+    assert attrs["tuner.replica"] == "r1"
+    assert attrs[oa.LEGACY_CONSTRAINTS_ATTR] == [0.5, -1.0]
+    assert oa.LEGACY_CONSTRAINTS_ATTR == "constraints"  # what optuna-dashboard 0.21 reads
+
+
+def test_queued_params_are_what_enqueue_trial_fixed(study: optuna.Study) -> None:
+    study.enqueue_trial({"x": 3})
+    queued = study.ask()
+    assert oa.queued_params(queued) == {"x": 3}
+    assert study.trials[0].system_attrs[oa.FIXED_PARAMS] == {"x": 3}
+    study.tell(queued, 1.0)
+    assert oa.queued_params(study.ask()) == {}  # sampled
+    assert oa.queued_params(object()) == {}  # not a storage-backed trial
+
+
+def test_retry_attr_names_are_the_ones_optunas_retry_callback_writes(study: optuna.Study) -> None:
+    trial = study.ask()
+    trial.suggest_float("x", 0, 1)
+    study.tell(trial, state=TrialState.FAIL)
+    # what make_storage installs
+    optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=2)(study, study.trials[0])
+    retry = study.trials[-1]
+    assert retry.state == TrialState.WAITING and retry.params == study.trials[0].params
+    assert retry.system_attrs[oa.FAILED_TRIAL] == 0
+    assert retry.system_attrs[oa.RETRY_HISTORY] == [0]
+
+
+def test_contains_follows_the_step_grid() -> None:
+    assert oa.contains(FloatDistribution(0.0, 1.0), 0.5)
+    assert not oa.contains(FloatDistribution(0.0, 1.0), 1.5)
+    assert oa.contains(FloatDistribution(0.0, 1.0, step=0.25), 0.75)
+    assert not oa.contains(FloatDistribution(0.0, 1.0, step=0.25), 0.3)
+    assert oa.contains(IntDistribution(2, 10, step=2), 6)
+    assert not oa.contains(IntDistribution(2, 10, step=2), 7)
+    with pytest.raises(TypeError):
+        oa.contains(CategoricalDistribution(["a"]), 0)
+
+
+def test_rdb_engine_is_found_under_the_cache_layer(study: optuna.Study, rdb_study: optuna.Study) -> None:
+    engine = oa.rdb_engine(oa.storage_of(rdb_study))
+    assert engine is not None and engine.dialect.name == "sqlite"
+    assert oa.rdb_engine(oa.storage_of(study)) is None
+
+
+def test_heartbeat_interval(study: optuna.Study, rdb_study: optuna.Study) -> None:
+    assert oa.heartbeat_interval(rdb_study) == 7
+    assert oa.heartbeat_interval(study) is None
+
+
+def test_a_registered_artifact_is_listed_as_upload_artifact_lists_it(study: optuna.Study, tmp_path: Path) -> None:
+    from optuna.artifacts import FileSystemArtifactStore, download_artifact, get_all_artifact_meta
+
+    store = FileSystemArtifactStore(str(tmp_path))
+    trial = study.ask()
+    oa.register_artifact(trial, "a1", "config.yaml", "text/plain", None)
+    study.tell(trial, 1.0)
+    (tmp_path / "a1").write_text("k: v\n")  # the bytes, stored after the trial finished
+    [meta] = get_all_artifact_meta(study.trials[0], storage=oa.storage_of(study))
+    assert (meta.artifact_id, meta.filename, meta.mimetype, meta.encoding) == ("a1", "config.yaml", "text/plain", None)
+    download_artifact(artifact_store=store, artifact_id="a1", file_path=str(tmp_path / "out.yaml"))
+    assert (tmp_path / "out.yaml").read_text() == "k: v\n"
+    assert json.loads(study.trials[0].system_attrs["artifacts:a1"])["filename"] == "config.yaml"
+
+
+PRIVATE = re.compile(
+    r"\._(storage|study_id|trial_id|backend|contains|cached_trials)\b"
+    r"|optuna\.[a-z_.]*\._[a-z]"
+    r"|[\"'](fixed_params|failed_trial|retry_history)[\"']"
+)
+
+
+def test_no_other_module_uses_optunas_private_names() -> None:
+    found = [
+        f"{p.relative_to(REPO)}:{n}: {line.strip()}"
+        for p in sorted((REPO / "tuner").rglob("*.py"))
+        if p.name != "optuna_adapter.py"
+        for n, line in enumerate(p.read_text().splitlines(), 1)
+        if PRIVATE.search(line)
+    ]
+    assert found == []

@@ -1,0 +1,95 @@
+"""Every Optuna name the tuner uses that is not Optuna's public API, in one place.
+
+Optuna keeps some of what the tuner needs behind underscores (a study's storage and id,
+a trial's id, the RDB engine under the cache layer, a distribution's range test, how an
+artifact is registered) or in system attributes it writes for itself (a queued trial's
+``fixed_params``, the heartbeat retry's ``failed_trial`` / ``retry_history``, the
+legacy ``constraints`` list optuna-dashboard reads). Every other module goes through
+here, so an Optuna upgrade that moves one of them breaks in this file, and
+tests/test_optuna_adapter.py, pinned to the installed Optuna's behaviour, says which.
+
+Layer 0: it imports Optuna and nothing of the tuner, so the config layer (the search
+space's distributions) can use it as well as the study.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict
+from typing import Any
+
+import optuna
+from optuna.distributions import BaseDistribution, FloatDistribution, IntDistribution
+
+# System attributes Optuna writes and reads itself.
+FIXED_PARAMS = "fixed_params"  # study.enqueue_trial: the params a queued trial was given
+FAILED_TRIAL = "failed_trial"  # the heartbeat retry (RetryHeartbeatStaleTrialCallback): the trial it copies
+RETRY_HISTORY = "retry_history"  # the heartbeat retry: the trials before this retry
+LEGACY_CONSTRAINTS_ATTR = "constraints"  # the constraint values optuna-dashboard 0.21 reads
+
+
+def storage_of(study: optuna.Study) -> optuna.storages.BaseStorage:
+    """The storage ``study`` reads and writes (an RDBStorage sits behind Optuna's cache layer)."""
+    return study._storage
+
+
+def study_id_of(study: optuna.Study) -> int:
+    """The study's id in its storage (the dashboard's URLs use it)."""
+    return study._study_id
+
+
+def trial_id_of(trial: optuna.Trial | optuna.trial.FrozenTrial) -> int:
+    """The trial's id in its storage (not its number): a running Trial or a FrozenTrial."""
+    return trial._trial_id
+
+
+def set_trial_system_attr(trial: optuna.Trial, key: str, value: Any) -> None:
+    """A system attribute on a running trial (``Trial.set_system_attr`` is deprecated)."""
+    trial.storage.set_trial_system_attr(trial._trial_id, key, value)
+
+
+def set_legacy_constraints(trial: optuna.Trial, values: Sequence[float]) -> None:
+    """The trial's constraint values as the legacy list optuna-dashboard 0.21 reads to
+    mark a trial infeasible (``Trial.set_constraint`` is what the samplers read)."""
+    set_trial_system_attr(trial, LEGACY_CONSTRAINTS_ATTR, list(values))
+
+
+def queued_params(trial: Any) -> Mapping[str, Any]:
+    """The params ``study.enqueue_trial`` fixed for ``trial`` (a running optuna.Trial);
+    empty for a sampled trial or anything that is not a storage-backed trial."""
+    storage, trial_id = getattr(trial, "storage", None), getattr(trial, "_trial_id", None)
+    if storage is None or trial_id is None:
+        return {}
+    return storage.get_trial_system_attrs(trial_id).get(FIXED_PARAMS) or {}
+
+
+def contains(dist: BaseDistribution, value: float) -> bool:
+    """Whether a numeric distribution holds ``value`` (on its step grid)."""
+    if not isinstance(dist, IntDistribution | FloatDistribution):
+        raise TypeError(f"contains: a numeric distribution, not {dist!r}")
+    return bool(dist._contains(value))
+
+
+def rdb_engine(storage: optuna.storages.BaseStorage) -> Any:
+    """The SQLAlchemy engine of an RDB storage (under the cache layer a study wraps it
+    in), else None (in-memory, journal)."""
+    return getattr(getattr(storage, "_backend", storage), "engine", None)
+
+
+def heartbeat_interval(study: optuna.Study) -> float | None:
+    """The study storage's heartbeat interval in seconds; None when it has none."""
+    get = getattr(study._storage, "get_heartbeat_interval", None)
+    return get() if get is not None else None
+
+
+def register_artifact(
+    trial: optuna.Trial, artifact_id: str, filename: str, mimetype: str, encoding: str | None
+) -> None:
+    """List an artifact on a running trial as ``optuna.artifacts.upload_artifact`` does
+    (optuna-dashboard and ``get_all_artifact_meta`` read it), without its bytes: those
+    are stored later, when the trial may be finished and its attributes frozen."""
+    from optuna.artifacts._upload import ARTIFACTS_ATTR_PREFIX, ArtifactMeta
+
+    meta = ArtifactMeta(artifact_id=artifact_id, filename=filename, mimetype=mimetype, encoding=encoding)
+    set_trial_system_attr(trial, ARTIFACTS_ATTR_PREFIX + artifact_id, json.dumps(asdict(meta)))
