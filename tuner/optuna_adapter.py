@@ -15,7 +15,7 @@ space's distributions) can use it as well as the study.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -93,3 +93,34 @@ def register_artifact(
 
     meta = ArtifactMeta(artifact_id=artifact_id, filename=filename, mimetype=mimetype, encoding=encoding)
     set_trial_system_attr(trial, ARTIFACTS_ATTR_PREFIX + artifact_id, json.dumps(asdict(meta)))
+
+
+def _rdb(study: optuna.Study) -> Any:
+    """The RDB storage under Optuna's cache layer (None for another kind of storage)."""
+    storage: Any = study._storage
+    backend = getattr(storage, "_backend", storage)
+    return backend if hasattr(backend, "engine") else None
+
+
+def heartbeat_grace(study: optuna.Study) -> float | None:
+    """The storage's grace period in seconds (Optuna's default: twice the interval);
+    None when the storage records no heartbeats."""
+    backend = _rdb(study)
+    interval = backend.get_heartbeat_interval() if backend is not None else None
+    if interval is None:
+        return None
+    return float(backend.grace_period or 2 * interval)
+
+
+def heartbeat_rows(study: optuna.Study, trial_ids: Collection[int]) -> set[int]:
+    """Which of ``trial_ids`` have a heartbeat row (have beaten at least once): Optuna has no
+    public read of its ``trial_heartbeats`` table."""
+    import sqlalchemy as sa
+
+    if not trial_ids:
+        return set()
+    query = sa.text("SELECT trial_id FROM trial_heartbeats WHERE trial_id IN :ids").bindparams(
+        sa.bindparam("ids", expanding=True)
+    )
+    with _rdb(study).engine.connect() as conn:
+        return {int(row[0]) for row in conn.execute(query, {"ids": sorted(trial_ids)})}

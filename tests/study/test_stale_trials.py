@@ -23,7 +23,8 @@ from tuner.config.workers import WorkerSettings
 from tuner.study.loop import StudyLoop, StudyObserver, heartbeat
 from tuner.study.stop import StopFlag
 from tuner.study.storage.queue import Variant, count_counted, enqueue_initial
-from tuner.study.storage.stale import Unbeaten, heartbeat_rows
+from tuner.optuna_adapter import heartbeat_rows
+from tuner.study.storage.stale import Unbeaten
 from tuner.study.storage.study_storage import ATTR_REPLICA, make_storage
 from tuner.study.trial.attrs import ATTR_FAIL_REASON, ATTR_VARIANT
 

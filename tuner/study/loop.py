@@ -248,7 +248,7 @@ class StudyLoop:
                 lambda: [
                     t.number
                     for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-                    if t._trial_id not in self._open
+                    if trial_id_of(t) not in self._open
                 ]
             )
             if not others:
@@ -335,7 +335,7 @@ class StudyLoop:
             # a connection lost mid-ask (a database restart) is retried: the pipelined loop
             # asks while a trial is measured, when a blip used to meet no query at all
             trial = retry_transient(self.study.ask)
-        self._open.add(trial._trial_id)
+        self._open.add(trial_id_of(trial))
         if self.replica is not None:
             retry_transient(lambda: set_trial_system_attr(trial, ATTR_REPLICA, self.replica))
         beats = ExitStack()

@@ -20,7 +20,7 @@ left) and its params are queued again (tuner.study.storage.retry.queue_retry, wi
 ``workers.max_retry``), under a storage-wide lock so two workers never fail and queue
 the same trial twice.
 
-Optuna has no public read of a trial's heartbeat: ``heartbeat_rows`` reads Optuna's
+Optuna has no public read of a trial's heartbeat: ``heartbeat_rows`` (tuner.optuna_adapter) reads Optuna's
 ``trial_heartbeats`` table through the RDB storage's engine.
 """
 
@@ -29,45 +29,15 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
-from typing import Any
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from tuner.optuna_adapter import heartbeat_grace, heartbeat_rows, storage_of, trial_id_of
 from tuner.study.storage.queue import STALE
 from tuner.study.storage.retry import queue_retry
 from tuner.study.storage.study_storage import storage_lock
 from tuner.study.trial.attrs import ATTR_FAIL_REASON
-
-
-def _rdb(study: optuna.Study) -> Any:
-    """The RDB storage under Optuna's cache layer (None for another kind of storage)."""
-    storage: Any = study._storage
-    backend = getattr(storage, "_backend", storage)
-    return backend if hasattr(backend, "engine") else None
-
-
-def heartbeat_grace(study: optuna.Study) -> float | None:
-    """The storage's grace period in seconds (Optuna's default: twice the interval);
-    None when the storage records no heartbeats."""
-    backend = _rdb(study)
-    interval = backend.get_heartbeat_interval() if backend is not None else None
-    if interval is None:
-        return None
-    return float(backend.grace_period or 2 * interval)
-
-
-def heartbeat_rows(study: optuna.Study, trial_ids: Collection[int]) -> set[int]:
-    """Which of ``trial_ids`` have a heartbeat row (have beaten at least once)."""
-    import sqlalchemy as sa
-
-    if not trial_ids:
-        return set()
-    query = sa.text("SELECT trial_id FROM trial_heartbeats WHERE trial_id IN :ids").bindparams(
-        sa.bindparam("ids", expanding=True)
-    )
-    with _rdb(study).engine.connect() as conn:
-        return {int(row[0]) for row in conn.execute(query, {"ids": sorted(trial_ids)})}
 
 
 @dataclass
@@ -90,9 +60,9 @@ class Unbeaten:
         if grace is None:
             return []
         running = {
-            t._trial_id: t
+            trial_id_of(t): t
             for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-            if t._trial_id not in own
+            if trial_id_of(t) not in own
         }
         unbeaten = set(running) - heartbeat_rows(study, running)
         now = self.clock()
@@ -102,27 +72,27 @@ class Unbeaten:
             return []
         failed: list[int] = []
         # one worker at a time: a trial is failed, and its params queued, once
-        with storage_lock(study._storage, f"stale:{study.study_name}"):
-            still = {t._trial_id for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))}
+        with storage_lock(storage_of(study), f"stale:{study.study_name}"):
+            still = {trial_id_of(t) for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))}
             beaten = heartbeat_rows(study, still)
             for trial in overdue:
-                if trial._trial_id in still and trial._trial_id not in beaten:
+                if trial_id_of(trial) in still and trial_id_of(trial) not in beaten:
                     self._fail(study, trial, grace)
                     failed.append(trial.number)
-                self.first_seen.pop(trial._trial_id, None)
+                self.first_seen.pop(trial_id_of(trial), None)
         return failed
 
     def _fail(self, study: optuna.Study, trial: FrozenTrial, grace: float) -> None:
-        retry = queue_retry(study, trial._trial_id, trial.params, max_retry=self.max_retry)
+        retry = queue_retry(study, trial_id_of(trial), trial.params, max_retry=self.max_retry)
         reason = f"{STALE}: left running by a worker that ended before its first heartbeat (none in {grace:g} s)"
         if retry.retried_as is not None:
             reason += f"; its params queued again as trial #{retry.retried_as}"
         else:
             reason += f"; not queued again: {retry.why_not}"
-        storage = study._storage
+        storage = storage_of(study)
         try:
-            storage.set_trial_user_attr(trial._trial_id, ATTR_FAIL_REASON, reason)
-            storage.set_trial_state_values(trial._trial_id, state=TrialState.FAIL)
+            storage.set_trial_user_attr(trial_id_of(trial), ATTR_FAIL_REASON, reason)
+            storage.set_trial_state_values(trial_id_of(trial), state=TrialState.FAIL)
         except optuna.exceptions.UpdateFinishedTrialError:
             # its worker was alive after all and told it in this instant (silent for the
             # whole grace period, as the heartbeat rule also assumes it dead): the queued
