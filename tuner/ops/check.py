@@ -26,6 +26,8 @@ if TYPE_CHECKING:
     from tuner.evaluation.client import Abort
     from tuner.study.stop import StopFlag
     from tuner.study.wiring import Prepared
+    from tuner.targets.base import Target
+    from tuner.targets.reaper import PidRecordingTarget
 
 
 def static_preflight(prepared: Prepared, *, skip: bool = False) -> PreflightReport:
@@ -184,7 +186,7 @@ def gate_values(prepared: Prepared) -> dict[str, Any]:
 
 def start_on_files(
     prepared: Prepared,
-    target: Any,
+    target: Target | PidRecordingTarget,
     wait: Callable[[], Any],
     *,
     note: Callable[[str], None] = lambda text: None,
@@ -222,7 +224,7 @@ def start_on_files(
 def preflight_on_target(
     prepared: Prepared,
     report: PreflightReport,
-    target: Any,
+    target: Target | PidRecordingTarget,
     wait: Callable[[], object],
     *,
     note: Callable[[str], None] = lambda text: None,

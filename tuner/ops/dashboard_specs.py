@@ -24,12 +24,15 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 from tuner.dburl import redact, sqlalchemy_url
 from tuner.errors import ConfigError, StudyError
 from tuner.secrets import env_name_of, redact_text
+
+if TYPE_CHECKING:
+    from tuner.config.experiment import Experiment
 
 DEFAULT_OPTUNA_PORT = 8081
 DEFAULT_MLFLOW_PORT = 5000
@@ -121,7 +124,7 @@ def _printable_store(url: str) -> tuple[str, dict[str, str]]:
 
 
 def ui_specs(
-    experiment: Any,
+    experiment: Experiment,
     *,
     optuna_port: int = DEFAULT_OPTUNA_PORT,
     mlflow_port: int = DEFAULT_MLFLOW_PORT,
@@ -159,7 +162,7 @@ def ui_specs(
         )
     ]
     if experiment.tracking.enabled:
-        uri, uri_env = ui_store(experiment.tracking.mlflow_uri)
+        uri, uri_env = ui_store(experiment.tracking.store_uri)
         specs.append(
             UiSpec(
                 name="mlflow",

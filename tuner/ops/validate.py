@@ -14,7 +14,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tuner.errors import StudyError
 from tuner.evaluation.holdout import (
@@ -30,6 +30,9 @@ from tuner.files import atomic_write_text
 from tuner.metrics.significance import Test
 from tuner.optuna_adapter import FAILED_TRIAL
 from tuner.study.trial.attrs import ATTR_VARIANT, assignment_of
+
+if TYPE_CHECKING:
+    from tuner.config.experiment import Experiment
 
 REPORT_JSON = "holdout.json"
 REPORT_MD = "holdout.md"
@@ -66,7 +69,7 @@ def validate_holdout(experiment: Any, **kwargs: Any) -> HoldoutRun:
 
 
 def _validate_holdout(
-    experiment: Any,
+    experiment: Experiment,
     *,
     holdout: HoldoutConfig | None = None,
     trial_number: int | None = None,

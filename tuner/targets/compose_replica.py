@@ -38,6 +38,7 @@ from tuner.targets.reaper import RECORD_NAME, read_json, wait_for_reaper, write_
 from tuner.targets.replica import Note, Replica
 
 if TYPE_CHECKING:
+    from tuner.config.experiment import Experiment
     from tuner.targets.docker_engine import DockerAPI
 
 ENV_CONFIG = "TUNER_REPLICA_CONFIG"
@@ -281,13 +282,13 @@ def replica_project(experiment: Any, index: int) -> str:
 
 
 def make_compose_replica(
-    experiment: Any, index: int, copies: list[Path], state_dir: Path, port: int | None
+    experiment: Experiment, index: int, copies: list[Path], state_dir: Path, port: int | None
 ) -> ComposeReplica:
     from tuner.targets.compose import compose_project_name
     from tuner.targets.process import fill_placeholders
 
     docker = experiment.target.docker
-    if not docker.compose_files:
+    if docker is None or not docker.compose_files:
         raise ConfigError(
             "target.docker.compose_files is empty: `tuner worker` brings up one compose project per replica from the"
             " compose file; list it, e.g. compose_files: [compose.yaml]"
