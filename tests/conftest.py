@@ -21,7 +21,9 @@ Every reference backend the session starts (directly, through `tuner`, in any xd
 worker) shares one index cache through $FUSION_BACKEND_INDEX_CACHE, set here: the
 cache is content-addressed, so the seeded demo corpus's dense index is built once per
 run instead of once per test project. Set the variable yourself to keep the cache
-between runs; a test about the cache itself uses the ``own_index_cache`` fixture.
+between runs; a test about the cache itself uses the ``own_index_cache`` fixture. The
+demo data set is generated once per run the same way ($TUNER_TEST_DEMO_DATA,
+support/demo_data.py's ``copy_demo_data``).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from support.integration import DATASETS, SHARED, integration_required, need  # 
 __all__ = ["DATASETS", "SHARED", "integration_required", "need"]
 
 INDEX_CACHE_ENV = "FUSION_BACKEND_INDEX_CACHE"  # fusion_backend.index.INDEX_CACHE_ENV
+DEMO_DATA_ENV = "TUNER_TEST_DEMO_DATA"  # support.demo_data: the demo data set, generated once per run
 
 
 # Where xdist workers leave the fault suite's records for the controller's summary
@@ -78,7 +81,7 @@ def pytest_configure(config: pytest.Config) -> None:
     # The first process of the run (the xdist controller, or the only one) makes the
     # directories; xdist workers inherit the variables from it and every subprocess from them.
     config.stash[_MADE_DIRS] = []
-    wanted = [(INDEX_CACHE_ENV, "fusion-tuner-test-index-cache-")]
+    wanted = [(INDEX_CACHE_ENV, "fusion-tuner-test-index-cache-"), (DEMO_DATA_ENV, "fusion-tuner-test-demo-data-")]
     if _distributed(config) and not _is_worker(config):
         wanted.append((FAULT_RECORDS_ENV, "fusion-tuner-test-fault-records-"))
     for env, prefix in wanted:
