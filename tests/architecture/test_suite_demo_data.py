@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import support.demo_data as demo_data
+
 from fusion_backend.datagen import write_demo
 
 
