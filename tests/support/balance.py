@@ -8,10 +8,11 @@ own reorder, on by default, sorts units by their number of tests: the fault modu
 a few long scenarios each, came last.)
 
 The estimates live in ``module_durations.json`` next to this file: seconds per unit
-(setup + call + teardown summed), measured by a full run with
-``./dev test --save-module-durations``. A unit it does not name (a new module) is
-estimated from its tests: ``UNKNOWN_LONG_S`` when one is marked slow or integration,
-else ``UNKNOWN_PER_TEST_S`` a test. Stale figures only cost balance, never a test.
+(setup + call + teardown summed), written by a full run with
+``./dev test --save-module-durations``. A unit it does not name (a new module, or every
+unit while the file is absent) is estimated from its tests: ``UNKNOWN_LONG_S`` when one
+is marked slow or integration, else ``UNKNOWN_PER_TEST_S`` a test. Stale figures only
+cost balance, never a test.
 
 ``--module-durations=N`` prints the N longest units of this run and each worker's busy
 time (the table the closing notes quote).
