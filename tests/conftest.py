@@ -10,16 +10,20 @@ another fixture) is marked ``integration`` at collection, so ``./dev test -m "no
 integration"`` leaves out everything that needs Docker, PostgreSQL, Chromium or
 ../shared data. A new test that needs such a service asks for the fixture.
 
-Parallel runs: ``./dev test`` runs pytest-xdist with ``--dist loadscope``: a module's
-tests run on one worker, so module fixtures (a study run once, a compose stack) are made
-once and a new test file needs no mark. (Not ``loadgroup``: pytest-xdist 3.8 renames
+Parallel runs: ``./dev test`` runs pytest-xdist with ``--dist loadscope
+--no-loadscope-reorder``: a module's tests run on one worker, so module fixtures (a study
+run once, a compose stack) are made once and a new test file needs no mark. Modules are
+handed out longest first by a previous run's durations (support/balance.py; refresh them
+with ``./dev test --save-module-durations``). (Not ``loadgroup``: pytest-xdist 3.8 renames
 node ids to group them, which pytest 9 ignores, so every test would be its own unit.)
 
 Every reference backend the session starts (directly, through `tuner`, in any xdist
 worker) shares one index cache through $FUSION_BACKEND_INDEX_CACHE, set here: the
 cache is content-addressed, so the seeded demo corpus's dense index is built once per
 run instead of once per test project. Set the variable yourself to keep the cache
-between runs; a test about the cache itself uses the ``own_index_cache`` fixture.
+between runs; a test about the cache itself uses the ``own_index_cache`` fixture. The
+demo data set is generated once per run the same way ($TUNER_TEST_DEMO_DATA,
+support/demo_data.py's ``copy_demo_data``).
 """
 
 from __future__ import annotations
@@ -36,11 +40,13 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
+from support.balance import DurationReport, load_durations, order_longest_first  # noqa: E402
 from support.integration import DATASETS, SHARED, integration_required, need  # noqa: E402
 
 __all__ = ["DATASETS", "SHARED", "integration_required", "need"]
 
 INDEX_CACHE_ENV = "FUSION_BACKEND_INDEX_CACHE"  # fusion_backend.index.INDEX_CACHE_ENV
+DEMO_DATA_ENV = "TUNER_TEST_DEMO_DATA"  # support.demo_data: the demo data set, generated once per run
 
 
 # Where xdist workers leave the fault suite's records for the controller's summary
@@ -59,11 +65,23 @@ def _distributed(config: pytest.Config) -> bool:
     return getattr(config.option, "dist", "no") != "no"
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("fusion-tuner")
+    group.addoption("--module-durations", type=int, default=0, metavar="N",
+                    help="print the N longest xdist units (modules) of this run and each worker's busy time")
+    group.addoption("--save-module-durations", action="store_true",
+                    help="write this run's seconds per unit to tests/support/module_durations.json "
+                         "(the order ./dev test hands modules out in; after a full run)")
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    top, save = config.getoption("module_durations", 0), config.getoption("save_module_durations", False)
+    if (top or save) and not _is_worker(config):  # the controller sees every worker's reports
+        config.pluginmanager.register(DurationReport(top=top, save=save), "fusion-tuner-durations")
     # The first process of the run (the xdist controller, or the only one) makes the
     # directories; xdist workers inherit the variables from it and every subprocess from them.
     config.stash[_MADE_DIRS] = []
-    wanted = [(INDEX_CACHE_ENV, "fusion-tuner-test-index-cache-")]
+    wanted = [(INDEX_CACHE_ENV, "fusion-tuner-test-index-cache-"), (DEMO_DATA_ENV, "fusion-tuner-test-demo-data-")]
     if _distributed(config) and not _is_worker(config):
         wanted.append((FAULT_RECORDS_ENV, "fusion-tuner-test-fault-records-"))
     for env, prefix in wanted:
@@ -80,22 +98,16 @@ def pytest_unconfigure(config: pytest.Config) -> None:
             del os.environ[env]
 
 
-def xdist_unit_of(item: pytest.Item) -> str:
-    """The unit --dist loadscope hands to one worker: the test's module (or class)."""
-    return item.nodeid.rsplit("::", 1)[0]
-
-
 @pytest.hookimpl(tryfirst=True)  # before -m deselects
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if INTEGRATION_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.integration)
     if _distributed(config):
-        # Workers take the modules in collection order: the long ones (a slow or
-        # integration test in them) first, so that short ones fill the end of the run
-        # instead of one long module running alone after everything else.
-        long = {xdist_unit_of(i) for i in items if i.get_closest_marker("slow") or i.get_closest_marker("integration")}
-        items.sort(key=lambda i: xdist_unit_of(i) not in long)
+        # Workers take the units in collection order (./dev passes --no-loadscope-reorder):
+        # the longest first, so that short ones fill the end of the run instead of one
+        # long module running alone after everything else.
+        order_longest_first(items, load_durations())
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int,

@@ -107,7 +107,9 @@ def shared_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("index-cache")
 
 
-@pytest.fixture(scope="session")
+# Module scope: the ~13 services it starts stop when test_backend_service.py (its one user)
+# ends, instead of idling in that xdist worker until the session ends.
+@pytest.fixture(scope="module")
 def backends(tmp_path_factory: pytest.TempPathFactory, corpus_path: Path, shared_cache: Path) -> Iterator[Backends]:
     pool = Backends(tmp_path_factory.mktemp("configs"), corpus_path, shared_cache)
     yield pool

@@ -39,9 +39,9 @@ NOW = "2025-06-28"  # the demo catalog's "today": temporal queries' windows have
 
 class Demo:
     def __init__(self, root: Path) -> None:
-        from fusion_backend.datagen import write_demo
+        from support.demo_data import copy_demo_data
 
-        write_demo(root / "demo")
+        copy_demo_data(root / "demo")
         self.root = root
         self.corpus = root / "demo" / "corpus.jsonl"
         self.cache = root / "index-cache"

@@ -25,11 +25,11 @@ import httpx
 import optuna
 import pytest
 from support.backend import start_backend
+from support.demo_data import copy_demo_data
 from support.reference_experiment import DROP, copy_backend_config, write_reference_experiment
 
 from tuner.config.experiment import load_experiment
 from tuner.ops.apply import plan_apply
-from tuner.ops.demo import generate_data
 from tuner.ops.run import run_experiment
 from tuner.study.loop import StudyObserver
 from tuner.study.storage.study_storage import ATTR_CONFIG_SEEN
@@ -77,7 +77,7 @@ class ServedProbe(StudyObserver):
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     data = tmp_path_factory.mktemp("demo") / "data"
-    generate_data(data, python=PYTHON)
+    copy_demo_data(data)
     rows = [json.loads(line) for line in (data / "queries.jsonl").read_text().splitlines() if line.strip()]
     kept = [r for r in rows if r["scope"] == "in"][:N_IN_SCOPE] + [r for r in rows if r["scope"] == "oos"]
     (data / "queries.jsonl").write_text("".join(json.dumps(r) + "\n" for r in kept))

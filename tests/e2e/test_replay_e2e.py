@@ -9,24 +9,22 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 from pathlib import Path
 from typing import Any
 
 import optuna
 import pandas as pd
 import pytest
+from support.demo_data import copy_demo_data
 from support.reference_experiment import FULL_SPACE, FUSION_SPACE, copy_backend_config, write_reference_experiment
 
 from tuner.config.experiment import load_experiment
-from tuner.ops.demo import generate_data
 from tuner.ops.run import run_experiment
 from tuner.study.trial.attrs import assignment_of, reports_of
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
-PYTHON = sys.executable
 N_IN_SCOPE = 80
 FUSION = {"fusion.method": "method", "fusion.rrf_k": "rrf_k", "fusion.weights": "weights",
           "fusion.normalization": "normalization"}
@@ -37,7 +35,7 @@ GRID_SIZE = 5 * 4 + 5 * 2
 @pytest.fixture(scope="module")
 def demo_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     full = tmp_path_factory.mktemp("replay-demo") / "data"
-    generate_data(full, python=PYTHON)
+    copy_demo_data(full)
     rows = [json.loads(line) for line in (full / "queries.jsonl").read_text().splitlines() if line.strip()]
     kept = [r for r in rows if r["scope"] == "in"][:N_IN_SCOPE] + [r for r in rows if r["scope"] == "oos"]
     (full / "queries.jsonl").write_text("".join(json.dumps(r) + "\n" for r in kept))

@@ -24,6 +24,7 @@ import optuna
 import pytest
 from mlflow import MlflowClient
 from optuna.trial import TrialState
+from support.demo_data import copy_demo_data
 from support.reference_experiment import (
     DROP,
     FULL_SPACE,
@@ -36,7 +37,6 @@ from support.reference_experiment import (
 from tuner.config.configpatch import get_path
 from tuner.config.experiment import load_experiment
 from tuner.ops.apply import apply_plan, plan_apply
-from tuner.ops.demo import generate_data
 from tuner.ops.run import run_experiment
 from tuner.report.tracking import TAG_ROLE, TAG_STUDY, TAG_TRIAL
 from tuner.study.feasibility import best_feasible_trial
@@ -84,7 +84,7 @@ def make_project(root: Path, data: Path, *, study: str, n_trials: int, **overrid
 def demo_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The generated demo data, with the query set cut to N_IN_SCOPE in-scope queries."""
     full = tmp_path_factory.mktemp("demo-full") / "data"
-    generate_data(full, python=PYTHON)
+    copy_demo_data(full)
     rows = [json.loads(line) for line in (full / "queries.jsonl").read_text().splitlines() if line.strip()]
     kept = [r for r in rows if r["scope"] == "in"][:N_IN_SCOPE] + [r for r in rows if r["scope"] == "oos"]
     (full / "queries.jsonl").write_text("".join(json.dumps(r) + "\n" for r in kept))

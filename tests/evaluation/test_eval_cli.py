@@ -260,11 +260,11 @@ def reference_project(tmp_path_factory):
     from support.integration import need
 
     need(importlib.util.find_spec("fusion_backend") is not None, "reference backend package not installed (./dev setup)")
-    from fusion_backend.datagen import write_demo
+    from support.demo_data import copy_demo_data
     from support.reference_experiment import copy_backend_config, write_reference_experiment
 
     root = tmp_path_factory.mktemp("eval-starts-backend")
-    write_demo(root / "data")
+    copy_demo_data(root / "data")
     config = copy_backend_config(root)
     exp = write_reference_experiment(root, study="eval", n_trials=1, project_root=".",
                                      evaluation={"top_k": 20, "concurrency": 4})

@@ -18,11 +18,11 @@ def demo(tmp_path_factory):
     need(importlib.util.find_spec("fusion_backend") is not None, "reference backend package not installed (./dev setup)")
     from pathlib import Path
 
-    from fusion_backend.datagen import write_demo
+    from support.demo_data import copy_demo_data
     from support.backend import start_backend, write_backend_config
 
     root = tmp_path_factory.mktemp("demo")
-    write_demo(root / "data")
+    copy_demo_data(root / "data")
     cfg = write_backend_config(root / "cfg" / "config.yaml", corpus=(root / "data" / "corpus.jsonl").resolve())
     store = LabelStore(root / "labels.db")
     store.import_file(root / "data" / "qrels.txt", "demo")

@@ -58,10 +58,10 @@ def _overrides(s: FusionSetting) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    from fusion_backend.datagen import write_demo
+    from support.demo_data import copy_demo_data
 
     root = tmp_path_factory.mktemp("replay-demo")
-    write_demo(root / "demo")
+    copy_demo_data(root / "demo")
     rows = [json.loads(line) for line in (root / "demo" / "queries.jsonl").read_text().splitlines()]
     temporal = [q for q in rows if q.get("date_hint_days") is not None][:25]
     other = [q for q in rows if q.get("date_hint_days") is None][::6][:25]

@@ -24,11 +24,11 @@ from tuner.study.trial.attrs import ATTR_ASSIGNMENT, ATTR_VARIANT, set_record
 
 @pytest.fixture
 def setup(tmp_path):
-    from fusion_backend.datagen.demo import write_demo
+    from support.demo_data import copy_demo_data
     from tuner.config.experiment import load_experiment
     from tuner.study.wiring import prepare
 
-    write_demo(tmp_path / "data")
+    copy_demo_data(tmp_path / "data")
     config = copy_backend_config(tmp_path)
     path = write_reference_experiment(tmp_path, study="validate-test", n_trials=3,
                                       storage=f"sqlite:///{tmp_path / 'optuna.db'}")

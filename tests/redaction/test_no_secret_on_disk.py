@@ -28,12 +28,12 @@ import httpx
 import optuna
 import pytest
 import sqlalchemy as sa
+from support.demo_data import copy_demo_data
 from support.reference_experiment import copy_backend_config, write_reference_experiment
 from workers.conftest import pg_dsn  # noqa: F401  (the PostgreSQL the worker tests use)
 
 from tuner.config.experiment import free_port
 from tuner.dburl import sqlalchemy_url
-from tuner.ops.demo import generate_data
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -92,7 +92,7 @@ def files_holding(root: Path, needle: bytes) -> list[str]:
 @pytest.fixture(scope="module")
 def demo_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     full = tmp_path_factory.mktemp("demo-full") / "data"
-    generate_data(full, python=PYTHON)
+    copy_demo_data(full)
     rows = [json.loads(line) for line in (full / "queries.jsonl").read_text().splitlines() if line.strip()]
     kept = [r for r in rows if r["scope"] == "in"][:N_IN_SCOPE] + [r for r in rows if r["scope"] == "oos"]
     (full / "queries.jsonl").write_text("".join(json.dumps(r) + "\n" for r in kept))

@@ -24,10 +24,10 @@ pytestmark = pytest.mark.slow
 
 
 def _small_corpus(tmp_path: Path, n_docs: int = 150) -> Path:
-    from fusion_backend.datagen import write_demo
+    from support.demo_data import copy_demo_data
 
     demo = tmp_path / "demo"
-    write_demo(demo)
+    copy_demo_data(demo)
     corpus = tmp_path / "corpus.jsonl"
     lines = (demo / "corpus.jsonl").read_text().splitlines()[:n_docs]
     corpus.write_text("\n".join(lines) + "\n")

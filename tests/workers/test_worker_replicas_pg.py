@@ -32,10 +32,10 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def demo_data(tmp_path_factory):
-    from fusion_backend.datagen.demo import write_demo
+    from support.demo_data import copy_demo_data
 
     data = tmp_path_factory.mktemp("demo") / "data"
-    write_demo(data)
+    copy_demo_data(data)
     return data
 
 
