@@ -4,9 +4,10 @@ Optuna keeps some of what the tuner needs behind underscores (a study's storage 
 a trial's id, the RDB engine under the cache layer, a distribution's range test, how an
 artifact is registered) or in system attributes it writes for itself (a queued trial's
 ``fixed_params``, the heartbeat retry's ``failed_trial`` / ``retry_history``, the
-legacy ``constraints`` list optuna-dashboard reads). Every other module goes through
+legacy ``constraints`` list optuna-dashboard reads); likewise optuna-dashboard's private
+``_note`` module, loaded alone to write notes. Every other module goes through
 here, so an Optuna upgrade that moves one of them breaks in this file, and
-tests/test_optuna_adapter.py, pinned to the installed Optuna's behaviour, says which.
+tests/study/test_optuna_adapter.py, pinned to the installed Optuna's behaviour, says which.
 
 Layer 0: it imports Optuna and nothing of the tuner, so the config layer (the search
 space's distributions) can use it as well as the study.
@@ -14,9 +15,13 @@ space's distributions) can use it as well as the study.
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import json
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import asdict
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import optuna
@@ -124,3 +129,39 @@ def heartbeat_rows(study: optuna.Study, trial_ids: Collection[int]) -> set[int]:
     )
     with _rdb(study).engine.connect() as conn:
         return {int(row[0]) for row in conn.execute(query, {"ids": sorted(trial_ids)})}
+
+
+def save_dashboard_note(target: Any, markdown: str) -> None:
+    """optuna-dashboard's ``save_note`` on an ``optuna.Study`` or ``optuna.Trial``."""
+    _save_note()(target, markdown)
+
+
+@functools.cache
+def _save_note() -> Callable[[Any, str], None]:
+    """optuna-dashboard's ``save_note`` without its web app: the package's ``__init__``
+    imports the server and, through ``optuna.importance``, scikit-learn (about a second of
+    CPU in every `tuner run`, for a function that only sets study attributes). Its
+    ``_note`` module imports nothing but optuna, so it is loaded on its own from the
+    installed package; where a release keeps it elsewhere, the package is imported as
+    before. tests/study/test_dashboard_note.py pins that the dashboard reads what it writes."""
+    try:
+        save: Callable[[Any, str], None] = _dashboard_note_module().save_note
+    except (ImportError, OSError, AttributeError, SyntaxError):
+        from optuna_dashboard import save_note
+
+        return save_note
+    return save
+
+
+def _dashboard_note_module() -> ModuleType:
+    spec = importlib.util.find_spec("optuna_dashboard")  # finds the package, runs nothing of it
+    if spec is None or spec.origin is None:
+        raise ImportError("optuna_dashboard is not installed")
+    note_spec = importlib.util.spec_from_file_location(
+        "tuner._optuna_dashboard_note", Path(spec.origin).with_name("_note.py")
+    )
+    if note_spec is None or note_spec.loader is None:
+        raise ImportError("optuna_dashboard/_note.py cannot be loaded")
+    module = importlib.util.module_from_spec(note_spec)
+    note_spec.loader.exec_module(module)  # FileNotFoundError when this release has no _note.py
+    return module

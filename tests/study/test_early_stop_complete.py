@@ -15,10 +15,10 @@ from optuna.trial import TrialState
 from study.fakes import CONFIG_TEXT, FakeResult, FileBackend, FormulaEvaluator, TwoParamSpace, YamlWriter, run_one
 from tuner.config.objective import Constraint
 from tuner.data.dataset import Query, QuerySet
+from tuner.optuna_adapter import LEGACY_CONSTRAINTS_ATTR
 from tuner.study.trial.attrs import ATTR_EARLY_STOP, ATTR_FAIL_REASON, ATTR_FEASIBLE, metrics_of, named_constraints
 from tuner.study.trial.pruning import reporter_factory
 from tuner.study.trial.runner import TrialRunner, compose_runner
-from tuner.study.trial.scoring import LEGACY_CONSTRAINTS_ATTR
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

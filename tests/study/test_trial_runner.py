@@ -19,6 +19,7 @@ from study.fakes import (
     run_one,
     score,
 )
+from tuner.optuna_adapter import LEGACY_CONSTRAINTS_ATTR
 from tuner.study.feasibility import best_feasible_trial
 from tuner.study.stop import StopFlag
 from tuner.study.storage.result_cache import ResultCache
@@ -33,7 +34,6 @@ from tuner.study.trial.attrs import (
 )
 from tuner.study.trial.bookkeeping import Bookkeeper, OptunaArtifacts
 from tuner.study.trial.runner import compose_runner
-from tuner.study.trial.scoring import LEGACY_CONSTRAINTS_ATTR
 
 OOS_LIMIT = 0.10
 

@@ -10,16 +10,13 @@ description. Builders are pure (Markdown from trials); `write_note` is the one w
 
 from __future__ import annotations
 
-import functools
-import importlib.util
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from optuna.trial import FrozenTrial, TrialState
 
+from tuner.optuna_adapter import save_dashboard_note
 from tuner.study.feasibility import best_feasible_trial, constraints_hold, feasible_ranked, is_feasible, summary_of
 from tuner.study.trial.attrs import ATTR_EARLY_STOP, ATTR_MLFLOW_RUN, ATTR_VARIANT, metrics_of, named_constraints
 
@@ -208,38 +205,7 @@ def publish_study(
 def write_note(target: Any, markdown: str) -> None:
     """Save ``markdown`` as the optuna-dashboard note of an ``optuna.Study`` or a running
     (or just told) ``optuna.Trial``, by optuna-dashboard's own ``save_note``."""
-    _save_note()(target, markdown)
-
-
-@functools.cache
-def _save_note() -> Callable[[Any, str], None]:
-    """optuna-dashboard's ``save_note`` without its web app: the package's ``__init__``
-    imports the server and, through ``optuna.importance``, scikit-learn (about a second of
-    CPU in every `tuner run`, for a function that only sets study attributes). Its
-    ``_note`` module imports nothing but optuna, so it is loaded on its own from the
-    installed package; where a release keeps it elsewhere, the package is imported as
-    before. tests/study/test_dashboard_note.py pins that the dashboard reads what it writes."""
-    try:
-        save: Callable[[Any, str], None] = _dashboard_note_module().save_note
-    except (ImportError, OSError, AttributeError, SyntaxError):
-        from optuna_dashboard import save_note
-
-        return save_note
-    return save
-
-
-def _dashboard_note_module() -> ModuleType:
-    spec = importlib.util.find_spec("optuna_dashboard")  # finds the package, runs nothing of it
-    if spec is None or spec.origin is None:
-        raise ImportError("optuna_dashboard is not installed")
-    note_spec = importlib.util.spec_from_file_location(
-        "tuner.study._dashboard_note", Path(spec.origin).with_name("_note.py")
-    )
-    if note_spec is None or note_spec.loader is None:
-        raise ImportError("optuna_dashboard/_note.py cannot be loaded")
-    module = importlib.util.module_from_spec(note_spec)
-    note_spec.loader.exec_module(module)  # FileNotFoundError when this release has no _note.py
-    return module
+    save_dashboard_note(target, markdown)
 
 
 def _card_trial(done: Sequence[FrozenTrial], maximize: bool) -> FrozenTrial | None:

@@ -15,7 +15,6 @@ import optuna
 
 from tuner.config.objective import Constraint, Objective
 from tuner.errors import EvaluationError
-from tuner.optuna_adapter import LEGACY_CONSTRAINTS_ATTR as LEGACY_CONSTRAINTS_ATTR  # re-exported: tests read it here
 from tuner.optuna_adapter import set_legacy_constraints
 from tuner.study.trial.outcome import SOLVED_PREFIX, TrialOutcome, is_number
 from tuner.study.trial.pruning import OOSBudgetExceeded
