@@ -33,6 +33,38 @@ FAILED_TRIAL = "failed_trial"  # the heartbeat retry (RetryHeartbeatStaleTrialCa
 RETRY_HISTORY = "retry_history"  # the heartbeat retry: the trials before this retry
 LEGACY_CONSTRAINTS_ATTR = "constraints"  # the constraint values optuna-dashboard 0.21 reads
 
+#: RDBStorage's calls that are safe to repeat after a lost connection: reads, and writes
+#: that set a value (a repeat after a commit whose answer was lost changes nothing).
+#: ``_get_trials`` is how Optuna's cache layer reads trials. Not here: creating a study
+#: or a trial, and finishing one (``set_trial_state_values`` refuses a finished trial):
+#: the loop repeats those with logic of its own (tuner.study.loop).
+RDB_CALLS_SAFE_TO_REPEAT = (
+    "get_all_studies",
+    "get_study_id_from_name",
+    "get_study_name_from_id",
+    "get_study_directions",
+    "get_study_user_attrs",
+    "get_study_system_attrs",
+    "get_trial",
+    "get_all_trials",
+    "_get_trials",
+    "get_n_trials",
+    "get_best_trial",
+    "get_trial_id_from_study_id_trial_number",
+    "get_trial_number_from_id",
+    "get_trial_param",
+    "get_trial_params",
+    "get_trial_user_attrs",
+    "get_trial_system_attrs",
+    "set_study_user_attr",
+    "set_study_system_attr",
+    "set_trial_user_attr",
+    "set_trial_system_attr",
+    "set_trial_param",
+    "set_trial_intermediate_value",
+    "record_heartbeat",
+)
+
 
 def storage_of(study: optuna.Study) -> optuna.storages.BaseStorage:
     """The storage ``study`` reads and writes (an RDBStorage sits behind Optuna's cache layer)."""

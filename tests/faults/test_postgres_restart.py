@@ -10,12 +10,13 @@ release file) and once while the backend restarts on the original config at the 
 (the restore life answers /health 503 for a few seconds).
 
 A cut alone is ridden through (the pool's pre-ping reconnects); a restart also keeps the
-server away for seconds, which is what failed a shortlist variant's trial in issue 27
-item 5. `faultlib.PgOutage` does both for one test's connections: a proxy in front of
-the server cuts them and turns new ones away until the tuner has met the outage while
-the variant's trial records its result. That trial fails for an infrastructure reason,
-is queued again with the same params and variant, and completes; the end summary lists
-it.
+server away for seconds, which the study's storage rides out call by call (up to 9 s,
+tuner.study.storage.transient; stop 34's CI failure was a pruner report nothing retried).
+`faultlib.PgOutage` does both for one test's connections: a proxy in front of the server
+cuts them and turns new ones away. Away longer than the ride while a shortlist variant's
+trial records its result (issue 27 item 5), that trial fails for an infrastructure
+reason, is queued again with the same params and variant, and completes; the end summary
+lists it.
 """
 
 from __future__ import annotations
@@ -148,6 +149,9 @@ def test_a_run_survives_a_postgres_restart_at_the_restore(tmp_path: Path, pg_sto
 
 
 VARIANT = "linear-minmax-balanced"
+# The storage rides out RETRY_WAIT_S (9 s) of any call; the variant's record gives up
+# about then, and the queueing of its retry rides out 9 s more: back in between.
+AWAY_WHILE_RECORDING_S = 13.0
 VARIANT_DEPTH = 7
 INFRA_LINE = "trials failed for an infrastructure reason (the study's storage, not their config): #1 ({v}) retried as #"
 
@@ -164,8 +168,9 @@ def pg_outage(pg_storage: tuple[str, str]) -> Iterator[PgOutage]:
 def outage_mid_variant(tmp_path: Path, outage: PgOutage, study: str, command: tuple[str, ...]) -> dict[str, Any]:
     """Run ``command`` on a project whose trial 1 is a queued shortlist variant; while its
     searches are held, take the database away (connections cut, new ones turned away),
-    let the searches go, and bring the database back 3 s after its batch is answered: the
-    variant's trial records its result meanwhile. One trial at a time (pipeline: false):
+    let the searches go, and bring the database back AWAY_WHILE_RECORDING_S after its batch
+    is answered: the variant's trial fails to record its result meanwhile, and its retry
+    is queued once the database is back. One trial at a time (pipeline: false):
     the pipelined loop ends a trial on its helper thread, which may still be riding out
     the outage in the trial before's tell, so the variant's end could fall after it."""
     project = Project.create(tmp_path / study, study=study, n_trials=N_TRIALS, storage=outage.url,
@@ -179,7 +184,7 @@ def outage_mid_variant(tmp_path: Path, outage: PgOutage, study: str, command: tu
         project.release()
         wait_until(lambda: sum(e["event"] == "search" and e["life"] == 3 for e in project.events()) >= N_QUERIES
                    or not proc.alive(), "the variant's batch is answered")
-        time.sleep(3.0)  # its result is recorded meanwhile (well within the 9 s the loop's own calls ride out)
+        time.sleep(AWAY_WHILE_RECORDING_S)  # its record outlasts the ride (a shorter outage is ridden out)
         outage.up()
         done = proc.wait()
     finally:
@@ -244,10 +249,13 @@ def variant_life(project: Project) -> int | None:
     return lives[0] if lives and project.serving(lives[0]) else None
 
 
-def test_a_variant_failed_by_a_postgres_restart_is_retried_among_two_workers(
+def test_two_workers_ride_out_a_postgres_restart_while_the_variant_records(
         tmp_path: Path, pg_outage: PgOutage, calibration: Calibration, fault_log: FaultLog) -> None:
-    # issue 27 item 5 as reported: two workers on the study, the database away while the
-    # shortlist variant's trial (whichever worker runs it) records its result
+    # issue 27 item 5 as reported: two workers on the study, the database away for a few
+    # seconds (a restart) while the shortlist variant's trial (whichever worker runs it)
+    # records its result. Issue 27 made that trial fail and be retried; the storage now
+    # rides the restart out, so nothing fails at all. (Away longer than the ride, the
+    # single-process tests above show the failed trial retried.)
     project = Project.create(tmp_path / "pg-variant-2w", study="pg-variant-2w", n_trials=N_TRIALS,
                              storage=pg_outage.url, shortlist=[{"name": VARIANT, "fusion.depth": VARIANT_DEPTH}],
                              pipeline=False, plan={f"depth={VARIANT_DEPTH}": {"hold_until": RELEASE}})
@@ -260,7 +268,8 @@ def test_a_variant_failed_by_a_postgres_restart_is_retried_among_two_workers(
         project.release()
         wait_until(lambda: sum(e["event"] == "search" and e["life"] == life for e in project.events()) >= N_QUERIES
                    or not all(w.alive() for w in workers), "the variant's batch is answered")
-        time.sleep(3.0)  # its result is recorded meanwhile (the workers' heartbeats are turned away too)
+        time.sleep(3.0)  # a restart's few seconds: the workers' heartbeats are turned away too
+        refused = pg_outage.refused
         pg_outage.up()
         dones = [w.wait() for w in workers]
     finally:
@@ -269,24 +278,19 @@ def test_a_variant_failed_by_a_postgres_restart_is_retried_among_two_workers(
         project.release()
         pg_outage.up()
     trials = project.trials()
-    firsts = [t for t in trials if t.user_attrs.get("variant") == VARIANT and "failed_trial" not in t.system_attrs]
-    first = firsts[0] if firsts else None
-    reason = str(first.user_attrs.get("fail_reason", "")) if first is not None else ""
-    retry = next((t for t in trials if first is not None and t.system_attrs.get("failed_trial") == first.number), None)
-    listed = retry is not None and any(f"#{first.number} ({VARIANT}) retried as #{retry.number}" in d.output
-                                       and "trials failed for an infrastructure reason" in d.output for d in dones)
+    variants = [t for t in trials if t.user_attrs.get("variant") == VARIANT]
     record = fault_log.add(judge("postgres-restart", assess(project, calibration), {
         "no traceback": not any("Traceback" in d.stderr for d in dones),
         "both workers exit 0": [d.returncode for d in dones] == [0, 0],
         "locks free": project.locks_free(),
     }, injections={"two workers, the variant's trial": {
         "connections cut": cut > 0,
-        "the variant's trial failed for an infrastructure reason": first is not None and first.state.name == "FAIL"
-        and reason.startswith("infrastructure: the study's storage failed: "),
-        "its reason names the retry": retry is not None and reason.endswith(f"(retried as trial #{retry.number})"),
-        "the retry is the variant, COMPLETE": retry is not None and retry.state.name == "COMPLETE"
-        and retry.user_attrs.get("variant") == VARIANT and assignment_depth(retry) == VARIANT_DEPTH,
-        "a worker's summary lists it": listed,
+        "the workers met the outage": refused > 0,
+        "the variant's trial COMPLETE, once": [t.state.name for t in variants] == ["COMPLETE"]
+        and assignment_depth(variants[0]) == VARIANT_DEPTH,
+        "no trial failed": "FAIL" not in states(trials),
+        "no infrastructure failure listed": not any("trials failed for an infrastructure reason" in d.output
+                                                    for d in dones),
         "n_trials COMPLETE": states(trials).count("COMPLETE") >= N_TRIALS,
     }}))
     assert_survived(record)
@@ -330,3 +334,57 @@ def test_a_database_away_past_the_retries_ends_in_one_line_and_the_next_start_re
         "locks free": project.locks_free(),
     }, injections={f"{command[0]}, away past the retries": {}}))
     assert_survived(record)
+
+
+def _calls_during_an_outage(outage: PgOutage, storage: Any, away_s: float = 2.0) -> dict[str, Any]:
+    """Take the database away, make calls anywhere in the trial core would make (a
+    pruner's report, its read of the study, a user attribute, a trial read), bring the
+    database back ``away_s`` later; what the calls returned, or the error they raised."""
+    import threading
+
+    import optuna
+
+    study = optuna.create_study(study_name="riding", storage=storage, load_if_exists=True)
+    trial = study.ask()
+    got: dict[str, Any] = {}
+
+    def calls() -> None:
+        try:
+            trial.report(0.5, step=1)
+            got["should_prune"] = trial.should_prune()
+            trial.set_user_attr("phase", "measured")
+            got["trials"] = [(t.number, t.intermediate_values, t.user_attrs) for t in study.get_trials()]
+        except Exception as exc:  # noqa: BLE001 - what the test reports
+            from tuner.study.storage.transient import is_transient_storage_error
+
+            got["error"] = f"{type(exc).__name__}: {exc}".splitlines()[0]
+            got["lost connection"] = is_transient_storage_error(exc)
+
+    outage.down()
+    caller = threading.Thread(target=calls)
+    caller.start()
+    time.sleep(away_s)
+    outage.up()
+    caller.join(timeout=60)
+    return got
+
+
+def test_the_storage_rides_out_a_restart_under_every_call_the_trial_core_makes(pg_outage: PgOutage) -> None:
+    # the CI failure of stop 34: a worker's pruner report met a connection cut mid-trial;
+    # nothing retried it, and the worker ended with "unreachable" while the server was back
+    from tuner.study.storage.database import rdb_storage
+
+    riding = rdb_storage(pg_outage.url, engine_kwargs={"pool_pre_ping": True})
+    got = _calls_during_an_outage(pg_outage, riding)
+    assert "error" not in got, got
+    assert got["should_prune"] is False
+    assert got["trials"] == [(0, {1: 0.5}, {"phase": "measured"})]
+
+
+def test_optunas_own_storage_fails_the_same_calls(pg_outage: PgOutage) -> None:
+    # the control: the test above sees a real outage (Optuna alone raises at once)
+    import optuna
+
+    plain = optuna.storages.RDBStorage(pg_outage.url, engine_kwargs={"pool_pre_ping": True})
+    got = _calls_during_an_outage(pg_outage, plain)
+    assert got.get("lost connection") is True, got

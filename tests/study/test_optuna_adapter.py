@@ -128,3 +128,15 @@ def test_no_other_module_uses_optunas_private_names() -> None:
         if PRIVATE.search(line)
     ]
     assert found == []
+
+
+def test_the_calls_safe_to_repeat_are_rdb_storage_methods_and_the_riding_storage_wraps_them() -> None:
+    from tuner.optuna_adapter import RDB_CALLS_SAFE_TO_REPEAT
+    from tuner.study.storage.database import riding_rdb_storage_class
+
+    riding = riding_rdb_storage_class()
+    missing = [n for n in RDB_CALLS_SAFE_TO_REPEAT if not callable(getattr(optuna.storages.RDBStorage, n, None))]
+    assert missing == []
+    assert all(getattr(riding, n) is not getattr(optuna.storages.RDBStorage, n) for n in RDB_CALLS_SAFE_TO_REPEAT)
+    # the cache layer reads trials through _get_trials: the riding storage must be the one it wraps
+    assert issubclass(riding, optuna.storages.RDBStorage)

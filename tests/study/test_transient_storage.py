@@ -7,7 +7,7 @@ import optuna
 import pytest
 import sqlalchemy as sa
 
-from tuner.study.storage.study_storage import is_transient_storage_error, retry_transient
+from tuner.study.storage.transient import is_transient_storage_error, retry_transient
 
 
 def lost_connection() -> Exception:
@@ -95,7 +95,8 @@ def test_a_workers_check_between_trials_rides_through_a_lost_connection(monkeypa
 
 def test_a_database_away_past_the_retries_is_one_line_that_says_what_is_kept_and_how_to_resume() -> None:
     from tuner.errors import DatabaseUnreachable, StudyError
-    from tuner.study.storage.study_storage import RETRY_WAIT_S, database_unreachable
+    from tuner.study.storage.study_storage import database_unreachable
+    from tuner.study.storage.transient import RETRY_WAIT_S
 
     def away(exc: BaseException) -> DatabaseUnreachable | None:
         return database_unreachable(exc, study="s", url="postgresql://u:secret@db:5432/optuna",
@@ -113,14 +114,28 @@ def test_a_database_away_past_the_retries_is_one_line_that_says_what_is_kept_and
 
 
 def test_retry_wait_s_is_what_retry_transient_waits(monkeypatch: pytest.MonkeyPatch) -> None:
-    from tuner.study.storage import study_storage
+    from tuner.study.storage import transient
 
     slept: list[float] = []
-    monkeypatch.setattr(study_storage.time, "sleep", slept.append)
+    monkeypatch.setattr(transient.time, "sleep", slept.append)
 
     def down() -> None:
         raise lost_connection()
 
     with pytest.raises(sa.exc.OperationalError):
         retry_transient(down)
-    assert sum(slept) == pytest.approx(study_storage.RETRY_WAIT_S)
+    assert sum(slept) == pytest.approx(transient.RETRY_WAIT_S)
+
+
+def test_nested_retries_do_not_multiply_their_waits() -> None:
+    # the storage's calls ride out a lost connection, and so do the loop's steps around
+    # them: nested, only the outermost retries (else 8 x 8 attempts, 9 s x 8 of waiting)
+    inner_calls = []
+
+    def inner() -> None:
+        inner_calls.append(1)
+        raise lost_connection()
+
+    with pytest.raises(sa.exc.OperationalError):
+        retry_transient(lambda: retry_transient(inner, first_wait_s=0.001), attempts=3, first_wait_s=0.001)
+    assert len(inner_calls) == 3

@@ -6,7 +6,9 @@ only assembles them and turns TunerError into a one-line message and exit code.
 
 from __future__ import annotations
 
+import os
 import sys
+import traceback
 
 import typer
 
@@ -83,6 +85,9 @@ def main(argv: list[str] | None = None) -> None:
 
 def _fail(exc: TunerError) -> None:
     from tuner.secrets import redact_text
+
+    if os.environ.get("TUNER_TRACEBACK"):  # for a bug report: where the error came from
+        traceback.print_exception(exc, file=sys.stderr)
 
     typer.secho(f"error: {redact_text(str(exc))}", err=True, fg=typer.colors.RED)  # last line of defence
     sys.exit(exc.exit_code)

@@ -26,7 +26,8 @@ from tuner.study.stop import StopFlag
 from tuner.study.storage.queue import count_counted
 from tuner.study.storage.retry import InfraFailure, queue_retry
 from tuner.study.storage.stale import Unbeaten
-from tuner.study.storage.study_storage import ATTR_REPLICA, is_transient_storage_error, retry_transient
+from tuner.study.storage.study_storage import ATTR_REPLICA
+from tuner.study.storage.transient import is_transient_storage_error, retry_transient
 from tuner.study.trial.attrs import ATTR_FAIL_REASON, ATTR_VARIANT
 from tuner.study.trial.failures import not_retried_reason, retried_reason
 from tuner.study.trial.outcome import TrialOutcome

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import hashlib
 import os
 import time
@@ -56,10 +57,48 @@ def rdb_storage(url: str, **rdb_kwargs: Any) -> optuna.storages.RDBStorage:
     import optuna
 
     url = sqlalchemy_url(url)
+    # A database server can restart under a study: its storage rides that out (see
+    # RidingRDBStorage). A SQLite file has no connection to lose; its OperationalErrors
+    # (a full disk) are not waited on.
+    kind = optuna.storages.RDBStorage if url.startswith("sqlite") else riding_rdb_storage_class()
     with database_lock(url, engine_kwargs=rdb_kwargs.get("engine_kwargs")), warnings.catch_warnings():
         # heartbeat_interval has been "experimental" since optuna 2.9 and is relied upon.
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        return optuna.storages.RDBStorage(url, **rdb_kwargs)
+        return kind(url, **rdb_kwargs)
+
+
+@functools.cache
+def riding_rdb_storage_class() -> type[optuna.storages.RDBStorage]:
+    """``RidingRDBStorage``: Optuna's RDBStorage whose calls that are safe to repeat
+    (tuner.optuna_adapter.RDB_CALLS_SAFE_TO_REPEAT) wait out a lost connection
+    (tuner.study.storage.transient.retry_transient, 9 s): a database restart mid-trial
+    met a pruner's report or a best-trial read that nothing retried, and ended a worker
+    with "unreachable" a second after the server was back. Built on first use (Optuna is
+    imported late here); also the module attribute ``RidingRDBStorage``, so a pickled
+    storage finds its class."""
+    import optuna
+
+    from tuner.optuna_adapter import RDB_CALLS_SAFE_TO_REPEAT
+    from tuner.study.storage.transient import retry_transient
+
+    def riding(name: str) -> Any:
+        base = getattr(optuna.storages.RDBStorage, name)
+
+        @functools.wraps(base)
+        def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+            return retry_transient(lambda: base(self, *args, **kwargs))
+
+        return call
+
+    namespace: dict[str, Any] = {name: riding(name) for name in RDB_CALLS_SAFE_TO_REPEAT}
+    namespace.update(__module__=__name__, __qualname__="RidingRDBStorage", __doc__=riding_rdb_storage_class.__doc__)
+    return type("RidingRDBStorage", (optuna.storages.RDBStorage,), namespace)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "RidingRDBStorage":
+        return riding_rdb_storage_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @contextlib.contextmanager

@@ -12,12 +12,11 @@ more than one worker (queued trials race there, optuna issues 4621, 4002);
 from __future__ import annotations
 
 import hashlib
-import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal
 
 import optuna
 from sqlalchemy import text
@@ -27,11 +26,11 @@ from tuner.dburl import redact, sqlalchemy_url
 from tuner.errors import DatabaseUnreachable, StudyError
 from tuner.optuna_adapter import rdb_engine
 from tuner.study.storage.database import rdb_storage
+from tuner.study.storage.transient import RETRY_WAIT_S, is_transient_storage_error
 
 if TYPE_CHECKING:
     from tuner.config.experiment import Experiment
 
-T = TypeVar("T")
 
 ATTR_ENQUEUED = "tuner.initial_trials_enqueued"
 ATTR_ARTIFACT_DIR = "tuner.artifact_dir"
@@ -167,22 +166,6 @@ def make_storage(url: str, settings: WorkerSettings | None = None) -> optuna.sto
         ) from exc
 
 
-def is_transient_storage_error(exc: BaseException) -> bool:
-    """A database error a retry can cure: the connection was lost (a server restart, a
-    terminated backend, a network blip), anywhere in the exception's cause chain (Optuna
-    wraps a failed commit in StorageInternalError)."""
-    import sqlalchemy as sa
-
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, sa.exc.OperationalError) or (
-            isinstance(seen, sa.exc.DBAPIError) and seen.connection_invalidated
-        ):
-            return True
-        seen = seen.__cause__ or seen.__context__
-    return False
-
-
 def database_unreachable(
     exc: BaseException, *, study: str, url: str, kept: str, resume: str
 ) -> DatabaseUnreachable | None:
@@ -204,31 +187,6 @@ def database_unreachable(
         f"study {study!r}: its database {redact(url)} is unreachable ({why}) for longer than the "
         f"~{RETRY_WAIT_S:g} s the tuner waits out; kept: {kept}; once it answers again, {resume}"
     )
-
-
-#: the seconds retry_transient's defaults wait in all (0.2 + 0.4 + 0.8 + 1.6 + 2 + 2 + 2
-#: between its 8 attempts): what the loop's own calls ride out of a database away
-RETRY_WAIT_S = 9
-
-
-def retry_transient(fn: Callable[[], T], *, attempts: int = 8, first_wait_s: float = 0.2, max_wait_s: float = 2.0) -> T:
-    """``fn()``, again after a transient database error (is_transient_storage_error), up to
-    ``attempts`` times with doubling waits of at most ``max_wait_s``; any other error, or
-    the last one, is raised. ``fn`` must be safe to repeat (idempotent writes).
-
-    The defaults wait 9 s in all (0.2, 0.4, 0.8, 1.6, then 2 s): a PostgreSQL restart keeps
-    the server away for seconds, and 5 attempts (3 s) left a worker's loop raising a
-    traceback while the database came back (the fault suite's two-worker restart)."""
-    wait = first_wait_s
-    for attempt in range(1, attempts + 1):
-        try:
-            return fn()
-        except Exception as exc:
-            if attempt == attempts or not is_transient_storage_error(exc):
-                raise
-        time.sleep(wait)
-        wait = min(wait * 2, max_wait_s)
-    raise AssertionError("unreachable")
 
 
 @contextmanager

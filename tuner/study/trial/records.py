@@ -35,7 +35,7 @@ from tuner.files import atomic_write_bytes, atomic_write_text, overwrite_in_plac
 from tuner.report.tracking import Tracker
 from tuner.study.gates.sweep_table import slim_sweep
 from tuner.study.notes import Links, publish_study, trial_note, write_note
-from tuner.study.storage.study_storage import retry_transient
+from tuner.study.storage.transient import retry_transient
 from tuner.study.trial.applied_params import record_applied_params
 from tuner.study.trial.attrs import (
     ATTR_APPLIED,

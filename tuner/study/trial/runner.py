@@ -44,7 +44,6 @@ tuner.study.trial.outcome, the stop flag in tuner.study.stop.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -59,7 +58,6 @@ from tuner.report.tracking import Tracker
 from tuner.study.notes import Links
 from tuner.study.stop import StopFlag
 from tuner.study.storage.result_cache import CachedResult, CacheKey, ResultCache
-from tuner.study.storage.study_storage import is_transient_storage_error
 from tuner.study.trial.attrs import ATTR_ASSIGNMENT, ATTR_CACHED_FROM, set_record
 from tuner.study.trial.bookkeeping import Bookkeeper, OptunaArtifacts
 from tuner.study.trial.cache_lookup import CacheLookup
@@ -160,19 +158,9 @@ class TrialRunner:
 
     def begin(self, trial: optuna.Trial) -> TrialJob:
         """Suggest, render and look up the cache; never touches the backend. A connection
-        to the study's database lost while the params are recorded (before anything else
-        is started for the trial) is retried: suggesting the same names again gives the
-        same values."""
-        wait = 0.2
-        for _ in range(4):
-            job = self._begin_once(trial)
-            if job.error is None or job.run_id is not None or not is_transient_storage_error(job.error):
-                return job
-            time.sleep(wait)
-            wait *= 2
-        return job
-
-    def _begin_once(self, trial: optuna.Trial) -> TrialJob:
+        to the study's database lost while the params are recorded is ridden out by the
+        storage itself (tuner.study.storage.transient); past that, the trial fails for an
+        infrastructure reason and the loop queues it again."""
         job = TrialJob(trial, TrialOutcome(number=trial.number, state="FAIL"))
         out = job.out
         try:
