@@ -41,7 +41,7 @@ _PG_LOCK_KEY = int.from_bytes(hashlib.blake2b(_LOCK_NAME.encode(), digest_size=8
 _SQLITE_POLL_S = 0.05
 
 
-def rdb_storage(url: str, **rdb_kwargs: Any) -> optuna.storages.RDBStorage:
+def rdb_storage(url: str, *, existing: bool = False, **rdb_kwargs: Any) -> optuna.storages.RDBStorage:
     """``optuna.storages.RDBStorage(sqlalchemy_url(url), **rdb_kwargs)``, built while
     holding `database_lock`.
 
@@ -52,7 +52,9 @@ def rdb_storage(url: str, **rdb_kwargs: Any) -> optuna.storages.RDBStorage:
     (SQLite). Under the lock the first process creates the schema and the others find
     it. ``rdb_kwargs`` go to RDBStorage unchanged (engine_kwargs, heartbeat_interval,
     grace_period, heartbeat_stale_trial_callback, ...). Connection errors propagate as
-    SQLAlchemy raises them; a lock not obtained raises StudyError.
+    SQLAlchemy raises them; a lock not obtained raises StudyError. ``existing``: the
+    schema is there already (a command reading a study a run made): no lock, no table
+    creation, no schema version check (alembic reading its migration scripts).
     """
     import optuna
 
@@ -61,6 +63,10 @@ def rdb_storage(url: str, **rdb_kwargs: Any) -> optuna.storages.RDBStorage:
     # RidingRDBStorage). A SQLite file has no connection to lose; its OperationalErrors
     # (a full disk) are not waited on.
     kind = optuna.storages.RDBStorage if url.startswith("sqlite") else riding_rdb_storage_class()
+    if existing:  # no schema to create or check
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return kind(url, skip_compatibility_check=True, skip_table_creation=True, **rdb_kwargs)
     with database_lock(url, engine_kwargs=rdb_kwargs.get("engine_kwargs")), warnings.catch_warnings():
         # heartbeat_interval has been "experimental" since optuna 2.9 and is relied upon.
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)

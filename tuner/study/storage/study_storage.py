@@ -218,12 +218,20 @@ def storage_lock(storage: optuna.storages.BaseStorage, name: str, timeout_s: flo
 
 
 def load_study(experiment: Experiment) -> optuna.Study:
-    """The experiment's existing study (StudyError when it has not been run yet)."""
+    """The experiment's existing study (StudyError when it has not been run yet). Opened
+    as a study a run made (no schema creation or version check: the commands that read
+    a study answer sooner); a database without the schema, or with an old one, gets
+    Optuna's full open and its message."""
+    missing = StudyError(
+        f"no study {experiment.study!r} in {redact(experiment.storage)}; run `tuner run {experiment.source}` first"
+    )
     try:
-        from tuner.dburl import redact, sqlalchemy_url
-
+        return optuna.load_study(study_name=experiment.study, storage=rdb_storage(experiment.storage, existing=True))
+    except KeyError as exc:
+        raise missing from exc
+    except Exception:  # noqa: BLE001 - no schema yet, or an old one: the full open below says which
+        pass
+    try:
         return optuna.load_study(study_name=experiment.study, storage=sqlalchemy_url(experiment.storage))
     except KeyError as exc:
-        raise StudyError(
-            f"no study {experiment.study!r} in {redact(experiment.storage)}; run `tuner run {experiment.source}` first"
-        ) from exc
+        raise missing from exc
