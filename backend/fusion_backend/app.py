@@ -164,6 +164,24 @@ def create_app(state: ServiceState, on_load_failure: Callable[[], None]) -> Star
             answer["explain"] = outcome.explain
         return JSONResponse(answer, headers=headers)
 
+    async def azure_search(request: Request) -> JSONResponse:
+        # numpy and the route's models load on first use, after the port is bound
+        from .azure import AzureError, hybrid_search, parse_body
+
+        try:
+            try:
+                payload = await request.json()
+            except ValueError as exc:
+                raise AzureError("The request body is not valid JSON") from exc
+            body = parse_body(payload)
+            served = state.current  # once, as /search
+            if served is None:
+                raise AzureError("The index is loading; retry when GET /health answers 200", "ServiceUnavailable", 503)
+            answer = await run_in_threadpool(hybrid_search, served.index, served.cfg, body)
+        except AzureError as exc:
+            return JSONResponse(exc.to_json(), status_code=exc.status)
+        return JSONResponse(answer)
+
     return Starlette(
         routes=[
             Route("/health", health, methods=["GET"]),
@@ -171,6 +189,8 @@ def create_app(state: ServiceState, on_load_failure: Callable[[], None]) -> Star
             Route("/admin/config", put_config, methods=["PUT"]),
             Route("/admin/reload", admin_reload, methods=["POST"]),
             Route("/search", search, methods=["POST"]),
+            # Azure AI Search's hybrid query shape (azure.py); api-version is accepted and ignored
+            Route("/indexes/{index}/docs/search", azure_search, methods=["POST"]),
         ],
         lifespan=lifespan,
     )
