@@ -20,7 +20,7 @@ import contextlib
 import datetime as dt
 import uuid
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from starlette.applications import Starlette
@@ -29,7 +29,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from .reload import ServiceState
+from .config import with_overrides
+from .errors import ConfigError
+from .reload import Served, ServiceState
+
+if TYPE_CHECKING:
+    from .search import SearchOutcome
 
 REQUEST_ID_HEADER = "X-Request-ID"
 
@@ -49,6 +54,9 @@ class SearchBody(BaseModel):
     #: true: the response carries ``explain``, every date tier's per-source candidate
     #: lists with raw scores (what a client needs to replay another fusion setting)
     explain: bool = False
+    #: a partial config (config.yaml's keys) merged over the served one for this request
+    #: only (config.with_overrides); the answer's ``config_hash`` is the merged config's
+    overrides: dict[str, Any] | None = None
 
     @field_validator("date_from", "date_to", "now", mode="before")
     @classmethod
@@ -102,7 +110,23 @@ def create_app(state: ServiceState, on_load_failure: Callable[[], None]) -> Star
         )
 
     async def admin_config(_: Request) -> JSONResponse:
-        return JSONResponse(state.cfg.to_json())
+        served = state.current
+        cfg = served.cfg if served is not None else state.cfg
+        # The ETag is the config hash (/health's config_hash), quoted as RFC 9110 wants.
+        return JSONResponse(cfg.to_json(), headers={"ETag": f'"{cfg.hash()}"'})
+
+    async def put_config(request: Request) -> JSONResponse:
+        try:
+            doc = await request.json()
+        except ValueError:
+            return JSONResponse(
+                {"detail": "body is not valid JSON: send the whole config, as GET /admin/config returns it"},
+                status_code=422,
+            )
+        # In a worker thread, as a reload: a rebuild must not hold up the event loop.
+        status, body = await run_in_threadpool(state.put_config_logged, doc, request.headers.get("If-Match"))
+        headers = {"ETag": f'"{body["config_hash"]}"'} if status == 200 else None
+        return JSONResponse(body, status_code=status, headers=headers)
 
     async def admin_reload(_: Request) -> JSONResponse:
         # In a worker thread: an index rebuild (or a reload waiting for the lock) must
@@ -123,7 +147,10 @@ def create_app(state: ServiceState, on_load_failure: Callable[[], None]) -> Star
                 status_code=503,
                 headers={**headers, "Retry-After": "1"},
             )
-        outcome = await run_in_threadpool(served.searcher.search, _to_request(body))
+        try:
+            outcome, config_hash = await run_in_threadpool(_search_with, served, body)
+        except ConfigError as exc:
+            return JSONResponse({"detail": str(exc), "request_id": request_id}, status_code=422, headers=headers)
         answer = {
             "results": [h.to_json() for h in outcome.hits],
             "confidence": outcome.confidence,
@@ -131,17 +158,39 @@ def create_app(state: ServiceState, on_load_failure: Callable[[], None]) -> Star
             "handoff_reason": outcome.handoff_reason,
             "fallback_level": outcome.fallback_level,
             "request_id": request_id,
+            "config_hash": config_hash,
         }
         if outcome.explain is not None:
             answer["explain"] = outcome.explain
         return JSONResponse(answer, headers=headers)
 
+    async def azure_search(request: Request) -> JSONResponse:
+        # numpy and the route's models load on first use, after the port is bound
+        from .azure import AzureError, hybrid_search, parse_body
+
+        try:
+            try:
+                payload = await request.json()
+            except ValueError as exc:
+                raise AzureError("The request body is not valid JSON") from exc
+            body = parse_body(payload)
+            served = state.current  # once, as /search
+            if served is None:
+                raise AzureError("The index is loading; retry when GET /health answers 200", "ServiceUnavailable", 503)
+            answer = await run_in_threadpool(hybrid_search, served.index, served.cfg, body)
+        except AzureError as exc:
+            return JSONResponse(exc.to_json(), status_code=exc.status)
+        return JSONResponse(answer)
+
     return Starlette(
         routes=[
             Route("/health", health, methods=["GET"]),
             Route("/admin/config", admin_config, methods=["GET"]),
+            Route("/admin/config", put_config, methods=["PUT"]),
             Route("/admin/reload", admin_reload, methods=["POST"]),
             Route("/search", search, methods=["POST"]),
+            # Azure AI Search's hybrid query shape (azure.py); api-version is accepted and ignored
+            Route("/indexes/{index}/docs/search", azure_search, methods=["POST"]),
         ],
         lifespan=lifespan,
     )
@@ -170,7 +219,14 @@ def _describe(err: Any) -> str:
     return f"{where}: {msg}"
 
 
-def _to_request(body: SearchBody) -> Any:
-    from .search import SearchRequest
+def _search_with(served: Served, body: SearchBody) -> tuple[SearchOutcome, str]:
+    """The search on ``served``, or on ``served``'s index with the body's overrides
+    merged over its config: a new Searcher (a few dicts), never a new index. Returns
+    the outcome and the hash of the config it ran with; ConfigError for bad overrides."""
+    from .search import Searcher, SearchRequest  # numpy: after the port is bound
 
-    return SearchRequest(**body.model_dump())
+    request = SearchRequest(**body.model_dump(exclude={"overrides"}))
+    if not body.overrides:
+        return served.searcher.search(request), served.config_hash
+    cfg = with_overrides(served.cfg, body.overrides)
+    return Searcher(served.index, cfg).search(request), cfg.hash()

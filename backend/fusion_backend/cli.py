@@ -1,7 +1,8 @@
 """Command line: the only module that prints and sets exit codes (also for the data
 tools' ``__main__`` modules, through ``run_data_tool``).
 
-    fusion-backend serve --config PATH [--host H] [--port P]   # SIGHUP / POST /admin/reload re-read PATH
+    fusion-backend serve --config PATH [--host H] [--port P] [--config-store JSON]
+        # SIGHUP / POST /admin/reload re-read PATH (or the store, once PUT /admin/config wrote it)
     fusion-backend build-index --config PATH      # fill the index cache, then exit
     fusion-backend check-config --config PATH     # validate, print the effective config
 
@@ -63,8 +64,13 @@ def _serve(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     # The path as given (made absolute, symlinks not resolved): a reload re-reads it,
     # so a swapped symlink (a Kubernetes ConfigMap) is followed.
-    source = ConfigSource(args.config.absolute(), host=args.host, port=args.port)
+    store = args.config_store.absolute() if args.config_store is not None else None
+    source = ConfigSource(args.config.absolute(), host=args.host, port=args.port, store=store)
     cfg, fingerprint = source.read()
+    if store is not None and store.exists():
+        logging.getLogger("fusion_backend").info(
+            "serving the config store %s (PUT /admin/config), not %s", store, args.config
+        )
     return serve(source, cfg, fingerprint, access_log=args.access_log, log_level=args.log_level)
 
 
@@ -95,6 +101,11 @@ def _parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="serve the search API")
     serve.add_argument("--host", help="bind address (overrides server.host)")
     serve.add_argument("--port", type=int, help="port (overrides server.port)")
+    serve.add_argument(
+        "--config-store",
+        type=Path,
+        help="JSON file PUT /admin/config writes; when it exists it is served instead of --config (every key)",
+    )
     serve.add_argument("--access-log", action="store_true", help="log every request (off: it costs latency)")
     serve.add_argument(
         "--log-level", default="warning", choices=["debug", "info", "warning", "error"], help="uvicorn's log level"

@@ -13,6 +13,7 @@ import importlib.util
 import itertools
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -180,12 +181,76 @@ def _parse_config(path: Path, text: str, host: str | None, port: int | None) -> 
     raw = _parse_yaml(path, text)
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: the config must be a YAML mapping with keys data, sources, fusion, ...")
+    return _validated(raw, path.parent, lambda loc: f"{path}:{_line_of(raw, loc)}", host, port)
+
+
+def config_from_json(doc: Any, where: str, base: Path, *, host: str | None = None, port: int | None = None) -> Config:
+    """A config given as a JSON document (``PUT /admin/config``, the config store),
+    validated by exactly the rules a config file gets: one ``ConfigError`` line
+    ``<where>: <key>: <rule>``. Relative paths resolve against ``base``."""
+    if not isinstance(doc, dict):
+        raise ConfigError(f"{where}: the config must be a JSON object with keys data, sources, fusion, ...")
+    return _validated(doc, base, lambda loc: where, host, port)
+
+
+# What a request may override (``POST /search``'s ``overrides``): everything that only
+# changes how the candidates already retrieved are cut, combined and gated. The rest
+# (data.*, server.*, a source's type and index parameters, which sources exist) shapes
+# the index or the socket, which only a reload or PUT /admin/config may change.
+REQUEST_SECTIONS = ("fusion", "confidence", "citation", "fallback", "recency")
+REQUEST_SOURCE_KEYS = {"bm25": ("depth",), "dense": ("depth", "min_similarity", "enabled"), "run": ("depth",)}
+
+
+def with_overrides(cfg: Config, overrides: dict[str, Any], where: str = "overrides") -> Config:
+    """``cfg`` with ``overrides`` (a partial config, same keys) deep-merged over it,
+    validated by the config file's rules; ``ConfigError`` (one line naming the key)
+    for a bad value or a key that cannot be set per request."""
+    for key, value in overrides.items():
+        if key == "sources" and isinstance(value, dict):
+            for name, fields in value.items():
+                src = cfg.sources.get(name)
+                if src is None:
+                    raise ConfigError(
+                        f"{where}: sources.{name}: names no served source (served: {', '.join(cfg.sources)}); "
+                        "sources cannot be added per request"
+                    )
+                allowed = REQUEST_SOURCE_KEYS[src.type]
+                for field in fields if isinstance(fields, dict) else [None]:
+                    if field not in allowed:
+                        dotted = f"sources.{name}" + (f".{field}" if field is not None else "")
+                        raise ConfigError(
+                            f"{where}: {dotted}: cannot be set per request (it changes the index; "
+                            f"per request: sources.{name}.{{{', '.join(allowed)}}}); change it with "
+                            "PUT /admin/config or the config file and a reload"
+                        )
+        elif key not in REQUEST_SECTIONS and key in Config.model_fields:
+            raise ConfigError(
+                f"{where}: {key}: cannot be set per request (per request: {', '.join(REQUEST_SECTIONS)}, "
+                f"sources.<name>.depth / min_similarity); change it with PUT /admin/config or the config "
+                "file and a reload"
+            )
+    merged = deep_merge(cfg.to_json(), overrides)
+    return _validated(merged, cfg.data.corpus.parent, lambda loc: where, None, None)
+
+
+def deep_merge(base: dict[str, Any], layer: dict[str, Any]) -> dict[str, Any]:
+    """``layer`` over ``base``: mappings merge key by key, anything else replaces."""
+    out = dict(base)
+    for key, value in layer.items():
+        old = out.get(key)
+        out[key] = deep_merge(old, value) if isinstance(old, dict) and isinstance(value, dict) else value
+    return out
+
+
+def _validated(
+    raw: dict[str, Any], base: Path, where: Callable[[tuple[Any, ...]], str], host: str | None, port: int | None
+) -> Config:
     plain = json.loads(json.dumps(raw, default=str))  # ruamel's comment-carrying types -> plain
     try:
         cfg = Config.model_validate(plain)
     except ValidationError as exc:
-        raise ConfigError(_describe(path, raw, exc.errors()[0])) from exc
-    cfg = _resolve_paths(cfg, path.parent)
+        raise ConfigError(_describe(where, raw, exc.errors()[0])) from exc
+    cfg = _resolve_paths(cfg, base)
     if host is not None or port is not None:
         overrides = {k: v for k, v in (("host", host), ("port", port)) if v is not None}
         try:
@@ -197,7 +262,7 @@ def _parse_config(path: Path, text: str, host: str | None, port: int | None) -> 
     problem = _cross_check(cfg)
     if problem is not None:
         loc, rule = problem
-        raise ConfigError(f"{path}:{_line_of(raw, loc)}: {'.'.join(map(str, loc))}: {rule}")
+        raise ConfigError(f"{where(loc)}: {'.'.join(map(str, loc))}: {rule}")
     return cfg
 
 
@@ -273,7 +338,7 @@ def _cross_check(cfg: Config) -> tuple[tuple[str, ...], str] | None:
     return None
 
 
-def _describe(path: Path, raw: Any, err: Any) -> str:
+def _describe(where: Callable[[tuple[Any, ...]], str], raw: Any, err: Any) -> str:
     loc = _strip_tags(tuple(err["loc"]))
     key = ".".join(map(str, loc)) or "<root>"
     kind, msg = err["type"], err["msg"]
@@ -287,7 +352,7 @@ def _describe(path: Path, raw: Any, err: Any) -> str:
         rule = msg.removeprefix("Value error, ")
         if "input" in err and kind != "value_error" and not isinstance(err["input"], dict):
             rule += f" (got {err['input']!r})"
-    return f"{path}:{_line_of(raw, loc)}: {key}: {rule}"
+    return f"{where(loc)}: {key}: {rule}"
 
 
 def _strip_tags(loc: tuple[Any, ...]) -> tuple[Any, ...]:

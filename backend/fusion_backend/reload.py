@@ -23,8 +23,12 @@ snapshot served. ``config_fingerprint`` is the sha256 of the config file bytes p
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import json
 import logging
+import os
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -32,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .config import Config, RunSource, read_config
+from .config import Config, RunSource, config_from_json, read_config
 from .errors import BackendError, ConfigError, CorpusError
 
 if TYPE_CHECKING:
@@ -46,15 +50,60 @@ _KEPT = "the previous config stays in effect"
 
 @dataclass(frozen=True)
 class ConfigSource:
-    """The config file the server was started with, and its command-line overrides."""
+    """The config file the server was started with, its command-line overrides, and the
+    config store (``serve --config-store``) where ``PUT /admin/config`` keeps its document."""
 
     path: Path
     host: str | None = None
     port: int | None = None
+    store: Path | None = None
 
     def read(self) -> tuple[Config, str]:
-        """Validated config and the sha256 of the bytes parsed; ``ConfigError`` if bad."""
+        """Validated config and the sha256 of the bytes parsed; ``ConfigError`` if bad.
+        A config store that exists is the whole config: config.yaml is then not read."""
+        if self.store is not None and self.store.exists():
+            return self._read_store(self.store)
         return read_config(self.path, host=self.host, port=self.port)
+
+    def from_document(self, doc: Any) -> Config:
+        """A PUT document, validated as the config file would be (same --host/--port
+        overrides; relative paths resolve against config.yaml's directory)."""
+        return config_from_json(doc, "PUT /admin/config", self.path.parent, host=self.host, port=self.port)
+
+    def _read_store(self, store: Path) -> tuple[Config, str]:
+        try:
+            data = store.read_bytes()
+            doc = json.loads(data)
+        except OSError as exc:
+            raise ConfigError(f"{store}: cannot read the config store: {exc.strerror}") from exc
+        except ValueError as exc:
+            raise ConfigError(
+                f"{store}: the config store is not valid JSON ({exc}); fix it, or delete it to serve {self.path}"
+            ) from exc
+        cfg = config_from_json(doc, str(store), self.path.parent, host=self.host, port=self.port)
+        return cfg, hashlib.sha256(data).hexdigest()
+
+
+def document_bytes(cfg: Config) -> bytes:
+    """The JSON a PUT config is stored as (and fingerprinted by, stored or not)."""
+    return (json.dumps(cfg.to_json(), indent=2, sort_keys=True) + "\n").encode()
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` so a reader (or a crash) sees the old file or the new
+    one, never a part: a temporary file in the same directory, fsync, rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 @dataclass(frozen=True)
@@ -147,45 +196,34 @@ class ServiceState:
         )
         return 200, answer
 
+    def put_config_logged(self, doc: Any, if_match: str | None) -> tuple[int, dict[str, Any]]:
+        """``put_config`` as ``(HTTP status, JSON body)`` (a refusal: ``{"detail": ...}``),
+        its outcome logged as one line; never raises."""
+        try:
+            answer = self.put_config(doc, if_match)
+        except ReloadRefused as exc:
+            log.warning("PUT /admin/config refused [%d]: %s", exc.status, exc)
+            return exc.status, {"detail": str(exc)}
+        except Exception as exc:
+            log.exception("PUT /admin/config crashed; %s", _KEPT)
+            return 500, {"detail": f"PUT /admin/config crashed: {type(exc).__name__}: {exc} ({_KEPT}; see the log)"}
+        log.info(
+            "PUT /admin/config: serving config %s; changed: %s; index rebuilt: %s; stored: %s",
+            answer["config_hash"][:12],
+            ", ".join(answer["changed"]) or "nothing",
+            "yes" if answer["index_rebuilt"] else "no",
+            "yes" if answer["stored"] else "no (until restart or reload)",
+        )
+        return 200, answer
+
     def _reload(self) -> dict[str, Any]:
         started = time.perf_counter()
-        old = self.current
-        if old is None:
-            if self.error is not None:
-                raise ReloadRefused(
-                    503,
-                    f"the initial index load failed ({self.error}); the server is stopping: "
-                    "fix it and start the service again",
-                )
-            raise ReloadRefused(503, "the index is still loading: retry the reload when GET /health answers 200")
+        old = self._served_or_refuse("reload")
         try:
             cfg, fingerprint = self.source.read()
         except ConfigError as exc:
             raise ReloadRefused(400, f"config not reloaded: {exc}; fix the file and reload again ({_KEPT})") from exc
-        moved = [k for k in ("host", "port") if getattr(cfg.server, k) != getattr(old.cfg.server, k)]
-        if moved:
-            keys = ", ".join(f"server.{k}" for k in moved)
-            was = ", ".join(f"{getattr(old.cfg.server, k)} -> {getattr(cfg.server, k)}" for k in moved)
-            back = ", ".join(f"server.{k} back to {getattr(old.cfg.server, k)}" for k in moved)
-            raise ReloadRefused(
-                409,
-                f"restart needed: {keys} changed ({was}); restart the service to apply it, "
-                f"or set {back} to reload the other keys ({_KEPT})",
-            )
-        try:
-            served, rebuilt = build_served(cfg, fingerprint, previous=old)
-        except BackendError as exc:
-            raise ReloadRefused(
-                400,
-                f"config not reloaded: its index could not be loaded: {exc}; fix the data or "
-                f"the config and reload again ({_KEPT})",
-            ) from exc
-        except Exception as exc:
-            log.exception("index load for a reload crashed")
-            raise ReloadRefused(
-                500,
-                f"config not reloaded: index load crashed: {type(exc).__name__}: {exc} ({_KEPT}; see the service log)",
-            ) from exc
+        served, rebuilt = self._build(old, cfg, fingerprint, "reloaded", "reload")
         self.current = served  # the swap: one reference assignment
         self.reloads += 1
         return {
@@ -195,6 +233,91 @@ class ServiceState:
             "changed": changed_keys(old.cfg.to_json(), cfg.to_json()),
             "seconds": round(time.perf_counter() - started, 4),
         }
+
+    def put_config(self, doc: Any, if_match: str | None) -> dict[str, Any]:
+        """Serve the JSON config ``doc`` (``PUT /admin/config``) as a reload would: same
+        validation, same index reuse or rebuild, the same one-assignment swap; with a
+        config store, the document is written there (atomically) before the swap.
+        ``ReloadRefused`` (422 invalid, 412 If-Match, 409 server, 400 index) leaves
+        everything as it was."""
+        with self._lock:
+            started = time.perf_counter()
+            old = self._served_or_refuse("PUT")
+            if if_match is not None and not etag_matches(if_match, old.config_hash):
+                raise ReloadRefused(
+                    412,
+                    f'If-Match {if_match} is not the served config\'s ETag (now "{old.config_hash}"): '
+                    f"the config changed since you read it; GET /admin/config again and reapply your change ({_KEPT})",
+                )
+            try:
+                cfg = self.source.from_document(doc)
+            except ConfigError as exc:
+                raise ReloadRefused(422, f"config not applied: {exc} ({_KEPT})") from exc
+            data = document_bytes(cfg)
+            served, rebuilt = self._build(old, cfg, hashlib.sha256(data).hexdigest(), "applied", "PUT")
+            store = self.source.store
+            if store is not None:
+                try:
+                    write_atomically(store, data)
+                except OSError as exc:
+                    raise ReloadRefused(
+                        500, f"config not applied: cannot write the config store {store}: {exc.strerror} ({_KEPT})"
+                    ) from exc
+            self.current = served
+            self.reloads += 1
+            return {
+                "config_hash": served.config_hash,
+                "changed": changed_keys(old.cfg.to_json(), cfg.to_json()),
+                "index_rebuilt": rebuilt,
+                "stored": store is not None,
+                "config_fingerprint": served.config_fingerprint,
+                "seconds": round(time.perf_counter() - started, 4),
+            }
+
+    def _served_or_refuse(self, what: str) -> Served:
+        old = self.current
+        if old is not None:
+            return old
+        if self.error is not None:
+            raise ReloadRefused(
+                503,
+                f"the initial index load failed ({self.error}); the server is stopping: "
+                "fix it and start the service again",
+            )
+        raise ReloadRefused(503, f"the index is still loading: retry the {what} when GET /health answers 200")
+
+    def _build(self, old: Served, cfg: Config, fingerprint: str, done: str, again: str) -> tuple[Served, bool]:
+        """The snapshot for ``cfg`` (not yet swapped in), or ``ReloadRefused``."""
+        moved = [k for k in ("host", "port") if getattr(cfg.server, k) != getattr(old.cfg.server, k)]
+        if moved:
+            keys = ", ".join(f"server.{k}" for k in moved)
+            was = ", ".join(f"{getattr(old.cfg.server, k)} -> {getattr(cfg.server, k)}" for k in moved)
+            back = ", ".join(f"server.{k} back to {getattr(old.cfg.server, k)}" for k in moved)
+            raise ReloadRefused(
+                409,
+                f"restart needed: {keys} changed ({was}); restart the service to apply it, "
+                f"or set {back} to {again} the other keys ({_KEPT})",
+            )
+        try:
+            return build_served(cfg, fingerprint, previous=old)
+        except BackendError as exc:
+            raise ReloadRefused(
+                400,
+                f"config not {done}: its index could not be loaded: {exc}; fix the data or "
+                f"the config and {again} again ({_KEPT})",
+            ) from exc
+        except Exception as exc:
+            log.exception("index load for a %s crashed", again)
+            raise ReloadRefused(
+                500,
+                f"config not {done}: index load crashed: {type(exc).__name__}: {exc} ({_KEPT}; see the service log)",
+            ) from exc
+
+
+def etag_matches(if_match: str, config_hash: str) -> bool:
+    """RFC 9110 If-Match: ``*`` or a list of (strong or weak, quoted or bare) tags."""
+    tags = [t.strip().removeprefix("W/").strip('"') for t in if_match.split(",")]
+    return "*" in tags or config_hash in tags
 
 
 def build_served(cfg: Config, config_fingerprint: str, *, previous: Served | None) -> tuple[Served, bool]:

@@ -39,7 +39,8 @@ def test_search_response_shape_and_request_id_echo(backends: Backends) -> None:
     response = backend.search({"query": "leather sofa", "top_k": 3, "now": NOW}, headers={"X-Request-ID": "req-42"})
     body = response.json()
     assert response.headers["X-Request-ID"] == "req-42" and body["request_id"] == "req-42"
-    assert set(body) == {"results", "confidence", "handoff", "handoff_reason", "fallback_level", "request_id"}
+    assert set(body) == {"results", "confidence", "handoff", "handoff_reason", "fallback_level", "request_id",
+                         "config_hash"}
     assert body["handoff"] is False and body["handoff_reason"] is None  # the shipped threshold answers it
     assert 1 <= len(body["results"]) <= 3
     first = body["results"][0]
