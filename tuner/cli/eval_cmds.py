@@ -545,18 +545,17 @@ def labels_export_unjudged(
 ) -> None:
     """Write the report's unjudged (query, doc) pairs for graders, deduplicated."""
     from tuner.data.labels import LabelStore
-    from tuner.data.unjudged import export_unjudged
+    from tuner.data.unjudged import export_format, export_unjudged
     from tuner.report import load_report
 
-    if fmt is not None and fmt not in ("csv", "jsonl"):
-        raise InputError(f"--format {fmt!r}: use csv or jsonl")
+    kind = export_format(fmt)
     data = load_report(report)
     dataset_id = data["context"]["dataset_id"]
     texts = {q["query_id"]: q["query"] for q in data.get("queries") or []} or dict(data.get("query_texts") or {})
     if db is not None:
-        n = LabelStore(_existing_db(db)).export_unjudged(dataset_id, data["unjudged"], out, fmt=fmt, queries=texts)  # type: ignore[arg-type]
+        n = LabelStore(_existing_db(db)).export_unjudged(dataset_id, data["unjudged"], out, fmt=kind, queries=texts)
     else:
-        n = export_unjudged(data["unjudged"], out, fmt=fmt, queries=texts)  # type: ignore[arg-type]
+        n = export_unjudged(data["unjudged"], out, fmt=kind, queries=texts)
     if data.get("unjudged_depth"):
         _console().print(
             f"note: {report} is a slim trial report: it lists the unjudged hits down to rank "

@@ -46,12 +46,11 @@ def queue_command(
     """Export the unjudged top-k hits of the study's best trials for graders (deduplicated,
     most-shown first, with query and title)."""
     from tuner.config.experiment import load_experiment
-    from tuner.errors import InputError
+    from tuner.data.unjudged import export_format
     from tuner.ops.labelqueue import build_queue, load_trial_report, pick_trials, report_of, write_queue
     from tuner.study.storage.study_storage import load_study
 
-    if fmt is not None and fmt not in ("csv", "jsonl"):
-        raise InputError(f"--format {fmt!r}: use csv or jsonl")
+    kind = export_format(fmt)
     exp = load_experiment(experiment, check_paths=False)
     queries, store = _dataset(exp)
     trials = pick_trials(
@@ -64,7 +63,7 @@ def queue_command(
     reports = [load_trial_report(n, p) for n, p in with_reports if p is not None]
     known = store.qrels(queries.dataset_id) if queries.dataset_id in store.datasets() else {}
     items = build_queue(reports, k=k, qrels=known)
-    n = write_queue(items, out, fmt)  # type: ignore[arg-type]
+    n = write_queue(items, out, kind)
     console = Console()
     skipped = [num for num, p in with_reports if p is None]
     console.print(

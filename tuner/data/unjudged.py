@@ -15,6 +15,20 @@ from tuner.data.labelfiles import detect_format
 from tuner.errors import InputError
 from tuner.files import atomic_write_text
 
+#: the files graders get: CSV or JSONL (tuner labels export-unjudged, tuner label-queue)
+ExportFormat = Literal["csv", "jsonl"]
+
+
+def export_format(fmt: str | None) -> ExportFormat | None:
+    """A ``--format`` option as the writers take it (None: from the file's extension)."""
+    if fmt is None:
+        return None
+    if fmt == "csv":
+        return "csv"
+    if fmt == "jsonl":
+        return "jsonl"
+    raise InputError(f"--format {fmt!r}: use csv or jsonl")
+
 
 @dataclass(frozen=True, slots=True)
 class UnjudgedPair:

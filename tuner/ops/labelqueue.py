@@ -22,16 +22,16 @@ import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from tuner.data.labelfiles import detect_format, read_judgments
 from tuner.data.labels import ImportSummary, LabelStore
+from tuner.data.unjudged import ExportFormat
 from tuner.errors import InputError
 from tuner.files import atomic_write_text
 from tuner.ops import analysis
 from tuner.study.trial.attrs import reports_of
 
-QueueFormat = Literal["csv", "jsonl"]
 CSV_COLUMNS = ("query_id", "query", "doc_id", "title", "best_rank", "n_trials", "relevance")
 
 
@@ -135,7 +135,7 @@ def build_queue(
     return sorted(items.values(), key=lambda i: (-i.n_trials, i.best_rank, i.query_id, i.doc_id))
 
 
-def write_queue(items: Sequence[QueueItem], out: str | Path, fmt: QueueFormat | None = None) -> int:
+def write_queue(items: Sequence[QueueItem], out: str | Path, fmt: ExportFormat | None = None) -> int:
     """Write the queue atomically; CSV or JSONL (one object per query), ``relevance``
     left blank / null. Both import back with ``import_graded`` (and, fully graded,
     with ``tuner labels import``)."""

@@ -21,10 +21,14 @@ FUSION_PLOT_REPORT = "fusion_sweep_png"  # ... and of its plot
 FUSION_PLOT_FILE = "fusion_sweep.png"
 
 
+#: how a finished trial ended (what is told to Optuna)
+FinishedState = Literal["COMPLETE", "FAIL", "PRUNED"]
+
+
 @dataclass
 class TrialOutcome:
     number: int
-    state: Literal["COMPLETE", "FAIL", "PRUNED"]
+    state: FinishedState
     value: float | None = None
     assignment: dict[str, Any] = field(default_factory=dict)
     metrics: dict[str, float] = field(default_factory=dict)

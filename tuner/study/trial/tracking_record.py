@@ -43,7 +43,7 @@ from tuner.study.trial.attrs import (
     reports_of,
     trial_attr,
 )
-from tuner.study.trial.outcome import SOLVED_PREFIX, TrialOutcome
+from tuner.study.trial.outcome import SOLVED_PREFIX, FinishedState, TrialOutcome
 
 TAG_CACHE_NOTE = "tuner.cache_note"
 TAG_RECOVERED = "tuner.recovered"  # "optuna-record": logged from the Optuna trial after a killed run
@@ -94,15 +94,18 @@ def tracking_record(
     )
 
 
+_FINISHED: dict[str, FinishedState] = {"COMPLETE": "COMPLETE", "FAIL": "FAIL", "PRUNED": "PRUNED"}
+
+
 def outcome_of(trial: FrozenTrial) -> TrialOutcome:
     """The `TrialOutcome` a finished trial was told with, read back from its record."""
-    state = trial.state.name
-    if state not in ("COMPLETE", "FAIL", "PRUNED"):
-        raise ValueError(f"trial #{trial.number} is {state}: only a finished trial has an outcome")
+    state = _FINISHED.get(trial.state.name)
+    if state is None:
+        raise ValueError(f"trial #{trial.number} is {trial.state.name}: only a finished trial has an outcome")
     complete = trial.state == TrialState.COMPLETE
     return TrialOutcome(
         number=trial.number,
-        state=state,  # type: ignore[arg-type]
+        state=state,
         # a PRUNED trial's Optuna value is its last intermediate value, not a score
         value=float(trial.values[0]) if complete and trial.values else None,
         assignment=assignment_of(trial),
