@@ -95,7 +95,7 @@ def _setup(tmp_path: Path, variants: list[Any]) -> tuple[TrialRunner, FileState,
                          wait_healthy=target.wait_healthy, evaluator=SumEvaluator(target),  # type: ignore[arg-type]
                          trials_dir=tmp_path / "trials")
     prepared = SimpleNamespace(experiment=SimpleNamespace(baseline=True, variants=variants), space=space,
-                               patcher=patcher)
+                               patcher=patcher, found_documents=patcher.documents)
     study = optuna.create_study(direction="maximize")
     enqueue_initial(study, initial_variants(prepared))  # type: ignore[arg-type]
     record_config_seen(study, prepared)  # type: ignore[arg-type]

@@ -48,6 +48,9 @@ def apply_command(
     console = Console()
     quiet_libraries()
     exp = load_experiment(experiment)
+    if exp.target.channel == "request":  # nothing to write: the values travel in the request
+        _show_request_fragment(console, exp, trial=trial)
+        return
     if dry_run:  # reads only: never takes a lock, never replays a journal
         warn_pending_journal(console, exp)
         _apply(console, exp, trial=trial, dry_run=True, tolerance=tolerance, skip_checks=skip_checks, force=force)
@@ -69,6 +72,26 @@ def apply_command(
             )
             return
         _apply(console, exp, trial=trial, dry_run=False, tolerance=tolerance, skip_checks=skip_checks, force=force)
+
+
+def _show_request_fragment(console: Console, exp: Any, *, trial: int | None) -> None:
+    import json
+
+    from tuner.ops.apply import request_fragment
+
+    found = request_fragment(exp, trial_number=trial)
+    verdict = "feasible" if found.feasible else "INFEASIBLE"
+    console.print(
+        f"trial #{found.trial_number} ({exp.objective.metric} {found.expected:.4f}, {verdict}): target.channel is "
+        "request, so there is no file to write; set these values in the request your application sends "
+        "(the places target.request.bind names):",
+        soft_wrap=True,
+        highlight=False,
+        markup=False,
+    )
+    console.print(
+        json.dumps(found.fragment, indent=2, ensure_ascii=False), soft_wrap=True, highlight=False, markup=False
+    )
 
 
 def _apply(

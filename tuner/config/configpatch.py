@@ -105,11 +105,10 @@ def all_paths(doc: Any, prefix: str = "") -> list[str]:
 
 
 class ConfigPatcher:
-    """Patches a fixed list of YAML config files (the target's ``config_files``)."""
+    """Patches a fixed list of YAML config files (the target's ``config_files``; none with
+    ``target.channel: request``, whose values travel in the requests)."""
 
     def __init__(self, config_files: Sequence[Path | str], journal_path: Path | None = None) -> None:
-        if not config_files:
-            raise ConfigError("target.config_files is empty (name at least one config file)")
         self.files = [Path(f) for f in config_files]
         self.names = [display_path(f) for f in self.files]
         self.journal = Journal(journal_path) if journal_path is not None else None

@@ -142,8 +142,30 @@ class ReloadConfig(StrictModel):
         return self
 
 
+class RequestChannelConfig(StrictModel):
+    """``channel: request``: each trial's values travel in the search request itself
+    (tuner.evaluation.request_binding); no file is patched and nothing restarts."""
+
+    bind: dict[str, str] = Field(
+        min_length=1,
+        description=(
+            "Config key -> its place in evaluation.request: body.<dotted path> (a number indexes a list, "
+            "body.vectorQueries.1.weight), query.<parameter> or header.<name>. The value declared there is "
+            "the production value (the baseline)."
+        ),
+    )
+
+
 class TargetConfig(StrictModel):
-    config_files: list[Path] = Field(min_length=1)
+    config_files: list[Path] = Field(default_factory=list)
+    channel: Literal["file", "request"] = Field(
+        default="file",
+        description=(
+            "How a trial's values reach the backend: file (patch config_files, then reload or restart) "
+            "or request (bound into every search request: target.request.bind)."
+        ),
+    )
+    request: RequestChannelConfig | None = None
     inputs: list[str] = Field(
         default_factory=list,
         description="Data files the backend serves (paths, globs or directories); their content is part of "
@@ -165,6 +187,21 @@ class TargetConfig(StrictModel):
 
     @model_validator(mode="after")
     def _section_for_apply(self) -> TargetConfig:
+        if self.channel == "file" and not self.config_files:
+            raise ValueError(
+                "config_files: give the backend's config file(s) the tuner patches "
+                "(or channel: request with request.bind, for a backend that takes the values per request)"
+            )
+        if self.channel == "request":
+            if self.request is None:
+                raise ValueError(
+                    "channel: request needs request.bind: each tuned config key -> its place in "
+                    "evaluation.request (e.g. fusion.rrf_k: body.overrides.fusion.rrf_k)"
+                )
+            if self.reload is not None:
+                raise ValueError("channel: request changes no config to reload; remove target.reload")
+        elif self.request is not None:
+            raise ValueError("request.bind is read with channel: request only; set channel: request or remove it")
         if self.apply == "process" and self.process is None:
             raise ValueError("apply: process needs a process: section with a command")
         if self.apply == "docker" and self.docker is None:

@@ -140,6 +140,38 @@ def plan_apply(
     )
 
 
+@dataclass(frozen=True)
+class RequestFragment:
+    """``target.channel: request``: the chosen trial's values where the request carries
+    them (nothing to write: the application that sends the requests sets them)."""
+
+    trial_number: int
+    expected: float
+    feasible: bool
+    fragment: dict[str, Any]
+
+
+def request_fragment(experiment: Experiment, *, trial_number: int | None = None) -> RequestFragment:
+    """The chosen trial's values as the part of the request that carries them."""
+    from tuner.config.flatten import flatten
+    from tuner.study.trial.request_channel import binding_of
+
+    study = load_study(experiment)
+    prepared = prepare(experiment, recover_journal=False)
+    problem = labels_mismatch(study, experiment, prepared.labels_fingerprint)
+    if problem is not None:
+        raise LabelError(problem)
+    trial = pick_trial(study, trial_number, maximize=experiment.objective.maximize)
+    docs = prepared.found_documents()
+    assignment = prepared.space.as_found(assignment_of(trial) or prepared.space.suggest(trial), docs)
+    values: dict[str, Any] = {}
+    for per_file in prepared.space.edits(assignment).values():
+        values.update(flatten(per_file))
+    return RequestFragment(
+        trial.number, float(trial.values[0]), is_feasible(trial), binding_of(experiment).fragment(values)
+    )
+
+
 def config_seen(study: optuna.Study) -> dict[str, Any]:
     """The search space's keys as the study found them in the config (recorded at its
     first run; older studies: the baseline trial's assignment; else nothing)."""

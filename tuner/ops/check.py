@@ -56,6 +56,8 @@ def roundtrip_problem(prepared: Prepared) -> str | None:
     from tuner.errors import ConfigError
 
     space, patcher = prepared.space, prepared.patcher
+    if prepared.request_document is not None:
+        return None  # channel: request writes no file
     try:
         # verbatim=False: through the round trip although no value changes
         patcher.render(space.edits(space.current_assignment(patcher.documents())), verbatim=False)
@@ -180,7 +182,7 @@ def gate_values(prepared: Prepared) -> dict[str, Any]:
     names = sorted(space.post_retrieval)
     if not names:
         return {}
-    current = space.current_assignment(prepared.patcher.documents())
+    current = space.current_assignment(prepared.found_documents())
     return {space[n].path: current[n] for n in names if n in current}
 
 

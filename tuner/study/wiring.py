@@ -90,6 +90,16 @@ class Prepared:
     #: what the replay of a crash's restore journal restored, from whose journal (one line;
     #: None: no journal was replayed). A backend left up may still serve the crash's config.
     replayed: str | None = None
+    #: channel: request: the declared request's bound values as one config document
+    #: (tuner.study.trial.request_channel); None: the config files are the config
+    request_document: dict[str, Any] | None = None
+
+    def found_documents(self) -> list[Any]:
+        """The config as found, one document per config file (channel: request: the
+        declared request's bound values, as one document)."""
+        if self.request_document is not None:
+            return [self.request_document]
+        return list(self.patcher.documents())
 
 
 def prepare(experiment: Experiment, *, recover_journal: bool = True) -> Prepared:
@@ -126,7 +136,23 @@ def prepare(experiment: Experiment, *, recover_journal: bool = True) -> Prepared
 
             raise ConfigError(f"{experiment.source}: replay with solved gates needs objective.direction: maximize")
     patcher = ConfigPatcher(experiment.target.config_files, journal_path=experiment.journal_path)
-    warnings = list(experiment.warnings) + space.validate_against(patcher.documents(), patcher.names)
+    request_document = None
+    if experiment.target.channel == "request":
+        from tuner.study.trial.request_channel import request_document_of
+
+        if replay is not None:
+            from tuner.errors import ConfigError
+
+            raise ConfigError(
+                f"{experiment.source}: replay with target.channel: request is not supported yet; "
+                "remove replay (every trial then sends its values in its requests)"
+            )
+        request_document = request_document_of(experiment, space)
+        documents: list[Any] = [request_document]
+        names = ["evaluation.request"]
+    else:
+        documents, names = list(patcher.documents()), list(patcher.names)
+    warnings = list(experiment.warnings) + space.validate_against(documents, names)
     all_queries, qrels, labels_fp, dataset_note = load_dataset(experiment)
     if dataset_note:
         warnings.append(dataset_note)
@@ -146,6 +172,7 @@ def prepare(experiment: Experiment, *, recover_journal: bool = True) -> Prepared
         dataset_note=dataset_note,
         replay=replay,
         replayed=found.replayed_line(recovered) if found is not None else None,
+        request_document=request_document,
     )
 
 
@@ -199,7 +226,7 @@ def record_config_seen(study: optuna.Study, prepared: Prepared) -> None:
     file's own values, weights not normalised), so `tuner apply` can tell a hand edit
     made since then (tuner.ops.apply.find_drift)."""
     if ATTR_CONFIG_SEEN not in study.user_attrs:
-        current = prepared.space.current_assignment(prepared.patcher.documents())
+        current = prepared.space.current_assignment(prepared.found_documents())
         study.set_user_attr(ATTR_CONFIG_SEEN, json.loads(json.dumps(current, default=str)))
 
 
@@ -263,7 +290,7 @@ def gates_as_found(prepared: Prepared, study: optuna.Study) -> dict[str, GateRan
 
     seen = study.user_attrs.get(ATTR_CONFIG_SEEN)
     if not isinstance(seen, dict) and prepared.gates:
-        seen = prepared.space.current_assignment(prepared.patcher.documents())
+        seen = prepared.space.current_assignment(prepared.found_documents())
     return with_found(prepared.gates, seen or {})
 
 
@@ -275,7 +302,7 @@ def initial_variants(prepared: Prepared) -> list[Variant]:
     exp, space = prepared.experiment, prepared.space
     out: list[Variant] = []
     if exp.baseline:
-        current = space.current_assignment(prepared.patcher.documents())
+        current = space.current_assignment(prepared.found_documents())
         out.append(Variant("baseline", space.params_for(current)))
     for i, v in enumerate(exp.variants):
         out.append(Variant(v.name or f"shortlist-{i + 1}", space.params_for(v.values)))
@@ -388,8 +415,14 @@ def build_runner(
 
     # hashed at the first trial's cache lookup, re-checked (stat) before every later one
     inputs = InputsWatch(exp.target.inputs, root=exp.project_root) if exp.target.inputs else None
-    applier = None
-    if exp.target.reload is not None:
+    applier: Any = None
+    writer: Any = PatcherWriter(prepared.space, prepared.patcher)
+    if exp.target.channel == "request":
+        from tuner.study.trial.request_channel import RequestServe, request_writer_of
+
+        writer = request_writer_of(exp, prepared.space, evaluator.use_request)
+        applier = RequestServe(wait_healthy)
+    elif exp.target.reload is not None:
         from tuner.targets.reload import ConfigApplier
 
         # what the backend serves is unknown until the caller adopts the started backend
@@ -397,7 +430,7 @@ def build_runner(
     return compose_runner(
         study_name=exp.study,
         space=prepared.space,
-        writer=PatcherWriter(prepared.space, prepared.patcher),
+        writer=writer,
         target=target,
         wait_healthy=wait_healthy,
         evaluator=evaluator,

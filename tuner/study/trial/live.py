@@ -59,6 +59,12 @@ class LiveEvaluator:
         #: writes the trials' reports in a helper process (tuner.report.report_worker); close() ends it
         self.report_worker: ReportWorker | None = None
 
+    def use_request(self, request: Any) -> None:
+        """The next batches send ``request`` (channel: request: a trial's values in their
+        places, tuner.study.trial.request_channel); the queries' requests are rebuilt."""
+        self.spec = self.spec.model_copy(update={"request": request})
+        self._templates = None
+
     def evaluate(self, *, order_seed: int, on_result: Any, defer: bool = False) -> Any:
         """The batch's BatchResult; with ``defer``, a callable that finishes its scoring and
         checks it (a trial's ``end`` stage calls it, off the backend's critical path)."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import Any, Protocol, cast
 
 import optuna
 
@@ -26,8 +26,20 @@ from tuner.study.trial.outcome import TrialOutcome
 from tuner.study.trial.phases import Phase, Phases
 from tuner.targets.health import health_fingerprint
 
-if TYPE_CHECKING:
-    from tuner.targets.reload import ConfigApplier
+
+class Applier(Protocol):
+    """Gets written texts served: tuner.targets.reload.ConfigApplier (reload or restart),
+    or the request channel's tuner.study.trial.request_channel.RequestServe."""
+
+    def prepare(self, texts: Mapping[Path, str]) -> None: ...
+
+    def apply(self, texts: Mapping[Path, str], *, phase: Callable[[str], Any]) -> Any: ...
+
+    def adopt(self, texts: Mapping[Path, str], health: Any) -> str | None:
+        """Take the started backend as serving ``texts`` when it proves it; else why not."""
+        ...
+
+    def close(self) -> None: ...
 
 
 class Restartable(Protocol):
@@ -91,7 +103,7 @@ class Measurer:
     stop: StopFlag = field(default_factory=StopFlag)
     # Gets a written config served (reload when the experiment declares how, else
     # restart); None: ``target.restart()`` + ``served.wait_healthy()``.
-    applier: ConfigApplier | None = None
+    applier: Applier | None = None
     # Builds the per-query callback that reports intermediate values to the pruner
     # (tuner.study.trial.pruning.QueryReporter); it raises optuna.TrialPruned to stop the batch.
     reporter_factory: Callable[[optuna.Trial], OnResult] | None = None
@@ -137,7 +149,8 @@ class Measurer:
 
     def write(self, out: TrialOutcome, texts: Mapping[Path, str]) -> None:
         with self.phases.time(out, "patch"):
-            self.served.touched = True
+            # the request channel's writer changes the requests, not the backend
+            self.served.touched = self.served.touched or getattr(self.writer, "touches_backend", True)
             self.writer.write(texts)
 
     def serve(self, out: TrialOutcome, texts: Mapping[Path, str]) -> None:

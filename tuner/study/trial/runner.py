@@ -71,7 +71,7 @@ from tuner.study.trial.interfaces import (
     OnResult,
     SpaceLike,
 )
-from tuner.study.trial.measure import Measurer, Restartable, ServedBackend
+from tuner.study.trial.measure import Applier, Measurer, Restartable, ServedBackend
 from tuner.study.trial.outcome import SOLVED_PREFIX, TrialOutcome, is_number, jsonable
 from tuner.study.trial.phases import Phase, Phases
 from tuner.study.trial.pruning import OOSBudgetExceeded
@@ -85,7 +85,6 @@ if TYPE_CHECKING:
     from tuner.study.gates.threshold import GateRange
     from tuner.study.replay.fusion_search import ReplayPlan
     from tuner.study.replay.replay_pool import ReplayPool
-    from tuner.targets.reload import ConfigApplier
 
 __all__ = ["Phase", "TrialJob", "TrialRunner", "compose_runner"]
 
@@ -330,7 +329,7 @@ class TrialRunner:
         return self.measurer.evaluator
 
     @property
-    def applier(self) -> ConfigApplier | None:
+    def applier(self) -> Applier | None:
         return self.measurer.applier
 
     @property
@@ -384,7 +383,7 @@ def compose_runner(
     declared: Mapping[str, BaseDistribution] | None = None,
     report_detail: str = "slim",
     links: Links | None = None,
-    applier: ConfigApplier | None = None,
+    applier: Applier | None = None,
     defer_scoring: bool = False,
     replay: ReplayPlan | None = None,
     replay_pool: ReplayPool | None = None,
