@@ -137,8 +137,12 @@ def load_config_text(text: str, path: Path) -> Any:
 
     fmt = BY_SUFFIX.get(path.suffix.lower(), YAML_FORMAT)
     if fmt is YAML_FORMAT:
-        return YAML(typ="safe", pure=True).load(text)
+        return _load(text)
     return fmt.load(text, path.name)
+
+
+def _load(text: str) -> Any:
+    return YAML(typ="safe", pure=True).load(text)
 
 
 def _pattern_difference(a: Any, b: Any, segs: list[str], path: list[str]) -> str | None:
