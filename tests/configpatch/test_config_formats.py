@@ -198,7 +198,8 @@ def test_json_keeps_the_files_indentation(indent: str, text: str) -> None:
         assert out == '{"a":{"b":[1,2],"c":2}}\n'
     else:
         unit = "\t" if indent == "tabs" else "  "
-        assert out == json.dumps({"a": {"b": [1, 2], "c": 2}}, indent=unit) + text[len(json.dumps(expected, indent=unit)) :]
+        tail = text[len(json.dumps(expected, indent=unit)) :]  # the trailing newline, or none
+        assert out == json.dumps({"a": {"b": [1, 2], "c": 2}}, indent=unit) + tail
 
 
 def test_json_keeps_escapes_when_the_file_is_ascii_only() -> None:
