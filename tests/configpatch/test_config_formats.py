@@ -260,3 +260,12 @@ def test_the_patcher_writes_journals_and_restores_every_format(tmp_path: Path) -
     assert all(d["fusion"]["rrf_k"] == 60 for d in patcher.documents())
     patcher.restore()
     assert [p.read_text(encoding="utf-8") for p in files] == list(TEXTS.values())
+
+
+def test_crlf_files_stay_crlf_in_json_and_toml() -> None:
+    text = '{\r\n  "a": [\r\n    1\r\n  ],\r\n  "b": 1\r\n}\r\n'
+    assert format_for("c.json").patch(text, {"a": [1, 2], "b": 2}, "c.json") == (
+        '{\r\n  "a": [\r\n    1,\r\n    2\r\n  ],\r\n  "b": 2\r\n}\r\n'
+    )
+    text = "[a]\r\nb = 1  # c\r\n"
+    assert format_for("c.toml").patch(text, {"a.b": 2}, "c.toml") == "[a]\r\nb = 2  # c\r\n"

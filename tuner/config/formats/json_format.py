@@ -213,8 +213,9 @@ def _dump(value: Any, node: _Node, style: _Style, text: str, where: str) -> str:
     try:
         if not isinstance(value, dict | list) or not style.indent or "\n" not in text[node.start : node.end]:
             return json.dumps(value, ensure_ascii=style.ensure_ascii, separators=style.separators)
+        newline = "\r\n" if "\r\n" in text else "\n"  # a CRLF file stays CRLF
         base = _line_indent(text, node.start)
-        return json.dumps(value, ensure_ascii=style.ensure_ascii, indent=style.indent).replace("\n", "\n" + base)
+        return json.dumps(value, ensure_ascii=style.ensure_ascii, indent=style.indent).replace("\n", newline + base)
     except TypeError as exc:
         raise ConfigError(f"{where}: {value!r} cannot be written to JSON ({exc})") from exc
 
