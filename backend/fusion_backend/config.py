@@ -178,7 +178,9 @@ def read_config(path: Path, *, host: str | None = None, port: int | None = None)
 
 
 def _parse_config(path: Path, text: str, host: str | None, port: int | None) -> Config:
-    raw = _parse_yaml(path, text)
+    # The file's format is its suffix's: TOML by the standard library; YAML otherwise
+    # (a JSON file is YAML too, and keeps its line numbers in errors that way).
+    raw = _parse_toml(path, text) if path.suffix.lower() == ".toml" else _parse_yaml(path, text)
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: the config must be a YAML mapping with keys data, sources, fusion, ...")
     return _validated(raw, path.parent, lambda loc: f"{path}:{_line_of(raw, loc)}", host, port)
@@ -277,6 +279,15 @@ def _parse_yaml(path: Path, text: str) -> Any:
         line = f":{mark.line + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise ConfigError(f"{path}{line}: invalid YAML: {problem}") from exc
+
+
+def _parse_toml(path: Path, text: str) -> Any:
+    import tomllib
+
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML: {str(exc).splitlines()[0]}") from exc
 
 
 def _resolve_paths(cfg: Config, base: Path) -> Config:

@@ -125,3 +125,26 @@ def test_sentence_transformers_embedder_needs_the_package(tmp_path: Path, corpus
     path = config_with(tmp_path, corpus, {"sources": {"dense": {"embedder": "sentence-transformers:all-MiniLM-L6-v2"}}})
     with pytest.raises(ConfigError, match=r"sources\.dense\.embedder: .*needs the sentence-transformers package"):
         load_config(path)
+
+
+@pytest.mark.parametrize("suffix", [".json", ".toml"])
+def test_a_json_or_toml_config_file_loads_as_its_yaml_twin(tmp_path: Path, corpus: Path, suffix: str) -> None:
+    import json
+
+    import tomlkit
+    from ruamel.yaml import YAML
+
+    yaml_path = config_with(tmp_path, corpus, {"fusion": {"rrf_k": 7}})
+    plain = json.loads(json.dumps(YAML(typ="safe", pure=True).load(yaml_path.read_text())))
+    other = tmp_path / f"config{suffix}"
+    other.write_text(json.dumps(plain, indent=2) + "\n" if suffix == ".json" else tomlkit.dumps(plain))
+    assert load_config(other) == load_config(yaml_path)
+    assert load_config(other).fusion.rrf_k == 7
+
+
+def test_a_toml_syntax_error_is_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "config.toml"
+    path.write_text("[fusion]\nrrf_k = = 3\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert str(err.value).startswith(f"{path}: invalid TOML: ") and "\n" not in str(err.value)

@@ -237,3 +237,19 @@ def test_the_applier_compares_restart_keys_on_texts_parsed_ahead(tmp_path: Path,
     assert applied.reason == expected == "sources.bm25.k1 changed (1.2 -> 1.5): a restart-only key"
     with pytest.raises(AssertionError, match="backend's path"):  # a text not prepared is parsed then
         applier.apply({config: changed.replace("b: 0.75", "b: 0.7")})
+
+
+def test_restart_keys_are_compared_in_json_and_toml_config_files() -> None:
+    base_json = '{\n  "data": {"corpus": "a.jsonl"},\n  "fusion": {"method": "rrf"}\n}\n'
+    base_toml = '[data]\ncorpus = "a.jsonl"  # the corpus\n\n[fusion]\nmethod = "rrf"\n'
+    for path, base in ((Path("/srv/config.json"), base_json), (Path("/srv/config.toml"), base_toml)):
+        fusion_only = base.replace("rrf", "linear")
+        assert restart_reason({path: base}, {path: fusion_only}, ["data"]) is None
+        # a comment or spacing is no change of value
+        assert restart_reason({path: base}, {path: base.replace("  #", "   #").replace(": ", ":  ")}, ["data"]) is None
+        moved = base.replace("a.jsonl", "b.jsonl")
+        assert restart_reason({path: base}, {path: moved}, ["data"]) == (
+            'data.corpus changed ("a.jsonl" -> "b.jsonl"): a restart-only key'
+        )
+        broken = restart_reason({path: base}, {path: base + "}}}"}, ["data"])
+        assert broken is not None and broken.startswith(f"{path.name} cannot be compared for restart keys (")

@@ -185,6 +185,19 @@ class TargetConfig(StrictModel):
         ),
     )
 
+    @field_validator("config_files")
+    @classmethod
+    def _known_format(cls, files: list[Path]) -> list[Path]:
+        # the format (YAML, JSON, TOML) is the suffix's: refuse an unknown one at load,
+        # not at the first trial
+        from tuner.config.formats import check_suffix
+
+        for f in files:
+            problem = check_suffix(f)
+            if problem is not None:
+                raise ValueError(problem)
+        return files
+
     @model_validator(mode="after")
     def _section_for_apply(self) -> TargetConfig:
         if self.channel == "file" and not self.config_files:

@@ -9,6 +9,7 @@ serves, falls back to ``target.restart()`` + the health wait (what every trial d
 without ``target.reload``).
 
     restart_reason(served, new, restart_keys) -> str | None   # pure: why this change needs a restart
+    load_config_text(text, path) -> Any                       # a config text as data, by the file's suffix
     expected_fingerprint(texts, file_index) -> str            # pure: sha256 hex of a file's utf-8 bytes
     normalize_fingerprint(value) -> str                       # "sha256:ABC.." -> "abc.."
     serves_files(health, reload, config_files) -> bool        # the health answer proves the file is served
@@ -74,13 +75,14 @@ def restart_reason(
     served: Mapping[Path, str] | None,
     new: Mapping[Path, str],
     restart_keys: Sequence[str],
-    load: Callable[[str], Any] | None = None,
+    load: Callable[[str, Path], Any] | None = None,
 ) -> str | None:
     """Why applying ``new`` needs a restart rather than a reload, in one line; None when
     a reload will do. ``served`` is what the backend serves (None: unknown). Each restart
     key is a dotted path ('*' matches one segment) compared in every config file.
-    ``load`` parses a text (default: a YAML safe load; ConfigApplier passes its cache)."""
-    load = load or _load
+    ``load`` parses a text of a file (default: by the file's suffix, `load_config_text`;
+    ConfigApplier passes its cache)."""
+    load = load or load_config_text
     if served is None:
         return UNKNOWN
     known = {Path(p): t for p, t in served.items()}
@@ -92,8 +94,8 @@ def restart_reason(
         if old == text or not restart_keys:
             continue
         try:
-            before, after = load(old), load(text)
-        except YAMLError as exc:
+            before, after = load(old, Path(path)), load(text, Path(path))
+        except (YAMLError, ConfigError) as exc:
             return f"{Path(path).name} cannot be compared for restart keys ({_first_line(exc)})"
         for pattern in restart_keys:
             diff = _pattern_difference(before, after, pattern.split("."), [])
@@ -125,6 +127,18 @@ def normalize_fingerprint(value: Any) -> str:
     """A reported fingerprint as lowercase hex: an optional ``sha256:`` prefix dropped."""
     text = str(value).strip().lower()
     return text[len("sha256:") :] if text.startswith("sha256:") else text
+
+
+def load_config_text(text: str, path: Path) -> Any:
+    """A config file's text as plain data, parsed by its suffix (tuner.config.formats):
+    YAML (and a file the seam does not know) by a safe load, JSON and TOML by their format."""
+    from tuner.config.formats import BY_SUFFIX
+    from tuner.config.formats import YAML as YAML_FORMAT
+
+    fmt = BY_SUFFIX.get(path.suffix.lower(), YAML_FORMAT)
+    if fmt is YAML_FORMAT:
+        return _load(text)
+    return fmt.load(text, path.name)
 
 
 def _load(text: str) -> Any:
@@ -249,7 +263,7 @@ class ConfigApplier:
         # config text -> its parse, for the restart-key comparison: a pure-Python YAML load
         # is ~5 ms a text (more beside other threads), and the served and the new text of
         # every apply are parsed ahead by ``prepare``, off the backend's path
-        self._parsed: dict[str, Any] = {}
+        self._parsed: dict[tuple[str, str], Any] = {}
         self._parsed_lock = threading.Lock()
 
     def prepare(self, texts: Mapping[Path, str]) -> None:
@@ -257,17 +271,18 @@ class ConfigApplier:
         another trial is measured); what cannot be parsed is left for ``apply`` to name."""
         if self.reload is None or not self.reload.restart_keys:
             return
-        for text in texts.values():
-            with contextlib.suppress(YAMLError):
-                self._load(text)
+        for path, text in texts.items():
+            with contextlib.suppress(YAMLError, ConfigError):
+                self._load(text, Path(path))
 
-    def _load(self, text: str) -> Any:
+    def _load(self, text: str, path: Path) -> Any:
+        key = (path.suffix.lower(), text)
         with self._parsed_lock:
-            if text in self._parsed:
-                return self._parsed[text]
-        doc = _load(text)
+            if key in self._parsed:
+                return self._parsed[key]
+        doc = load_config_text(text, path)
         with self._parsed_lock:
-            self._parsed[text] = doc
+            self._parsed[key] = doc
             while len(self._parsed) > PARSED_KEPT:  # dicts keep insertion order: the oldest go first
                 del self._parsed[next(iter(self._parsed))]
         return doc
