@@ -18,7 +18,10 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import json
+import threading
 import uuid
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -228,5 +231,26 @@ def _search_with(served: Served, body: SearchBody) -> tuple[SearchOutcome, str]:
     request = SearchRequest(**body.model_dump(exclude={"overrides"}))
     if not body.overrides:
         return served.searcher.search(request), served.config_hash
+    key = json.dumps(body.overrides, sort_keys=True, separators=(",", ":"))
+    with _OVERRIDDEN_LOCK:
+        hit = _OVERRIDDEN.get((served.config_hash, key))
+        if hit is not None and hit[0] is served:
+            _OVERRIDDEN.move_to_end((served.config_hash, key))
+            return hit[1].search(request), hit[2]
     cfg = with_overrides(served.cfg, body.overrides)
-    return Searcher(served.index, cfg).search(request), cfg.hash()
+    searcher = Searcher(served.index, cfg)
+    with _OVERRIDDEN_LOCK:
+        _OVERRIDDEN[(served.config_hash, key)] = (served, searcher, cfg.hash())
+        while len(_OVERRIDDEN) > _OVERRIDDEN_MAX:
+            _OVERRIDDEN.popitem(last=False)
+    return searcher.search(request), cfg.hash()
+
+
+# The searchers of recent overrides, per served config: a tuner sends one trial's
+# overrides with every query of its batch, and merging, validating and hashing them
+# cost more than the search (bench/trial_overhead.py, request mode). Keyed by the served
+# config's hash and the overrides' canonical JSON; an entry keeps its Served, so a reload
+# (a new Served) never meets a searcher of the old index.
+_OVERRIDDEN: OrderedDict[tuple[str, str], tuple[Any, Any, str]] = OrderedDict()
+_OVERRIDDEN_LOCK = threading.Lock()
+_OVERRIDDEN_MAX = 32

@@ -163,3 +163,20 @@ def test_a_broken_store_stops_the_start_with_exit_2(config_file: Path, tmp_path:
     backend = launch_backend(config_file, extra_args=[STORE_ARG, str(store)])
     assert backend.process.wait(timeout=60) == 2
     assert f"{store}: the config store is not valid JSON" in backend.stderr()
+
+
+def test_the_same_overrides_after_a_put_run_on_the_new_config(live: RunningBackend, backends: Backends) -> None:
+    # the service keeps the searchers of recent overrides (a tuner sends one trial's with
+    # every query); a config PUT in between must never meet a searcher of the old one
+    overrides = {"fusion": {"rrf_k": 5}}
+    doc, _ = get_config(live)
+    first = search(live, "leather sofa", overrides=overrides)
+    again = search(live, "leather sofa", overrides=overrides)  # from the kept searcher
+    assert (again["results"], again["config_hash"]) == (first["results"], first["config_hash"])
+    layer = {"fusion": {"weights": {"bm25": 0.1, "dense": 0.9}}, "citation": {"min_score": 0.0}}
+    assert put(live, merge(doc, layer)).status_code == 200
+    after = search(live, "leather sofa", overrides=overrides)
+    expected = search(backends.get(layer, overrides), "leather sofa")
+    assert [(r["doc_id"], round(r["score"], 9)) for r in after["results"]] == [
+        (r["doc_id"], round(r["score"], 9)) for r in expected["results"]]
+    assert after["config_hash"] != first["config_hash"]
