@@ -28,6 +28,10 @@ MAPPINGS = {
                               confidence="data.stats.confidence", handoff="flags.handoff",
                               fallback_level="data.fallback"),
     "odd keys": ResponseMapping(results_path="search-results", doc_id="doc id", score="class", title="@title"),
+    # Azure AI Search: a key holding a dot, escaped (tuner.evaluation.paths)
+    "escaped dot": ResponseMapping(results_path="value", doc_id="id", score=r"@search\.score", title="title"),
+    "escaped inside a path": ResponseMapping(results_path=r"odata\.value", doc_id=r"meta.doc\.id",
+                                             score=r"meta.@search\.score", title=None),
 }
 UNTYPED = {
     "list index": ResponseMapping(results_path="data.0.hits"),
@@ -79,6 +83,12 @@ def answers() -> list[bytes]:
         {"data": None},
         {"data": [{"hits": []}]},
         {"search-results": [{"doc id": "o", "class": 0.25, "@title": "O"}]},
+        # the escaped mappings' shapes, and the nested reading the escape must not mean
+        {"value": [{"@search.score": 0.03, "id": "a1", "title": "A"}, {"@search.score": 0.02, "id": "a2"}]},
+        {"value": [{"@search": {"score": 0.03}, "id": "a1"}]},
+        {"value": [{"@search.score": "high", "id": "a1"}]},
+        {"odata.value": [{"meta": {"doc.id": "n1", "@search.score": 1.5}}]},
+        {"odata": {"value": [{"meta": {"doc": {"id": "n1"}}}]}},
     ]
     raw = [json.dumps(b).encode() for b in bodies]
     raw += [
@@ -132,6 +142,8 @@ def test_the_common_shape_takes_the_typed_path(name: str, monkeypatch: pytest.Mo
         "no title, no score": {"results": [hit(1)]},
         "dotted": {"data": {"hits": [{"meta": {"id": "m1", "score": 0.5}}], "stats": {"confidence": 0.7}}},
         "odd keys": {"search-results": [{"doc id": "o", "class": 0.25}]},
+        "escaped dot": {"value": [{"@search.score": 0.03, "id": "a1", "title": "A"}]},
+        "escaped inside a path": {"odata.value": [{"meta": {"doc.id": "n1", "@search.score": 1.5}}]},
     }[name]
     body = json.dumps(shaped).encode()
     expected = general(body, mapping, 50)

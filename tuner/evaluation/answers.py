@@ -10,8 +10,9 @@ skips what the mapping does not read and builds the ``Hit`` structs in C: 20 ms 
 
 The typed decoder is a fast path, never a second set of rules. It is built only for
 mappings it can express exactly (dotted paths without list indexes, no field read
-twice), and its types are the narrow common shape: a string doc id, a finite number or
-null as the score, a string title, a boolean handoff, string labels. Anything else in
+twice; a key holding an escaped dot, ``@search\\.score``, is one key, as
+tuner.evaluation.paths reads it), and its types are the narrow common shape: a string
+doc id, a finite number or null as the score, a string title, a boolean handoff, string labels. Anything else in
 an answer (an integer id, ``"true"`` as a handoff, a missing field that must be there,
 text that is not JSON) fails the typed decode, and that answer goes through
 ``decode_json`` + ``parse_response``, which hold the rules and the error messages.
@@ -26,6 +27,7 @@ from typing import Any
 import msgspec
 
 from tuner.evaluation.mapping import Hit, ParsedResponse, decode_json, parse_response
+from tuner.evaluation.paths import split_path
 from tuner.evaluation.spec import ResponseMapping
 
 _HIT_FIELDS = ("doc_id", "score", "title")
@@ -82,7 +84,7 @@ def _typed(mapping: ResponseMapping, top_k: int | None) -> tuple[type, Callable[
     hit_paths = {name: path for name in _HIT_FIELDS if (path := getattr(mapping, name)) is not None}
     top_paths = {name: path for name in _TOP_FIELDS if (path := getattr(mapping, name)) is not None}
     every = [mapping.results_path, *hit_paths.values(), *top_paths.values()]
-    if any(not seg or seg.lstrip("-").isdigit() for path in every for seg in path.split(".")):
+    if any(not seg or seg.lstrip("-").isdigit() for path in every for seg in split_path(path)):
         return None  # a list index (or an empty segment): resolve_path's rules, not a struct's
     hit_tree = _tree(hit_paths)
     top_tree = _tree({**top_paths, "results": mapping.results_path})
@@ -114,7 +116,7 @@ def _tree(paths: dict[str, str]) -> dict[str, Any] | None:
     root: dict[str, Any] = {}
     for name, path in paths.items():
         node = root
-        *inner, last = path.split(".")
+        *inner, last = split_path(path)  # '@search\\.score' is the one key '@search.score'
         for seg in inner:
             node = node.setdefault(seg, {})
             if not isinstance(node, dict):

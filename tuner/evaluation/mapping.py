@@ -3,7 +3,8 @@
 The request side fills the body template of a ``RequestMapping`` from a ``Query``;
 the response side pulls results, doc ids, scores, titles, confidence, handoff and
 fallback level out of a JSON response by dotted paths (``data.hits``; a numeric
-segment indexes a list: ``data.0.hits``). A results list longer than ``top_k`` is cut
+segment indexes a list: ``data.0.hits``; ``@search\\.score`` is one key holding a dot:
+tuner.evaluation.paths). A results list longer than ``top_k`` is cut
 to its first ``top_k`` hits (the rest are counted, never parsed nor kept): a backend
 that ignores ``top_k`` can neither change the score nor blow up memory and reports.
 
@@ -33,6 +34,7 @@ import orjson
 
 from tuner.data.dataset import Query
 from tuner.errors import ConfigError, ResponseMappingError
+from tuner.evaluation.paths import is_plain_key, single_key, split_path
 from tuner.evaluation.spec import EvalSpec, RequestMapping, ResponseMapping
 
 _PLACEHOLDER = re.compile(r"^\{([A-Za-z_][A-Za-z0-9_]*)\}$")
@@ -220,11 +222,12 @@ def build_params(body: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def resolve_path(payload: Any, path: str) -> Any:
-    """Follow a dotted path; returns the module sentinel ``_MISSING`` when absent."""
-    if "." not in path and type(payload) is dict:  # the common case, once per field per hit
+    """Follow a dotted path (escapes as tuner.evaluation.paths); returns the module
+    sentinel ``_MISSING`` when absent."""
+    if type(payload) is dict and is_plain_key(path):  # the common case, once per field per hit
         return payload.get(path, _MISSING)
     node = payload
-    for seg in path.split("."):
+    for seg in split_path(path):
         if isinstance(node, Mapping):
             node = node.get(seg, _MISSING)
         elif isinstance(node, list) and seg.lstrip("-").isdigit():
@@ -297,8 +300,12 @@ def _hits(results: list[Any], mapping: ResponseMapping, qid: str) -> tuple[Hit, 
     event loop that also sends the requests, so the common shape (flat keys, a string
     id, a float score) takes an inlined path; anything else goes through ``_hit``,
     which holds the rules and the error messages."""
-    doc_key, score_key, title_key = mapping.doc_id, mapping.score, mapping.title
-    if "." in doc_key or (score_key is not None and "." in score_key) or (title_key is not None and "." in title_key):
+    # a path of one key (an escaped dot inside it included: '@search\\.score') is read by that key
+    doc_key = single_key(mapping.doc_id)
+    score_key = None if mapping.score is None else single_key(mapping.score)
+    title_key = None if mapping.title is None else single_key(mapping.title)
+    nested = (mapping.score is not None and score_key is None) or (mapping.title is not None and title_key is None)
+    if doc_key is None or nested:
         return tuple(_hit(item, i, mapping, qid) for i, item in enumerate(results))
     out: list[Hit] = []
     append, isfinite = out.append, math.isfinite

@@ -11,6 +11,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationInfo, field_validator
 
+from tuner.errors import ConfigError
+from tuner.evaluation.paths import split_path
+
 #: ``deadline_s`` when not given: this many ``timeout_s`` (connect, send, the wait for
 #: the first byte and the body each get one timeout_s)
 DEADLINE_TIMEOUTS = 4
@@ -46,7 +49,8 @@ class RequestMapping(_Strict):
 
 
 class ResponseMapping(_Strict):
-    """Where to find things in the JSON response (dotted paths, e.g. ``data.hits``)."""
+    """Where to find things in the JSON response (dotted paths, e.g. ``data.hits``; a
+    dot inside a key escaped with a backslash, ``@search\\.score``: tuner.evaluation.paths)."""
 
     results_path: str = "results"
     doc_id: str = "doc_id"
@@ -57,6 +61,19 @@ class ResponseMapping(_Strict):
     #: a text saying why a query was handed off (which config key); the preflight quotes it
     handoff_reason: str | None = None
     fallback_level: str | None = None
+
+    @field_validator(
+        "results_path", "doc_id", "score", "title", "confidence", "handoff", "handoff_reason", "fallback_level"
+    )
+    @classmethod
+    def _well_formed(cls, path: str | None) -> str | None:
+        # refused when the config is read, not at the first answer of a study
+        if path is not None:
+            try:
+                split_path(path)
+            except ConfigError as exc:
+                raise ValueError(str(exc)) from None
+        return path
 
 
 class EvalSpec(_Strict):
