@@ -71,7 +71,7 @@ def request_overrides(root: Path) -> dict[str, Any]:
         "target": {"channel": "request", "config_files": [],
                    "process": {"command": ["{python}", "-m", "fusion_backend", "serve", "--config",
                                            str(root / "backend" / "config.yaml"), "--port", "{port}"]},
-                   "request": {"bind": BIND}},
+                   "request": {"bind": dict(BIND)}},
         "evaluation": {"request": {"body": {"query": "{query}", "top_k": "{top_k}",
                                             "overrides": {"fusion": DECLARED}}}},
     }
