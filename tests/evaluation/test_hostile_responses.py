@@ -107,9 +107,11 @@ def test_parse_cuts_to_top_k_and_counts_without_parsing_the_rest():
 def test_a_50000_hit_answer_is_cut_to_top_k_and_counted(svc):
     from tuner.report.build import build_report
 
-    clean = run_batch(_spec(svc.url), _queries(), QRELS)
+    # timeout_s well above the 0.5 s default: a 50,000-hit answer on a loaded machine may
+    # pause longer between reads (it failed so once), and this test is about the cut
+    clean = run_batch(_spec(svc.url, timeout_s=10), _queries(), QRELS)
     svc.extra_hits.update({"text 1": 50_000, "text 2": 50_000})
-    result = run_batch(_spec(svc.url), _queries(), QRELS)
+    result = run_batch(_spec(svc.url, timeout_s=10), _queries(), QRELS)
     assert {q: len(h) for q, h in result.hits.items()} == {f"q{i}": 10 for i in range(N)}
     assert result.per_query["n_truncated"].to_dict() == {f"q{i}": 50_000 if i in (1, 2) else 0 for i in range(N)}
     assert result.metrics["N_Truncated_Hits"] == 100_000 == result.truncated_hits
