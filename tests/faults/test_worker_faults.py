@@ -77,7 +77,9 @@ def test_sigkill_of_a_worker_mid_trial(tmp_path: Path, pg_storage: tuple[str, st
     retried = retries_of(list(trials.values())).get(killed[0], []) if killed else []
     record = fault_log.add(judge("sigkill-worker", assess(project, calibration), {
         # the pipelined worker may have begun trial 2 already: it is left RUNNING too
-        "killed while trial 1 ran on a patched copy": killed[:1] == [1] and set(killed) <= {1, 2} and patched_at_kill,
+        f"killed while trial 1 ran on a patched copy (running at the kill: {killed}, copy patched: "
+        f"{patched_at_kill}, states after: {[(n, t.state.name) for n, t in sorted(trials.items())]})":
+        killed[:1] == [1] and set(killed) <= {1, 2} and patched_at_kill,
         "the reaper stopped the backend and ended": reaped,
         "the reaper restored the replica's copy": copy_after_kill == project.original,
         "the next worker exits 0": again.returncode == 0,
