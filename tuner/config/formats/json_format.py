@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tuner.config.formats.paths import all_paths, check_edits, equal, get_path, split_path
+from tuner.config.formats.paths import all_paths, check_edits, equal, get_path, number_like, split_path
 from tuner.config.yamlfile import did_you_mean
 from tuner.errors import ConfigError
 
@@ -181,7 +181,7 @@ def _merge(node: _Node, new: Any, where: str, style: _Style, text: str, out: lis
                 _merge(child, v, where, style, text, out)
             return
         last = node.value[-1] if node.value else None
-        like = [_scalar_like(node.value[i] if i < len(node.value) else last, v) for i, v in enumerate(new)]
+        like = [number_like(node.value[i] if i < len(node.value) else last, v) for i, v in enumerate(new)]
         out.append((node.start, node.end, _dump(like, node, style, text, where)))
         return
     if isinstance(node.children, dict) and isinstance(new, Mapping):
@@ -192,18 +192,7 @@ def _merge(node: _Node, new: Any, where: str, style: _Style, text: str, out: lis
                 )
             _merge(node.children[str(k)], v, f"{where}.{k}", style, text, out)
         return
-    out.append((node.start, node.end, _dump(_scalar_like(node.value, new), node, style, text, where)))
-
-
-def _scalar_like(old: Any, new: Any) -> Any:
-    """``new`` in ``old``'s number type: an int stays an int, a float a float."""
-    if isinstance(new, bool) or isinstance(old, bool):
-        return new
-    if isinstance(old, float) and isinstance(new, int):
-        return float(new)
-    if isinstance(old, int) and isinstance(new, float) and new.is_integer():
-        return int(new)
-    return new
+    out.append((node.start, node.end, _dump(number_like(node.value, new), node, style, text, where)))
 
 
 def _dump(value: Any, node: _Node, style: _Style, text: str, where: str) -> str:

@@ -55,6 +55,18 @@ def all_paths(doc: Any, prefix: str = "") -> list[str]:
     return out
 
 
+def number_like(old: Any, new: Any) -> Any:
+    """``new`` in ``old``'s number type, the rule of every format: an int stays an int, a
+    float a float; a bool on either side is left as it is."""
+    if isinstance(new, bool) or isinstance(old, bool):
+        return new
+    if isinstance(old, float) and isinstance(new, int):
+        return float(new)
+    if isinstance(old, int) and isinstance(new, float) and new.is_integer():
+        return int(new)
+    return new
+
+
 def equal(old: Any, new: Any) -> bool:
     """The config's ``old`` value is ``new`` as written: numbers by value (``1`` is ``1.0``,
     never ``True``), strings and bools by value and kind, containers item by item."""

@@ -24,7 +24,7 @@ from tomlkit.exceptions import TOMLKitError
 from tomlkit.items import AoT, Array, String, StringType
 from tomlkit.toml_document import TOMLDocument
 
-from tuner.config.formats.paths import MISSING, all_paths, check_edits, equal, get_path, split_path
+from tuner.config.formats.paths import MISSING, all_paths, check_edits, equal, get_path, number_like, split_path
 from tuner.config.yamlfile import did_you_mean
 from tuner.errors import ConfigError
 
@@ -126,15 +126,9 @@ def _scalar_like(old: Any, new: Any, where: str) -> Any:
         raise ConfigError(f"{where}: TOML has no null; give a value")
     if isinstance(new, float) and not math.isfinite(new) and not isinstance(old, float):
         raise ConfigError(f"{where}: {new!r} for an integer key (give a finite number)")
-    if isinstance(new, bool) or isinstance(old, bool):
-        return new
-    if isinstance(old, float) and isinstance(new, int):
-        return float(new)
-    if isinstance(old, int) and isinstance(new, float) and new.is_integer():
-        return int(new)
     if isinstance(old, String) and isinstance(new, str) and old.type is StringType.SLL and not _needs_escape(new):
         return tomlkit.string(new, literal=True)  # keep the user's quoting style
-    return new
+    return number_like(old, new)
 
 
 def _needs_escape(text: str) -> bool:

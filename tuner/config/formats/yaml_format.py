@@ -23,7 +23,7 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import YAMLError
 from ruamel.yaml.scalarstring import ScalarString
 
-from tuner.config.formats.paths import MISSING, all_paths, equal, get_path, split_path
+from tuner.config.formats.paths import MISSING, all_paths, equal, get_path, number_like, split_path
 from tuner.config.yamlfile import did_you_mean, to_plain
 from tuner.errors import ConfigError
 
@@ -162,15 +162,9 @@ def _merge(old: Any, new: Any, where: str) -> Any:
 
 
 def _scalar_like(old: Any, new: Any) -> Any:
-    if isinstance(new, bool) or isinstance(old, bool):
-        return new
-    if isinstance(old, float) and isinstance(new, int):
-        return float(new)
-    if isinstance(old, int) and isinstance(new, float) and new.is_integer():
-        return int(new)
     if isinstance(old, ScalarString) and isinstance(new, str):
         return type(old)(new)  # keep the user's quoting style
-    return new
+    return number_like(old, new)
 
 
 def _self_check(out: str, doc: CommentedMap, name: str) -> None:
