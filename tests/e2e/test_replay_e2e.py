@@ -7,7 +7,6 @@ config is left patched."""
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,7 @@ from typing import Any
 import optuna
 import pandas as pd
 import pytest
-from support.demo_data import copy_demo_data
+from support.demo_data import copy_demo_subset
 from support.reference_experiment import FULL_SPACE, FUSION_SPACE, copy_backend_config, write_reference_experiment
 
 from tuner.config.experiment import load_experiment
@@ -34,12 +33,7 @@ GRID_SIZE = 5 * 4 + 5 * 2
 
 @pytest.fixture(scope="module")
 def demo_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    full = tmp_path_factory.mktemp("replay-demo") / "data"
-    copy_demo_data(full)
-    rows = [json.loads(line) for line in (full / "queries.jsonl").read_text().splitlines() if line.strip()]
-    kept = [r for r in rows if r["scope"] == "in"][:N_IN_SCOPE] + [r for r in rows if r["scope"] == "oos"]
-    (full / "queries.jsonl").write_text("".join(json.dumps(r) + "\n" for r in kept))
-    return full
+    return copy_demo_subset(tmp_path_factory.mktemp("replay-demo") / "data", N_IN_SCOPE)
 
 
 def make_project(root: Path, data: Path, *, study: str, n_trials: int, verify_top: int = 2, tracking: bool = False,

@@ -21,7 +21,7 @@ from typing import Any
 
 import optuna
 import pytest
-from support.demo_data import copy_demo_data
+from support.demo_data import copy_demo_subset
 from support.reference_experiment import FUSION_SPACE, copy_backend_config, write_reference_experiment
 
 from tuner.config.experiment import load_experiment
@@ -49,12 +49,7 @@ BIND = {key: f"body.overrides.{key}" for key in (
 
 @pytest.fixture(scope="module")
 def demo_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    full = tmp_path_factory.mktemp("demo-request") / "data"
-    copy_demo_data(full)
-    rows = [json.loads(line) for line in (full / "queries.jsonl").read_text().splitlines() if line.strip()]
-    kept = [r for r in rows if r["scope"] == "in"][:N_IN_SCOPE] + [r for r in rows if r["scope"] == "oos"]
-    (full / "queries.jsonl").write_text("".join(json.dumps(r) + "\n" for r in kept))
-    return full
+    return copy_demo_subset(tmp_path_factory.mktemp("demo-request") / "data", N_IN_SCOPE)
 
 
 def project(root: Path, data: Path, study: str, **overrides: Any) -> Path:

@@ -24,7 +24,7 @@ import optuna
 import pytest
 from mlflow import MlflowClient
 from optuna.trial import TrialState
-from support.demo_data import copy_demo_data
+from support.demo_data import copy_demo_subset
 from support.reference_experiment import (
     DROP,
     FULL_SPACE,
@@ -83,12 +83,7 @@ def make_project(root: Path, data: Path, *, study: str, n_trials: int, **overrid
 @pytest.fixture(scope="module")
 def demo_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The generated demo data, with the query set cut to N_IN_SCOPE in-scope queries."""
-    full = tmp_path_factory.mktemp("demo-full") / "data"
-    copy_demo_data(full)
-    rows = [json.loads(line) for line in (full / "queries.jsonl").read_text().splitlines() if line.strip()]
-    kept = [r for r in rows if r["scope"] == "in"][:N_IN_SCOPE] + [r for r in rows if r["scope"] == "oos"]
-    (full / "queries.jsonl").write_text("".join(json.dumps(r) + "\n" for r in kept))
-    return full
+    return copy_demo_subset(tmp_path_factory.mktemp("demo-full") / "data", N_IN_SCOPE)
 
 
 class AdminConfigProbe(StudyObserver):

@@ -68,3 +68,15 @@ def copy_demo_data(dest: Path, seed: int | None = None) -> Path:
     for name in FILES:
         shutil.copyfile(source / name, dest / name)
     return dest
+
+
+def copy_demo_subset(dest: Path, n_in_scope: int) -> Path:
+    """``copy_demo_data(dest)`` with the query set cut to its first ``n_in_scope`` in-scope
+    queries and every out-of-scope one (a trial then takes about a second)."""
+    import json
+
+    copy_demo_data(dest)
+    rows = [json.loads(line) for line in (dest / "queries.jsonl").read_text().splitlines() if line.strip()]
+    kept = [r for r in rows if r["scope"] == "in"][:n_in_scope] + [r for r in rows if r["scope"] == "oos"]
+    (dest / "queries.jsonl").write_text("".join(json.dumps(r) + "\n" for r in kept))
+    return dest
