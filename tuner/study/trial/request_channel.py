@@ -51,8 +51,7 @@ class RequestWriter:
         self.declared_request = declared
         self.use_request = use_request
         self.declared = declared_values(binding, declared)
-        self.document = unflatten(self.declared)
-        check_bound(space, binding)
+        self.document = unflatten(self.declared)  # checked against the space by prepare (request_document_of)
 
     def as_found(self, assignment: Mapping[str, Any]) -> dict[str, Any]:
         return self.space.as_found(assignment, [self.document])
