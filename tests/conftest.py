@@ -33,6 +33,7 @@ import shutil
 import sys
 import tempfile
 from collections.abc import Iterator
+from typing import Any
 from pathlib import Path
 
 import pytest
@@ -108,6 +109,27 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         # the longest first, so that short ones fill the end of the run instead of one
         # long module running alone after everything else.
         order_longest_first(items, load_durations())
+
+
+def _cpu_now() -> float:
+    """CPU seconds of this process and of the children it has waited for (a `tuner` or
+    backend subprocess counts once it ended): what a test phase cost the machine."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+_LAST_PHASE_END = [_cpu_now()]  # CPU seconds at the end of this process's previous test phase
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """Every report carries its phase's CPU seconds (user_properties, which xdist sends to
+    the controller): --module-durations prints them beside the wall seconds."""
+    report = yield
+    now = _cpu_now()
+    report.user_properties.append(("cpu_s", round(max(0.0, now - _LAST_PHASE_END[0]), 3)))
+    _LAST_PHASE_END[0] = now
+    return report
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int,

@@ -29,6 +29,7 @@ class FakeReport:
     nodeid: str
     duration: float
     node: Any = field(default=None)
+    user_properties: list[tuple[str, Any]] = field(default_factory=list)
 
 
 def ids(items: list[FakeItem]) -> list[str]:
@@ -59,12 +60,12 @@ def test_an_unmeasured_unit_is_guessed_from_its_marks() -> None:
 def test_the_report_sums_units_and_workers_and_saving_merges(tmp_path: Path) -> None:
     worker = type("Node", (), {"gateway": type("Gw", (), {"id": "gw1"})()})()
     report = DurationReport(top=2)
-    for nodeid, seconds in [("a.py::t1", 2.0), ("a.py::t2", 3.0), ("b.py::C::t", 1.0)]:
-        report.add(FakeReport(nodeid, seconds, worker))
-    report.add(FakeReport("c.py::t", 0.4))
+    for nodeid, seconds, cpu in [("a.py::t1", 2.0, 1.5), ("a.py::t2", 3.0, 0.25), ("b.py::C::t", 1.0, 0.0)]:
+        report.add(FakeReport(nodeid, seconds, worker, [("other", 9), ("cpu_s", cpu)]))
+    report.add(FakeReport("c.py::t", 0.4))  # no CPU figure: counts 0
     lines = report.table(2)
-    assert lines[1].split() == ["5.0", "78.1%", "a.py"] and lines[2].split()[-1] == "b.py::C"
-    assert lines[-2].split()[0] == "6.4" and lines[-1] == "busy time per worker: gw1 6 s, main 0 s"
+    assert lines[1].split() == ["5.0", "78.1%", "1.8", "a.py"] and lines[2].split()[-1] == "b.py::C"
+    assert lines[-2].split()[:3] == ["6.4", "100.0%", "1.8"] and lines[-1] == "busy time per worker: gw1 6 s, main 0 s"
     saved = tmp_path / "durations.json"
     saved.write_text(json.dumps({"a.py": 99.0, "old.py": 7.0}))
     report.save(saved)

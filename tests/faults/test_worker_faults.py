@@ -59,9 +59,13 @@ def test_sigkill_of_a_worker_mid_trial(tmp_path: Path, pg_storage: tuple[str, st
     from support.workers import retries_of
 
     project = held_project(tmp_path, "kill-worker", pg_storage[0])
-    worker = project.start(*WORKER)
+    # unbuffered: what the worker printed before the SIGKILL reaches its log (a diagnosis's only source)
+    worker = project.start(*WORKER, env={"PYTHONUNBUFFERED": "1"})
     try:
         wait_until(lambda: project.serving(3) or not worker.alive(), "trial 1 is evaluating")
+        # A precondition, not the fault: the worker must still be at work when life 3 serves.
+        assert worker.alive(), (f"the worker ended (exit {worker.proc.returncode}) before trial 1 was evaluating; "
+                                f"backend lives {project.lives()}; its stderr:\n{worker.err_path.read_text()[-3000:]}")
         killed = running_trials(project)
         patched_at_kill = replica_copy(project).read_bytes() != project.original
         worker.send_signal(signal.SIGKILL)

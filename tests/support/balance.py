@@ -14,8 +14,9 @@ unit while the file is absent) is estimated from its tests: ``UNKNOWN_LONG_S`` w
 is marked slow or integration, else ``UNKNOWN_PER_TEST_S`` a test. Stale figures only
 cost balance, never a test.
 
-``--module-durations=N`` prints the N longest units of this run and each worker's busy
-time (the table the closing notes quote).
+``--module-durations=N`` prints the N longest units of this run, with the CPU seconds
+each cost (its tests' process and the subprocesses they waited for: tests/conftest.py),
+and each worker's busy time (the table the closing notes quote).
 """
 
 from __future__ import annotations
@@ -76,6 +77,7 @@ class DurationReport:
     def __init__(self, *, top: int = 0, save: bool = False) -> None:
         self.top, self.save_to = top, DURATIONS_FILE if save else None
         self.units: dict[str, float] = defaultdict(float)
+        self.cpu: dict[str, float] = defaultdict(float)
         self.workers: dict[str, float] = defaultdict(float)
 
     def pytest_runtest_logreport(self, report: Any) -> None:
@@ -94,16 +96,18 @@ class DurationReport:
 
     def add(self, report: Any) -> None:
         self.units[unit_of(report.nodeid)] += report.duration
+        self.cpu[unit_of(report.nodeid)] += sum(
+            float(v) for k, v in getattr(report, "user_properties", ()) if k == "cpu_s")
         node = getattr(report, "node", None)
         worker = getattr(getattr(node, "gateway", None), "id", None) or "main"
         self.workers[worker] += report.duration
 
     def table(self, top: int) -> list[str]:
         ranked = sorted(self.units.items(), key=lambda kv: -kv[1])
-        total = sum(self.units.values())
-        lines = [f"{'seconds':>8}  {'share':>5}  unit"]
-        lines += [f"{s:8.1f}  {100 * s / total if total else 0:4.1f}%  {u}" for u, s in ranked[:top]]
-        lines.append(f"{total:8.1f}  100.0%  all {len(ranked)} units")
+        total, cpu = sum(self.units.values()), sum(self.cpu.values())
+        lines = [f"{'seconds':>8}  {'share':>5}  {'CPU s':>7}  unit"]
+        lines += [f"{s:8.1f}  {100 * s / total if total else 0:4.1f}%  {self.cpu[u]:7.1f}  {u}" for u, s in ranked[:top]]
+        lines.append(f"{total:8.1f}  100.0%  {cpu:7.1f}  all {len(ranked)} units")
         busy = ", ".join(f"{w} {s:.0f} s" for w, s in sorted(self.workers.items()))
         lines.append(f"busy time per worker: {busy}")
         return lines
