@@ -21,6 +21,7 @@ LAYERS = {
     "tuner.threads": 0,
     "tuner.diskspace": 0,
     "tuner.pids": 0,
+    "tuner.ports": 0,
     "tuner.optuna_adapter": 0,
     "tuner.metrics": 1,
     "tuner.data": 2,

@@ -25,7 +25,7 @@ Public API::
     Experiment.bind_port(port: int | None = None) -> Experiment
     Experiment.journal_path -> Path              # <state_dir>/restore-journal.json
     resolve_sqlite(uri, base) -> str             # relative sqlite:/// URI made absolute
-    free_port() -> int
+    free_port() -> int                           # tuner.ports: outside the ephemeral range
 
 The sections' models live in their own modules: sampling (sampler, pruner), objective
 (objective, constraints, failure_budget), dataset, target, workers, tracking, shortlist,
@@ -35,7 +35,6 @@ evaluation is tuner.evaluation.spec.EvalSpec, holdout tuner.evaluation.holdout.
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +54,7 @@ from tuner.errors import ConfigError
 from tuner.evaluation.holdout import HoldoutConfig
 from tuner.evaluation.spec import EvalSpec
 from tuner.files import display_path
+from tuner.ports import free_port
 
 __all__ = [
     "Experiment",
@@ -175,13 +175,6 @@ class Experiment(ExperimentFile):
         request = self.evaluation.request.model_copy(update={"url": fill(self.evaluation.request.url)})
         evaluation = self.evaluation.model_copy(update={"request": request})
         return self.model_copy(update={"target": target, "evaluation": evaluation})
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A loopback port that was free a moment ago (the backend binds it next)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 def load_experiment(path: Path | str, *, check_paths: bool = True) -> Experiment:
