@@ -22,6 +22,7 @@ LAYERS = {
     "tuner.diskspace": 0,
     "tuner.pids": 0,
     "tuner.ports": 0,
+    "tuner.tls": 0,
     "tuner.optuna_adapter": 0,
     "tuner.metrics": 1,
     "tuner.data": 2,

@@ -161,3 +161,28 @@ def test_the_fingerprint_field_of_a_health_answer(serve) -> None:
         health_fingerprint({}, "data_fingerprint")
     with pytest.raises(TargetError, match="is empty"):
         health_fingerprint({"data_fingerprint": None}, "data_fingerprint")
+
+
+def test_health_waits_share_one_tls_context(serve, monkeypatch: pytest.MonkeyPatch) -> None:
+    # an httpx client built without verify= loads the CA bundle again (tuner/tls.py): a study
+    # paid that on every trial's health wait
+    import ssl
+
+    from tuner.tls import shared_ssl_context
+
+    built: list[object] = []  # CA bundles loaded: what httpx does for a client without a context
+    real = ssl.create_default_context
+
+    def counting(*args: object, **kwargs: object) -> ssl.SSLContext:
+        built.append(kwargs)
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ssl, "create_default_context", counting)
+    shared_ssl_context.cache_clear()
+    try:
+        for _ in range(3):
+            server = serve(unhealthy=0)
+            assert wait_healthy(server.url, deadline_s=20)["status"] == "ok"
+    finally:
+        shared_ssl_context.cache_clear()
+    assert len(built) == 1

@@ -27,9 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import random
-import ssl
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -42,6 +40,7 @@ from yarl import URL
 from tuner.errors import EvaluationError
 from tuner.evaluation.mapping import PreparedRequest, encode_json
 from tuner.evaluation.spec import EvalSpec
+from tuner.tls import shared_ssl_context
 
 #: Statuses worth another attempt: overload and server-side failures.
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504}) | frozenset(range(505, 600))
@@ -120,19 +119,6 @@ class Exchange:
     @property
     def ok(self) -> bool:
         return self.error is None
-
-
-@functools.cache
-def shared_ssl_context() -> ssl.SSLContext:
-    """One TLS context for every client of the process: httpx's default (certifi's CA
-    bundle, or ``SSL_CERT_FILE`` / ``SSL_CERT_DIR`` when set), so the aiohttp batch client
-    verifies against the same CAs the httpx one did. Building one loads the bundle
-    (~30 ms), which a study would pay on every batch; the context is immutable once built,
-    so sharing it is safe. Pass it as ``verify=`` to httpx clients, ``ssl=`` to aiohttp
-    connectors."""
-    import httpx
-
-    return httpx.create_ssl_context()
 
 
 class SearchClient:

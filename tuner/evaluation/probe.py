@@ -12,9 +12,9 @@ import uuid
 import httpx
 
 from tuner.data.dataset import Query
-from tuner.evaluation.client import shared_ssl_context
 from tuner.evaluation.mapping import prepare_request
 from tuner.evaluation.spec import EvalSpec
+from tuner.tls import shared_ssl_context
 
 _LIMIT = 4096  # enough for the shape of an answer; the message clips it further
 

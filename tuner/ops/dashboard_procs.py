@@ -30,6 +30,7 @@ import httpx
 from tuner.errors import TargetError
 from tuner.ops.dashboard_specs import UiSpec
 from tuner.secrets import redact_text
+from tuner.tls import shared_ssl_context
 
 _TAIL_LINES = 5
 _POLL_S = 0.1
@@ -118,7 +119,7 @@ class Dashboards:
         """Block until every UI answers 200 on its health URL; fail fast when one dies."""
         end = time.monotonic() + deadline_s
         pending = {s.name: s for s in self.specs}
-        with httpx.Client(timeout=2.0) as http:
+        with httpx.Client(timeout=2.0, verify=shared_ssl_context()) as http:
             while pending:
                 reason = self.failure()
                 if reason is not None:

@@ -38,6 +38,7 @@ from tenacity import (
 )
 
 from tuner.errors import BackendExited, HealthTimeout, TargetError
+from tuner.tls import shared_ssl_context
 
 _POLL_S = 0.05
 _MAX_REQUEST_TIMEOUT_S = 5.0
@@ -68,7 +69,7 @@ def wait_healthy(
     start = time.monotonic()
     last: list[str] = ["no answer yet"]
     own_client = client is None
-    http = client or httpx.Client()
+    http = client or httpx.Client(verify=shared_ssl_context())
 
     def check_target() -> None:
         reason = target.failure() if target is not None else None

@@ -47,6 +47,7 @@ from tuner.config.target import HealthConfig, ReloadConfig
 from tuner.errors import BackendExited, ConfigError, TargetError
 from tuner.secrets import REDACTED, is_secret_name, redact_text
 from tuner.targets.base import Target
+from tuner.tls import shared_ssl_context
 
 Phase = Callable[[str], AbstractContextManager[Any]]
 UNKNOWN = "what the backend serves is unknown after the last failure"
@@ -367,7 +368,7 @@ class ConfigApplier:
 
     def _http(self) -> httpx.Client:
         if self._client is None:
-            self._client = httpx.Client()
+            self._client = httpx.Client(verify=shared_ssl_context())
         return self._client
 
     def _request(self) -> str | None:
