@@ -140,3 +140,25 @@ def test_the_calls_safe_to_repeat_are_rdb_storage_methods_and_the_riding_storage
     assert all(getattr(riding, n) is not getattr(optuna.storages.RDBStorage, n) for n in RDB_CALLS_SAFE_TO_REPEAT)
     # the cache layer reads trials through _get_trials: the riding storage must be the one it wraps
     assert issubclass(riding, optuna.storages.RDBStorage)
+
+
+def test_an_existing_schema_opens_without_alembic_and_still_answers_its_version(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from tuner.study.storage.database import rdb_storage
+
+    url = f"sqlite:///{tmp_path / 'optuna.db'}"
+    fresh = rdb_storage(url)  # Optuna's own construction: schema, version row, alembic stamp
+    head = fresh.get_current_version()
+    optuna.create_study(storage=fresh, study_name="s").optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=2)
+    opened = rdb_storage(url, existing=True)
+    assert opened.get_current_version() == head and opened.get_head_version() == head  # asked: alembic answers
+    assert len(optuna.load_study(study_name="s", storage=opened).trials) == 2
+    assert rdb_storage(url)._version_manager.__class__.__name__ == "_VersionManager"  # put back after
+    # what opening costs: no alembic import in a process that only reads the study
+    code = ("import sys; from tuner.study.storage.database import rdb_storage; import optuna; "
+            f"s = rdb_storage({url!r}, existing=True); optuna.load_study(study_name='s', storage=s).trials; "
+            "print(sorted(m for m in sys.modules if m.startswith('alembic')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

@@ -58,19 +58,22 @@ def rdb_storage(url: str, *, existing: bool = False, **rdb_kwargs: Any) -> optun
     """
     import optuna
 
+    from tuner.optuna_adapter import rdb_construction
+
     url = sqlalchemy_url(url)
     # A database server can restart under a study: its storage rides that out (see
     # RidingRDBStorage). A SQLite file has no connection to lose; its OperationalErrors
     # (a full disk) are not waited on.
     kind = optuna.storages.RDBStorage if url.startswith("sqlite") else riding_rdb_storage_class()
-    if existing:  # no schema to create or check
-        with warnings.catch_warnings():
+    if existing:  # no schema to create or check, no alembic revision to read
+        with warnings.catch_warnings(), rdb_construction(existing=True):
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             return kind(url, skip_compatibility_check=True, skip_table_creation=True, **rdb_kwargs)
     with database_lock(url, engine_kwargs=rdb_kwargs.get("engine_kwargs")), warnings.catch_warnings():
         # heartbeat_interval has been "experimental" since optuna 2.9 and is relied upon.
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        return kind(url, **rdb_kwargs)
+        with rdb_construction(existing=False):
+            return kind(url, **rdb_kwargs)
 
 
 @functools.cache
