@@ -31,6 +31,7 @@ def serve(
             host=cfg.server.host,
             port=cfg.server.port,
             lifespan="on",
+            ws="none",  # no WebSocket route: skips importing a WebSocket stack at every start
             log_level=log_level,
             access_log=access_log,
             server_header=False,
