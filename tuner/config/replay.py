@@ -270,7 +270,10 @@ class ReplayConfig(StrictModel):
         for name, role in self.params.items():
             source = weight_source(role)
             if source is not None and source not in sub.sources:
-                raise ValueError(f"{name}: role {role} weighs {source!r}, not among subscores.sources {sorted(sub.sources)}")
+                raise ValueError(
+                    f"{name}: role {role} weighs {source!r}, not among subscores.sources {sorted(sub.sources)}; "
+                    "name one of them"
+                )
         if "method" in roles or "normalization" in roles:
             no_score = sorted(n for n, s in sub.sources.items() if s.score is None)
             if no_score:

@@ -228,7 +228,7 @@ def _value(item: Any, path: str | None, name: str, what: str, query_id: str, ind
         return None
     if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not math.isfinite(raw):
         raise ResponseMappingError(
-            f"query {query_id}: hit {index}: source {name}'s {what} at {path!r} is {raw!r}, not a finite number; "
+            f"query {query_id}: hit {index}: source {name}'s {what} at '{path}' is {raw!r}, not a finite number; "
             f"fix replay.subscores.sources.{name}.{what}"
         )
     return float(raw)
