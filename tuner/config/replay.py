@@ -159,7 +159,9 @@ class SubscoreConfig(StrictModel):
         if self.fusion.method == "linear":
             no_score = sorted(n for n, s in self.sources.items() if s.score is None)
             if no_score:
-                raise ValueError(f"fusion.method linear fuses scores, but sources {no_score} give a rank only; add score:")
+                raise ValueError(
+                    f"fusion.method linear fuses scores, but sources {no_score} give a rank only; add score:"
+                )
         return self
 
 

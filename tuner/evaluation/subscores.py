@@ -134,9 +134,7 @@ def explained_from_answer(
     )
 
 
-def _source_list(
-    items: Sequence[Any], name: str, paths: SourcePaths, query_id: str
-) -> tuple[np.ndarray, np.ndarray]:
+def _source_list(items: Sequence[Any], name: str, paths: SourcePaths, query_id: str) -> tuple[np.ndarray, np.ndarray]:
     """(hits in the source's rank order, their scores): the hits that carry the source's
     sub-score; by declared rank, else by score descending; ties by place in the answer.
     A source read by rank only gets its ranks negated as scores (never normalised)."""

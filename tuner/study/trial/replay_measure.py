@@ -111,8 +111,9 @@ class ReplayMeasurer:
         seed = m.order_seed(trial.number)
         document = None
         if plan.config.subscores is not None:  # the setting served is the request's (channel: request)
-            from tuner.study.trial.request_channel import unflatten
+            from tuner.study.trial.request_channel import RequestWriter, unflatten
 
+            assert isinstance(m.writer, RequestWriter), "replay.subscores needs target.channel: request (prepare)"
             document = unflatten(m.writer.values_of(texts))
         reader = answer_reader(plan, spec, document)
         with m.phases.time(out, "explain"):
