@@ -143,3 +143,11 @@ def test_a_hit_absent_from_a_source_adds_nothing_for_it_at_any_weight() -> None:
         got = {h.doc_id: h.score for h in replay(e, s, 10).hits}
         assert got["b"] == 1 / 62  # text only
         assert got["d"] == w / 62  # dense only
+
+
+def test_a_declared_rank_is_the_engines_and_is_never_reordered_by_the_fused_scores() -> None:
+    both = SubscoreMapping({"text": SourcePaths(score="s.text", rank="r.text"), "dense": SourcePaths(score="s.dense")})
+    # text ties a and b at 2.0; the engine says b is 1st, a 2nd; the fused scores are made up
+    hits = [{"id": "a", "@search.score": 0.5, "s": {"text": 2.0, "dense": 0.9}, "r": {"text": 2}},
+            {"id": "b", "@search.score": 0.4, "s": {"text": 2.0}, "r": {"text": 1}}]
+    assert _lists({"value": hits}, both) == {"text": ["b", "a"], "dense": ["a"]}

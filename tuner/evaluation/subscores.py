@@ -122,7 +122,8 @@ def explained_from_answer(
     n = len(parsed.hits)
     fused = [h.score for h in parsed.hits]
     if served is not None and served.method == "rrf" and n and all(f is not None for f in fused):
-        lists = _untie(lists, np.asarray(fused, dtype=np.float64), served)
+        by_score = [name for name, paths in mapping.sources.items() if paths.rank is None]  # a rank is the engine's
+        lists = _untie(lists, np.asarray(fused, dtype=np.float64), served, by_score)
     return Explained(
         sources=tuple(mapping.sources),
         today=0,
@@ -179,11 +180,15 @@ def _source_list(items: Sequence[Any], name: str, paths: SourcePaths, query_id: 
 
 
 def _untie(
-    lists: dict[str, tuple[np.ndarray, np.ndarray]], fused: np.ndarray, served: FusionSetting
+    lists: dict[str, tuple[np.ndarray, np.ndarray]],
+    fused: np.ndarray,
+    served: FusionSetting,
+    untied: Sequence[str],
 ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """Each source's runs of tied scores put in the order the fused scores imply (module
-    doc): a tied hit's rank is ``w / (fused * scale - its other sources' shares) - k``.
-    Twice over, so a hit tied in two sources is placed with the other's ranks settled."""
+    """The runs of tied scores of the ``untied`` sources (ranked by score) put in the
+    order the fused scores imply (module doc): a tied hit's rank is ``w / (fused * scale
+    - its other sources' shares) - k``. Twice over, so a hit tied in two sources is
+    placed with the other's ranks settled."""
     names = list(lists)
     weights = {n: float(served.weights.get(n, 1.0)) for n in names}
     k = float(served.rrf_k)
@@ -192,10 +197,9 @@ def _untie(
     out = dict(lists)
     for _ in range(2):
         ranks = {n: {int(d): r for r, d in enumerate(out[n][0].tolist(), 1)} for n in names}
-        for n in names:
+        for n in untied:
             docs, scores = out[n]
-            runs = np.flatnonzero(scores[1:] == scores[:-1])
-            if not runs.size:
+            if not (scores[1:] == scores[:-1]).any():
                 continue
             docs = docs.copy()
             start = 0
