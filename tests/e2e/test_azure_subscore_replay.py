@@ -144,3 +144,23 @@ def test_a_wrong_sub_score_mapping_is_refused_by_the_served_check(
     assert "\n" not in reason
     assert "does not reproduce the backend's own answers at the setting it served" in reason
     assert "ranking differs" in reason or "score at rank" in reason
+
+
+def test_a_limit_that_names_no_number_of_the_explained_request_is_refused_before_any_trial(
+    data: Path, tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    from tuner.errors import ConfigError
+    from tuner.study.wiring import prepare
+
+    wrong = copy.deepcopy(REPLAY)
+    wrong["subscores"]["limit"] = "hybridSearch"  # a mapping, not the cap
+    root = tmp_path_factory.mktemp("azure-limit")
+    exp = load_experiment(_project(root, data, study="azure-limit", n_trials=1, replay=wrong))
+    with pytest.raises(ConfigError, match=r"^replay.subscores.limit: hybridSearch is \{'maxTextRecallSize': 1000\} "
+                                          r"in the explained request's body; it must name the number that caps"):
+        prepare(exp)
+    wrong["subscores"]["limit"] = "top"
+    wrong["request"] = {"debug": "vector"}  # top stays the declared "{top_k}": 50, the answer's cap
+    exp = load_experiment(_project(tmp_path_factory.mktemp("azure-limit2"), data, study="azure-limit2", n_trials=1,
+                                   replay=wrong))
+    prepare(exp)  # accepted: the cap is top_k; an answer that long fails its query (tests/evaluation)

@@ -154,6 +154,10 @@ def prepare(experiment: Experiment, *, recover_journal: bool = True) -> Prepared
         from tuner.study.trial.request_channel import request_document_of
 
         request_document = request_document_of(experiment, space)
+        if replay is not None and replay.config.subscores is not None:
+            from tuner.study.trial.replay_measure import answer_reader
+
+            answer_reader(replay, experiment.evaluation, request_document)  # replay.subscores.limit: now, not later
         documents: list[Any] = [request_document]
         names = ["evaluation.request"]
     else:
