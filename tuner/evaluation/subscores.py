@@ -38,7 +38,7 @@ What the sub-scores can and cannot reproduce:
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,6 +47,7 @@ import numpy as np
 from tuner.errors import ResponseMappingError
 from tuner.evaluation.fusion_replay import Explained, FusionSetting
 from tuner.evaluation.mapping import _MISSING, parse_response, resolve_path
+from tuner.evaluation.paths import split_path
 from tuner.evaluation.spec import ResponseMapping
 
 #: the one date tier of an answer read from sub-scores
@@ -142,9 +143,10 @@ def _source_list(items: Sequence[Any], name: str, paths: SourcePaths, query_id: 
     docs: list[int] = []
     scores: list[float] = []
     ranks: list[int] = []
+    score_at, rank_at = _getter(paths.score), _getter(paths.rank)
     for i, item in enumerate(items):
-        score = _value(item, paths.score, name, "score", query_id, i)
-        rank = _value(item, paths.rank, name, "rank", query_id, i)
+        score = _value(score_at(item), paths.score, name, "score", query_id, i)
+        rank = _value(rank_at(item), paths.rank, name, "rank", query_id, i)
         if (paths.score is not None and score is None) or (paths.rank is not None and rank is None):
             if score is not None or rank is not None:
                 raise ResponseMappingError(
@@ -189,6 +191,9 @@ def _untie(
     order the fused scores imply (module doc): a tied hit's rank is ``w / (fused * scale
     - its other sources' shares) - k``. Twice over, so a hit tied in two sources is
     placed with the other's ranks settled."""
+    untied = [n for n in untied if (lists[n][1][1:] == lists[n][1][:-1]).any()]
+    if not untied:  # the common case: no source has a tie
+        return lists
     names = list(lists)
     weights = {n: float(served.weights.get(n, 1.0)) for n in names}
     k = float(served.rrf_k)
@@ -221,13 +226,37 @@ def _untie(
     return out
 
 
-def _value(item: Any, path: str | None, name: str, what: str, query_id: str, index: int) -> float | None:
-    """A hit's number at ``path``: None when absent or null (not in the list)."""
+def _getter(path: str | None) -> Callable[[Any], Any]:
+    """``resolve_path(item, path)`` with the path split once: read for every hit of every
+    answer of an explained retrieval (thousands per query), JSON's plain dicts and lists
+    walked without the abstract-type checks; anything else goes through resolve_path."""
     if path is None:
-        return None
-    raw = resolve_path(item, path)
+        return lambda item: _MISSING
+    keys = [(key, int(key) if key.lstrip("-").isdigit() else None) for key in split_path(path)]
+
+    def get(item: Any) -> Any:
+        node = item
+        for key, index in keys:
+            kind = type(node)
+            if kind is dict:
+                node = node.get(key, _MISSING)
+            elif kind is list and index is not None:
+                node = node[index] if -len(node) <= index < len(node) else _MISSING
+            else:
+                return resolve_path(item, path)
+            if node is _MISSING:
+                return _MISSING
+        return node
+
+    return get
+
+
+def _value(raw: Any, path: str | None, name: str, what: str, query_id: str, index: int) -> float | None:
+    """A hit's number ``raw`` read at ``path``: None when absent or null (not in the list)."""
     if raw is _MISSING or raw is None:
         return None
+    if type(raw) is float and math.isfinite(raw):
+        return raw
     if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not math.isfinite(raw):
         raise ResponseMappingError(
             f"query {query_id}: hit {index}: source {name}'s {what} at '{path}' is {raw!r}, not a finite number; "
