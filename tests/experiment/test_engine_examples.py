@@ -237,3 +237,39 @@ def test_the_response_mapping_reads_the_engines_answer(name: str) -> None:
 
 def test_the_azure_score_key_is_one_key_with_a_dot() -> None:
     assert split_path(load("azure_ai_search").evaluation.response.score or "") == ("@search.score",)
+
+
+def test_the_azure_example_replays_its_vector_weight_from_the_documented_debug_sub_scores() -> None:
+    """The example's replay mapping reads Azure's documented ``debug: "vector"`` answer
+    (REST "Documents - Search Post": ``@search.documentDebugInfo.vectors.subscores``,
+    ``text.searchScore``, ``vectors[i].<field>.searchScore``), written by hand here: each
+    source's list, and the setting served (the declared weight 1.0, Azure's RRF at 60)."""
+    from tuner.evaluation.explain_batch import explain_spec
+    from tuner.study.replay.fusion_search import ReplayPlan
+    from tuner.study.trial.replay_measure import answer_reader
+
+    exp = load("azure_ai_search")
+    assert exp.replay is not None
+    space = load_space(exp.search_space)
+    plan = ReplayPlan(space, exp.replay)
+    reader = answer_reader(plan, exp.evaluation, request_document_of(exp, space))
+    body = sent(exp, explain_spec(exp.evaluation, exp.replay.request).request)
+    assert body == {**azure(1.0, 50, 1000), "debug": "vector", "top": 3500}
+
+    def hit(doc: str, score: float, text: float | None, vector: float | None) -> dict[str, Any]:
+        sub: dict[str, Any] = {"vectors": [{"contentVector": {"searchScore": vector, "vectorSimilarity": 0.5}}
+                                           if vector is not None else {}], "documentBoost": 1.0}
+        if text is not None:
+            sub["text"] = {"searchScore": text}
+        return {"@search.score": score, "id": doc, "title": doc,
+                "@search.documentDebugInfo": {"vectors": {"subscores": sub}}}
+
+    answer = {"value": [hit("d7", 1 / 61 + 1 / 61, 4.2, 0.81), hit("d2", 1 / 62, 2.1, None),
+                        hit("d9", 1 / 62, None, 0.77)]}
+    read = reader.read(answer, "q1")
+    assert read is not None
+    explained, served = read
+    lists = {n: [explained.doc_ids[d] for d in docs.tolist()] for n, (docs, _s) in explained.tiers[0][1].items()}
+    assert lists == {"text": ["d7", "d2"], "dense": ["d7", "d9"]}
+    assert (served.method, served.rrf_k, served.plain_sum, dict(served.weights)) == ("rrf", 60.0, True,
+                                                                                      {"dense": 1.0})

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tuner.config.replay import ReplayConfig
@@ -239,3 +240,36 @@ def test_a_setting_without_an_objective_ranks_after_those_with_one() -> None:
     c = Scored({"w": 3}, 0.1, -0.1)
     assert ranked([a, b, c]) == [b, c, a]
     assert ranked([a, b, c], maximize=False) == [c, b, a]
+
+
+AZURE_SPACE = REPO / "search_space" / "azure_hybrid.yaml"
+AZURE_SUBSCORES = {"sources": {"text": {"score": "t"}, "dense": {"score": "d"}},
+                   "fusion": {"method": "rrf", "rrf_k": 60, "combine": "sum"}}
+
+
+def test_a_weight_role_sets_one_sources_weight_and_the_request_gives_the_served_setting() -> None:
+    """``weight:<source>``: a scalar param that is one source's weight (Azure's vector query
+    weight; the text query keeps its 1.0); the setting served by a request is the declared
+    fusion with the request's value in that role."""
+    azure = load_space(AZURE_SPACE)
+    p = ReplayPlan(azure, ReplayConfig(params={"fusion.weights.dense": "weight:dense"}, request={"debug": "vector"},
+                                       subscores=AZURE_SUBSCORES, points=4))
+    assert p.grid({}) == [{"fusion.weights.dense": round(float(w), 10)} for w in np.geomspace(0.1, 5.0, 4)]
+    assert p.retrieval_values() == {}  # the explained retrieval keeps the request's own weight
+    config = ReplayConfig(params={"fusion.weights.dense": "weight:dense"}, request={"x": 1}, subscores=AZURE_SUBSCORES)
+    assert config.subscores is not None
+    request = {"fusion": {"weights": {"dense": 2.5}}, "sources": {"dense": {"k": 50}, "text": {"max_recall": 1000}}}
+    served = p.served_by_request(request, config.subscores.fusion)
+    assert served == FusionSetting(method="rrf", weights={"dense": 2.5}, rrf_k=60.0, plain_sum=True)
+    assert p.setting({"fusion.weights.dense": 0.5}, served).weights == {"dense": 0.5}
+    text_weighed = FusionSetting(weights={"text": 2.0, "dense": 1.0})
+    assert p.setting({"fusion.weights.dense": 0.5}, text_weighed).weights == {"text": 2.0, "dense": 0.5}
+
+
+def test_a_weight_role_must_stay_above_zero(tmp_path: Path) -> None:
+    text = AZURE_SPACE.read_text().replace("low: 0.1\n    high: 5.0\n    log: true", "low: 0.0\n    high: 5.0")
+    (tmp_path / "space.yaml").write_text(text)
+    zero = load_space(tmp_path / "space.yaml")
+    with pytest.raises(ConfigError, match=r"replay.params: fusion.weights.dense \(role weight:dense\) reaches 0.0; a "
+                                          r"source's weight must stay above 0"):
+        ReplayPlan(zero, ReplayConfig(params={"fusion.weights.dense": "weight:dense"}))

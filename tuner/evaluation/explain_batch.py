@@ -1,6 +1,10 @@
 """The explained retrieval of fusion replay: the query set run once with the backend asked
 to explain each search (fields merged into the request body), keeping per query the
 live answer and the explanation decoded for replay (tuner.evaluation.fusion_replay).
+A reader turns each answer into that explanation and the setting it was served at:
+``ExplainReader`` the reference backend's explain lists (the setting in them),
+tuner.evaluation.subscores.SubscoreReader an engine's per-hit sub-scores (the setting
+from the request sent).
 
 ``served_mismatch`` replays every query at the setting the backend reports it served
 and compares with its live answer: a backend whose fusion differs from the replay model
@@ -18,7 +22,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from tuner.data.dataset import QuerySet
 from tuner.errors import ResponseMappingError
@@ -45,6 +49,35 @@ class ExplainedBatch:
         return next(iter(self.served.values()), None)
 
 
+class AnswerReader(Protocol):
+    """Reads one answer of the explained retrieval for replay."""
+
+    #: what an answer lacking it lacks, for the error message
+    what: str
+
+    def read(self, payload: Any, query_id: str) -> tuple[Explained, FusionSetting] | None:
+        """The answer's explanation and served setting; None when the answer has none."""
+        ...
+
+
+@dataclass(frozen=True)
+class ExplainReader:
+    """The reference backend's explanation at ``path`` of an answer (its per-tier,
+    per-source candidate lists and the setting it served)."""
+
+    path: str = "explain"
+
+    @property
+    def what(self) -> str:
+        return f"explanation at {self.path!r}"
+
+    def read(self, payload: Any, query_id: str) -> tuple[Explained, FusionSetting] | None:
+        raw = resolve_path(payload, self.path)
+        if not isinstance(raw, Mapping):
+            return None
+        return Explained.parse(raw, query_id), FusionSetting.served(raw)
+
+
 def explain_spec(spec: EvalSpec, request_fields: Mapping[str, Any]) -> EvalSpec:
     """``spec`` with ``request_fields`` merged into its request body."""
     body = {**spec.request.body, **request_fields}
@@ -57,7 +90,7 @@ def run_explained(
     qrels: Mapping[str, Mapping[str, int]],
     *,
     request_fields: Mapping[str, Any],
-    explain_path: str,
+    reader: AnswerReader,
     order_seed: int | None = None,
     abort: Abort | None = None,
     timing: BatchTiming | None = None,
@@ -68,12 +101,11 @@ def run_explained(
     missing: list[str] = []
 
     def keep(query_id: str, payload: Any, outcome: QueryResponse) -> None:
-        raw = resolve_path(payload, explain_path)
-        if not isinstance(raw, Mapping):
+        read = reader.read(payload, query_id)
+        if read is None:
             missing.append(query_id)
             return
-        out.explained[query_id] = Explained.parse(raw, query_id)
-        out.served[query_id] = FusionSetting.served(raw)
+        out.explained[query_id], out.served[query_id] = read
         out.responses[query_id] = outcome
 
     builder = run_batch(
@@ -88,9 +120,10 @@ def run_explained(
     )
     if missing:
         raise ResponseMappingError(
-            f"{len(missing)} answer(s) have no explanation at {explain_path!r} (query {sorted(missing)[0]}); "
-            f"the backend must answer the replay.request fields with its per-source candidate lists "
-            '(reference backend: "explain": true); fix replay.explain / replay.request, or drop replay:'
+            f"{len(missing)} answer(s) have no {reader.what} (query {sorted(missing)[0]}); "
+            "the backend must answer the replay.request fields with its per-source candidate lists "
+            '(reference backend: "explain": true) or sub-scores (Azure: debug: vector); fix replay.explain / '
+            "replay.subscores / replay.request, or drop replay:"
         )
     out.failed = builder.failed_outcomes()
     return out

@@ -17,6 +17,8 @@ replayed and live responses, scores to the last bit):
 - linear: ``sum_s w_s * norm_s(score) / sum(w)``, ``norm`` min-max over the source's
   candidates (all 1.0 when they tie) or the z-score through the normal CDF (all 0.5);
 - a source of weight 0 adds no candidates; ``sum(w)`` is over every source;
+- ``plain_sum``: the weighted sum itself (no division, no scaling), as Azure AI Search
+  fuses (``sum_s w_s / (60 + rank_s)``);
 - recency: ``score * (1 + weight * 0.5 ** (age / half_life)) / (1 + weight)``, undated
   documents never boosted (factor ``1 / (1 + weight)``), future ones age 0;
 - ranking by score, ties by corpus order; the first date tier with any fused candidate
@@ -66,6 +68,10 @@ class FusionSetting:
     confidence_threshold: float = 0.0
     top_m: int = 3
     normalize_weights: bool = True  # False: fused scores not divided by the weight sum (as served)
+    #: True: the fused score is the plain weighted sum, ``sum_s w_s / (k + rank_s)`` or
+    #: ``sum_s w_s * norm_s``, neither divided by the weights nor scaled to 1 (Azure AI
+    #: Search's RRF; a setting read from an engine's sub-scores, tuner.evaluation.subscores)
+    plain_sum: bool = False
 
     @classmethod
     def served(cls, explain: Mapping[str, Any]) -> FusionSetting:
@@ -155,7 +161,7 @@ def replay(explained: Explained, setting: FusionSetting, top_k: int) -> ParsedRe
 def replay_arrays(explained: Explained, setting: FusionSetting, top_k: int) -> Replayed:
     """``replay`` without building the response's objects (a search scores thousands)."""
     weights = {name: float(setting.weights.get(name, 1.0)) for name in explained.sources}
-    total = sum(weights.values()) if setting.normalize_weights else 1.0
+    total = _total(weights, setting)
     for level, lists in explained.tiers:
         parts = [
             (lists[name][0], lists[name][1], weights[name])
@@ -169,12 +175,17 @@ def replay_arrays(explained: Explained, setting: FusionSetting, top_k: int) -> R
     return Replayed(np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64), 0.0, True, EMPTY_LEVEL)
 
 
+def _total(weights: Mapping[str, float], s: FusionSetting) -> float:
+    """What the weighted sum is divided by (``_fuse``'s ``total``)."""
+    return sum(weights.values()) if s.normalize_weights and not s.plain_sum else 1.0
+
+
 def _fuse(
     parts: Sequence[tuple[np.ndarray, np.ndarray, float]], s: FusionSetting, total: float
 ) -> tuple[np.ndarray, np.ndarray]:
     if s.method == "rrf":
         contrib = [(d, w / (s.rrf_k + np.arange(1, len(d) + 1, dtype=np.float64))) for d, _, w in parts]
-        scale = total / (s.rrf_k + 1.0)
+        scale = 1.0 if s.plain_sum else total / (s.rrf_k + 1.0)
     else:
         normalise = _minmax if s.normalization == "minmax" else _z_cdf
         contrib = [(d, w * normalise(sc)) for d, sc, w in parts]

@@ -37,6 +37,7 @@ from tuner.evaluation.fusion_replay import (
     Explained,
     FusionSetting,
     _minmax,
+    _total,
     _z_cdf,
 )
 from tuner.evaluation.hits import UNLABELLED, HitTable
@@ -104,7 +105,7 @@ class ReplayBatch:
     def table(self, setting: FusionSetting) -> Replayed:
         """Every query answered as ``setting`` would answer it (module doc)."""
         weights = {name: float(setting.weights.get(name, 1.0)) for name in self.sources}
-        total = sum(weights.values()) if setting.normalize_weights else 1.0
+        total = _total(weights, setting)
         active = tuple(weights[name] > 0 for name in self.sources)
         f = self._flat.get(active)
         if f is None:
@@ -113,7 +114,7 @@ class ReplayBatch:
         n_cand, n_q = len(f.seg), len(self.query_ids)
         if setting.method == "rrf":
             values = w[f.src] / (setting.rrf_k + f.rank)
-            scale = total / (setting.rrf_k + 1.0)
+            scale = 1.0 if setting.plain_sum else total / (setting.rrf_k + 1.0)
         else:
             values = w[f.src] * (f.minmax if setting.normalization == "minmax" else f.zcdf)
             scale = total

@@ -139,7 +139,7 @@ def replay_finding(prepared: Prepared, queries: Any, seed: int, *, abort: Abort 
     from tuner.errors import TunerError
     from tuner.evaluation.client import BatchAborted
     from tuner.evaluation.explain_batch import run_explained
-    from tuner.study.trial.replay_measure import served_problem
+    from tuner.study.trial.replay_measure import answer_reader, served_problem
 
     exp, plan = prepared.experiment, prepared.replay
     assert plan is not None, "replay_finding is for an experiment with replay:"
@@ -149,7 +149,7 @@ def replay_finding(prepared: Prepared, queries: Any, seed: int, *, abort: Abort 
             queries,
             prepared.qrels,
             request_fields=plan.config.request,
-            explain_path=plan.config.explain,
+            reader=answer_reader(plan, exp.evaluation, prepared.request_document),
             order_seed=seed,
             abort=abort,
         )

@@ -135,19 +135,29 @@ def prepare(experiment: Experiment, *, recover_journal: bool = True) -> Prepared
             from tuner.errors import ConfigError
 
             raise ConfigError(f"{experiment.source}: replay with solved gates needs objective.direction: maximize")
+    if experiment.replay is not None and experiment.replay.subscores is not None:
+        from tuner.errors import ConfigError
+
+        if experiment.target.channel != "request":
+            raise ConfigError(
+                f"{experiment.source}: replay.subscores reads the setting served from the request, so it needs "
+                "target.channel: request; use replay.explain with a config file, or set the channel"
+            )
+        if gates:
+            raise ConfigError(
+                f"{experiment.source}: replay.subscores with post_retrieval gates ({', '.join(gates)}) is not "
+                "supported (the sub-scores carry no confidence); make them sampled params"
+            )
     patcher = ConfigPatcher(experiment.target.config_files, journal_path=experiment.journal_path)
     request_document = None
     if experiment.target.channel == "request":
         from tuner.study.trial.request_channel import request_document_of
 
-        if replay is not None:
-            from tuner.errors import ConfigError
-
-            raise ConfigError(
-                f"{experiment.source}: replay with target.channel: request is not supported yet; "
-                "remove replay (every trial then sends its values in its requests)"
-            )
         request_document = request_document_of(experiment, space)
+        if replay is not None and replay.config.subscores is not None:
+            from tuner.study.trial.replay_measure import answer_reader
+
+            answer_reader(replay, experiment.evaluation, request_document)  # replay.subscores.limit: now, not later
         documents: list[Any] = [request_document]
         names = ["evaluation.request"]
     else:

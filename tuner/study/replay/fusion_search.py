@@ -29,7 +29,7 @@ import optuna
 import pandas as pd
 
 from tuner.config.flatten import flatten
-from tuner.config.replay import ROLE_CHOICES, ROLE_KINDS, ReplayConfig
+from tuner.config.replay import ROLE_CHOICES, ReplayConfig, SubscoreFusion, role_kinds, weight_source
 from tuner.errors import ConfigError
 from tuner.evaluation.fusion_replay import FusionSetting
 from tuner.study.feasibility import constraints_hold
@@ -87,10 +87,15 @@ class ReplayPlan:
                     f"{where}.params: {name} is a post-retrieval gate (solved already); drop it from replay.params"
                 )
             kind = p.spec.type
-            if kind not in ROLE_KINDS[role]:
+            if kind not in role_kinds(role):
                 raise ConfigError(
                     f"{where}.params: {name} is a {kind} param, but role {role} needs "
-                    f"{' or '.join(ROLE_KINDS[role])}; fix its type or its role"
+                    f"{' or '.join(role_kinds(role))}; fix its type or its role"
+                )
+            if weight_source(role) is not None and not float(p.spec.low) > 0:
+                raise ConfigError(
+                    f"{where}.params: {name} (role {role}) reaches {p.spec.low}; a source's weight must stay above 0 "
+                    "(weight 0 drops its candidates, and engines refuse it): raise its low"
                 )
             allowed = ROLE_CHOICES.get(role)
             if allowed is not None and not set(p.spec.choices) <= allowed:
@@ -139,11 +144,38 @@ class ReplayPlan:
         return out
 
     def setting(self, assignment: Mapping[str, Any], served: FusionSetting) -> FusionSetting:
-        """``served`` with the replayed params of ``assignment`` put in their roles."""
-        changes = {_FIELD[self.roles[n]]: v for n, v in assignment.items() if n in self.roles}
-        if "weights" in changes:
-            changes["weights"] = {**served.weights, **dict(changes["weights"])}
+        """``served`` with the replayed params of ``assignment`` put in their roles (a
+        ``weight:<source>`` role sets that source's weight, the others keep theirs)."""
+        changes: dict[str, Any] = {}
+        weights: dict[str, float] | None = None
+        for n, v in assignment.items():
+            role = self.roles.get(n)
+            if role is None:
+                continue
+            source = weight_source(role)
+            if role == "weights" or source is not None:
+                weights = dict(served.weights) if weights is None else weights
+                weights.update(dict(v) if source is None else {source: float(v)})
+            else:
+                changes[_FIELD[role]] = v
+        if weights is not None:
+            changes["weights"] = weights
         return replace(served, **changes)
+
+    def served_by_request(self, document: Mapping[str, Any], fusion: SubscoreFusion) -> FusionSetting:
+        """The setting an engine that fuses as ``fusion`` declares serves a request whose
+        bound values are ``document`` (tuner.study.trial.request_channel: one config
+        document): ``fusion``'s values, with each replayed param's value in the request
+        in its role. Every gate is 0 (an engine's plain fusion: tuner.evaluation.subscores)."""
+        base = FusionSetting(
+            method=fusion.method,
+            weights=dict(fusion.weights),
+            rrf_k=float(fusion.rrf_k),
+            normalization=fusion.normalization,
+            plain_sum=fusion.combine == "sum",
+        )
+        found = self._space.current_assignment([document])
+        return self.setting({n: found[n] for n in self.roles if n in found}, base)
 
     # ---------------------------------------------------------------- the grid
 

@@ -109,7 +109,7 @@ class LiveEvaluator:
             )
         return pending.finish if defer else pending.finish()
 
-    def explain(self, *, request_fields: Mapping[str, Any], explain_path: str, order_seed: int) -> Any:
+    def explain(self, *, request_fields: Mapping[str, Any], reader: Any, order_seed: int) -> Any:
         """The explained retrieval of fusion replay (tuner.evaluation.explain_batch.ExplainedBatch),
         timed and stopped like ``evaluate``."""
         from tuner.evaluation.batch import BatchAborted, BatchTiming
@@ -122,7 +122,7 @@ class LiveEvaluator:
                 self.queries,
                 self.qrels,
                 request_fields=request_fields,
-                explain_path=explain_path,
+                reader=reader,
                 order_seed=order_seed,
                 abort=self.abort,
                 timing=timing,

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import optuna
 
 from tuner.config.objective import Constraint, Objective
+from tuner.config.replay import weight_source
 from tuner.errors import EvaluationError
 from tuner.study.gates.gate_arrays import HitArrays
 from tuner.study.replay.fusion_search import ReplayPlan, Scored, ranked, sweep_frame
@@ -63,7 +64,7 @@ class ExplainingEvaluator(Protocol):
     queries: QuerySet
     qrels: Mapping[str, Mapping[str, int]]
 
-    def explain(self, *, request_fields: Mapping[str, Any], explain_path: str, order_seed: int) -> Any: ...
+    def explain(self, *, request_fields: Mapping[str, Any], reader: Any, order_seed: int) -> Any: ...
 
     def evaluate(self, *, order_seed: int, on_result: OnResult | None) -> Any: ...
 
@@ -108,11 +109,16 @@ class ReplayMeasurer:
         m.serve(out, texts)
         m.check_stop()
         seed = m.order_seed(trial.number)
+        document = None
+        if plan.config.subscores is not None:  # the setting served is the request's (channel: request)
+            from tuner.study.trial.request_channel import RequestWriter, unflatten
+
+            assert isinstance(m.writer, RequestWriter), "replay.subscores needs target.channel: request (prepare)"
+            document = unflatten(m.writer.values_of(texts))
+        reader = answer_reader(plan, spec, document)
         with m.phases.time(out, "explain"):
             try:
-                batch = ev.explain(
-                    request_fields=plan.config.request, explain_path=plan.config.explain, order_seed=seed
-                )
+                batch = ev.explain(request_fields=plan.config.request, reader=reader, order_seed=seed)
             finally:
                 m.add_search_time(out)
         problem = served_problem(batch, spec.top_k, plan)
@@ -203,6 +209,41 @@ class ReplayMeasurer:
         return Replayed(best_result, best_texts, fusion_sweep)
 
 
+def answer_reader(plan: ReplayPlan, spec: EvalSpec, document: Mapping[str, Any] | None) -> Any:
+    """How the explained retrieval's answers are read (tuner.evaluation.explain_batch):
+    the reference backend's explain lists, or, with ``replay.subscores``, each hit's
+    sub-scores, served at the setting the request's bound values (``document``) and the
+    declared fusion give."""
+    from tuner.evaluation.explain_batch import ExplainReader, explain_spec
+    from tuner.evaluation.subscores import SourcePaths, SubscoreMapping, SubscoreReader
+
+    sub = plan.config.subscores
+    if sub is None:
+        return ExplainReader(plan.config.explain)
+    assert document is not None, "sub-score replay reads the served setting from the request's values"
+    body = explain_spec(spec, plan.config.request).request.body
+    limit = None if sub.limit is None else _limit(body, sub.limit, spec.top_k)
+    mapping = SubscoreMapping({n: SourcePaths(s.score, s.rank) for n, s in sub.sources.items()}, limit)
+    return SubscoreReader(mapping, spec.response, plan.served_by_request(document, sub.fusion))
+
+
+def _limit(body: Mapping[str, Any], path: str, top_k: int) -> int:
+    """The value at ``path`` of the explained request's body (``{top_k}`` is top_k)."""
+    from tuner.errors import ConfigError
+
+    node: Any = body
+    for seg in path.split("."):
+        node = node.get(seg) if isinstance(node, Mapping) else None
+    if node == "{top_k}":
+        node = top_k
+    if isinstance(node, bool) or not isinstance(node, int) or node < 1:
+        raise ConfigError(
+            f"replay.subscores.limit: {path} is {node!r} in the explained request's body; it must name the number "
+            "that caps the answer (Azure: top, set in replay.request: {top: 1000})"
+        )
+    return node
+
+
 def served_problem(batch: Any, top_k: int, plan: ReplayPlan) -> str | None:
     """Why the explained retrieval cannot be replayed, in one line (None: it can)."""
     from tuner.evaluation.explain_batch import served_mismatch
@@ -215,6 +256,12 @@ def served_problem(batch: Any, top_k: int, plan: ReplayPlan) -> str | None:
             return (
                 f"fusion replay: {p.name} weighs {sorted(p.spec.components)}, but the backend explains the "
                 f"sources {sorted(sources)}; make the simplex's components the backend's sources"
+            )
+        source = weight_source(plan.roles[p.name])
+        if source is not None and source not in sources:
+            return (
+                f"fusion replay: {p.name} weighs source {source!r}, but the backend explains the sources "
+                f"{sorted(sources)}; name one of them in its role (weight:<source>)"
             )
     mismatch = served_mismatch(batch, top_k)
     if mismatch is not None:
