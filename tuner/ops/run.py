@@ -85,7 +85,12 @@ def run_experiment(
     try:
         # Nothing is read from the journal or patched before both locks are ours.
         with patch_rights(
-            experiment.storage, experiment.study, experiment.target.config_files, mode="exclusive", command="tuner run"
+            experiment.storage,
+            experiment.study,
+            experiment.target.config_files,
+            mode="exclusive",
+            command="tuner run",
+            urls=experiment.target.config_urls,
         ) as lease:
             for line in lease.notes:
                 observer.note(line)
