@@ -188,3 +188,40 @@ def test_an_answer_that_is_not_a_json_object_is_refused(api: ConfigApi) -> None:
 def test_first_difference_names_the_path() -> None:
     assert first_difference({"a": {"b": [1, 2]}}, {"a": {"b": [1, 3]}}) == "a.b.1: sent 2, served 3"
     assert first_difference({"a": 1}, {"a": 1, "b": 2}) == "b: served, not sent"
+
+
+class PipelineApi:
+    """OpenSearch's search pipeline API: GET /_search/pipeline/NAME answers {NAME: {...}},
+    PUT takes the {...} bare and answers {"acknowledged": true}, no ETag."""
+
+    def __init__(self, pipeline: dict[str, Any]) -> None:
+        self.pipeline = pipeline
+        self.puts: list[bytes] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        if request.method == "GET":
+            return httpx.Response(200, json={"hybrid": self.pipeline})
+        assert "If-Match" not in request.headers  # no ETag was given, none is sent
+        self.puts.append(request.content)
+        self.pipeline = json.loads(request.content)
+        return httpx.Response(200, json={"acknowledged": True})
+
+
+def test_a_document_the_get_answer_wraps_is_read_patched_sent_and_restored_bare(tmp_path: Path) -> None:
+    pipeline = {"description": "prod", "phase_results_processors": [{"normalization-processor": {
+        "normalization": {"technique": "min_max"},
+        "combination": {"technique": "arithmetic_mean", "parameters": {"weights": [0.3, 0.7]}}}}]}
+    api = PipelineApi(pipeline)
+    url = "http://engine.test/_search/pipeline/hybrid"
+    s = HttpConfigStore(url, document="hybrid", transport=httpx.MockTransport(api))
+    p = HttpConfigPatcher(s, HttpJournal(tmp_path / "journal.json"))
+    key = "phase_results_processors.0.normalization-processor.combination.parameters.weights"
+    assert p.documents()[0] == pipeline
+    p.write(p.render({0: {key: [0.6, 0.4]}}))
+    assert json.loads(api.puts[-1])["phase_results_processors"][0]["normalization-processor"]["combination"] == {
+        "technique": "arithmetic_mean", "parameters": {"weights": [0.6, 0.4]}}
+    assert p.restore() == [HTTP_TEXT]
+    assert api.pipeline == pipeline
+    missing = HttpConfigStore(url, document="other", transport=httpx.MockTransport(api))
+    with pytest.raises(TargetError, match=r"the answer has no 'other' \(keys: hybrid\); fix target.http.document"):
+        missing.get()

@@ -177,6 +177,14 @@ class HttpChannelConfig(StrictModel):
             "the write answered (read_back: false)."
         ),
     )
+    document: str | None = Field(
+        default=None,
+        description=(
+            "Where the document sits in the GET answer when the server wraps it (OpenSearch's GET "
+            "/_search/pipeline/NAME answers {NAME: {...}}, PUT takes the {...}): that key (dotted); "
+            "absent: the whole answer is the document."
+        ),
+    )
     timeout_s: PositiveFloat = 30.0
 
     @model_validator(mode="after")

@@ -91,13 +91,15 @@ def apply_rights(experiment: Experiment) -> Any:
     """The locks a real apply holds from planning to its last restart (tuner.study.storage.locks)."""
     from tuner.study.storage.locks import patch_rights
 
+    # the URL as a run locks it: {port} filled (a fixed port; "auto" has no URL to meet)
+    bound = experiment.bind_port() if isinstance(experiment.target.port, int) else experiment
     return patch_rights(
         experiment.storage,
         experiment.study,
         experiment.target.config_files,
         mode="exclusive",
         command="tuner apply",
-        urls=experiment.target.config_urls,
+        urls=bound.target.config_urls,
     )
 
 

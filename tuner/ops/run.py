@@ -127,6 +127,11 @@ def database_away(exc: BaseException, experiment: Experiment) -> DatabaseUnreach
 def _restored(experiment: Experiment) -> str:
     """Whether the config files are back as found: the restore runs before any error
     leaves the run, and the restore journal is removed only once every file is back."""
+    if experiment.target.channel == "http" and experiment.http_journal_path.exists():
+        return (
+            f"a restore journal is left ({experiment.http_journal_path}): the next `tuner run` or `tuner apply` "
+            "puts the original config document back"
+        )
     journal = experiment.journal_path
     if not journal.exists():
         return "the config files are restored"

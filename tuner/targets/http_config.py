@@ -9,6 +9,10 @@ served document must equal the one sent, compared as JSON) or by a fingerprint i
 health answer (it must equal the ETag the write answered). Any refusal is a one-line
 TargetError quoting the server's status and its error detail.
 
+A server whose GET wraps the document (OpenSearch answers ``{"NAME": {...}}`` for the
+pipeline that ``PUT`` takes bare) names its place (``document: NAME``): that value is
+the document read, patched, sent and compared, written back as indented JSON.
+
 `HttpJournal` keeps the original, exactly as the server returned it (bytes, content
 type, ETag), in the study's state dir from before the first write until it is put back
 and confirmed: at the end of a run, on SIGTERM, and at the next start after a SIGKILL
@@ -71,9 +75,11 @@ class HttpConfigStore:
         read_back: bool = True,
         health_url: str | None = None,
         fingerprint: str | None = None,
+        document: str | None = None,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         self.url = url
+        self.document = document
         self.method = method
         self.read_back = read_back
         self.health_url = health_url
@@ -95,6 +101,8 @@ class HttpConfigStore:
             raise TargetError(
                 f"GET {self.shown}: the answer is not JSON ({exc}); point target.http.url at the config document"
             ) from exc
+        if isinstance(doc, dict) and self.document is not None:
+            doc = self._inner(doc)
         if not isinstance(doc, dict):
             raise TargetError(
                 f"GET {self.shown}: the answer is a JSON {type(doc).__name__}, not an object; "
@@ -103,6 +111,27 @@ class HttpConfigStore:
         return Fetched(
             answer.content, answer.headers.get("content-type", "application/json"), answer.headers.get("etag")
         )
+
+    def _inner(self, answer: dict[str, Any]) -> Any:
+        from tuner.config.formats.paths import MISSING, get_path
+
+        assert self.document is not None
+        inner = get_path(answer, self.document)
+        if inner is MISSING:
+            keys = ", ".join(sorted(map(str, answer))) or "none"
+            raise TargetError(
+                f"GET {self.shown}: the answer has no {self.document!r} (keys: {keys}); "
+                "fix target.http.document (the document's place in the GET answer) or remove it"
+            )
+        return inner
+
+    def unwrap(self, body: bytes) -> bytes:
+        """The document in a GET answer: the body itself, or (``document``: the answer
+        wraps it, as OpenSearch's ``{"NAME": {...}}``) that value as indented JSON."""
+        if self.document is None:
+            return body
+        inner = self._inner(json.loads(body))
+        return (json.dumps(inner, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
 
     def write(self, body: bytes, *, content_type: str = "application/json", if_match: str | None = None) -> str | None:
         """Send ``body`` as the whole document; the ETag the server answered (None when it gives none).
@@ -124,7 +153,7 @@ class HttpConfigStore:
         first difference otherwise: a number measured on a config nobody confirmed is
         worth nothing."""
         if self.read_back:
-            served = json.loads(self.get().body)
+            served = json.loads(self.unwrap(self.get().body))
             want = json.loads(sent)
             if served != want:
                 raise TargetError(
@@ -272,11 +301,12 @@ class HttpJournal:
                 f"{store.shown}; put target.http.url back, or restore that document by hand and delete the journal"
             )
         original = self.original()
-        want = json.loads(original.body)
-        wrote = json.loads(store.get().body) != want
+        document = store.unwrap(original.body)  # the whole answer, byte for byte, unless GET wraps it
+        want = json.loads(document)
+        wrote = json.loads(store.unwrap(store.get().body)) != want
         if wrote:
-            store.write(original.body, content_type=original.content_type.split(";")[0] or "application/json")
-            served = json.loads(store.get().body)
+            store.write(document, content_type=original.content_type.split(";")[0] or "application/json")
+            served = json.loads(store.unwrap(store.get().body))
             if served != want:
                 raise TargetError(
                     f"restored the original of {store.shown}, but the read-back differs "
@@ -285,6 +315,10 @@ class HttpJournal:
         self.path.unlink()
         fsync_dir(self.path.parent)
         return wrote
+
+    def shown_url(self) -> str:
+        """The journaled document's URL, secrets hidden."""
+        return redact_url(str(self.load().get("url")))
 
     def whose(self) -> str:
         """Whose writes this journal undoes, for a line a person reads."""

@@ -65,16 +65,16 @@ class HttpConfigPatcher:
         return self.journal.active
 
     def base_texts(self) -> list[str]:
-        return [self.found.text]
+        return [self.store.unwrap(self.found.body).decode("utf-8")]
 
     def documents(self) -> list[Any]:
-        return [json_format.load(self.found.text, self.names[0])]
+        return [json_format.load(self.base_texts()[0], self.names[0])]
 
     def render(self, edits: Mapping[int, Mapping[str, Any]], *, verbatim: bool = True) -> dict[Path, str]:
         for index in edits:
             if index != 0:
                 raise ConfigError(f"config file index {index} out of range (channel: http has one document)")
-        text = self.found.text
+        text = self.base_texts()[0]
         file_edits = edits.get(0, {})
         return {
             HTTP_TEXT: json_format.patch(text, file_edits, self.names[0], verbatim=verbatim) if file_edits else text
@@ -103,7 +103,7 @@ class HttpConfigPatcher:
         return [HTTP_TEXT] if wrote else []
 
     def diff(self, edits: Mapping[int, Mapping[str, Any]]) -> str:
-        return unified_diff(self.found.text, self.render(edits)[HTTP_TEXT], self.names[0])
+        return unified_diff(self.base_texts()[0], self.render(edits)[HTTP_TEXT], self.names[0])
 
     def close(self) -> None:
         self.store.close()
@@ -146,6 +146,8 @@ class HttpServe:
 
 def store_of(experiment: Experiment) -> HttpConfigStore:
     """The experiment's ``target.http`` as a store (``{port}`` filled by bind_port)."""
+    if isinstance(experiment.target.port, int):  # {port} filled as a run fills it (bound already: unchanged)
+        experiment = experiment.bind_port()
     http = experiment.target.http
     if http is None:
         raise ConfigError(f"{experiment.source}: target.channel: http needs target.http.url")
@@ -157,6 +159,7 @@ def store_of(experiment: Experiment) -> HttpConfigStore:
         read_back=http.read_back,
         health_url=experiment.target.health.url,
         fingerprint=http.fingerprint,
+        document=http.document,
     )
 
 
