@@ -146,6 +146,13 @@ def prepare(experiment: Experiment, *, recover_journal: bool = True) -> Prepared
 
             raise ConfigError(f"{experiment.source}: replay with solved gates needs objective.direction: maximize")
     patcher: ConfigPatcher | HttpConfigPatcher
+    if experiment.target.channel == "http" and replay is not None:
+        from tuner.errors import ConfigError
+
+        raise ConfigError(
+            f"{experiment.source}: replay with target.channel: http is not supported yet; "
+            "remove replay (every trial then writes its document and is measured live)"
+        )
     if experiment.target.channel == "http":
         from tuner.study.trial.http_channel import http_patcher_of
 
