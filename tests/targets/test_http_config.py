@@ -225,3 +225,20 @@ def test_a_document_the_get_answer_wraps_is_read_patched_sent_and_restored_bare(
     missing = HttpConfigStore(url, document="other", transport=httpx.MockTransport(api))
     with pytest.raises(TargetError, match=r"the answer has no 'other' \(keys: hybrid\); fix target.http.document"):
         missing.get()
+
+
+def test_every_reader_names_a_pending_journal_of_the_document(api: ConfigApi, tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from tuner.cli.study_common import pending_journal_line
+
+    exp = SimpleNamespace(target=SimpleNamespace(channel="http"), http_journal_path=tmp_path / "journal.json",
+                          journal_path=tmp_path / "restore-journal.json", source="exp.yaml")
+    assert pending_journal_line(exp) is None
+    p = patcher(api, tmp_path)
+    p.write(p.render({0: {"fusion.rrf_k": 9}}))
+    line = pending_journal_line(exp)
+    assert line is not None and "\n" not in line
+    assert line.startswith(f"restore journal pending: {tmp_path / 'journal.json'}, left by tuner run (pid ")
+    assert f"the document at {URL} may hold its trial's values" in line
+    assert "`tuner apply exp.yaml --recover` puts the original back" in line

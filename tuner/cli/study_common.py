@@ -61,11 +61,11 @@ def pending_journal_line(experiment: Any) -> str | None:
 def http_journal_line(experiment: Any) -> str | None:
     """channel: http: the line saying the original config document is journaled (a run
     writing trials now, or one that was killed), or None."""
+    if experiment.target.channel != "http" or not experiment.http_journal_path.exists():
+        return None  # (and no HTTP client imported by a command that only reads)
     from tuner.targets.http_config import HttpJournal
 
     journal = HttpJournal(experiment.http_journal_path)
-    if experiment.target.channel != "http" or not journal.active:
-        return None
     return (
         f"restore journal pending: {journal.path}, left by {journal.whose()}: the document at "
         f"{journal.shown_url()} may hold its trial's values; the next `tuner run` or "

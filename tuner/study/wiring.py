@@ -251,8 +251,10 @@ def record_config_seen(study: optuna.Study, prepared: Prepared) -> None:
     if ATTR_CONFIG_SEEN not in study.user_attrs:
         current = prepared.space.current_assignment(prepared.found_documents())
         study.set_user_attr(ATTR_CONFIG_SEEN, json.loads(json.dumps(current, default=str)))
-    if prepared.experiment.target.channel == "http" and ATTR_HTTP_SEEN not in study.user_attrs:
-        # the whole document (apply refuses a served document other than this one)
+    from tuner.study.trial.http_channel import HttpConfigPatcher
+
+    if isinstance(prepared.patcher, HttpConfigPatcher) and ATTR_HTTP_SEEN not in study.user_attrs:
+        # channel: http: the whole document (apply refuses a served document other than this one)
         study.set_user_attr(ATTR_HTTP_SEEN, document_digest(prepared.patcher.base_texts()[0]))
 
 
