@@ -153,6 +153,46 @@ def test_a_key_the_document_lacks_stops_before_any_write(both: dict[str, Any], t
     assert served_document(backend.url) == both["before"]
 
 
+def test_apply_rolls_back_through_the_api_when_the_re_measure_misses(both: dict[str, Any]) -> None:
+    from tuner.ops.apply import apply_plan, apply_rights, plan_apply
+
+    backend = both["backend"]
+    exp = load_experiment(both["exp"])
+    trial = next(t for t in both["trials"] if t.user_attrs.get(ATTR_VARIANT) == "rrf-k20-bm25-heavy")
+    puts: list[bytes] = []
+    with apply_rights(exp):
+        wrong = plan_apply(exp, trial_number=trial.number)
+        added = [line for line in wrong.diff.splitlines() if line.startswith("+") and "rrf_k" in line]
+        assert added and added[0].replace(" ", "").rstrip(",") in ('+"rrf_k":20', '+"rrf_k":20.0'), wrong.diff
+        wrong.expected += 0.5  # the re-measured score cannot match: must roll back
+        result = apply_plan(wrong, tolerance=0.01, on_step=lambda step: puts.append(served_document(backend.url)))
+    assert result.rolled_back and not result.applied, result.message
+    assert "tolerance 0.01" in result.message and "original config restored" in result.message
+    assert any(body != both["before"] for body in puts)  # the trial's document was served meanwhile
+    assert served_document(backend.url) == both["before"]
+    assert not (both["root"] / "state" / "restore-journal-http.json").exists()
+
+
+def test_apply_refuses_a_document_changed_since_the_study(both: dict[str, Any]) -> None:
+    backend = both["backend"]
+    edited = json.loads(both["before"])
+    edited["recency"]["weight"] = 0.25  # a key the study does not tune, edited by hand
+    httpx.put(f"{backend.url}/admin/config", json=edited, timeout=60).raise_for_status()
+    trial = next(t for t in both["trials"] if t.user_attrs.get(ATTR_VARIANT) == "rrf-k20-bm25-heavy")
+    try:
+        done = subprocess.run([str(Path(sys.executable).with_name("tuner")), "apply", str(both["exp"]),
+                               "--trial", str(trial.number)],
+                              capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "300"})
+        assert done.returncode != 0
+        err = [line for line in done.stderr.splitlines() if line.strip()]
+        assert len(err) == 1 and "changed since the study started" in err[0] and "--force" in err[0], done.stderr
+        assert json.loads(served_document(backend.url)) == edited
+    finally:
+        httpx.put(f"{backend.url}/admin/config", content=both["before"],
+                  headers={"Content-Type": "application/json"}, timeout=60).raise_for_status()
+    assert served_document(backend.url) == both["before"]
+
+
 def test_apply_rechecks_writes_reads_back_and_keeps_the_winner(both: dict[str, Any]) -> None:
     backend = both["backend"]
     exp_path: Path = both["exp"]

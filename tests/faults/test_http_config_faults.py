@@ -125,7 +125,9 @@ def test_sigkill_mid_trial_the_next_start_restores_the_served_document(tmp_path:
     after = {t.number: t.state.name for t in trials(root, "killed")}
     record = fault_log.add(judge("sigkill-runner-http", damage(root, "killed", backend, original), {
         "the kill left a trial's document served and the journal on disk": left == (True, True),
-        "the next start says it replayed the journal": "replayed the restore journal" in resumed.output,
+        "the next start put the original back before any trial, read back": all(
+            s in resumed.output for s in ("replayed the restore journal", "wrote the original back (confirmed by "
+                                          "read-back)")),
         "the next start exits 0": resumed.returncode == 0,
         "the study completed its trials": list(after.values()).count("COMPLETE") >= 9,
         "the journal is gone": not journal.exists(),

@@ -24,6 +24,7 @@ trial asks the backend's health only.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -103,10 +104,17 @@ class HttpConfigPatcher:
         return [HTTP_TEXT] if wrote else []
 
     def diff(self, edits: Mapping[int, Mapping[str, Any]]) -> str:
-        return unified_diff(self.base_texts()[0], self.render(edits)[HTTP_TEXT], self.names[0])
+        """The change as people read it: both documents laid out one key a line (a server
+        may answer its document on one line), key order kept."""
+        before, after = self.base_texts()[0], self.render(edits)[HTTP_TEXT]
+        return unified_diff(_laid_out(before), _laid_out(after), self.names[0])
 
     def close(self) -> None:
         self.store.close()
+
+
+def _laid_out(text: str) -> str:
+    return json.dumps(json.loads(text), indent=2, ensure_ascii=False) + "\n"
 
 
 def _media_type(content_type: str) -> str:
