@@ -86,3 +86,12 @@ def test_a_url_that_is_not_http_is_refused(tmp_path: Path) -> None:
     path.write_text(path.read_text().replace('url: "http://127.0.0.1:{port}/admin/config"', "url: /admin/config"))
     with pytest.raises(ConfigError, match=r"is not an http\(s\) URL"):
         load_experiment(path)
+
+
+def test_the_run_says_how_trials_reach_the_backend(tmp_path: Path) -> None:
+    from tuner.study.wiring import apply_mode_line
+
+    exp = load_experiment(write(tmp_path)).bind_port()
+    assert apply_mode_line(exp.target) == (
+        "trials write their config document (PUT http://127.0.0.1:9311/admin/config), confirmed by read back; "
+        "the backend is not restarted")

@@ -502,6 +502,14 @@ def build_runner(
 def apply_mode_line(target: Any) -> str:
     """One line saying how trials get their config served (printed at the start of a run)."""
     reload = target.reload
+    if target.channel == "http" and target.http is not None:
+        from tuner.secrets import redact_url
+
+        how = "read back" if target.http.read_back else f"the health answer's {target.http.fingerprint}"
+        return (
+            f"trials write their config document ({target.http.method} {redact_url(target.http.url)}), "
+            f"confirmed by {how}; the backend is not restarted"
+        )
     if reload is None:
         return (
             f"each trial restarts the backend (target.apply: {target.apply}); declare target.reload when it can "
