@@ -138,6 +138,15 @@ def test_a_second_run_on_the_same_url_is_refused_naming_the_holder(both: dict[st
     assert served_document(backend.url) == both["before"]
 
 
+def test_check_measures_the_document_as_found_and_writes_nothing(both: dict[str, Any]) -> None:
+    backend = both["backend"]
+    reloads = backend.health().json()["reloads"]
+    done = subprocess.run([str(Path(sys.executable).with_name("tuner")), "check", str(both["exp"])],
+                          capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "300"})
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert backend.health().json()["reloads"] == reloads and served_document(backend.url) == both["before"]
+
+
 def test_a_key_the_document_lacks_stops_before_any_write(both: dict[str, Any], tmp_path: Path,
                                                          demo_data: Path) -> None:
     backend = both["backend"]

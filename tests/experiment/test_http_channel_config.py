@@ -55,12 +55,16 @@ def test_the_section_is_read_with_its_defaults_and_the_port_filled(tmp_path: Pat
     ("  config_files: [config.yaml]", r"channel: http patches the document at http.url, not files; remove config_files"),
     ("    read_back: false", r"a write must be confirmed: keep read_back: true, or give fingerprint"),
     ("    method: PATCH", r"http.method"),
+    ("  process: {command: [x]}", r"the engine must already run: set apply: none"),
 ])
 def test_contradictions_are_refused_at_load_in_one_line(tmp_path: Path, extra: str, message: str) -> None:
     if extra.startswith("  config_files"):
         (tmp_path / "config.yaml").write_text("a: 1\n")
+    path = write(tmp_path, extra)
+    if extra.startswith("  process"):
+        path.write_text(path.read_text().replace("apply: none", "apply: process"))
     with pytest.raises(ConfigError, match=message) as info:
-        load_experiment(write(tmp_path, extra))
+        load_experiment(path)
     assert "\n" not in str(info.value)
 
 

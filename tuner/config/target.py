@@ -277,6 +277,11 @@ class TargetConfig(StrictModel):
                 )
             if self.config_files:
                 raise ValueError("channel: http patches the document at http.url, not files; remove config_files")
+            if self.apply != "none":
+                raise ValueError(
+                    f"channel: http reads the config document before any backend is started, so the engine must "
+                    f"already run: set apply: none (not {self.apply}) and start it yourself"
+                )
         elif self.http is not None:
             raise ValueError("http: is read with channel: http only; set channel: http or remove it")
         if self.apply == "process" and self.process is None:
