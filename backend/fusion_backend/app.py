@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import json
+import os
 import threading
 import uuid
 from collections import OrderedDict
@@ -126,6 +127,10 @@ def create_app(state: ServiceState, on_load_failure: Callable[[], None]) -> Star
                 {"detail": "body is not valid JSON: send the whole config, as GET /admin/config returns it"},
                 status_code=422,
             )
+        keep = os.environ.get(FAULT_KEEP_ON_PUT)
+        if keep and isinstance(doc, dict):  # test-only fault: the PUT "takes" without this key's new value
+            served = state.current
+            doc = _keep_value(doc, (served.cfg if served is not None else state.cfg).to_json(), keep)
         # In a worker thread, as a reload: a rebuild must not hold up the event loop.
         status, body = await run_in_threadpool(state.put_config_logged, doc, request.headers.get("If-Match"))
         headers = {"ETag": f'"{body["config_hash"]}"'} if status == 200 else None
@@ -197,6 +202,28 @@ def create_app(state: ServiceState, on_load_failure: Callable[[], None]) -> Star
         ],
         lifespan=lifespan,
     )
+
+
+#: Test-only fault (tests/faults/test_http_config_faults.py): a dotted config key whose
+#: value an accepted PUT /admin/config silently keeps as it was, so the tuner's read-back
+#: of the document it sent differs. Unset in every real use.
+FAULT_KEEP_ON_PUT = "FUSION_BACKEND_TEST_FAULT_KEEP_ON_PUT"
+
+
+def _keep_value(doc: dict[str, Any], served: dict[str, Any], dotted: str) -> dict[str, Any]:
+    """``doc`` with the value at ``dotted`` taken from ``served`` (when both have it)."""
+    import copy
+
+    out = copy.deepcopy(doc)
+    node, old = out, served
+    *parents, last = dotted.split(".")
+    for part in parents:
+        if not isinstance(node, dict) or not isinstance(old, dict) or part not in node or part not in old:
+            return doc
+        node, old = node[part], old[part]
+    if isinstance(node, dict) and isinstance(old, dict) and last in node and last in old:
+        node[last] = old[last]
+    return out
 
 
 async def _parse_body(request: Request) -> SearchBody | dict[str, Any]:

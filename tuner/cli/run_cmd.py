@@ -164,7 +164,12 @@ def _print_summary(console: Console, exp: Any, summary: Any) -> None:
             f"the study already has the experiment's n_trials ({exp.n_trials}); pass --n-trials N to run N more",
             soft_wrap=True,
         )
-    if summary.restored:
+    if summary.restored and exp.target.channel == "http" and exp.target.http is not None:
+        from tuner.secrets import redact_url
+
+        shown = redact_url(exp.bind_port().target.http.url if isinstance(exp.target.port, int) else exp.target.http.url)
+        console.print(f"original config document restored: {shown} (read back)", soft_wrap=True, markup=False)
+    elif summary.restored:
         console.print(f"original config restored: {', '.join(map(str, summary.restored))}", soft_wrap=True)
     frame = analysis.trials_frame(load_study(exp).get_trials(deepcopy=False))
     if summary.best is None:

@@ -50,9 +50,27 @@ def pending_journal_line(experiment: Any) -> str | None:
 
     try:
         found = pending(experiment.journal_path)
+        http = http_journal_line(experiment)
     except TargetError as exc:  # a reader still shows what it reads; the journal's problem is the line
         return f"restore journal pending but unreadable: {exc}"
+    if http is not None:
+        return http
     return None if found is None else found.line(recover_hint(experiment.source))
+
+
+def http_journal_line(experiment: Any) -> str | None:
+    """channel: http: the line saying the original config document is journaled (a run
+    writing trials now, or one that was killed), or None."""
+    if experiment.target.channel != "http" or not experiment.http_journal_path.exists():
+        return None  # (and no HTTP client imported by a command that only reads)
+    from tuner.targets.http_config import HttpJournal
+
+    journal = HttpJournal(experiment.http_journal_path)
+    return (
+        f"restore journal pending: {journal.path}, left by {journal.whose()}: the document at "
+        f"{journal.shown_url()} may hold its trial's values; the next `tuner run` or "
+        f"`tuner apply {experiment.source} --recover` puts the original back"
+    )
 
 
 def warn_pending_journal(console: Any, experiment: Any) -> None:

@@ -136,6 +136,9 @@ class ConfigPatcher:
         """Originals back byte for byte; the journal is removed. Returns the files rewritten."""
         return self.journal.restore() if self.journal is not None else []
 
+    def close(self) -> None:
+        """Nothing to close (channel: http's patcher closes its HTTP client here)."""
+
     def diff(self, edits: Edits) -> str:
         base = self.base_texts()
         rendered = self.render(edits)

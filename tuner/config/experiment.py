@@ -24,6 +24,7 @@ Public API::
     load_experiment(path) -> Experiment
     Experiment.bind_port(port: int | None = None) -> Experiment
     Experiment.journal_path -> Path              # <state_dir>/restore-journal.json
+    Experiment.http_journal_path -> Path         # <state_dir>/restore-journal-http.json (channel: http)
     resolve_sqlite(uri, base) -> str             # relative sqlite:/// URI made absolute
     free_port() -> int                           # tuner.ports: outside the ephemeral range
 
@@ -141,6 +142,12 @@ class Experiment(ExperimentFile):
         return self.state_dir / "restore-journal.json"
 
     @property
+    def http_journal_path(self) -> Path:
+        """``target.channel: http``: the original config document, kept while trials write
+        theirs (tuner.targets.http_config)."""
+        return self.state_dir / "restore-journal-http.json"
+
+    @property
     def warnings(self) -> list[str]:
         """Non-fatal problems worth printing (e.g. a sampler that ignores constraints)."""
         out = []
@@ -171,6 +178,8 @@ class Experiment(ExperimentFile):
         if reload is not None and reload.http is not None:
             http = reload.http.model_copy(update={"url": fill(reload.http.url)})
             update["reload"] = reload.model_copy(update={"http": http})
+        if self.target.http is not None:  # channel: http's config document URL
+            update["http"] = self.target.http.model_copy(update={"url": fill(self.target.http.url)})
         target = self.target.model_copy(update=update)
         request = self.evaluation.request.model_copy(update={"url": fill(self.evaluation.request.url)})
         evaluation = self.evaluation.model_copy(update={"request": request})

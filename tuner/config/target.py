@@ -156,16 +156,61 @@ class RequestChannelConfig(StrictModel):
     )
 
 
+class HttpChannelConfig(StrictModel):
+    """``channel: http``: the backend's config is a JSON document behind an HTTP API
+    (tuner.study.trial.http_channel): GET it, patch its dotted paths, PUT / POST it back,
+    confirm by reading it back (or by a fingerprint in the health answer)."""
+
+    url: str = Field(description="The config document's URL: GET reads it, method writes it; {port} is filled.")
+    method: Literal["PUT", "POST"] = "PUT"
+    headers: dict[str, str] = Field(
+        default_factory=dict, description="Sent with every GET and write (secrets are redacted wherever shown)."
+    )
+    read_back: bool = Field(
+        default=True, description="Confirm each write by a GET whose document equals the one sent (as JSON)."
+    )
+    fingerprint: str | None = Field(
+        default=None,
+        pattern=_DOTTED,
+        description=(
+            "Confirm each write instead by this dotted field of the health JSON, which must equal the ETag "
+            "the write answered (read_back: false)."
+        ),
+    )
+    document: str | None = Field(
+        default=None,
+        description=(
+            "Where the document sits in the GET answer when the server wraps it (OpenSearch's GET "
+            "/_search/pipeline/NAME answers {NAME: {...}}, PUT takes the {...}): that key (dotted); "
+            "absent: the whole answer is the document."
+        ),
+    )
+    timeout_s: PositiveFloat = 30.0
+
+    @model_validator(mode="after")
+    def _confirmed(self) -> HttpChannelConfig:
+        if not self.url.startswith(("http://", "https://")):
+            raise ValueError(f"http.url {self.url!r} is not an http(s) URL; give the config document's URL")
+        if not self.read_back and self.fingerprint is None:
+            raise ValueError(
+                "http: a write must be confirmed: keep read_back: true, or give fingerprint: the health JSON "
+                "field that reports the ETag of the config served (e.g. fingerprint: config_hash)"
+            )
+        return self
+
+
 class TargetConfig(StrictModel):
     config_files: list[Path] = Field(default_factory=list)
-    channel: Literal["file", "request"] = Field(
+    channel: Literal["file", "request", "http"] = Field(
         default="file",
         description=(
-            "How a trial's values reach the backend: file (patch config_files, then reload or restart) "
-            "or request (bound into every search request: target.request.bind)."
+            "How a trial's values reach the backend: file (patch config_files, then reload or restart), "
+            "request (bound into every search request: target.request.bind) or http (a JSON config document "
+            "read and written over HTTP: target.http)."
         ),
     )
     request: RequestChannelConfig | None = None
+    http: HttpChannelConfig | None = None
     inputs: list[str] = Field(
         default_factory=list,
         description="Data files the backend serves (paths, globs or directories); their content is part of "
@@ -184,6 +229,11 @@ class TargetConfig(StrictModel):
             "fingerprint the health JSON reports; absent: restart every trial."
         ),
     )
+
+    @property
+    def config_urls(self) -> list[str]:
+        """The config documents written over HTTP (channel: http), each locked like a file."""
+        return [self.http.url] if self.channel == "http" and self.http is not None else []
 
     @field_validator("config_files")
     @classmethod
@@ -215,6 +265,25 @@ class TargetConfig(StrictModel):
                 raise ValueError("channel: request changes no config to reload; remove target.reload")
         elif self.request is not None:
             raise ValueError("request.bind is read with channel: request only; set channel: request or remove it")
+        if self.channel == "http":
+            if self.http is None:
+                raise ValueError(
+                    "channel: http needs an http: section with the config document's url "
+                    "(e.g. http: {url: 'http://127.0.0.1:{port}/admin/config'})"
+                )
+            if self.reload is not None:
+                raise ValueError(
+                    "channel: http writes the config through its API, which serves it; remove target.reload"
+                )
+            if self.config_files:
+                raise ValueError("channel: http patches the document at http.url, not files; remove config_files")
+            if self.apply != "none":
+                raise ValueError(
+                    f"channel: http reads the config document before any backend is started, so the engine must "
+                    f"already run: set apply: none (not {self.apply}) and start it yourself"
+                )
+        elif self.http is not None:
+            raise ValueError("http: is read with channel: http only; set channel: http or remove it")
         if self.apply == "process" and self.process is None:
             raise ValueError("apply: process needs a process: section with a command")
         if self.apply == "docker" and self.docker is None:

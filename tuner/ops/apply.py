@@ -35,9 +35,9 @@ import optuna
 
 from tuner.errors import LabelError, StudyError, TunerError
 from tuner.study.feasibility import constraints_hold, is_feasible, pick_trial
-from tuner.study.storage.study_storage import ATTR_CONFIG_SEEN, load_study
+from tuner.study.storage.study_storage import ATTR_CONFIG_SEEN, ATTR_HTTP_SEEN, load_study
 from tuner.study.trial.attrs import ATTR_GATES_MOVED, ATTR_VARIANT, assignment_of, trial_attr
-from tuner.study.wiring import Prepared, labels_mismatch, prepare
+from tuner.study.wiring import Prepared, document_digest, labels_mismatch, prepare
 
 if TYPE_CHECKING:
     from tuner.config.experiment import Experiment
@@ -91,8 +91,15 @@ def apply_rights(experiment: Experiment) -> Any:
     """The locks a real apply holds from planning to its last restart (tuner.study.storage.locks)."""
     from tuner.study.storage.locks import patch_rights
 
+    # the URL as a run locks it: {port} filled (a fixed port; "auto" has no URL to meet)
+    bound = experiment.bind_port() if isinstance(experiment.target.port, int) else experiment
     return patch_rights(
-        experiment.storage, experiment.study, experiment.target.config_files, mode="exclusive", command="tuner apply"
+        experiment.storage,
+        experiment.study,
+        experiment.target.config_files,
+        mode="exclusive",
+        command="tuner apply",
+        urls=bound.target.config_urls,
     )
 
 
@@ -249,8 +256,17 @@ def apply_plan(
     patcher = prepared.patcher
     if patcher.journal is not None:  # a crash inside the window below leaves a journal naming this apply
         patcher.journal.owner = f"tuner apply of trial #{plan.trial_number} (study {exp.study!r})"
+    http = exp.target.channel == "http"
+    if http:  # re-check: the served document is still the one the study started from
+        changed = http_baseline_problem(plan)
+        if changed is not None and not force:
+            raise StudyError(f"tuner apply: {changed}")
     on_step("backing up the config files")
-    backups = backup_configs(patcher.files, exp.state_dir / "backups")
+    backups = (
+        backup_document(patcher.base_texts()[0], exp.state_dir / "backups")
+        if http
+        else backup_configs(patcher.files, exp.state_dir / "backups")
+    )
     result = ApplyResult(plan, applied=False, backups=backups)
     target = make_target(exp.target, exp.state_dir)
     health = exp.target.health
@@ -260,14 +276,15 @@ def apply_plan(
     evaluator.abort = target.failure  # a backend that dies mid-batch ends it at once
 
     def restart_and_wait() -> None:
-        target.restart()
+        if not http:  # channel: http: the confirmed write (or restore) is what the backend serves
+            target.restart()
         wait_target_healthy(health, target)
 
     try:
         on_step(f"writing trial #{plan.trial_number}'s config")
         try:
-            patcher.write(plan.texts)
-            on_step("restarting the backend")
+            patcher.write(plan.texts)  # channel: http: written and confirmed by read-back
+            on_step("waiting for the backend" if http else "restarting the backend")
             restart_and_wait()
             on_step("re-evaluating the query set")
             batch = evaluator.evaluate(order_seed=0, on_result=lambda qid, row: None)
@@ -311,6 +328,39 @@ def apply_plan(
         target.close()
 
 
+def http_baseline_problem(plan: ApplyPlan) -> str | None:
+    """channel: http: why the served document is not the one the study started from
+    (its sha256 over canonical JSON, recorded at the study's first run), or None."""
+    study = load_study(plan.experiment)
+    seen = study.user_attrs.get(ATTR_HTTP_SEEN)
+    if not isinstance(seen, str):
+        return None  # a study recorded before the channel kept it: the drift check covers its keys
+    now = document_digest(plan.prepared.patcher.base_texts()[0])
+    if now == seen:
+        return None
+    return (
+        f"the config document at {plan.prepared.patcher.names[0]} changed since the study started "
+        f"(canonical sha256 {seen[:12]}... then, {now[:12]}... now): the trial was measured against the old "
+        "document; re-run the study, or pass --force to write it over the edits"
+    )
+
+
+def backup_document(text: str, backup_root: Path) -> list[Path]:
+    """channel: http: the served document as found, to ``backup_root/<UTC time>/0-http-config.json``."""
+    from tuner.files import atomic_write
+
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    folder = backup_root / stamp
+    n = 1
+    while folder.exists():
+        n += 1
+        folder = backup_root / f"{stamp}-{n}"
+    folder.mkdir(parents=True)
+    out = folder / "0-http-config.json"
+    atomic_write(out, text.encode("utf-8"), mode=0o600)
+    return [out]
+
+
 def violated_constraints(constraints: Any, metrics: Any) -> list[str]:
     """``"OOS_FP_Rate = 0.3100 > 0.1"`` for each constraint the metrics break (a metric
     missing from them counts as broken: nothing would say it holds)."""
@@ -342,10 +392,14 @@ def restart_on_files(experiment: Experiment, on_step: Callable[[str], None] = la
     from tuner.targets.health import wait_target_healthy
 
     exp = experiment.bind_port()
-    on_step("restarting the backend on the restored config")
+    http = exp.target.channel == "http"  # the restore wrote the document through the API, which serves it
+    on_step(
+        "waiting for the backend on the restored config" if http else "restarting the backend on the restored config"
+    )
     target = make_target(exp.target, exp.state_dir)
     try:
-        target.restart()
+        if not http:
+            target.restart()
         wait_target_healthy(exp.target.health, target)
     finally:
         target.close()
@@ -357,6 +411,14 @@ def recover_apply(experiment: Experiment, on_step: Callable[[str], None] = lambd
     Returns the line saying what it did."""
     from tuner.config.journal import pending, recover
 
+    if experiment.target.channel == "http":
+        from tuner.study.trial.http_channel import recover_http
+
+        replayed = recover_http(experiment.bind_port())
+        if replayed is None:
+            return f"no restore journal pending ({experiment.http_journal_path}): nothing to recover"
+        restart_on_files(experiment, on_step)
+        return f"{replayed}; the backend is healthy"
     found = pending(experiment.journal_path)
     if found is None:
         return f"no restore journal pending ({experiment.journal_path}): nothing to recover"

@@ -302,11 +302,15 @@ def check_experiment(experiment: Any, *, full: bool = False, seed: int = 0) -> t
         report.findings.insert(0, Finding("journal", "warn", found.line(recover_hint(experiment.source))))
     if any(f.code == "template_field" for f in report.stops):
         return report, prepared.warnings  # every request would fail: nothing to send
-    from tuner.study.storage.file_locks import config_locks
+    from tuner.study.storage.file_locks import config_locks, url_locks
 
     # The backend it starts reads the config files: not while a run has a trial's values
-    # in them (LockHeld names the run), and no run patches them while it measures.
-    with config_locks(experiment.target.config_files, command="tuner check"):
+    # in them (LockHeld names the run), and no run patches them while it measures
+    # (channel: http: nor the config document).
+    with (
+        config_locks(experiment.target.config_files, command="tuner check"),
+        url_locks(experiment.target.config_urls, command="tuner check"),
+    ):
         target = make_target(experiment.target, experiment.state_dir)
         try:
             live_preflight(

@@ -85,7 +85,12 @@ def run_experiment(
     try:
         # Nothing is read from the journal or patched before both locks are ours.
         with patch_rights(
-            experiment.storage, experiment.study, experiment.target.config_files, mode="exclusive", command="tuner run"
+            experiment.storage,
+            experiment.study,
+            experiment.target.config_files,
+            mode="exclusive",
+            command="tuner run",
+            urls=experiment.target.config_urls,
         ) as lease:
             for line in lease.notes:
                 observer.note(line)
@@ -122,6 +127,11 @@ def database_away(exc: BaseException, experiment: Experiment) -> DatabaseUnreach
 def _restored(experiment: Experiment) -> str:
     """Whether the config files are back as found: the restore runs before any error
     leaves the run, and the restore journal is removed only once every file is back."""
+    if experiment.target.channel == "http" and experiment.http_journal_path.exists():
+        return (
+            f"a restore journal is left ({experiment.http_journal_path}): the next `tuner run` or `tuner apply` "
+            "puts the original config document back"
+        )
     journal = experiment.journal_path
     if not journal.exists():
         return "the config files are restored"

@@ -199,6 +199,7 @@ class StudySession:
         if runner.applier is not None:
             runner.applier.close()
         self.target.close()
+        self.prepared.patcher.close()
         self.tracker.end_study(status=status, summary=summary_metrics(self.study, maximize=self.maximize))
 
     def _restore(self) -> list[Path]:

@@ -60,7 +60,12 @@ def validate_holdout(experiment: Any, **kwargs: Any) -> HoldoutRun:
     from tuner.study.storage.locks import patch_rights
 
     with patch_rights(
-        experiment.storage, experiment.study, experiment.target.config_files, mode="exclusive", command="tuner validate"
+        experiment.storage,
+        experiment.study,
+        experiment.target.config_files,
+        mode="exclusive",
+        command="tuner validate",
+        urls=experiment.target.config_urls,
     ) as lease:
         on_step = kwargs.get("on_step") or (lambda step: None)
         for line in lease.notes:

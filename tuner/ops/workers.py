@@ -88,6 +88,14 @@ def run_replica(
     from tuner.targets.replicas import replica_of
 
     check_storage(experiment.storage, n_workers=2)
+    if experiment.target.channel == "http":
+        from tuner.errors import ConfigError
+
+        # every replica would write the one document at target.http.url: each would measure the others' configs
+        raise ConfigError(
+            f"{experiment.source}: tuner worker with target.channel: http: the workers would share one config "
+            "document; run the study with `tuner run`"
+        )
     settings = settings or experiment.workers
     command = f"tuner worker --replica {replica_index}"
     with StudyLease.acquire(experiment.storage, experiment.study, mode="shared", command=command) as lease:

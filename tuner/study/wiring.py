@@ -28,7 +28,7 @@ from tuner.study.stop import StopFlag
 from tuner.study.storage.paths import StudyPaths
 from tuner.study.storage.queue import Variant
 from tuner.study.storage.result_cache import ResultCache
-from tuner.study.storage.study_storage import ATTR_CONFIG_SEEN, ATTR_LABELS
+from tuner.study.storage.study_storage import ATTR_CONFIG_SEEN, ATTR_HTTP_SEEN, ATTR_LABELS
 from tuner.study.trial.bookkeeping import Bookkeeper, OptunaArtifacts
 from tuner.study.trial.live import LiveEvaluator
 from tuner.study.trial.pruning import trial_order_seed
@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from tuner.study.gates.threshold import GateRange
     from tuner.study.replay.fusion_search import ReplayPlan
     from tuner.study.replay.replay_pool import ReplayPool
+    from tuner.study.trial.http_channel import HttpConfigPatcher
 
 
 class PatcherWriter:
@@ -51,9 +52,12 @@ class PatcherWriter:
     writes exactly the rendered texts (journal first, atomic writes); ``as_found`` gives
     an assignment the file's own values where it leaves a key unchanged."""
 
-    def __init__(self, space: Any, patcher: Any) -> None:
+    def __init__(self, space: Any, patcher: Any, *, touches_backend: bool = True) -> None:
         self.space = space
         self.patcher = patcher
+        # False (channel: http): the end of a run writes the original back through the
+        # config API, which serves it; the backend needs no restart
+        self.touches_backend = touches_backend
         self._found: tuple[tuple[str, ...], list[Any]] | None = None  # base texts -> their documents
 
     def as_found(self, assignment: Mapping[str, Any]) -> dict[str, Any]:
@@ -75,7 +79,7 @@ class Prepared:
 
     experiment: Experiment
     space: SearchSpace
-    patcher: ConfigPatcher
+    patcher: ConfigPatcher | HttpConfigPatcher  # channel: http: the document at target.http.url
     queries: QuerySet
     qrels: dict[str, dict[str, int]]
     labels_fingerprint: str
@@ -115,6 +119,12 @@ def prepare(experiment: Experiment, *, recover_journal: bool = True) -> Prepared
 
     found = pending(experiment.journal_path) if recover_journal else None
     recovered = recover(experiment.journal_path) if found is not None else []
+    replayed = found.replayed_line(recovered) if found is not None else None
+    if recover_journal and experiment.target.channel == "http":
+        from tuner.study.trial.http_channel import recover_http
+
+        # a killed run's writes undone before the document is read as the baseline
+        replayed = recover_http(experiment) or replayed
     space = load_space(experiment.search_space, experiment.target.config_files)
     # ConfigError now, not after the first trial; solvable_gates goes in sorted name order.
     gates = dict(zip(sorted(space.post_retrieval), solvable_gates(space), strict=True))
@@ -148,7 +158,20 @@ def prepare(experiment: Experiment, *, recover_journal: bool = True) -> Prepared
                 f"{experiment.source}: replay.subscores with post_retrieval gates ({', '.join(gates)}) is not "
                 "supported (the sub-scores carry no confidence); make them sampled params"
             )
-    patcher = ConfigPatcher(experiment.target.config_files, journal_path=experiment.journal_path)
+    patcher: ConfigPatcher | HttpConfigPatcher
+    if experiment.target.channel == "http" and replay is not None:
+        from tuner.errors import ConfigError
+
+        raise ConfigError(
+            f"{experiment.source}: replay with target.channel: http is not supported yet; "
+            "remove replay (every trial then writes its document and is measured live)"
+        )
+    if experiment.target.channel == "http":
+        from tuner.study.trial.http_channel import http_patcher_of
+
+        patcher = http_patcher_of(experiment)  # GET: the document as found is the baseline
+    else:
+        patcher = ConfigPatcher(experiment.target.config_files, journal_path=experiment.journal_path)
     request_document = None
     if experiment.target.channel == "request":
         from tuner.study.trial.request_channel import request_document_of
@@ -181,7 +204,7 @@ def prepare(experiment: Experiment, *, recover_journal: bool = True) -> Prepared
         gates=gates,
         dataset_note=dataset_note,
         replay=replay,
-        replayed=found.replayed_line(recovered) if found is not None else None,
+        replayed=replayed,
         request_document=request_document,
     )
 
@@ -238,6 +261,20 @@ def record_config_seen(study: optuna.Study, prepared: Prepared) -> None:
     if ATTR_CONFIG_SEEN not in study.user_attrs:
         current = prepared.space.current_assignment(prepared.found_documents())
         study.set_user_attr(ATTR_CONFIG_SEEN, json.loads(json.dumps(current, default=str)))
+    from tuner.study.trial.http_channel import HttpConfigPatcher
+
+    if isinstance(prepared.patcher, HttpConfigPatcher) and ATTR_HTTP_SEEN not in study.user_attrs:
+        # channel: http: the whole document (apply refuses a served document other than this one)
+        study.set_user_attr(ATTR_HTTP_SEEN, document_digest(prepared.patcher.base_texts()[0]))
+
+
+def document_digest(text: str) -> str:
+    """sha256 of a JSON document's canonical form (sorted keys, no spaces): the same for
+    the same values however the server lays them out."""
+    import hashlib
+
+    canonical = json.dumps(json.loads(text), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
 def labels_mismatch(study: optuna.Study, experiment: Experiment, fingerprint: str) -> str | None:
@@ -427,7 +464,12 @@ def build_runner(
     inputs = InputsWatch(exp.target.inputs, root=exp.project_root) if exp.target.inputs else None
     applier: Any = None
     writer: Any = PatcherWriter(prepared.space, prepared.patcher)
-    if exp.target.channel == "request":
+    if exp.target.channel == "http":
+        from tuner.study.trial.http_channel import HttpServe
+
+        writer = PatcherWriter(prepared.space, prepared.patcher, touches_backend=False)
+        applier = HttpServe(wait_healthy)
+    elif exp.target.channel == "request":
         from tuner.study.trial.request_channel import RequestServe, request_writer_of
 
         writer = request_writer_of(exp, prepared.space, evaluator.use_request)
@@ -470,6 +512,14 @@ def build_runner(
 def apply_mode_line(target: Any) -> str:
     """One line saying how trials get their config served (printed at the start of a run)."""
     reload = target.reload
+    if target.channel == "http" and target.http is not None:
+        from tuner.secrets import redact_url
+
+        how = "read back" if target.http.read_back else f"the health answer's {target.http.fingerprint}"
+        return (
+            f"trials write their config document ({target.http.method} {redact_url(target.http.url)}), "
+            f"confirmed by {how}; the backend is not restarted"
+        )
     if reload is None:
         return (
             f"each trial restarts the backend (target.apply: {target.apply}); declare target.reload when it can "

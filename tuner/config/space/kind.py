@@ -115,6 +115,10 @@ class ParamKind(BaseModel):
         file's own value, never a re-rendered one."""
         return found if _same_value(value, found) else value
 
+    def to_config(self, value: Any) -> Any:
+        """An assignment value as the config file writes it (most kinds: as it is)."""
+        return value
+
     def type_problem(self, value: Any) -> str | None:
         """Why the config's ``value`` cannot take this param's values, or None."""
         return None

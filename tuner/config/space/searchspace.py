@@ -169,7 +169,7 @@ class SearchSpace:
         out: dict[int, dict[str, Any]] = {}
         for name, value in assignment.items():
             p = self[name]
-            out.setdefault(p.file, {})[p.path] = value
+            out.setdefault(p.file, {})[p.path] = p.spec.to_config(value)
         return out
 
     # ---- validation against the target config

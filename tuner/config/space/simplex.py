@@ -100,7 +100,19 @@ class SimplexParam(ParamKind):
         """The file's weights as they are, not normalised: the baseline is the config as
         found, and a backend that does not divide by the weight sum scores 1.0/1.0
         differently from 0.5/0.5."""
+        if self._listed(value):  # a list of weights (an engine's JSON: weights: [0.3, 0.7])
+            return {c: float(value[i]) for i, c in enumerate(self.components)}
         return {c: float(value[c]) for c in self.components}
+
+    def _listed(self, value: Any) -> bool:
+        """A list of weights, its components named by position (0, 1, ...)."""
+        return isinstance(value, list) and self.components == [str(i) for i in range(len(self.components))]
+
+    def to_config(self, value: Any) -> Any:
+        """Index components (0, 1, ...) are a list of weights in the config: written as one."""
+        if isinstance(value, Mapping) and self.components == [str(i) for i in range(len(self.components))]:
+            return [value[c] for c in self.components]
+        return value
 
     def as_found(self, value: Any, found: Any) -> Any:
         """The file's weights when ``value`` is what this simplex proposes for them: its
@@ -120,6 +132,15 @@ class SimplexParam(ParamKind):
         return value
 
     def type_problem(self, value: Any) -> str | None:
+        if isinstance(value, list):
+            if not self._listed(value) or len(value) != len(self.components):
+                return (
+                    f"config has a list of {len(value)}: a simplex over a list of weights names its components "
+                    f"by position, components: {[str(i) for i in range(len(value))]}"
+                )
+            if any(kind_of(v) not in ("int", "float") for v in value):
+                return "config weights are not all numbers"
+            return None
         if not isinstance(value, Mapping):
             return f"config has {kind_of(value)}, a simplex needs a mapping of component -> weight"
         for c in self.components:

@@ -3,6 +3,7 @@ it when its holder dies, whatever killed it), re-entrant within a process.
 
     with file_lock(path, what=..., command=..., fix=..., notes=notes): ...
     with config_locks(config_files, command=...): ...   # one per config file
+    with url_locks(urls, command=...): ...              # one per config URL (channel: http)
     read_holder(path) -> Holder | None                  # who holds it now
 
 A config lock is an ``flock`` on a hidden file beside the config file
@@ -129,6 +130,39 @@ def config_locks(files: Sequence[Path], *, command: str, notes: list[str] | None
                     notes=notes,
                     fix="wait for it to finish or stop it; parallel trials go through `tuner worker`, "
                     "each with its own config copy",
+                )
+            )
+        yield
+
+
+def url_lock_file(url: str) -> Path:
+    """The lock file of a config URL (channel: http): in one folder of the machine's temp
+    dir, named by the URL's hash, so two experiments (any state dirs) on one URL meet."""
+    import hashlib
+    import tempfile
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url.strip())
+    key = urlunsplit((parts.scheme.lower(), parts.netloc.lower(), parts.path.rstrip("/"), parts.query, ""))
+    name = hashlib.sha256(key.encode("utf-8")).hexdigest()[:24]
+    return Path(tempfile.gettempdir()) / "fusion-tuner-url-locks" / f"{name}.tuner-lock"
+
+
+@contextlib.contextmanager
+def url_locks(urls: Sequence[str], *, command: str, notes: list[str] | None = None) -> Iterator[None]:
+    """Hold the lock of every config URL (sorted): a second process that would write the
+    same config document is refused with the holder named."""
+    from tuner.secrets import redact_url
+
+    with contextlib.ExitStack() as stack:
+        for url in sorted(set(urls)):
+            stack.enter_context(
+                file_lock(
+                    url_lock_file(url),
+                    what=f"config URL {redact_url(url)}",
+                    command=command,
+                    notes=notes,
+                    fix="wait for it to finish or stop it; one process writes a config document at a time",
                 )
             )
         yield

@@ -15,7 +15,8 @@ caused, with nothing to show it. Every process that patches holds two kinds of l
   ``stale_after_s`` is gone and its row is taken over).
 - **a config lock** per target config file, an ``flock`` on a hidden file beside it
   (``.config.yaml.tuner-lock``): two experiments with different state dirs still
-  cannot patch one file at once.
+  cannot patch one file at once; with ``channel: http`` one per config URL instead
+  (file_locks.url_lock_file: a folder in the temp dir, the file named by the URL's hash).
 
 A refused lock raises `LockHeld`, one line naming the holder (pid, host, command,
 since when) and the fix. A lock left by a dead holder is taken over and the caller
@@ -42,7 +43,7 @@ from typing import Any
 
 from tuner.errors import StudyError
 from tuner.study.storage.db_lock import HEARTBEAT_S, STALE_AFTER_S, TABLE, DbLock, Mode, fix_for
-from tuner.study.storage.file_locks import config_locks, file_lock, read_holder
+from tuner.study.storage.file_locks import config_locks, file_lock, read_holder, url_locks
 from tuner.study.storage.lock_holder import Holder
 
 _held_studies: dict[tuple[str, str], list[Any]] = {}
@@ -151,13 +152,20 @@ class StudyLease:
 
 @contextlib.contextmanager
 def patch_rights(
-    storage_url: str, study: str, config_files: Sequence[Path], *, mode: Mode, command: str
+    storage_url: str,
+    study: str,
+    config_files: Sequence[Path],
+    *,
+    mode: Mode,
+    command: str,
+    urls: Sequence[str] = (),
 ) -> Iterator[StudyLease]:
-    """The study lock, then the lock of every config file: what a process must hold
-    before it replays a restore journal or patches a config."""
+    """The study lock, then the lock of every config file and config URL (channel: http):
+    what a process must hold before it replays a restore journal or patches a config."""
     with (
         StudyLease.acquire(storage_url, study, mode=mode, command=command) as lease,
         config_locks(config_files, command=command, notes=lease.notes),
+        url_locks(urls, command=command, notes=lease.notes),
     ):
         yield lease
 

@@ -38,6 +38,8 @@ ATTR_OBJECTIVE = "tuner.objective"
 ATTR_CONSTRAINTS = "tuner.constraints"
 ATTR_PREFLIGHT = "tuner.preflight"
 ATTR_CONFIG_SEEN = "tuner.config_seen"  # the space's keys as the study first found them (apply's drift check)
+#: channel: http: sha256 of the config document's canonical JSON as the study first found it (apply's re-check)
+ATTR_HTTP_SEEN = "tuner.http_config_seen"
 ATTR_REPLICA = "tuner.replica"
 ATTR_LABELS = "tuner.labels"  # {"dataset_id", "fingerprint"} of the labels the study's trials are measured on
 
