@@ -36,6 +36,7 @@ CLASSES = (
     "apply-breaks-constraint", "drift-since-study", "every-trial-fails", "unwritable-config-tag",
     "config-owned-by-service-user", "planted-secret", "failed-label-import", "sigterm-preflight",
     "disk-full", "sigkill-apply", "sigkill-runner-served", "sigkill-docker-runner-served", "sigkill-runner-mlflow",
+    "sigterm-parallel", "sigkill-parallel",
 )
 _LOG = pytest.StashKey[FaultLog]()
 _SIGKILL_RUNS = pytest.StashKey[dict[str, dict[str, Any]]]()
