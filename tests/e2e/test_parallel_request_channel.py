@@ -20,13 +20,13 @@ from typing import Any
 
 import optuna
 import pytest
-from e2e.test_request_channel import request_overrides
 from mlflow import MlflowClient
 from optuna.trial import TrialState
 from support.demo_data import copy_demo_subset
 from support.reference_experiment import FUSION_SPACE, copy_backend_config, write_reference_experiment
 from support.request_log import RequestLogProxy, overlapping
 
+from e2e.test_request_channel import request_overrides
 from tuner.config.experiment import free_port, load_experiment
 from tuner.errors import ConfigError
 from tuner.ops.run import run_experiment
