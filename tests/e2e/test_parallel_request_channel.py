@@ -141,6 +141,11 @@ def test_the_run_ends_as_a_sequential_one_does(runs: dict[str, Any]) -> None:
         assert run.info.run_id == t.user_attrs["mlflow_run_id"] and run.info.status == "FINISHED"
         assert run.data.metrics["Primary_Metric_Score"] == pytest.approx(t.value, rel=1e-12)
         assert run.data.params["fusion.method"] == assignment_of(t)["fusion.method"]
+        # the trial's report shows the request it sent (its own values), not the declared one
+        report = json.loads((exp.state_dir / "trials" / exp.study / str(t.number) / "report.json").read_text())
+        sent = report["context"]["spec"]["request"]["body"]["overrides"]["fusion"]
+        assert sent["method"] == assignment_of(t)["fusion.method"]
+        assert sent["weights"] == pytest.approx(assignment_of(t)["fusion.weights"])
 
 
 def test_parallel_trials_through_a_config_file_are_refused_with_the_fix(demo_data: Path, tmp_path: Path) -> None:

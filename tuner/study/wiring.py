@@ -424,6 +424,7 @@ def build_runner(
         from tuner.study.trial.request_channel import RequestServe, request_writer_of
 
         writer = request_writer_of(exp, prepared.space)
+        evaluator.request_of_snapshot = writer.request_of_snapshot
         applier = RequestServe(wait_healthy)
     elif exp.target.reload is not None:
         from tuner.targets.reload import ConfigApplier

@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -63,6 +63,9 @@ class LiveEvaluator:
         # The last batch's timing, per thread: parallel trials (tuner.study.parallel) each
         # measure on a thread of their own and read their own batch's window.
         self._timing = threading.local()
+        #: channel: request: a trial's request from its config snapshot (tuner.study.trial.request_channel),
+        #: so its reports show the request it sent, not the declared one
+        self.request_of_snapshot: Callable[[str], RequestMapping] | None = None
         #: the preflight of the run (tuner.study.preflight), recorded in every report's context
         self.preflight: PreflightReport | None = None
         #: the batch's abort check and the run's stop flag (build_runner sets both)
@@ -198,13 +201,16 @@ class LiveEvaluator:
     ) -> dict[str, Path]:
         from tuner.report import ReportContext, write_reports
 
+        spec = self.spec
+        if self.request_of_snapshot is not None:
+            spec = spec.model_copy(update={"request": self.request_of_snapshot(config_snapshot)})
         ctx = ReportContext(
             title=f"Study {context.get('study')} - trial {context.get('trial')}",
             labels_fingerprint=self.labels_fingerprint,
             labels_db=str(self.experiment.dataset.labels_db),
-            url=self.spec.request.url,
+            url=spec.request.url,
             queries_file=str(self.experiment.dataset.queries),
-            spec=self.spec.model_dump(mode="json"),
+            spec=spec.model_dump(mode="json"),
             extra={**self._preflight_context(), **context},
         )
         write = self.report_worker.write_reports if self.report_worker is not None else write_reports

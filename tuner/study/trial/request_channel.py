@@ -71,6 +71,10 @@ class RequestWriter:
         """The declared request with a trial's values in their bound places (its batch sends it)."""
         return self.binding.render(self.declared_request, json.loads(texts[REQUEST_TEXT]))
 
+    def request_of_snapshot(self, snapshot: str) -> RequestMapping:
+        """The request of a trial's config snapshot (its one text): what its reports show."""
+        return self.request_of({REQUEST_TEXT: snapshot})
+
     def values_of(self, texts: Mapping[Path, str]) -> dict[str, Any]:
         """Every bound key's value in a trial's texts (what `tuner apply` shows)."""
         return dict(json.loads(texts[REQUEST_TEXT]))
