@@ -105,9 +105,9 @@ class ParallelLoop:
     # ------------------------------------------------------------------ a lane
 
     def _lane(self) -> None:
-        try:
-            while True:
-                with self._lock:
+        while True:
+            with self._lock:
+                try:
                     if self._stopped is None:
                         self._stopped = self.why_stop(self._in_flight)
                     if self._stopped is not None:
@@ -116,16 +116,30 @@ class ParallelLoop:
                     self._in_flight += 1
                     self.on_start(slot.job.out.number, slot.trial)
                     slot.measured = True  # an abort from here records it as run
+                except BaseException as exc:  # noqa: BLE001 - raised by run() once every lane has ended
+                    self._fail(exc)
+                    return
+            try:
                 self.runner.measure(slot.job)
+            except BaseException as exc:  # noqa: BLE001 - as above (measure keeps a trial's own errors)
                 with self._lock:
+                    self._fail(exc)
+                return
+            with self._lock:
+                try:
                     self._in_flight -= 1
                     verdict = self._end(slot)
                     if verdict is not None and self._stopped is None:
                         self._stopped = verdict
-        except BaseException as exc:  # noqa: BLE001 - raised by run() once every lane has ended
-            with self._lock:
-                self._error = self._error or exc
-                self._stopped = self._stopped or "error"
+                except BaseException as exc:  # noqa: BLE001 - as above
+                    self._fail(exc)
+                    return
+
+    def _fail(self, exc: BaseException) -> None:
+        """An error in a lane (under the lock, before any other lane may begin a trial):
+        the first one is raised by ``run``; no lane begins another trial."""
+        self._error = self._error or exc
+        self._stopped = self._stopped or "error"
 
     def _halt(self, why: str) -> None:
         with self._lock:
