@@ -15,6 +15,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -156,3 +159,8 @@ def test_parallel_trials_through_a_config_file_are_refused_with_the_fix(demo_dat
         run_experiment(load_experiment(path), parallel=2)
     assert "\n" not in str(info.value)
     assert not (tmp_path / "o.db").exists()  # refused before anything was opened
+    # the CLI: one line, exit 2
+    done = subprocess.run([sys.executable, "-m", "tuner", "run", str(path), "--parallel", "2"], capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "COLUMNS": "200"})
+    lines = [ln for ln in done.stderr.splitlines() if ln.strip()]
+    assert done.returncode == 2 and len(lines) == 1 and "needs target.channel: request" in lines[0], done.stderr
