@@ -37,6 +37,7 @@ CLASSES = (
     "config-owned-by-service-user", "planted-secret", "failed-label-import", "sigterm-preflight",
     "disk-full", "sigkill-apply", "sigkill-runner-served", "sigkill-docker-runner-served", "sigkill-runner-mlflow",
     "sigkill-runner-http", "http-put-refused", "http-readback-differs", "two-runs-one-url",
+    "sigterm-parallel", "sigkill-parallel",
 )
 _LOG = pytest.StashKey[FaultLog]()
 _SIGKILL_RUNS = pytest.StashKey[dict[str, dict[str, Any]]]()

@@ -20,6 +20,11 @@ restore). PLAN maps a life number (or "*", every life) to its faults::
     {"3": {"hold_until": "PATH"}}   # every search waits until PATH exists (the test releases it)
     {"3": {"malformed": "truncated"}}  # 200 with a broken body: truncated | html | wrong-shape
     {"depth=7": {"hold_until": "PATH"}}  # the faults of every life whose config has fusion.depth 7
+    {"request:depth=7": {"hold_until": "PATH"}}  # the faults of every search whose request asks for depth 7
+
+A search body may carry ``overrides: {fusion: {depth: N}}`` (the request channel's shape,
+as the reference backend's per-request overrides): that search is answered at depth N,
+whatever the config says, and its event records the depth it was answered at.
 
 ``/health`` and the start event report ``config_fingerprint``, the sha256 of CONFIG's
 bytes as read at start-up (as the reference backend does), so a test can tell which file
@@ -72,6 +77,8 @@ class Life:
         self.depth = depth
         self.fingerprint = fingerprint
         self.faults = faults
+        #: the faults of a search whose request asks for a depth (plan key "request:depth=N")
+        self.request_faults: dict[int, dict[str, Any]] = {}
         self.started = time.monotonic()
         self.searches = 0
         self._lock = threading.Lock()
@@ -139,8 +146,10 @@ def make_handler(life: Life) -> type[BaseHTTPRequestHandler]:
             body = json.loads(raw or b"{}")
             n = life.next_search()
             query_id = str(body.get("query_id"))
-            life.log("search", n=n, query_id=query_id)
-            f = life.faults
+            asked = ((body.get("overrides") or {}).get("fusion") or {}).get("depth")
+            depth = life.depth if asked is None else int(asked)
+            life.log("search", n=n, query_id=query_id, depth=depth)
+            f = life.faults if asked is None else {**life.faults, **life.request_faults.get(depth, {})}
             if "crash_after" in f and n > int(f["crash_after"]):
                 life.log("crash", n=n)
                 os._exit(CRASH_EXIT)  # mid-batch, with requests in flight: no answer, no clean-up
@@ -155,14 +164,14 @@ def make_handler(life: Life) -> type[BaseHTTPRequestHandler]:
                 return
             malformed = f.get("malformed")
             if malformed == "truncated":
-                self._send(200, json.dumps(answer(query_id, life.depth)).encode()[:40])
+                self._send(200, json.dumps(answer(query_id, depth)).encode()[:40])
             elif malformed == "html":
                 self._send(200, b"<html><body>502 Bad Gateway</body></html>", "text/html")
             elif malformed == "wrong-shape":
-                self._send(200, json.dumps({"results": "see /v2/search", "depth": life.depth}).encode())
+                self._send(200, json.dumps({"results": "see /v2/search", "depth": depth}).encode())
             else:
                 top_k = int(body.get("top_k") or N_DOCS)
-                self._send(200, json.dumps(answer(query_id, life.depth, top_k)).encode())
+                self._send(200, json.dumps(answer(query_id, depth, top_k)).encode())
 
         def _send(self, status: int, body: bytes, content_type: str = "application/json") -> None:
             self.send_response(status)
@@ -191,6 +200,8 @@ def serve(config: Path, port: int, state: Path, plan: dict[str, Any]) -> Server:
     raw = config.read_bytes()
     depth = read_depth(config)
     life = Life(state, number, depth, faults_for(plan, number, depth), hashlib.sha256(raw).hexdigest())
+    prefix = "request:depth="
+    life.request_faults = {int(key[len(prefix):]): dict(f) for key, f in plan.items() if key.startswith(prefix)}
     server = Server(("127.0.0.1", port), make_handler(life))
     life.log("start", depth=life.depth, faults=life.faults, config=str(config), config_fingerprint=life.fingerprint)
     return server

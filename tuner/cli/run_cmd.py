@@ -73,6 +73,17 @@ def run_command(
         bool, typer.Option("--no-cache", help="Re-run identical configs instead of reusing results.")
     ] = False,
     skip_checks: SkipChecksOption = False,
+    parallel: Annotated[
+        int,
+        typer.Option(
+            "--parallel",
+            min=1,
+            help=(
+                "Trials measured at once on the one backend, sharing evaluation.concurrency "
+                "(target.channel: request only; default 1)."
+            ),
+        ),
+    ] = 1,
 ) -> None:
     """Create or resume the experiment's study and run trials (Ctrl-C / SIGTERM stop cleanly).
 
@@ -82,7 +93,15 @@ def run_command(
 
     console = Console()
     exp = load_experiment(experiment)
-    run_and_report(exp, console, n_trials=n_trials, timeout=timeout, use_cache=not no_cache, skip_checks=skip_checks)
+    run_and_report(
+        exp,
+        console,
+        n_trials=n_trials,
+        timeout=timeout,
+        use_cache=not no_cache,
+        skip_checks=skip_checks,
+        parallel=parallel,
+    )
 
 
 def run_and_report(
@@ -93,6 +112,7 @@ def run_and_report(
     timeout: float | None,
     use_cache: bool = True,
     skip_checks: bool = False,
+    parallel: int = 1,
 ) -> None:
     from tuner.cli.progress import RichProgress
     from tuner.ops.run import run_experiment
@@ -114,6 +134,7 @@ def run_and_report(
             observer=progress,
             use_cache=use_cache,
             skip_checks=skip_checks,
+            parallel=parallel,
         )
     _print_summary(console, exp, summary)
     if summary.error:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from optuna.trial import FrozenTrial
 
-from tuner.errors import DatabaseUnreachable, DiskFull, StudyError, TunerError
+from tuner.errors import ConfigError, DatabaseUnreachable, DiskFull, StudyError, TunerError
 from tuner.files import display_path
 from tuner.ops.check import preflight_on_target
 from tuner.ops.dashboard_specs import dashboard_commands
@@ -67,8 +67,12 @@ def run_experiment(
     observer: StudyObserver | None = None,
     use_cache: bool = True,
     skip_checks: bool = False,
+    parallel: int = 1,
 ) -> RunSummary:
     """Create or resume the experiment's study and run trials; always restore.
+
+    ``parallel``: trials measured at once on the one backend (target.channel: request only,
+    tuner.study.parallel); ConfigError for a file channel, before anything is touched.
 
     The preflight (tuner.study.preflight) runs first: its static checks before anything is
     touched, its batch checks on the config as found before the first trial; a stop
@@ -79,6 +83,7 @@ def run_experiment(
     When the failure budget is spent the summary's ``error`` says so (the config is
     restored all the same); the CLI prints it and exits non-zero.
     """
+    check_parallel(experiment, parallel)
     stop = stop or StopFlag()
     observer = observer or StudyObserver()
     experiment = experiment.bind_port()
@@ -103,12 +108,23 @@ def run_experiment(
                 observer=observer,
                 use_cache=use_cache,
                 skip_checks=skip_checks,
+                parallel=parallel,
             )
     except Exception as exc:
         full = disk_full_in_state(exc, experiment) or database_away(exc, experiment)
         if full is None:
             raise
         raise full from exc
+
+
+def check_parallel(experiment: Experiment, parallel: int) -> None:
+    """Parallel trials need the values in the requests: a config file serves one config at a time."""
+    if parallel > 1 and experiment.target.channel != "request":
+        raise ConfigError(
+            f"{display_path(experiment.source)}: --parallel {parallel} needs target.channel: request (a config file "
+            "serves one config at a time); for parallel trials through config files run `tuner worker "
+            "EXPERIMENT --replica N`, one backend replica each, on PostgreSQL storage (docs/tuning.md)"
+        )
 
 
 def database_away(exc: BaseException, experiment: Experiment) -> DatabaseUnreachable | None:
@@ -166,6 +182,7 @@ def _run_locked(
     observer: StudyObserver,
     use_cache: bool,
     skip_checks: bool,
+    parallel: int,
 ) -> RunSummary:
     note = observer.note
     prepared, preflight = prepare_checked(
@@ -243,6 +260,8 @@ def _run_locked(
         max_retry=experiment.workers.max_retry,
         use_cache=use_cache,
         helpers=helpers,
+        # more lanes than trials to run would only cut each batch's share of the concurrency
+        parallel=max(1, min(parallel, n_trials)) if n_trials is not None else parallel,
     )
     loop = session.loop
     result = RunResult(experiment.study, stale_failed=stale)
@@ -253,6 +272,12 @@ def _run_locked(
         if n_trials != 0:
             target.start()
             note(apply_mode_line(experiment.target))
+            if session.loop.parallel > 1:
+                lanes, budget = session.loop.parallel, experiment.evaluation.concurrency
+                note(
+                    f"{lanes} trials at a time on the one backend, each batch sending up to "
+                    f"{max(1, budget // lanes)} of evaluation.concurrency {budget} queries at once"
+                )
             adopt_backend(session.runner, experiment.target.config_files, wait, note=note)
         result = loop.run(n_trials=n_trials, timeout=timeout)
         result.stale_failed = stale

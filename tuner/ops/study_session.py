@@ -235,6 +235,7 @@ def open_session(
     helpers: Helpers | None = None,
     replica: int | None = None,
     study_total: int | None = None,
+    parallel: int = 1,
 ) -> StudySession:
     """The trial runner and the one loop over trials for this process (a worker's has its
     ``replica`` number and stops at ``study_total`` trials study-wide)."""
@@ -252,6 +253,7 @@ def open_session(
         on_phase=observer.phase,
         preflight=preflight,
         helpers=helpers,
+        parallel=parallel,
     )
     loop = StudyLoop(
         study,
@@ -264,6 +266,7 @@ def open_session(
         replica=replica,
         lease=lease,
         pipeline=exp.pipeline,
+        parallel=parallel,
         max_retry=max_retry,  # of a trial the study's storage failed under
     )
     return StudySession(prepared, study, target, wait, tracker, runner, loop, note)

@@ -140,6 +140,9 @@ class StudyLoop:
     #: overlap trials (tuner.study.pipeline): the next trial begins and the last one ends
     #: while one is measured; needs a runner with begin / measure / end / abort
     pipeline: bool = False
+    #: trials measured at once on one backend (tuner.study.parallel; channel: request): more
+    #: than 1 runs that many lanes instead of the pipeline; needs a runner as ``pipeline`` does
+    parallel: int = 1
     #: what the last ``run`` did so far (kept when it raises, for the summary)
     result: RunResult | None = None
     #: retries of one trial the study's storage failed under (workers.max_retry; shared with
@@ -171,7 +174,7 @@ class StudyLoop:
             self.runner.on_infrastructure_failure = self._retry
         try:
             while True:
-                if self.pipeline and hasattr(self.runner, "begin"):
+                if (self.pipeline or self.parallel > 1) and hasattr(self.runner, "begin"):
                     self._loop_pipelined(result, started, n_trials=n_trials, timeout=timeout)
                 else:
                     self._loop(result, started, n_trials=n_trials, timeout=timeout)
@@ -287,6 +290,9 @@ class StudyLoop:
     def _loop_pipelined(
         self, result: RunResult, started: float, *, n_trials: int | None, timeout: float | None
     ) -> None:
+        """The pipelined loop (tuner.study.pipeline), or with ``parallel`` > 1 the parallel
+        one (tuner.study.parallel): the same hooks into this loop's checks, ask and tell."""
+        from tuner.study.parallel import ParallelLoop
         from tuner.study.pipeline import PipelinedLoop
 
         measuring: list[int | None] = [None]
@@ -307,20 +313,36 @@ class StudyLoop:
             self.observer.trial_finished(outcome, best)
             return "failure_budget" if self.failures.exceeded() else None
 
+        def why_stop(in_flight: int) -> str | None:
+            return self._why_stop(result, started, n_trials=n_trials, timeout=timeout, in_flight=in_flight)
+
+        def tell(slot: Any, outcome: TrialOutcome) -> None:
+            self._tell(slot.trial, outcome)
+
         self.runner.on_phase = on_phase
         try:
-            why = PipelinedLoop(
-                self.runner,
-                ask=self._ask,
-                tell=lambda slot, outcome: self._tell(slot.trial, outcome),
-                why_stop=lambda in_flight: self._why_stop(
-                    result, started, n_trials=n_trials, timeout=timeout, in_flight=in_flight
-                ),
-                on_end=on_end,
-                on_start=on_start,
-                requeue=self._requeue,
-                halted=lambda: "signal" if self.stop.is_set() else None,
-            ).run()
+            if self.parallel > 1:
+                why = ParallelLoop(
+                    self.runner,
+                    self.parallel,
+                    ask=self._ask,
+                    tell=tell,
+                    why_stop=why_stop,
+                    on_end=on_end,
+                    on_start=on_start,
+                    requeue=self._requeue,
+                ).run()
+            else:
+                why = PipelinedLoop(
+                    self.runner,
+                    ask=self._ask,
+                    tell=tell,
+                    why_stop=why_stop,
+                    on_end=on_end,
+                    on_start=on_start,
+                    requeue=self._requeue,
+                    halted=lambda: "signal" if self.stop.is_set() else None,
+                ).run()
         finally:
             self.runner.on_phase = forward
         result.stopped_by = why

@@ -434,10 +434,12 @@ def build_runner(
     on_phase: Any = None,
     preflight: PreflightReport | None = None,
     helpers: Helpers | None = None,
+    parallel: int = 1,
 ) -> TrialRunner:
     """The trial runner of an experiment (shared by `tuner run` and `tuner worker`):
     the live evaluator on the tune queries, objective and constraints, result cache,
-    per-query pruning callback and the post-retrieval gates solved per trial."""
+    per-query pruning callback and the post-retrieval gates solved per trial.
+    ``parallel``: trials measured at once (tuner.study.parallel), who share the batch's concurrency."""
     exp = prepared.experiment
     paths = StudyPaths(exp.state_dir, exp.study)
     gates = gates_as_found(prepared, study)
@@ -448,6 +450,7 @@ def build_runner(
         extra["on_phase"] = on_phase
     evaluator = LiveEvaluator(exp, prepared.queries, prepared.qrels, prepared.labels_fingerprint)
     evaluator.preflight = preflight  # every trial's report says whether the set-up was checked
+    evaluator.share = parallel
     helpers = helpers if helpers is not None else start_helpers(prepared)
     evaluator.report_worker = helpers.report_worker
     from tuner.evaluation.batch import StopAfterGrace, any_abort
@@ -472,7 +475,8 @@ def build_runner(
     elif exp.target.channel == "request":
         from tuner.study.trial.request_channel import RequestServe, request_writer_of
 
-        writer = request_writer_of(exp, prepared.space, evaluator.use_request)
+        writer = request_writer_of(exp, prepared.space)
+        evaluator.request_of_snapshot = writer.request_of_snapshot
         applier = RequestServe(wait_healthy)
     elif exp.target.reload is not None:
         from tuner.targets.reload import ConfigApplier
@@ -520,6 +524,8 @@ def apply_mode_line(target: Any) -> str:
             f"trials write their config document ({target.http.method} {redact_url(target.http.url)}), "
             f"confirmed by {how}; the backend is not restarted"
         )
+    if target.channel == "request":
+        return "each trial's values travel in its own search requests (target.channel: request): nothing is patched"
     if reload is None:
         return (
             f"each trial restarts the backend (target.apply: {target.apply}); declare target.reload when it can "

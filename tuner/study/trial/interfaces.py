@@ -61,8 +61,12 @@ class BatchEvaluator(Protocol):
     dataset_hash: str
     labels_fingerprint: str
     spec_fingerprint: str
-    #: seconds from the first request sent to the last answer read, of the last evaluate()
-    last_search_seconds: float
+
+    @property
+    def last_search_seconds(self) -> float:
+        """Seconds from the first request sent to the last answer read, of the last evaluate()
+        (on this thread: parallel trials each read their own)."""
+        ...
 
     def evaluate(self, *, order_seed: int, on_result: OnResult | None) -> EvalOutcome:
         """Evaluate every query; ``on_result(query_id, per_query_row)`` after each answer.

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -25,9 +26,14 @@ if TYPE_CHECKING:
     from tuner.data.dataset import QuerySet
     from tuner.evaluation.client import Abort
     from tuner.evaluation.mapping import RequestTemplates
+    from tuner.evaluation.spec import EvalSpec, RequestMapping
     from tuner.report.build import Detail
     from tuner.report.report_worker import ReportWorker
     from tuner.report.writer import PrCurve
+
+
+#: the per-request specs and built requests a live evaluator keeps (the latest ones)
+_KEPT_REQUESTS = 8
 
 
 class LiveEvaluator:
@@ -47,10 +53,19 @@ class LiveEvaluator:
         self.dataset_hash = f"{queries.content_hash}:{ids}"
         self.labels_fingerprint = labels_fp
         self.spec_fingerprint = spec_fingerprint(self.spec)
-        self.last_search_seconds = 0.0
-        self._templates: RequestTemplates | None = None  # the queries' requests, built at the first evaluate
-        #: of that window, the event loop's time on the answers (decode, map, score): tuner time
-        self.last_handling_seconds = 0.0
+        #: trials measured at once against the backend (`tuner run --parallel N`): each batch
+        #: gets ``evaluation.concurrency // share`` (at least 1) of the concurrency budget
+        self.share = 1
+        # The queries' requests per request sent (channel: request: one per trial's values),
+        # built at a batch's start and kept for the few latest: a study re-sends the same ones.
+        self._built: dict[str, tuple[EvalSpec, RequestTemplates]] = {}
+        self._built_lock = threading.Lock()
+        # The last batch's timing, per thread: parallel trials (tuner.study.parallel) each
+        # measure on a thread of their own and read their own batch's window.
+        self._timing = threading.local()
+        #: channel: request: a trial's request from its config snapshot (tuner.study.trial.request_channel),
+        #: so its reports show the request it sent, not the declared one
+        self.request_of_snapshot: Callable[[str], RequestMapping] | None = None
         #: the preflight of the run (tuner.study.preflight), recorded in every report's context
         self.preflight: PreflightReport | None = None
         #: the batch's abort check and the run's stop flag (build_runner sets both)
@@ -59,26 +74,53 @@ class LiveEvaluator:
         #: writes the trials' reports in a helper process (tuner.report.report_worker); close() ends it
         self.report_worker: ReportWorker | None = None
 
-    def use_request(self, request: Any) -> None:
-        """The next batches send ``request`` (channel: request: a trial's values in their
-        places, tuner.study.trial.request_channel); the queries' requests are rebuilt."""
-        self.spec = self.spec.model_copy(update={"request": request})
-        self._templates = None
+    @property
+    def last_search_seconds(self) -> float:
+        """Seconds from the first request sent to the last answer read, of this thread's last batch."""
+        return float(getattr(self._timing, "search_s", 0.0))
 
-    def evaluate(self, *, order_seed: int, on_result: Any, defer: bool = False) -> Any:
+    @property
+    def last_handling_seconds(self) -> float:
+        """Of that window, the event loop's time on the answers (decode, map, score): tuner time."""
+        return float(getattr(self._timing, "handling_s", 0.0))
+
+    def batch_spec(self, request: RequestMapping | None = None) -> tuple[EvalSpec, RequestTemplates]:
+        """The spec a batch runs under and its queries' requests: the declared request, or
+        (channel: request) the trial's own ``request``, which travels with the trial and is
+        never stored as the evaluator's "current" one; the concurrency is this batch's share."""
+        from tuner.evaluation.mapping import RequestTemplates
+
+        key = "" if request is None else request.model_dump_json()
+        with self._built_lock:
+            hit = self._built.get(key)
+        if hit is not None:
+            return hit
+        update: dict[str, Any] = {} if request is None else {"request": request}
+        if self.share > 1:
+            update["concurrency"] = max(1, self.spec.concurrency // self.share)
+        spec = self.spec.model_copy(update=update) if update else self.spec
+        built = (spec, RequestTemplates(spec, self.queries))
+        with self._built_lock:
+            while len(self._built) >= _KEPT_REQUESTS:
+                self._built.pop(next(iter(self._built)))
+            self._built[key] = built
+        return built
+
+    def evaluate(
+        self, *, order_seed: int, on_result: Any, defer: bool = False, request: RequestMapping | None = None
+    ) -> Any:
         """The batch's BatchResult; with ``defer``, a callable that finishes its scoring and
-        checks it (a trial's ``end`` stage calls it, off the backend's critical path)."""
+        checks it (a trial's ``end`` stage calls it, off the backend's critical path).
+        ``request``: the trial's rendered request (channel: request), else the declared one."""
         from tuner.evaluation import run_batch
         from tuner.evaluation.batch import BatchAborted, BatchTiming
-        from tuner.evaluation.mapping import RequestTemplates
         from tuner.study.preflight import empty_share_problem
 
         timing = BatchTiming()
         try:
-            if self._templates is None:
-                self._templates = RequestTemplates(self.spec, self.queries)
+            spec, templates = self.batch_spec(request)
             pending = run_batch(
-                self.spec,
+                spec,
                 self.queries,
                 self.qrels,
                 order_seed=order_seed,
@@ -86,7 +128,7 @@ class LiveEvaluator:
                 abort=self.abort,
                 timing=timing,
                 defer=True,
-                templates=self._templates,
+                templates=templates,
             )
         except BatchAborted as exc:
             stop = self.stop
@@ -94,13 +136,12 @@ class LiveEvaluator:
                 raise TrialInterrupted(exc.reason) from exc  # a stop, not the config's failure
             raise
         finally:
-            self.last_search_seconds = timing.window_s
-            self.last_handling_seconds = timing.handling_s
+            self._timing.search_s, self._timing.handling_s = timing.window_s, timing.handling_s
 
         # A mostly empty batch is a broken request or mapping, not a config that scores 0:
         # failing the trial keeps the 0 out of the sampler's model and under the failure budget.
         # Checked here, before the scoring, so a pipelined study sees the failure at once.
-        problem = empty_share_problem(*pending.empty_in_scope(), self.spec)
+        problem = empty_share_problem(*pending.empty_in_scope(), spec)
         if problem is not None:
             raise EvaluationError(
                 f"{problem}; a broken request or response mapping, not a bad config "
@@ -109,16 +150,23 @@ class LiveEvaluator:
             )
         return pending.finish if defer else pending.finish()
 
-    def explain(self, *, request_fields: Mapping[str, Any], reader: Any, order_seed: int) -> Any:
+    def explain(
+        self,
+        *,
+        request_fields: Mapping[str, Any],
+        reader: Any,
+        order_seed: int,
+        request: RequestMapping | None = None,
+    ) -> Any:
         """The explained retrieval of fusion replay (tuner.evaluation.explain_batch.ExplainedBatch),
-        timed and stopped like ``evaluate``."""
+        timed and stopped like ``evaluate``; ``request`` as there (channel: request)."""
         from tuner.evaluation.batch import BatchAborted, BatchTiming
         from tuner.evaluation.explain_batch import run_explained
 
         timing = BatchTiming()
         try:
             return run_explained(
-                self.spec,
+                self.batch_spec(request)[0],
                 self.queries,
                 self.qrels,
                 request_fields=request_fields,
@@ -133,8 +181,7 @@ class LiveEvaluator:
                 raise TrialInterrupted(exc.reason) from exc
             raise
         finally:
-            self.last_search_seconds = timing.window_s
-            self.last_handling_seconds = timing.handling_s
+            self._timing.search_s, self._timing.handling_s = timing.window_s, timing.handling_s
 
     def report_paths(self, result: Any, out_dir: Path, *, detail: str = "full") -> dict[str, Path]:
         """The names tuner.report.write_reports gives its files (stem "report") at ``detail``."""
@@ -161,13 +208,16 @@ class LiveEvaluator:
     ) -> dict[str, Path]:
         from tuner.report import ReportContext, write_reports
 
+        spec = self.spec
+        if self.request_of_snapshot is not None:
+            spec = spec.model_copy(update={"request": self.request_of_snapshot(config_snapshot)})
         ctx = ReportContext(
             title=f"Study {context.get('study')} - trial {context.get('trial')}",
             labels_fingerprint=self.labels_fingerprint,
             labels_db=str(self.experiment.dataset.labels_db),
-            url=self.spec.request.url,
+            url=spec.request.url,
             queries_file=str(self.experiment.dataset.queries),
-            spec=self.spec.model_dump(mode="json"),
+            spec=spec.model_dump(mode="json"),
             extra={**self._preflight_context(), **context},
         )
         write = self.report_worker.write_reports if self.report_worker is not None else write_reports

@@ -133,12 +133,14 @@ class Measurer:
         # Without a pruner no per-query callback is passed: building each query's row
         # costs about a millisecond of the event loop's time per query.
         on_result = self.reporter_factory(trial) if self.reporter_factory is not None else None
+        extra: dict[str, Any] = {"defer": True} if self.defer_scoring else {}
+        request_of = getattr(self.writer, "request_of", None)
+        if request_of is not None:  # channel: request: the trial's own request goes with its batch
+            extra["request"] = request_of(texts)
         with self.phases.time(out, "evaluate"):
             try:
                 result: EvalOutcome | Callable[[], EvalOutcome] = self.evaluator.evaluate(
-                    order_seed=self.order_seed(trial.number),
-                    on_result=on_result,
-                    **({"defer": True} if self.defer_scoring else {}),
+                    order_seed=self.order_seed(trial.number), on_result=on_result, **extra
                 )
             finally:  # also for a batch stopped early (pruned, failure budget)
                 handling, window = self._search_window()
@@ -156,7 +158,10 @@ class Measurer:
     def serve(self, out: TrialOutcome, texts: Mapping[Path, str]) -> None:
         """Get the backend to serve ``texts`` (just written): through the applier (reload
         when declared and allowed, else restart), or a restart and a health wait."""
-        self.served.fingerprint = None  # unknown until the backend answers on the new config
+        if getattr(self.writer, "touches_backend", True):
+            # unknown until the backend answers on the new config; the request channel changes
+            # nothing it serves (and a parallel trial's cache lookup may be reading it now)
+            self.served.fingerprint = None
         if self.applier is not None:
             # the applier names its phases (reload, confirm, restart, health) as str: all are Phase names
             applied = self.applier.apply(texts, phase=lambda name: self.phases.time(out, cast(Phase, name)))

@@ -64,9 +64,11 @@ class ExplainingEvaluator(Protocol):
     queries: QuerySet
     qrels: Mapping[str, Mapping[str, int]]
 
-    def explain(self, *, request_fields: Mapping[str, Any], reader: Any, order_seed: int) -> Any: ...
+    def explain(
+        self, *, request_fields: Mapping[str, Any], reader: Any, order_seed: int, request: Any = None
+    ) -> Any: ...
 
-    def evaluate(self, *, order_seed: int, on_result: OnResult | None) -> Any: ...
+    def evaluate(self, *, order_seed: int, on_result: OnResult | None, request: Any = None) -> Any: ...
 
 
 @dataclass
@@ -116,9 +118,16 @@ class ReplayMeasurer:
             assert isinstance(m.writer, RequestWriter), "replay.subscores needs target.channel: request (prepare)"
             document = unflatten(m.writer.values_of(texts))
         reader = answer_reader(plan, spec, document)
+        # channel: request: the trial's values travel in its own requests, explained and verified
+        request_of = getattr(m.writer, "request_of", None)
         with m.phases.time(out, "explain"):
             try:
-                batch = ev.explain(request_fields=plan.config.request, reader=reader, order_seed=seed)
+                batch = ev.explain(
+                    request_fields=plan.config.request,
+                    reader=reader,
+                    order_seed=seed,
+                    request=request_of(texts) if request_of is not None else None,
+                )
             finally:
                 m.add_search_time(out)
         problem = served_problem(batch, spec.top_k, plan)
@@ -173,7 +182,11 @@ class ReplayMeasurer:
             m.check_stop()
             with m.phases.time(out, "verify"):
                 try:
-                    result = ev.evaluate(order_seed=seed, on_result=None)
+                    result = ev.evaluate(
+                        order_seed=seed,
+                        on_result=None,
+                        request=request_of(candidate_texts) if request_of is not None else None,
+                    )
                 finally:
                     m.add_search_time(out)
             live = Scored(candidate.assignment, *context.solved(HitArrays.from_batch(result)))

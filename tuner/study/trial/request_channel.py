@@ -7,10 +7,13 @@ search request of its batch; no file is patched and the backend is never restart
 0.5`` becomes ``{fusion: {weights: {bm25: 0.5}}}`` -- against which the search space is
 checked, its baseline read and its edits applied exactly as for a config file. A trial's
 "config text" is the JSON of every bound key's value, so the result cache's key, the
-config snapshot and MLflow all cover the request as sent; ``write`` hands the rendered
-request to the evaluator for the batch that follows (the measure stage, one trial at a
-time). `RequestServe` stands in for the reload applier: nothing to apply, one health
-answer (the backend's data fingerprint, and that it is up).
+config snapshot and MLflow all cover the request as sent. ``write`` writes nothing:
+``request_of`` renders a trial's request from its own texts, and the measure stage hands
+it to that trial's batch (tuner.study.trial.measure), so the rendered request travels
+with its trial and nothing holds a "current" request -- trials measured at once
+(`tuner run --parallel N`, tuner.study.parallel) each send only their own values.
+`RequestServe` stands in for the reload applier: nothing to apply, one health answer
+(the backend's data fingerprint, and that it is up).
 """
 
 from __future__ import annotations
@@ -44,12 +47,10 @@ class RequestWriter:
         space: Any,
         binding: RequestBinding,
         declared: RequestMapping,
-        use_request: Callable[[RequestMapping], None],
     ) -> None:
         self.space = space
         self.binding = binding
         self.declared_request = declared
-        self.use_request = use_request
         self.declared = declared_values(binding, declared)
         self.document = unflatten(self.declared)  # checked against the space by prepare (request_document_of)
 
@@ -64,8 +65,15 @@ class RequestWriter:
         return {REQUEST_TEXT: json.dumps(values, sort_keys=True, ensure_ascii=False)}
 
     def write(self, texts: Mapping[Path, str]) -> None:
-        values = json.loads(texts[REQUEST_TEXT])
-        self.use_request(self.binding.render(self.declared_request, values))
+        return None  # the values travel in the trial's own requests (request_of)
+
+    def request_of(self, texts: Mapping[Path, str]) -> RequestMapping:
+        """The declared request with a trial's values in their bound places (its batch sends it)."""
+        return self.binding.render(self.declared_request, json.loads(texts[REQUEST_TEXT]))
+
+    def request_of_snapshot(self, snapshot: str) -> RequestMapping:
+        """The request of a trial's config snapshot (its one text): what its reports show."""
+        return self.request_of({REQUEST_TEXT: snapshot})
 
     def values_of(self, texts: Mapping[Path, str]) -> dict[str, Any]:
         """Every bound key's value in a trial's texts (what `tuner apply` shows)."""
@@ -124,10 +132,8 @@ def request_document_of(experiment: Experiment, space: Any) -> dict[str, Any]:
     return unflatten(declared_values(binding, experiment.evaluation.request))
 
 
-def request_writer_of(
-    experiment: Experiment, space: Any, use_request: Callable[[RequestMapping], None]
-) -> RequestWriter:
-    return RequestWriter(space, binding_of(experiment), experiment.evaluation.request, use_request)
+def request_writer_of(experiment: Experiment, space: Any) -> RequestWriter:
+    return RequestWriter(space, binding_of(experiment), experiment.evaluation.request)
 
 
 def check_bound(space: Any, binding: RequestBinding) -> None:
