@@ -83,6 +83,13 @@ def test_resolve_path_on_lists_and_scalars():
     assert resolve_path({"a": 1}, "a.b") is _MISSING
 
 
+def test_a_score_sent_as_text_is_read_as_its_number():
+    # Weaviate's GraphQL answers _additional.score as text
+    parsed = parse_response({"results": [{"doc_id": "a", "score": "0.016393442"}, {"doc_id": "b", "score": 2}]},
+                            ResponseMapping(), "q1")
+    assert [h.score for h in parsed.hits] == [0.016393442, 2.0]
+
+
 @pytest.mark.parametrize(
     ("payload", "mapping", "expected"),
     [
@@ -90,6 +97,7 @@ def test_resolve_path_on_lists_and_scalars():
         ({"results": {"a": 1}}, ResponseMapping(), r"query q9: 'results' is a dict, not a list"),
         ({"results": [{"id": "x"}]}, ResponseMapping(), r"query q9: results\[0\] has no usable 'doc_id'"),
         ({"results": [{"doc_id": "x", "score": "high"}]}, ResponseMapping(), r"query q9: results\[0\]\.score = 'high' is not a finite number"),
+        ({"results": [{"doc_id": "x", "score": "nan"}]}, ResponseMapping(), r"query q9: results\[0\]\.score = nan is not a finite number"),
         ({"results": [], "handoff": "maybe"}, ResponseMapping(handoff="handoff"), r"query q9: response\.handoff = 'maybe' is not a boolean"),
         ([1, 2], ResponseMapping(), r"query q9: response has no 'results' \(top-level keys: list\)"),
     ],

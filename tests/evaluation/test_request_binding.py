@@ -181,3 +181,87 @@ def test_qdrant_query_api_prefetch_and_fusion() -> None:
                         "sources.dense.depth": "body.prefetch.1.limit"},
                  {"fusion.method": "dbsf", "sources.sparse.depth": 50, "sources.dense.depth": 30})
     assert got["query"] == {"fusion": "dbsf"} and [p["limit"] for p in got["prefetch"]] == [50, 30]
+
+
+# --------------------------------------------------------------------------- a value inside a text
+
+GRAPHQL = ("query Hybrid($q: String!, $alpha2: Float) {{ Get {{ Article(hybrid: {{query: $q, alpha: 0.75, "
+           "fusionType: relativeScoreFusion}}, limit: {top_k}) {{ title _additional {{ id score }} }} }} }}")
+TEXT_BIND = {"fusion.alpha": "body.query#alpha", "fusion.method": "body.query#fusionType"}
+
+
+def graphql(text: str = GRAPHQL) -> RequestMapping:
+    return RequestMapping(url="http://weaviate:8080/v1/graphql", body={"query": text, "variables": {"q": "{query}"}},
+                          pass_extra=False)
+
+
+def test_a_text_place_parses_and_prints_with_its_argument() -> None:
+    assert parse_place("body.query#alpha") == Place("body", ("query",), "alpha")
+    assert parse_place("body.a.0.q#fusionType") == Place("body", ("a", 0, "q"), "fusionType")
+    assert str(parse_place("body.query#alpha")) == "body.query#alpha"
+
+
+@pytest.mark.parametrize("text", ["body.query#", "body.query#1x", "body.query#a-b", "body.#alpha", "body.q#a#b"])
+def test_a_text_place_that_is_not_one_is_one_line(text: str) -> None:
+    with pytest.raises(ConfigError, match=r"^target\.request\.bind\.k: .* is not a place in the request; write body"):
+        parse_place(text, "k")
+
+
+def test_the_values_written_in_the_declared_text_are_the_baseline_with_their_types() -> None:
+    binding = RequestBinding.parse({**TEXT_BIND, "n": "body.query#limit2", "flag": "body.query#exact"})
+    text = GRAPHQL.replace("limit: {top_k}", "limit: {top_k}, limit2: 7, exact: true")
+    assert binding.declared(graphql(text)) == {"fusion.alpha": 0.75, "fusion.method": "relativeScoreFusion",
+                                               "n": 7, "flag": True}
+
+
+def test_a_trial_rewrites_only_the_bound_tokens_and_each_query_text_travels_as_a_variable() -> None:
+    binding = RequestBinding.parse(TEXT_BIND)
+    declared = graphql()
+    rendered = binding.render(declared, {"fusion.alpha": 0.3, "fusion.method": "rankedFusion"})
+    assert rendered.body["query"] == GRAPHQL.replace("alpha: 0.75", "alpha: 0.3").replace(
+        "fusionType: relativeScoreFusion", "fusionType: rankedFusion")
+    assert declared.body["query"] == GRAPHQL  # the declared request is never edited
+    assert binding.declared(rendered) == {"fusion.alpha": 0.3, "fusion.method": "rankedFusion"}  # read back
+    nasty = 'say "hi" \\ to {braces} and $alpha: 9'
+    sent = prepare_request(EvalSpec(request=rendered, top_k=10), Query(query_id="q", query=nasty, query_type="keyword", source="t", scope="in"), "r").json
+    assert sent == {"variables": {"q": nasty}, "query": (
+        "query Hybrid($q: String!, $alpha2: Float) { Get { Article(hybrid: {query: $q, alpha: 0.3, "
+        "fusionType: rankedFusion}, limit: 10) { title _additional { id score } } } }")}
+
+
+@pytest.mark.parametrize(("value", "token"), [(1e-05, "1e-05"), (1, "1"), (0.5, "0.5"), (True, "true")])
+def test_numbers_are_written_as_json_spells_them(value: Any, token: str) -> None:
+    rendered = RequestBinding.parse({"a": "body.query#alpha"}).render(graphql(), {"a": value})
+    assert f"alpha: {token}," in rendered.body["query"]
+
+
+@pytest.mark.parametrize("value", ['x") { evil', "two words", "", float("nan"), None])
+def test_a_value_that_is_not_a_number_or_a_bare_word_is_refused(value: Any) -> None:
+    with pytest.raises(ConfigError, match=r"^fusion\.method: .* (cannot be written|cannot be sent)"):
+        RequestBinding.parse(TEXT_BIND).render(graphql(), {"fusion.method": value})
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    (GRAPHQL.replace("alpha: 0.75, ", ""), r"body\.query#alpha is not declared in evaluation\.request \(its text "
+                                           r"has no 'alpha: <number or word>'\)"),
+    (GRAPHQL.replace("alpha: 0.75", 'alpha: "0.75"'), r"has no 'alpha: <number or word>'"),
+    (GRAPHQL.replace("alpha: 0.75", "alpha: {alpha}"), r"has no 'alpha: <number or word>'"),
+    (GRAPHQL.replace("limit: {top_k}", "limit: {top_k}, alpha: 0.5"),
+     r"body\.query#alpha is ambiguous: its text writes 'alpha:' 2 times; keep one"),
+])
+def test_a_text_without_the_argument_or_with_it_twice_is_refused_at_load(text: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=r"^target\.request\.bind\.fusion\.alpha: .*" + message):
+        RequestBinding.parse(TEXT_BIND).declared(graphql(text))
+
+
+def test_a_text_place_on_a_value_that_is_not_text_is_refused() -> None:
+    request = RequestMapping(url="http://x/", body={"query": {"alpha": 0.5}})
+    with pytest.raises(ConfigError, match=r"reads a value inside a text, but evaluation\.request\.body\.query holds "
+                                          r"a dict; bind body\.<path> without #"):
+        RequestBinding.parse({"a": "body.query#alpha"}).declared(request)
+
+
+def test_the_fragment_names_the_arguments_to_write_in_the_text() -> None:
+    binding = RequestBinding.parse(TEXT_BIND)
+    assert binding.fragment({"fusion.alpha": 0.4, "fusion.method": "rankedFusion"}) == {
+        "body": {"query": {"alpha": 0.4, "fusionType": "rankedFusion"}}}

@@ -2,13 +2,15 @@
 a trial's request rendered through their binding is the engine's documented request
 shape: the JSON below is written by hand from each engine's public API reference (Azure
 AI Search "Documents - Search Post", Elasticsearch's rrf and linear retrievers,
-OpenSearch's hybrid query with a temporary search pipeline, Qdrant's Query API), never
+OpenSearch's hybrid query with a temporary search pipeline, Qdrant's Query API, Weaviate's
+GraphQL hybrid search), never
 produced by the code under test. The baseline (the declared request) is what each
 example says production sends, and its values lie in the example's search space."""
 
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +19,8 @@ import pytest
 from tuner.config.experiment import Experiment, load_experiment
 from tuner.config.space.loading import load_space
 from tuner.data.dataset import Query
-from tuner.evaluation.mapping import parse_response, prepare_request
+from tuner.evaluation.answers import AnswerDecoder
+from tuner.evaluation.mapping import encode_json, parse_response, prepare_request
 from tuner.evaluation.paths import split_path
 from tuner.evaluation.request_binding import RequestBinding
 from tuner.study.trial.request_channel import declared_values, request_document_of
@@ -25,7 +28,7 @@ from tuner.study.trial.request_channel import declared_values, request_document_
 REPO = Path(__file__).resolve().parents[2]
 ENGINES = REPO / "experiments" / "engines"
 SECRETS = {"AZURE_SEARCH_KEY": "az-key", "ES_API_KEY": "es-key", "OPENSEARCH_AUTH": "Basic b3M6b3M=",
-           "QDRANT_API_KEY": "qd-key"}
+           "QDRANT_API_KEY": "qd-key", "WEAVIATE_API_KEY": "wv-key"}
 QUERY = Query(query_id="q1", query="red leather sofa", query_type="keyword", source="test", scope="in",
               extra={"date_from": "2024-01-01"})  # an extra field no engine takes: pass_extra is off
 TOP_K = 50
@@ -84,6 +87,15 @@ def qdrant(k: int, weights: list[float], sparse_limit: int, dense_limit: int) ->
                 {"query": {"text": "red leather sofa", "model": "sentence-transformers/all-minilm-l6-v2"},
                  "using": "dense", "limit": dense_limit}],
             "query": {"rrf": {"k": k, "weights": weights}}, "limit": 50, "with_payload": ["title"]}
+
+
+def weaviate(alpha: float, fusion: str, text: str = "red leather sofa") -> dict[str, Any]:
+    """Weaviate's GraphQL API: POST /v1/graphql with ``{"query", "variables"}``; hybrid's
+    arguments written in the GraphQL text as Weaviate's reference writes them, the query
+    text a String variable."""
+    return {"query": "query Hybrid($q: String!) { Get { Article(hybrid: {query: $q, alpha: %s, fusionType: %s}, "
+                     "limit: 50) { title _additional { id score } } } }" % (alpha, fusion),
+            "variables": {"q": text}}
 
 
 # name -> (url, headers, production values, production body, a trial's values, that trial's body,
@@ -149,6 +161,19 @@ CASES: dict[str, dict[str, Any]] = {
                    "status": "ok", "time": 0.002},
         "hits": [("7", 0.5, "Seven"), ("5c56c793-69f3-4fbf-87e6-c4bf54c28c26", 0.25, "Uuid")],
     },
+    "weaviate": {
+        "url": "http://localhost:8080/v1/graphql", "headers": {"Authorization": "Bearer wv-key"},
+        "production": {"fusion.alpha": 0.75, "fusion.method": "relativeScoreFusion"},
+        "production_body": weaviate(0.75, "relativeScoreFusion"),
+        "trial": {"fusion.alpha": 0.3, "fusion.method": "rankedFusion"},
+        "trial_body": weaviate(0.3, "rankedFusion"),
+        # GraphQL's _additional.score is text
+        "answer": {"data": {"Get": {"Article": [
+            {"title": "Seven", "_additional": {"id": "5c56c793-69f3-4fbf-87e6-c4bf54c28c26", "score": "0.8"}},
+            {"title": "Two", "_additional": {"id": "0b8c4d2e-3d34-4d6f-9d4b-2f5b7c1e9a10", "score": "0.016393442"}}]}}},
+        "hits": [("5c56c793-69f3-4fbf-87e6-c4bf54c28c26", 0.8, "Seven"),
+                 ("0b8c4d2e-3d34-4d6f-9d4b-2f5b7c1e9a10", 0.016393442, "Two")],
+    },
 }
 
 
@@ -170,7 +195,7 @@ def sent(exp: Experiment, request: Any) -> dict[str, Any]:
     return dict(prepared.json)
 
 
-def test_every_example_is_covered_and_weaviate_is_not_shipped() -> None:
+def test_every_example_is_covered() -> None:
     # the http-channel example (a stored pipeline) has its own module: test_engine_http_example.py
     assert {p.stem for p in ENGINES.glob("*.yaml")} - {"opensearch_stored_pipeline"} == set(CASES)
 
@@ -234,6 +259,24 @@ def test_the_response_mapping_reads_the_engines_answer(name: str) -> None:
     exp, case = load(name), CASES[name]
     parsed = parse_response(case["answer"], exp.evaluation.response, "q1", top_k=TOP_K)
     assert [(h.doc_id, h.score, h.title) for h in parsed.hits] == case["hits"]
+    # as the trial reads it: the answer's bytes (a fast typed decode, or the general path)
+    decoded = AnswerDecoder(exp.evaluation.response, TOP_K).parse(json.dumps(case["answer"]).encode(), "q1")
+    assert decoded == parsed
+
+
+@pytest.mark.parametrize("text", ['the "best" sofa', "back\\slash \\\" and {braces}", "ünïcode ✓ $alpha: 1"])
+def test_weaviate_sends_a_query_with_quotes_and_backslashes_as_a_graphql_variable(text: str) -> None:
+    """The query text never enters the GraphQL text (where it would need GraphQL string
+    escaping): it is the variable $q, and the body's JSON encoding carries it intact."""
+    exp = load("weaviate")
+    binding = RequestBinding.parse(exp.target.request.bind) if exp.target.request else None
+    assert binding is not None
+    rendered = binding.render(exp.evaluation.request, CASES["weaviate"]["trial"])
+    spec = exp.evaluation.model_copy(update={"request": rendered})
+    query = Query(query_id="q2", query=text, query_type="keyword", source="test", scope="in")
+    prepared = prepare_request(spec, query, "rid-2")
+    assert prepared.json == weaviate(0.3, "rankedFusion", text)
+    assert json.loads(encode_json(prepared.json)) == weaviate(0.3, "rankedFusion", text)
 
 
 def test_the_azure_score_key_is_one_key_with_a_dot() -> None:

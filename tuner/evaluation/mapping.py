@@ -343,6 +343,11 @@ def _number(node: Any, path: str | None, qid: str, where: str = "response") -> f
     value = resolve_path(node, path)
     if value is _MISSING or value is None:
         return None
+    if isinstance(value, str):  # a number sent as text (Weaviate's GraphQL _additional.score: "0.8")
+        try:
+            value = float(value)
+        except ValueError:
+            pass
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise ResponseMappingError(
             f"query {qid}: {where}.{path} = {value!r} is not a finite number; fix the mapping path"

@@ -11,6 +11,10 @@ each config key, one place of the request ``evaluation.request`` declares:
                           list (``body.vectorQueries.1.weight``)
     query.<name>          a query-string parameter of the URL
     header.<name>         a request header
+    body.<path>#<name>    the value written ``<name>: <value>`` inside the text at
+                          body.<path>: a hybrid argument in a GraphQL query string
+                          (Weaviate's ``hybrid: {alpha: 0.5, fusionType: rankedFusion}``),
+                          a number or a bare word (an enum value), found exactly once
 
 The request as declared is production as found: ``declared`` reads each bound place's
 value there (the baseline trial's values; a place the request does not declare is an
@@ -20,6 +24,13 @@ query later, tuner.evaluation.mapping), and ``fragment`` is what ``tuner apply``
 user whose application builds the request. A value read from the URL or a header is
 text; ``declared`` turns it into the type of the value it stands for when the caller
 says which (``as_type``).
+
+A value inside a text is read back from the text as declared (a JSON number, ``true`` /
+``false``, or a bare word), so the baseline is still what production sends; the text must
+hold ``<name>:`` followed by such a value exactly once (none: not declared; twice: which
+one is meant is ambiguous; both refused when the experiment loads). A trial's value is
+written as the same kind of token (a number, or a word of letters, digits and ``_``): it
+never needs quoting or escaping, and a value that would (a quoted string, NaN) is refused.
 """
 
 from __future__ import annotations
@@ -39,6 +50,9 @@ from tuner.evaluation.spec import RequestMapping
 Where = Literal["body", "query", "header"]
 _PLACEHOLDER = re.compile(r"\{[A-Za-z_][A-Za-z0-9_]*\}")
 _INDEX = re.compile(r"^(0|[1-9][0-9]*)$")
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_NUMBER = r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?"
+_TOKEN = rf"(?:{_NUMBER}|[A-Za-z_][A-Za-z0-9_]*)"
 
 
 @dataclass(frozen=True)
@@ -47,23 +61,32 @@ class Place:
 
     where: Where
     path: tuple[str | int, ...]
+    #: the argument written ``arg: value`` inside the text at ``path`` (body only); None: the whole value
+    arg: str | None = None
 
     def __str__(self) -> str:
-        return ".".join([self.where, *map(str, self.path)])
+        return ".".join([self.where, *map(str, self.path)]) + (f"#{self.arg}" if self.arg else "")
 
 
 def parse_place(text: str, key: str = "?") -> Place:
-    """``body.a.0.b`` / ``query.k`` / ``header.X-Weight`` -> a Place (ConfigError naming
-    ``key``, the config key it binds, when it is none of them)."""
+    """``body.a.0.b`` / ``body.query#alpha`` / ``query.k`` / ``header.X-Weight`` -> a
+    Place (ConfigError naming ``key``, the config key it binds, when it is none of them)."""
     head, _, rest = text.partition(".")
-    if head not in ("body", "query", "header") or not rest or any(not s for s in rest.split(".")):
+    rest, hash_, arg = rest.partition("#") if head == "body" else (rest, "", "")
+    if (
+        head not in ("body", "query", "header")
+        or not rest
+        or any(not s for s in rest.split("."))
+        or (hash_ and not _NAME.match(arg))
+    ):
         raise ConfigError(
             f"target.request.bind.{key}: {text!r} is not a place in the request; write body.<dotted path> "
-            "(body.vectorQueries.1.weight), query.<parameter> (query.k) or header.<name> (header.X-Weight)"
+            "(body.vectorQueries.1.weight), body.<path>#<argument> for a value written 'argument: value' "
+            "inside a text (body.query#alpha), query.<parameter> (query.k) or header.<name> (header.X-Weight)"
         )
     if head == "body":
         path: tuple[str | int, ...] = tuple(int(s) if _INDEX.match(s) else s for s in rest.split("."))
-        return Place("body", path)
+        return Place("body", path, arg or None)
     return Place("query" if head == "query" else "header", (rest,))
 
 
@@ -116,7 +139,9 @@ class RequestBinding:
         for key, value in values.items():
             place = self.places[key]
             _read(request, place, key)  # the place must be declared: a typo never adds a new field
-            if place.where == "body":
+            if place.arg is not None:
+                _set(body, place.path, _write_arg(_get(body, place.path), place, value, key), key)
+            elif place.where == "body":
                 _set(body, place.path, _json_value(value, key), key)
             elif place.where == "query":
                 params[str(place.path[0])] = _text(value)
@@ -138,7 +163,10 @@ class RequestBinding:
                 node = out.setdefault("body", {})
                 for seg in place.path[:-1]:
                     node = node.setdefault(str(seg), {})
-                node[str(place.path[-1])] = _json_value(value, key)
+                if place.arg is not None:  # {"query": {"alpha": 0.7}}: write alpha: 0.7 in body.query's text
+                    node.setdefault(str(place.path[-1]), {})[place.arg] = _json_value(value, key)
+                else:
+                    node[str(place.path[-1])] = _json_value(value, key)
             else:
                 out.setdefault("query" if place.where == "query" else "headers", {})[str(place.path[0])] = _text(value)
         return out
@@ -156,6 +184,8 @@ def _read(request: RequestMapping, place: Place, key: str) -> Any:
             elif not isinstance(node, Mapping) or seg not in node:
                 raise _not_declared(key, place, f"{where} is not in it")
             node = node[seg]
+        if place.arg is not None:
+            return _read_arg(node, place, key)
         if isinstance(node, (Mapping, list)):
             raise ConfigError(
                 f"target.request.bind.{key}: {place} holds a {'list' if isinstance(node, list) else 'mapping'} "
@@ -184,6 +214,54 @@ def _not_declared(key: str, place: Place, why: str) -> ConfigError:
         f"target.request.bind.{key}: {place} is not declared in evaluation.request ({why}); "
         "declare it there with the production value: the request as declared is the baseline"
     )
+
+
+def _arg_matches(text: Any, place: Place, key: str) -> list[re.Match[str]]:
+    """Where ``<arg>: <token>`` is written in the text at ``place`` (exactly once, else ConfigError)."""
+    if not isinstance(text, str):
+        raise ConfigError(
+            f"target.request.bind.{key}: {place} reads a value inside a text, but evaluation.request."
+            f"{'.'.join(['body', *map(str, place.path)])} holds a {type(text).__name__}; bind body.<path> without #"
+        )
+    # not part of a longer name nor a GraphQL variable ($alpha); the token not cut short
+    found = list(re.finditer(rf"(?<![A-Za-z0-9_$]){re.escape(str(place.arg))}\s*:\s*({_TOKEN})(?![A-Za-z0-9_.])", text))
+    if not found:
+        raise _not_declared(key, place, f"its text has no '{place.arg}: <number or word>'")
+    if len(found) > 1:
+        raise ConfigError(
+            f"target.request.bind.{key}: {place} is ambiguous: its text writes '{place.arg}:' {len(found)} times; "
+            "keep one (or bind a text that holds it once)"
+        )
+    return found
+
+
+def _read_arg(text: Any, place: Place, key: str) -> Any:
+    token = _arg_matches(text, place, key)[0].group(1)
+    if token in ("true", "false"):
+        return token == "true"
+    if re.fullmatch(_NUMBER, token):
+        return json.loads(token)
+    return token
+
+
+def _write_arg(text: Any, place: Place, value: Any, key: str) -> str:
+    """``text`` with the bound argument's value replaced by ``value``'s token."""
+    found = _arg_matches(text, place, key)[0]
+    value = _json_value(value, key)
+    token = json.dumps(value) if isinstance(value, (bool, int, float)) else value
+    if not isinstance(token, str) or not re.fullmatch(_TOKEN, token):
+        raise ConfigError(
+            f"{key}: {value!r} cannot be written as '{place.arg}: <value>' in {place} (a number, true / false "
+            "or a word of letters, digits and _ only); make the search space's choices such words"
+        )
+    return f"{text[: found.start(1)]}{token}{text[found.end(1) :]}"
+
+
+def _get(body: Any, path: tuple[str | int, ...]) -> Any:
+    node = body
+    for seg in path:
+        node = node[seg]
+    return node
 
 
 def _set(body: Any, path: tuple[str | int, ...], value: Any, key: str) -> None:
