@@ -41,6 +41,7 @@ from typing import Any
 
 from pydantic import Field, PositiveFloat, PositiveInt, field_validator, model_validator
 
+from tuner import secrets
 from tuner.config.dataset import DatasetConfig
 from tuner.config.objective import Constraint, FailureBudget, Objective
 from tuner.config.replay import ReplayConfig
@@ -195,6 +196,7 @@ def load_experiment(path: Path | str, *, check_paths: bool = True) -> Experiment
     path = Path(path).resolve()
     doc = read_yaml(path)
     raw = load_model(path, ExperimentFile, data=doc)
+    _remember_header_secrets(raw.target)
     base = path.parent
     where = display_path(path)
 
@@ -275,6 +277,16 @@ def load_experiment(path: Path | str, *, check_paths: bool = True) -> Experiment
         search_space=search_space,
         variants=variants,
     )
+
+
+def _remember_header_secrets(t: TargetConfig) -> None:
+    """Every value of ``target.health.headers`` and ``target.reload.http.headers`` is a
+    credential (a key is why a health or reload call sends a header at all), whatever the
+    header is called: scrubbed from every text the tuner writes or prints."""
+    values = list(t.health.headers.values())
+    if t.reload is not None and t.reload.http is not None:
+        values += t.reload.http.headers.values()
+    secrets.remember(*values)
 
 
 def _resolve_target(t: TargetConfig, rel: Any, state_dir: Path) -> TargetConfig:

@@ -57,6 +57,13 @@ class NoneConfig(StrictModel):
 
 class HealthConfig(StrictModel):
     url: str
+    headers: dict[str, str] = Field(
+        default_factory=dict,
+        description=(
+            "Sent with every health GET, for an engine that answers health only with a key (Azure's api-key, a "
+            "secured Elasticsearch's Authorization); ${ENV} expanded, every value treated as a secret (redacted)."
+        ),
+    )
     deadline_s: PositiveFloat = 60.0
     interval_s: PositiveFloat = 0.2
     fingerprint: str | None = Field(
@@ -72,6 +79,9 @@ class ReloadHttpConfig(StrictModel):
 
     url: str
     method: Literal["POST", "PUT", "PATCH", "GET"] = "POST"
+    headers: dict[str, str] = Field(
+        default_factory=dict, description="Sent with the reload call; ${ENV} expanded, every value redacted."
+    )
     timeout_s: PositiveFloat = 30.0
 
 
