@@ -303,6 +303,9 @@ def _resolve_target(t: TargetConfig, rel: Any, state_dir: Path) -> TargetConfig:
         )
     if t.docker is not None:
         update["docker"] = t.docker.model_copy(update={"compose_files": [rel(f) for f in t.docker.compose_files]})
+    if t.request is not None and t.request.apply_to is not None:  # the application's file, for tuner apply
+        apply_to = t.request.apply_to.model_copy(update={"file": rel(t.request.apply_to.file)})
+        update["request"] = t.request.model_copy(update={"apply_to": apply_to})
     return t.model_copy(update=update)
 
 
