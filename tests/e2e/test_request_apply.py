@@ -12,10 +12,13 @@ experiment file naming it, on the same study.
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
+import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -93,7 +96,8 @@ def app_project(study: dict[str, Any], name: str, text: str, **overrides: Any) -
     app.write_text(text)
     apply_to = {"file": f"app/{name}", "paths": dict(PATHS)}
     exp_path = root / f"experiment-{Path(name).stem}.yaml"
-    exp_path.write_text(dump_experiment(experiment_doc(root, target={"request": {"apply_to": apply_to}}, **overrides)))
+    overrides = deep_merge({"target": {"request": {"apply_to": apply_to}}}, overrides)
+    exp_path.write_text(dump_experiment(experiment_doc(root, **overrides)))
     return app, exp_path
 
 
@@ -183,3 +187,78 @@ def test_dry_run_shows_the_diff_and_leaves_the_file_byte_identical(study: dict[s
     assert (app.read_bytes(), app.stat().st_mtime_ns) == before
     assert set((study["root"] / "state" / "backups").glob("*/*")) == backups
     assert not journal(study).exists()
+
+
+class _Holding(http.server.ThreadingHTTPServer):
+    """An engine that is healthy and holds every search until released: an apply that
+    searches is inside its window (written, not yet judged) for as long as the test wants."""
+
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _HoldingHandler)
+        self.searched = threading.Event()
+        self.release = threading.Event()
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}{path}"
+
+
+class _HoldingHandler(http.server.BaseHTTPRequestHandler):
+    server: _Holding
+
+    def do_GET(self) -> None:
+        self._answer(200, {"status": "ok"})
+
+    def do_POST(self) -> None:
+        self.server.searched.set()
+        self.server.release.wait(timeout=300)
+        self._answer(503, {"error": "released"})
+
+    def _answer(self, status: int, body: dict[str, Any]) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: object) -> None:
+        return None
+
+
+def test_a_sigkill_mid_apply_leaves_a_journal_that_recover_replays(study: dict[str, Any]) -> None:
+    engine = _Holding()
+    threading.Thread(target=engine.serve_forever, daemon=True).start()
+    trial = study["chosen"]
+    try:
+        app, exp_path = app_project(
+            study, "killed.yaml", APP_YAML,
+            target={"apply": "none", "health": {"url": engine.url("/health")}},
+            evaluation={"request": {"url": engine.url("/search")}})
+        running = subprocess.Popen([str(Path(sys.executable).with_name("tuner")), "apply", str(exp_path), "--trial",
+                                    str(trial.number)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            assert engine.searched.wait(timeout=300), "the apply never re-measured"
+            # inside the window: the file holds the trial's values, the journal its original
+            assert journal(study).exists()
+            assert_holds_the_trial(YAML(typ="safe").load(app.read_text())["search"]["hybrid"], trial)
+            running.send_signal(signal.SIGKILL)
+        finally:
+            running.wait(timeout=60)
+        assert running.returncode == -signal.SIGKILL
+        assert journal(study).exists()
+        dry = tuner("apply", str(exp_path), "--dry-run")  # every reader says so, in one line
+        pending = [ln for ln in (dry.stdout + dry.stderr).splitlines() if "restore journal pending: " in ln]
+        assert len(pending) == 1 and f"tuner apply of trial #{trial.number}" in pending[0], dry.stdout + dry.stderr
+        assert "killed.yaml" in pending[0] and "--recover" in pending[0]
+        recovered = tuner("apply", str(exp_path), "--recover")
+        assert recovered.returncode == 0, recovered.stdout + recovered.stderr
+        said = " ".join(recovered.stdout.split())
+        assert "killed.yaml" in said and "the engine serves nothing from it" in said
+        assert app.read_text() == APP_YAML  # byte for byte as found
+        assert not journal(study).exists()
+    finally:
+        engine.release.set()
+        engine.shutdown()
+        engine.server_close()

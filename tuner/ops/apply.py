@@ -21,6 +21,15 @@ leaves the journal pending: every reader says so, and `recover_apply` (`tuner ap
 on the originals before measuring anything.
 
     recover_apply(experiment, on_step=None) -> str   # replay a pending journal, restart on it
+
+``target.channel: request``: nothing on the backend holds the values. With
+``target.request.apply_to`` the plan renders them into the file the calling application
+reads (its ``paths``), and the apply re-checks that file against the declared request
+(production as found, the study's baseline: a difference stops it unless ``force``),
+backs it up, writes it with the same journal, re-measures with the request the
+application will send (the declared request with the values read back from the written
+file) and rolls the file back when that does not hold; the backend is not restarted.
+Without it, ``request_fragment`` gives the part of the request that carries the values.
 """
 
 from __future__ import annotations
