@@ -161,6 +161,9 @@ def test_apply_refuses_an_app_file_that_is_not_what_the_request_sends(study: dic
     assert "--force" in error[0]
     assert (app.read_bytes(), app.stat().st_mtime_ns) == before
     assert not journal(study).exists()
+    forced = tuner("apply", str(exp_path), "--trial", str(study["chosen"].number), "--force")
+    assert forced.returncode == 0, forced.stdout + forced.stderr
+    assert_holds_the_trial(YAML(typ="safe").load(app.read_text())["search"]["hybrid"], study["chosen"])
 
 
 def test_apply_rolls_the_file_back_when_the_re_measure_breaks_a_constraint(study: dict[str, Any]) -> None:
