@@ -186,3 +186,85 @@ def test_health_waits_share_one_tls_context(serve, monkeypatch: pytest.MonkeyPat
     finally:
         shared_ssl_context.cache_clear()
     assert len(built) == 1
+
+
+class _KeyedHandler(http.server.BaseHTTPRequestHandler):
+    """Health only with a key, as Azure AI Search (api-key) or a secured Elasticsearch
+    answers it: 401 without the header, 200 with it."""
+
+    key = "health-key-0123456789"
+
+    def do_GET(self) -> None:
+        ok = self.headers.get("api-key") == self.key
+        body = json.dumps({"status": "ok"} if ok else {"error": "missing or wrong api-key"}).encode()
+        self.send_response(200 if ok else 401)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        return None
+
+
+@pytest.fixture
+def keyed() -> Iterator[str]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _KeyedHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/health"
+    server.shutdown()
+    server.server_close()
+
+
+def test_health_headers_are_sent_so_a_keyed_engine_is_healthy(keyed: str) -> None:
+    from tuner.config.target import HealthConfig
+    from tuner.targets.health import wait_target_healthy
+
+    with pytest.raises(HealthTimeout, match="last seen: HTTP 401") as exc:
+        wait_target_healthy(HealthConfig(url=keyed, deadline_s=0.5, interval_s=0.05), None)
+    assert _KeyedHandler.key not in str(exc.value)
+    health = HealthConfig(url=keyed, headers={"api-key": _KeyedHandler.key}, deadline_s=20, interval_s=0.05)
+    assert wait_target_healthy(health, None) == {"status": "ok"}
+
+
+def test_health_headers_are_expanded_and_every_value_is_a_secret(tmp_path: Path, monkeypatch, keyed: str) -> None:
+    # ${ENV} as evaluation.request headers; the value is scrubbed from any text even under a
+    # header name that says nothing of a secret
+    from tests.support.reference_experiment import write_reference_experiment
+    from tuner import secrets
+    from tuner.config.experiment import load_experiment
+    from tuner.targets.health import wait_target_healthy
+
+    monkeypatch.setenv("HEALTH_KEY", _KeyedHandler.key)
+    monkeypatch.setenv("TENANT", "tenant-name-0042")
+    path = write_reference_experiment(
+        tmp_path, study="s", n_trials=1,
+        target={"health": {"url": keyed, "headers": {"api-key": "${HEALTH_KEY}", "X-Tenant": "${TENANT}"}}},
+    )
+    secrets.forget_all()
+    try:
+        exp = load_experiment(path, check_paths=False)
+        assert exp.target.health.headers == {"api-key": _KeyedHandler.key, "X-Tenant": "tenant-name-0042"}
+        assert wait_target_healthy(exp.target.health, None) == {"status": "ok"}
+        shown = secrets.redact_text(f"GET {keyed} with api-key {_KeyedHandler.key} for tenant-name-0042")
+        assert _KeyedHandler.key not in shown and "tenant-name-0042" not in shown
+    finally:
+        secrets.forget_all()
+
+
+def test_reload_http_headers_are_sent_with_the_reload_call(keyed: str, tmp_path: Path) -> None:
+    # the reload endpoint of a secured engine takes the same key (target.reload.http.headers)
+    from tuner.config.target import HealthConfig, ReloadConfig
+    from tuner.targets.reload import ConfigApplier
+
+    class Up:
+        def failure(self) -> str | None:
+            return None
+
+    def applier(headers: dict[str, str]) -> ConfigApplier:
+        reload = ReloadConfig(http={"url": keyed, "method": "GET", "headers": headers}, fingerprint="sha")
+        return ConfigApplier(Up(), dict, reload, HealthConfig(url=keyed), [tmp_path / "c.yaml"])  # type: ignore[arg-type]
+
+    refused = applier({})._request()
+    assert refused is not None and refused.startswith("HTTP 401 from GET")
+    assert applier({"api-key": _KeyedHandler.key})._request() is None  # acknowledged

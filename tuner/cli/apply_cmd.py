@@ -48,7 +48,7 @@ def apply_command(
     console = Console()
     quiet_libraries()
     exp = load_experiment(experiment)
-    if exp.target.channel == "request":  # nothing to write: the values travel in the request
+    if exp.target.channel == "request" and exp.target.apply_to is None:  # no file: the values travel in the request
         _show_request_fragment(console, exp, trial=trial)
         return
     if dry_run:  # reads only: never takes a lock, never replays a journal

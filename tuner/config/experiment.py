@@ -41,6 +41,7 @@ from typing import Any
 
 from pydantic import Field, PositiveFloat, PositiveInt, field_validator, model_validator
 
+from tuner import secrets
 from tuner.config.dataset import DatasetConfig
 from tuner.config.objective import Constraint, FailureBudget, Objective
 from tuner.config.replay import ReplayConfig
@@ -195,6 +196,7 @@ def load_experiment(path: Path | str, *, check_paths: bool = True) -> Experiment
     path = Path(path).resolve()
     doc = read_yaml(path)
     raw = load_model(path, ExperimentFile, data=doc)
+    _remember_header_secrets(raw.target)
     base = path.parent
     where = display_path(path)
 
@@ -277,6 +279,16 @@ def load_experiment(path: Path | str, *, check_paths: bool = True) -> Experiment
     )
 
 
+def _remember_header_secrets(t: TargetConfig) -> None:
+    """Every value of ``target.health.headers`` and ``target.reload.http.headers`` is a
+    credential (a key is why a health or reload call sends a header at all), whatever the
+    header is called: scrubbed from every text the tuner writes or prints."""
+    values = list(t.health.headers.values())
+    if t.reload is not None and t.reload.http is not None:
+        values += t.reload.http.headers.values()
+    secrets.remember(*values)
+
+
 def _resolve_target(t: TargetConfig, rel: Any, state_dir: Path) -> TargetConfig:
     update: dict[str, Any] = {
         "config_files": [rel(f) for f in t.config_files],
@@ -291,6 +303,9 @@ def _resolve_target(t: TargetConfig, rel: Any, state_dir: Path) -> TargetConfig:
         )
     if t.docker is not None:
         update["docker"] = t.docker.model_copy(update={"compose_files": [rel(f) for f in t.docker.compose_files]})
+    if t.request is not None and t.request.apply_to is not None:  # the application's file, for tuner apply
+        apply_to = t.request.apply_to.model_copy(update={"file": rel(t.request.apply_to.file)})
+        update["request"] = t.request.model_copy(update={"apply_to": apply_to})
     return t.model_copy(update=update)
 
 

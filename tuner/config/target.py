@@ -57,6 +57,13 @@ class NoneConfig(StrictModel):
 
 class HealthConfig(StrictModel):
     url: str
+    headers: dict[str, str] = Field(
+        default_factory=dict,
+        description=(
+            "Sent with every health GET, for an engine that answers health only with a key (Azure's api-key, a "
+            "secured Elasticsearch's Authorization); ${ENV} expanded, every value treated as a secret (redacted)."
+        ),
+    )
     deadline_s: PositiveFloat = 60.0
     interval_s: PositiveFloat = 0.2
     fingerprint: str | None = Field(
@@ -72,6 +79,9 @@ class ReloadHttpConfig(StrictModel):
 
     url: str
     method: Literal["POST", "PUT", "PATCH", "GET"] = "POST"
+    headers: dict[str, str] = Field(
+        default_factory=dict, description="Sent with the reload call; ${ENV} expanded, every value redacted."
+    )
     timeout_s: PositiveFloat = 30.0
 
 
@@ -142,6 +152,39 @@ class ReloadConfig(StrictModel):
         return self
 
 
+class ApplyToConfig(StrictModel):
+    """``request.apply_to``: the file the calling application reads its request values
+    from, where `tuner apply` writes the winning values (tuner.ops.apply)."""
+
+    file: Path = Field(description="The application's config file (YAML, JSON or TOML, by its suffix).")
+    # "paths", not "keys": a key named "keys" holds secrets by tuner.secrets' naming rule
+    paths: dict[str, str] = Field(
+        min_length=1,
+        description="Every bound config key -> the dotted path in that file holding its value "
+        "(a number indexes a list).",
+    )
+
+    @field_validator("file")
+    @classmethod
+    def _known_format(cls, file: Path) -> Path:
+        from tuner.config.formats import check_suffix
+
+        problem = check_suffix(file)
+        if problem is not None:
+            raise ValueError(problem.replace("point config_files at one", "point apply_to.file at one"))
+        return file
+
+    @field_validator("paths")
+    @classmethod
+    def _dotted(cls, paths: dict[str, str]) -> dict[str, str]:
+        for key, where in paths.items():
+            if not where or any(not seg.strip() for seg in where.split(".")):
+                raise ValueError(
+                    f"{key}: {where!r} is not a dotted path in the file (e.g. search.hybrid.vector_weight)"
+                )
+        return paths
+
+
 class RequestChannelConfig(StrictModel):
     """``channel: request``: each trial's values travel in the search request itself
     (tuner.evaluation.request_binding); no file is patched and nothing restarts."""
@@ -154,6 +197,31 @@ class RequestChannelConfig(StrictModel):
             "the production value (the baseline)."
         ),
     )
+    apply_to: ApplyToConfig | None = Field(
+        default=None,
+        description=(
+            "Where the calling application reads these values: `tuner apply` writes the winning ones there "
+            "(diff, re-check, backup, re-measure, rollback); absent: it prints the request fragment to use."
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _every_key_placed(self) -> RequestChannelConfig:
+        if self.apply_to is None:
+            return self
+        unknown = sorted(set(self.apply_to.paths) - set(self.bind))
+        if unknown:
+            raise ValueError(
+                f"apply_to.paths: {', '.join(unknown)} is not bound in request.bind; "
+                f"name the bound config keys ({', '.join(sorted(self.bind))})"
+            )
+        missing = sorted(set(self.bind) - set(self.apply_to.paths))
+        if missing:
+            raise ValueError(
+                f"apply_to.paths has no place for {', '.join(missing)} (bound in request.bind): give its path in "
+                f"{self.apply_to.file} (apply_to.paths.{missing[0]}: <dotted path>), or remove apply_to"
+            )
+        return self
 
 
 class HttpChannelConfig(StrictModel):
@@ -229,6 +297,11 @@ class TargetConfig(StrictModel):
             "fingerprint the health JSON reports; absent: restart every trial."
         ),
     )
+
+    @property
+    def apply_to(self) -> ApplyToConfig | None:
+        """channel: request: the application's file `tuner apply` writes (request.apply_to), or None."""
+        return self.request.apply_to if self.channel == "request" and self.request is not None else None
 
     @property
     def config_urls(self) -> list[str]:

@@ -21,6 +21,15 @@ leaves the journal pending: every reader says so, and `recover_apply` (`tuner ap
 on the originals before measuring anything.
 
     recover_apply(experiment, on_step=None) -> str   # replay a pending journal, restart on it
+
+``target.channel: request``: nothing on the backend holds the values. With
+``target.request.apply_to`` the plan renders them into the file the calling application
+reads (its ``paths``), and the apply re-checks that file against the declared request
+(production as found, the study's baseline: a difference stops it unless ``force``),
+backs it up, writes it with the same journal, re-measures with the request the
+application will send (the declared request with the values read back from the written
+file) and rolls the file back when that does not hold; the backend is not restarted.
+Without it, ``request_fragment`` gives the part of the request that carries the values.
 """
 
 from __future__ import annotations
@@ -61,6 +70,9 @@ class ApplyPlan:
     #: to what (tuner.study.gates.gate_choice); None: every solved gate keeps its value as found
     #: or moved only for the objective
     gates_moved: str | None = None
+    #: channel: request with target.request.apply_to: the application's file the values go
+    #: into (``texts`` and ``diff`` are its); None: the target's config files (or document)
+    app: AppFile | None = None
 
     @property
     def changes(self) -> bool:
@@ -75,6 +87,42 @@ class ApplyPlan:
             "the trial's score was measured against the old values: re-run the study, or pass --force to "
             "overwrite the edits"
         )
+
+
+@dataclass
+class AppFile:
+    """``target.request.apply_to``: the file the calling application reads the request's
+    values from, journaled at the experiment's restore journal like a config file."""
+
+    patcher: Any  # ConfigPatcher of the one file
+    paths: dict[str, str]  # bound config key -> dotted path in the file
+    binding: Any  # RequestBinding (target.request.bind)
+    #: (config key, key in the file, the file's value, the declared request's value) where
+    #: the file does not hold what the study measured as production
+    mismatch: list[tuple[str, str, Any, Any]] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return str(self.patcher.names[0])
+
+    def mismatch_message(self) -> str:
+        shown = "; ".join(
+            f"{where} is {now!r}, the request sends {sent!r} ({key})" for key, where, now, sent in self.mismatch
+        )
+        return (
+            f"{self.name} does not hold the values of the request the study measured as production ({shown}): "
+            "the trial's gain is against that request; make evaluation.request declare what the application "
+            "sends and re-run the study, or pass --force to write over the file's values"
+        )
+
+    def request_as_written(self, declared: Any) -> Any:
+        """``declared`` (evaluation.request) with the values the file holds now, read back
+        from disk: the request the application will send."""
+        from tuner.config.configpatch import get_path, load_text
+
+        path = self.patcher.files[0]
+        doc = load_text(path.read_text(encoding="utf-8"), path)
+        return self.binding.render(declared, {key: get_path(doc, where) for key, where in self.paths.items()})
 
 
 @dataclass
@@ -93,10 +141,11 @@ def apply_rights(experiment: Experiment) -> Any:
 
     # the URL as a run locks it: {port} filled (a fixed port; "auto" has no URL to meet)
     bound = experiment.bind_port() if isinstance(experiment.target.port, int) else experiment
+    apply_to = experiment.target.apply_to  # channel: request: the application's file, locked like a config file
     return patch_rights(
         experiment.storage,
         experiment.study,
-        experiment.target.config_files,
+        [*experiment.target.config_files, *([apply_to.file] if apply_to is not None else [])],
         mode="exclusive",
         command="tuner apply",
         urls=bound.target.config_urls,
@@ -125,6 +174,8 @@ def plan_apply(
     if problem is not None:  # the trials were ranked, and their scores measured, on other labels
         raise LabelError(problem)
     trial = pick_trial(study, trial_number, maximize=maximize)
+    if experiment.target.channel == "request":
+        return _plan_app_file(experiment, prepared, study, trial)
     docs = prepared.patcher.documents()
     # A key the trial leaves as the file has it is not rewritten: the file's own value
     # stands (a study recorded before that rule may hold a simplex's 0.5/0.5 for 1.0/1.0).
@@ -145,6 +196,87 @@ def plan_apply(
         drift=find_drift(prepared.space.as_found(config_seen(study), docs), now, assignment),
         gates_moved=trial_attr(trial, ATTR_GATES_MOVED) or None,
     )
+
+
+def _plan_app_file(experiment: Experiment, prepared: Prepared, study: optuna.Study, trial: Any) -> ApplyPlan:
+    """channel: request: the trial's values rendered into ``target.request.apply_to``'s
+    file as it is now (a key whose value the trial keeps is not rewritten), and where the
+    file differs from the declared request (the study's production as found)."""
+    from tuner.config.configpatch import MISSING, ConfigPatcher, get_path
+    from tuner.config.flatten import flatten
+    from tuner.errors import ConfigError
+    from tuner.files import display_path
+    from tuner.study.trial.request_channel import binding_of, declared_values
+
+    apply_to = experiment.target.apply_to
+    if apply_to is None:
+        raise ConfigError(
+            f"{experiment.source}: target.request.apply_to is not set: there is no file to write "
+            "(tuner apply prints the request fragment instead)"
+        )
+    if not apply_to.file.is_file():
+        raise ConfigError(
+            f"{display_path(apply_to.file)}: the application's file does not exist (check target.request.apply_to.file)"
+        )
+    docs = prepared.found_documents()
+    assignment = prepared.space.as_found(assignment_of(trial) or prepared.space.suggest(trial), docs)
+    values: dict[str, Any] = {}
+    for per_file in prepared.space.edits(assignment).values():
+        values.update(flatten(per_file))
+    binding = binding_of(experiment)
+    declared = declared_values(binding, experiment.evaluation.request)
+    patcher = ConfigPatcher([apply_to.file], journal_path=experiment.journal_path)
+    doc = patcher.documents()[0]
+    found: dict[str, Any] = {}
+    for key, where in apply_to.paths.items():
+        found[key] = get_path(doc, where)
+        if found[key] is MISSING:
+            raise ConfigError(
+                f"{patcher.names[0]}: no key {where} (target.request.apply_to.paths.{key}); add it with the value "
+                f"the application sends today ({declared[key]!r}), or fix the key"
+            )
+    unplaced = sorted(set(values) - set(apply_to.paths))
+    if unplaced:
+        raise ConfigError(
+            f"{experiment.source}: target.request.apply_to.paths has no place for {', '.join(unplaced)}; add it"
+        )
+    edits = {apply_to.paths[key]: value for key, value in values.items() if not _same_value(found[key], value)}
+    mismatch = [
+        (key, where, found[key], declared[key])
+        for key, where in apply_to.paths.items()
+        if not _same_value(found[key], declared[key])
+    ]
+    return ApplyPlan(
+        experiment=experiment,
+        prepared=prepared,
+        trial_number=trial.number,
+        objective=experiment.objective.metric,
+        expected=float(trial.values[0]),
+        feasible=is_feasible(trial),
+        assignment=dict(assignment),
+        texts=patcher.render({0: edits}),
+        diff=patcher.diff({0: edits}),
+        # the declared request changed since the study measured it (the drift of the file path)
+        drift=find_drift(
+            prepared.space.as_found(config_seen(study), docs), prepared.space.current_assignment(docs), assignment
+        ),
+        gates_moved=trial_attr(trial, ATTR_GATES_MOVED) or None,
+        app=AppFile(patcher, dict(apply_to.paths), binding, mismatch),
+    )
+
+
+def _same_value(a: Any, b: Any) -> bool:
+    """``_same``, a value the file spells as text equal to the number it spells (a URL's
+    or header's value is read as its type: tuner.study.trial.request_channel)."""
+    import json
+
+    def typed(v: Any) -> Any:
+        try:
+            return json.loads(v) if isinstance(v, str) else v
+        except ValueError:
+            return v
+
+    return _same(a, b) or _same(typed(a), typed(b))
 
 
 @dataclass(frozen=True)
@@ -241,7 +373,6 @@ def apply_plan(
     The preflight's static checks run before anything is written (PreflightError); its
     batch checks run on the re-measured batch, and a stop there rolls back like a miss."""
     from tuner.ops.check import static_preflight
-    from tuner.study.preflight import check_batch
     from tuner.study.trial.live import LiveEvaluator
     from tuner.targets.factory import make_target
     from tuner.targets.health import wait_target_healthy
@@ -251,6 +382,8 @@ def apply_plan(
     if plan.drift and not force:
         raise StudyError(f"tuner apply: {plan.drift_message()}")
     static_preflight(plan.prepared, skip=skip_checks).raise_for_stops("tuner apply")
+    if plan.app is not None:
+        return _apply_app_file(plan, tolerance=tolerance, on_step=on_step, skip_checks=skip_checks, force=force)
     exp = plan.experiment.bind_port()
     prepared = plan.prepared
     patcher = prepared.patcher
@@ -288,24 +421,12 @@ def apply_plan(
             restart_and_wait()
             on_step("re-evaluating the query set")
             batch = evaluator.evaluate(order_seed=0, on_result=lambda qid, row: None)
-            measured = float(batch.metrics[plan.objective])
-            stops = [] if skip_checks else [f for f in check_batch(batch, exp.evaluation) if f.level == "stop"]
-            violated = violated_constraints(exp.constraints, batch.metrics)
+            result.measured, problem = _verdict(plan, batch, exp, tolerance=tolerance, skip_checks=skip_checks)
         except TunerError as exc:
-            problem: str | None = f"{type(exc).__name__}: {exc}"
+            problem = f"{type(exc).__name__}: {exc}"
         except BaseException:
             patcher.restore()  # Ctrl-C or a bug: never leave a half-checked config behind
             raise
-        else:
-            result.measured = measured
-            problem = f"preflight: {stops[0].message}" if stops else None
-            if problem is None and violated:
-                problem = "constraint violated on the re-measured batch: " + "; ".join(violated)
-            if problem is None and abs(measured - plan.expected) > tolerance:
-                problem = (
-                    f"{plan.objective} re-measured {measured:.4f}, trial #{plan.trial_number} had {plan.expected:.4f}"
-                    f" (|delta| {abs(measured - plan.expected):.4f} > tolerance {tolerance:g})"
-                )
         if problem is None:
             _commit(patcher)
             result.applied = True
@@ -323,6 +444,89 @@ def apply_plan(
         except TunerError as exc:
             back = f"but the backend did not come back healthy on it: {exc}"
         result.message = f"rolled back: {problem}; original config restored, {back}"
+        return result
+    finally:
+        target.close()
+
+
+def _verdict(
+    plan: ApplyPlan, batch: Any, exp: Experiment, *, tolerance: float, skip_checks: bool
+) -> tuple[float, str | None]:
+    """The re-measured objective, and why the apply must roll back (None: it holds): a
+    preflight stop on the batch, a broken constraint, or the objective off the trial's."""
+    from tuner.study.preflight import check_batch
+
+    measured = float(batch.metrics[plan.objective])
+    stops = [] if skip_checks else [f for f in check_batch(batch, exp.evaluation) if f.level == "stop"]
+    if stops:
+        return measured, f"preflight: {stops[0].message}"
+    violated = violated_constraints(exp.constraints, batch.metrics)
+    if violated:
+        return measured, "constraint violated on the re-measured batch: " + "; ".join(violated)
+    if abs(measured - plan.expected) > tolerance:
+        return measured, (
+            f"{plan.objective} re-measured {measured:.4f}, trial #{plan.trial_number} had {plan.expected:.4f}"
+            f" (|delta| {abs(measured - plan.expected):.4f} > tolerance {tolerance:g})"
+        )
+    return measured, None
+
+
+def _apply_app_file(
+    plan: ApplyPlan, *, tolerance: float, on_step: Callable[[str], None], skip_checks: bool, force: bool
+) -> ApplyResult:
+    """channel: request: write the trial's values into the application's file
+    (target.request.apply_to), then re-measure with the request the application will send
+    (the declared request with the values read back from the written file); roll the
+    file back when it does not hold. The engine is only searched: nothing on it changes."""
+    from tuner.study.trial.live import LiveEvaluator
+    from tuner.targets.factory import make_target
+    from tuner.targets.health import wait_target_healthy
+
+    app = plan.app
+    assert app is not None
+    if app.mismatch and not force:  # re-check: production as found is the study's baseline
+        raise StudyError(f"tuner apply: {app.mismatch_message()}")
+    exp = plan.experiment.bind_port()
+    prepared = plan.prepared
+    patcher = app.patcher
+    if patcher.journal is not None:  # a crash inside the window below leaves a journal naming this apply
+        patcher.journal.owner = f"tuner apply of trial #{plan.trial_number} (study {exp.study!r})"
+    on_step(f"backing up {app.name}")
+    backups = backup_configs(patcher.files, exp.state_dir / "backups")
+    result = ApplyResult(plan, applied=False, backups=backups)
+    target = make_target(exp.target, exp.state_dir)
+    evaluator = LiveEvaluator(exp, prepared.queries, prepared.qrels, prepared.labels_fingerprint)
+    evaluator.abort = target.failure  # a backend that dies mid-batch ends it at once
+    try:
+        # up before the write: the crash window (write .. verdict) holds only the re-measure
+        on_step("waiting for the backend")
+        target.start()
+        wait_target_healthy(exp.target.health, target)
+        on_step(f"writing trial #{plan.trial_number}'s values into {app.name}")
+        problem: str | None
+        try:
+            patcher.write(plan.texts)
+            on_step("re-evaluating the query set with the request the application will send")
+            request = app.request_as_written(exp.evaluation.request)
+            batch = evaluator.evaluate(order_seed=0, on_result=lambda qid, row: None, request=request)
+            result.measured, problem = _verdict(plan, batch, exp, tolerance=tolerance, skip_checks=skip_checks)
+        except TunerError as exc:
+            problem = f"{type(exc).__name__}: {exc}"
+        except BaseException:
+            patcher.restore()  # Ctrl-C or a bug: never leave a half-checked file behind
+            raise
+        if problem is None:
+            _commit(patcher)
+            result.applied = True
+            result.message = (
+                f"applied trial #{plan.trial_number} to {app.name}: {plan.objective} {result.measured:.4f} "
+                f"(trial {plan.expected:.4f}, within {tolerance:g}); backup in {backups[0].parent}"
+            )
+            return result
+        on_step("rolling back")
+        patcher.restore()
+        result.rolled_back = True
+        result.message = f"rolled back: {problem}; {app.name} restored as found (nothing on the engine changed)"
         return result
     finally:
         target.close()
@@ -391,6 +595,8 @@ def restart_on_files(experiment: Experiment, on_step: Callable[[str], None] = la
     from tuner.targets.factory import make_target
     from tuner.targets.health import wait_target_healthy
 
+    if experiment.target.channel == "request":
+        return  # the restored file is the application's (target.request.apply_to): the engine serves nothing of it
     exp = experiment.bind_port()
     http = exp.target.channel == "http"  # the restore wrote the document through the API, which serves it
     on_step(
@@ -423,5 +629,7 @@ def recover_apply(experiment: Experiment, on_step: Callable[[str], None] = lambd
     if found is None:
         return f"no restore journal pending ({experiment.journal_path}): nothing to recover"
     line = found.replayed_line(recover(experiment.journal_path))
+    if experiment.target.channel == "request":  # the application's file: nothing on the engine to restart
+        return f"{line}; the engine serves nothing from it, so it was not restarted"
     restart_on_files(experiment, on_step)
     return f"{line}; the backend was restarted on them and is healthy"

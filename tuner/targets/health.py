@@ -1,12 +1,14 @@
 """Wait until a (re)started backend answers its health URL.
 
     wait_healthy(url, *, deadline_s, target=None, interval_s=0.2, max_interval_s=2.0,
-                 client=None) -> dict
+                 client=None, headers=None) -> dict
 
 Polls ``url`` with exponential backoff (``interval_s`` doubling, capped at
 ``max_interval_s``), retrying on transport errors (connection refused or reset while
 the backend or a container port proxy warms up) and on any non-200 status. Returns the
-JSON body of the first 200 answer (``{}`` when it is not JSON).
+JSON body of the first 200 answer (``{}`` when it is not JSON). ``headers`` go with every
+GET (``target.health.headers``: an engine that answers health only with a key); they are
+never part of a message.
 
 While it waits it asks ``target.failure()`` every few tens of milliseconds, so a
 backend that died raises ``BackendExited`` with the target's reason at once instead of
@@ -65,6 +67,7 @@ def wait_healthy(
     interval_s: float = 0.2,
     max_interval_s: float = 2.0,
     client: httpx.Client | None = None,
+    headers: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     start = time.monotonic()
     last: list[str] = ["no answer yet"]
@@ -90,7 +93,7 @@ def wait_healthy(
         check_target()
         remaining = max(deadline_s - (time.monotonic() - start), 0.05)
         try:
-            resp = http.get(url, timeout=min(remaining, _MAX_REQUEST_TIMEOUT_S))
+            resp = http.get(url, headers=dict(headers or {}), timeout=min(remaining, _MAX_REQUEST_TIMEOUT_S))
         except httpx.TransportError as exc:
             last[0] = f"{type(exc).__name__}: {exc}".rstrip(": ")
             raise
@@ -130,11 +133,12 @@ def wait_healthy(
 
 
 def wait_target_healthy(health: Any, target: Watched | None) -> dict[str, Any]:
-    """``wait_healthy`` with an experiment's ``target.health`` settings (url, deadline,
-    interval): the one health wait of run, worker, check, apply and validate. Backs off
+    """``wait_healthy`` with an experiment's ``target.health`` settings (url, headers,
+    deadline, interval): the one health wait of run, worker, check, apply and validate. Backs off
     to at most 0.25 s between polls (or the configured interval when longer)."""
     return wait_healthy(
         health.url,
+        headers=health.headers,
         deadline_s=health.deadline_s,
         target=target,
         interval_s=health.interval_s,

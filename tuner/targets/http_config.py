@@ -74,6 +74,7 @@ class HttpConfigStore:
         timeout_s: float = 30.0,
         read_back: bool = True,
         health_url: str | None = None,
+        health_headers: Mapping[str, str] | None = None,
         fingerprint: str | None = None,
         document: str | None = None,
         transport: httpx.BaseTransport | None = None,
@@ -83,6 +84,7 @@ class HttpConfigStore:
         self.method = method
         self.read_back = read_back
         self.health_url = health_url
+        self.health_headers = dict(health_headers or {})  # target.health.headers, over the store's own
         self.fingerprint = fingerprint
         self.shown = redact_url(url)
         self._client = httpx.Client(headers=dict(headers or {}), timeout=timeout_s, transport=transport)
@@ -170,7 +172,7 @@ class HttpConfigStore:
             )
         from tuner.targets.health import health_fingerprint
 
-        answer = self._call("GET", self.health_url)
+        answer = self._call("GET", self.health_url, headers=self.health_headers)
         try:
             body = answer.json()
         except ValueError:

@@ -383,7 +383,7 @@ class ConfigApplier:
         http = self.reload.http
         assert http is not None
         try:
-            resp = self._http().request(http.method, http.url, timeout=http.timeout_s)
+            resp = self._http().request(http.method, http.url, headers=http.headers, timeout=http.timeout_s)
         except (httpx.HTTPError, httpx.InvalidURL) as exc:
             return redact_text(f"{http.method} {http.url} failed: {type(exc).__name__}: {_first_line(exc)}")
         if 200 <= resp.status_code < 300:
@@ -405,7 +405,9 @@ class ConfigApplier:
                 raise BackendExited(f"backend exited after {how}: {failed}")
             left = deadline - time.monotonic()
             try:
-                resp = self._http().get(self.health.url, timeout=min(max(left, 0.05), _MAX_REQUEST_TIMEOUT_S))
+                resp = self._http().get(
+                    self.health.url, headers=self.health.headers, timeout=min(max(left, 0.05), _MAX_REQUEST_TIMEOUT_S)
+                )
             except (httpx.HTTPError, httpx.InvalidURL) as exc:
                 seen = f"health {type(exc).__name__}"
             else:

@@ -166,6 +166,7 @@ def store_of(experiment: Experiment) -> HttpConfigStore:
         timeout_s=http.timeout_s,
         read_back=http.read_back,
         health_url=experiment.target.health.url,
+        health_headers=experiment.target.health.headers,
         fingerprint=http.fingerprint,
         document=http.document,
     )
