@@ -42,8 +42,9 @@ _EXACT_NAMES = frozenset({"authorization", "proxy_authorization", "cookie", "set
 # A name part that makes a name secret; it may follow anything (``apikey``), but must
 # not run on into letters (``keywords``, ``max_tokens``, ``author`` stay visible).
 _SECRET_PART = re.compile(r"(?:keys?|token|secrets?|passwords?|passwd|pwd|credentials?|auth|cookie)(?![a-z])")
-# Keys of the tuner's own files that name secrets without holding one.
-_NOT_SECRET = frozenset({"secret_fields"})
+# Keys of the tuner's own files that name secrets, or config keys, without holding a
+# secret (``restart_keys`` lists config keys: scrubbed, they garbled the run's start line).
+_NOT_SECRET = frozenset({"secret_fields", "restart_keys"})
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 _URL = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.\-]*://[^\s'\"<>`]+")
 # An Authorization value in prose: the scheme as headers spell it, then a credential of

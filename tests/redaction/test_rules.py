@@ -26,7 +26,7 @@ def test_secret_names(name: str) -> None:
 
 @pytest.mark.parametrize("name", [
     "keywords", "max_tokens", "tokenizer", "author", "query", "top_k", "request_id_header", "X-Request-ID",
-    "query_id", "date_from", "secret_fields", "Content-Type",
+    "query_id", "date_from", "secret_fields", "Content-Type", "restart_keys",
 ])
 def test_ordinary_names(name: str) -> None:
     assert not is_secret_name(name)
@@ -130,3 +130,18 @@ def test_remember_config_finds_secret_places_in_a_document() -> None:
 ])
 def test_ordinary_text_is_left_alone(text: str) -> None:
     assert redact_text(text) == text
+
+
+def test_restart_keys_are_config_keys_not_secrets() -> None:
+    # the reload section's restart_keys were remembered as secrets and scrubbed from the
+    # run's start line ("restarts it (***, data)")
+    from tuner.secrets import forget_all, remember_config
+
+    forget_all()
+    try:
+        remember_config({"target": {"reload": {"restart_keys": ["sources.*.embedder", "data"]},
+                                    "health": {"headers": {"api-key": "s3cret-value-123"}}}})
+        line = redact_text("an index setting (sources.*.embedder, data) restarts it; key s3cret-value-123")
+    finally:
+        forget_all()
+    assert "sources.*.embedder" in line and "s3cret-value-123" not in line
