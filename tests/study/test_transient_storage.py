@@ -31,6 +31,19 @@ def test_a_lost_connection_is_transient_also_under_optunas_wrapper() -> None:
     assert not is_transient_storage_error(ValueError("bad value"))
 
 
+def test_a_sqlite_file_is_waited_on_only_while_locked() -> None:
+    import sqlite3
+
+    def sqlite_error(message: str) -> Exception:
+        return sa.exc.OperationalError("COMMIT", {}, sqlite3.OperationalError(message))
+
+    assert is_transient_storage_error(sqlite_error("database is locked"))
+    # a full disk, a read-only or missing file: no wait cures them (a full disk waited 70 s)
+    for message in ("database or disk is full", "attempt to write a readonly database",
+                    "unable to open database file"):
+        assert not is_transient_storage_error(sqlite_error(message)), message
+
+
 def test_retry_transient_retries_only_what_a_retry_can_cure() -> None:
     calls = []
 

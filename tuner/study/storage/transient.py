@@ -36,12 +36,25 @@ def is_transient_storage_error(exc: BaseException) -> bool:
 
     seen: BaseException | None = exc
     while seen is not None:
-        if isinstance(seen, sa.exc.OperationalError) or (
-            isinstance(seen, sa.exc.DBAPIError) and seen.connection_invalidated
-        ):
+        if isinstance(seen, sa.exc.DBAPIError) and seen.connection_invalidated:
             return True
+        if isinstance(seen, sa.exc.OperationalError):
+            return not _sqlite_for_good(seen)
         seen = seen.__cause__ or seen.__context__
     return False
+
+
+def _sqlite_for_good(error: BaseException) -> bool:
+    """A SQLite error no wait cures: a SQLite file has no connection to lose, so only a
+    busy or locked database passes; a full disk, a read-only or unopenable file stay as
+    they are (waiting them out cost a full-disk run 70 s before its one-line error)."""
+    import sqlite3
+
+    orig = getattr(error, "orig", None)
+    if not isinstance(orig, sqlite3.Error):
+        return False
+    text = str(orig).lower()
+    return "locked" not in text and "busy" not in text
 
 
 def retry_transient(fn: Callable[[], T], *, attempts: int = 8, first_wait_s: float = 0.2, max_wait_s: float = 2.0) -> T:
