@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 import optuna
 
-from tuner.study.pipeline import Slot
+from tuner.study.pipeline import Slot, TrialSteps
 from tuner.study.trial.outcome import TrialOutcome
 
 if TYPE_CHECKING:
@@ -64,10 +64,13 @@ class ParallelLoop:
     on_start: Callable[[int, Any], None]  # a trial about to be measured (number, the Optuna trial)
     requeue: Callable[[Slot], None] = lambda slot: None  # queue a trial's params again (it never ran)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
-    _open: list[Slot] = field(default_factory=list, init=False, repr=False)  # asked, not told yet
+    _steps: TrialSteps = field(init=False, repr=False)  # begin / end / abort, shared with the pipelined loop
     _in_flight: int = field(default=0, init=False, repr=False)  # begun, not ended
     _stopped: str | None = field(default=None, init=False, repr=False)
     _error: BaseException | None = field(default=None, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._steps = TrialSteps(self.runner, self.ask, self.tell, self.on_end, self.requeue)
 
     def run(self) -> str:
         """Run until a stop; returns why it stopped (a ``RunResult.stopped_by`` value, or
@@ -94,8 +97,8 @@ class ParallelLoop:
             for thread in threads:  # a thread that could not start leaves nothing to wait for
                 if thread.ident is not None:
                     thread.join()
-            for slot in list(self._open):  # an error ended a lane mid-trial: nothing stays RUNNING
-                self._abort(slot, "the study loop stopped on an error before this trial ended")
+            # an error ended a lane mid-trial: nothing stays RUNNING
+            self._steps.abort_open("the study loop stopped on an error before this trial ended")
         if interrupted:
             raise KeyboardInterrupt
         if self._error is not None:
@@ -112,7 +115,7 @@ class ParallelLoop:
                         self._stopped = self.why_stop(self._in_flight)
                     if self._stopped is not None:
                         return
-                    slot = self._begin()
+                    slot = self._steps.begin()
                     self._in_flight += 1
                     self.on_start(slot.job.out.number, slot.trial)
                     slot.measured = True  # an abort from here records it as run
@@ -128,7 +131,7 @@ class ParallelLoop:
             with self._lock:
                 try:
                     self._in_flight -= 1
-                    verdict = self._end(slot)
+                    verdict = self._steps.end(slot)
                     if verdict is not None and self._stopped is None:
                         self._stopped = verdict
                 except BaseException as exc:  # noqa: BLE001 - as above
@@ -144,37 +147,3 @@ class ParallelLoop:
     def _halt(self, why: str) -> None:
         with self._lock:
             self._stopped = self._stopped or why
-
-    # ------------------------------------------------------------------ steps (under the lock)
-
-    def _begin(self) -> Slot:
-        trial, ask_s, beats = self.ask()
-        try:
-            job = self.runner.begin(trial)
-        except BaseException:
-            beats.close()
-            raise
-        slot = Slot(trial, job, ask_s, beats)
-        self._open.append(slot)
-        return slot
-
-    def _end(self, slot: Slot) -> str | None:
-        outcome = self.runner.end(slot.job)
-        self._tell(slot, outcome)
-        return self.on_end(outcome)
-
-    def _abort(self, slot: Slot, reason: str) -> None:
-        outcome = self.runner.abort(slot.job, reason, ran=slot.measured)
-        self._tell(slot, outcome)
-        if not slot.measured:
-            self.requeue(slot)
-
-    def _tell(self, slot: Slot, outcome: TrialOutcome) -> None:
-        if slot not in self._open:
-            return  # told already
-        self._open.remove(slot)
-        try:
-            outcome.phase_seconds["ask"] = slot.ask_s
-            self.tell(slot, outcome)
-        finally:
-            slot.beats.close()

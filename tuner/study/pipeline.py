@@ -40,7 +40,7 @@ import sys
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import optuna
@@ -70,6 +70,57 @@ class Slot:
 
 
 @dataclass
+class TrialSteps:
+    """A trial's steps between ``ask`` and ``tell``, the same in the pipelined and the
+    parallel loop (tuner.study.parallel): begin (ask, the runner's begin), end (the
+    runner's end, tell, the failure budget's verdict), abort; each asked trial is told
+    exactly once, and its heartbeat closed. ``open`` holds the asked, not told yet."""
+
+    runner: TrialRunner
+    ask: Callable[[], tuple[optuna.Trial, float, ExitStack]]
+    tell: Callable[[Slot, TrialOutcome], None]
+    on_end: Callable[[TrialOutcome], str | None]
+    requeue: Callable[[Slot], None]
+    open: list[Slot] = field(default_factory=list)
+
+    def begin(self) -> Slot:
+        trial, ask_s, beats = self.ask()
+        try:
+            job = self.runner.begin(trial)
+        except BaseException:
+            beats.close()
+            raise
+        slot = Slot(trial, job, ask_s, beats)
+        self.open.append(slot)
+        return slot
+
+    def end(self, slot: Slot) -> str | None:
+        outcome = self.runner.end(slot.job)
+        self._tell(slot, outcome)
+        return self.on_end(outcome)
+
+    def abort(self, slot: Slot, reason: str) -> None:
+        outcome = self.runner.abort(slot.job, reason, ran=slot.measured)
+        self._tell(slot, outcome)
+        if not slot.measured:
+            self.requeue(slot)
+
+    def abort_open(self, reason: str) -> None:
+        for slot in list(self.open):
+            self.abort(slot, reason)
+
+    def _tell(self, slot: Slot, outcome: TrialOutcome) -> None:
+        if slot not in self.open:
+            return  # told already
+        self.open.remove(slot)
+        try:
+            outcome.phase_seconds["ask"] = slot.ask_s
+            self.tell(slot, outcome)
+        finally:
+            slot.beats.close()
+
+
+@dataclass
 class PipelinedLoop:
     """One run of the pipelined loop; see the module docstring."""
 
@@ -86,7 +137,7 @@ class PipelinedLoop:
         """Run until a stop; returns why it stopped (a ``RunResult.stopped_by`` value, or
         ``failure_budget:<why>``). Raises what ``why_stop`` or the stages raise; every
         trial it asked is told by then."""
-        self._open: list[Slot] = []  # asked, not told yet
+        self._steps = TrialSteps(self.runner, self.ask, self.tell, self.on_end, self.requeue)
         pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tuner-pipeline")
         # The measured trial's event loop shares the GIL with the helper and bookkeeping
         # threads; a short switch interval hands it back within 0.5 ms instead of 5 ms,
@@ -96,7 +147,7 @@ class PipelinedLoop:
         stopped: str | None = None
         try:
             stopped = self.why_stop(0)
-            ahead = self._begin() if stopped is None else None
+            ahead = self._steps.begin() if stopped is None else None
             behind: Slot | None = None
             while ahead is not None:
                 current = ahead
@@ -124,25 +175,24 @@ class PipelinedLoop:
                     # measured, so the failure budget stops the study exactly where it
                     # would stop one trial at a time; it has nothing to score
                     behind = None
-                    stop = self._end(current) or stop
+                    stop = self._steps.end(current) or stop
                 if stop is not None:
                     stopped = stopped or stop
                     if ahead is not None:  # begun before the stop was known
                         self._discard(ahead, stop)
                         ahead = None
             if behind is not None:
-                stopped = self._end(behind) or stopped
+                stopped = self._steps.end(behind) or stopped
             return stopped or "n_trials"
         except KeyboardInterrupt:
             pool.shutdown(wait=True)  # the helper's tell or ask under way completes first
-            for slot in list(self._open):
-                self._abort(slot, "interrupted (second interrupt: trial aborted)")
+            self._steps.abort_open("interrupted (second interrupt: trial aborted)")
             raise
         finally:
             sys.setswitchinterval(switch)
             pool.shutdown(wait=True)
-            for slot in list(self._open):  # an error escaped: nothing stays RUNNING
-                self._abort(slot, "the study loop stopped on an error before this trial ended")
+            # an error escaped: nothing stays RUNNING
+            self._steps.abort_open("the study loop stopped on an error before this trial ended")
 
     # ------------------------------------------------------------------ steps
 
@@ -150,45 +200,13 @@ class PipelinedLoop:
         """On the helper thread while a trial is measured: end the one before it, then
         begin the next unless the study should stop (one trial is in flight)."""
         if behind is not None:
-            verdict = self._end(behind)
+            verdict = self._steps.end(behind)
             if verdict is not None:
                 return verdict, None
         why = self.why_stop(1)
         if why is not None:
             return why, None
-        return None, self._begin()
-
-    def _begin(self) -> Slot:
-        trial, ask_s, beats = self.ask()
-        try:
-            job = self.runner.begin(trial)
-        except BaseException:
-            beats.close()
-            raise
-        slot = Slot(trial, job, ask_s, beats)
-        self._open.append(slot)
-        return slot
-
-    def _end(self, slot: Slot) -> str | None:
-        outcome = self.runner.end(slot.job)
-        self._tell(slot, outcome)
-        return self.on_end(outcome)
+        return None, self._steps.begin()
 
     def _discard(self, slot: Slot, why: str) -> None:
-        self._abort(slot, NOT_RUN.format(why=why.split(":")[0]))
-
-    def _abort(self, slot: Slot, reason: str) -> None:
-        outcome = self.runner.abort(slot.job, reason, ran=slot.measured)
-        self._tell(slot, outcome)
-        if not slot.measured:
-            self.requeue(slot)
-
-    def _tell(self, slot: Slot, outcome: TrialOutcome) -> None:
-        if slot not in self._open:
-            return  # told already
-        self._open.remove(slot)
-        try:
-            outcome.phase_seconds["ask"] = slot.ask_s
-            self.tell(slot, outcome)
-        finally:
-            slot.beats.close()
+        self._steps.abort(slot, NOT_RUN.format(why=why.split(":")[0]))
