@@ -32,6 +32,15 @@ class Scripted(http.server.ThreadingHTTPServer):
         return f"http://127.0.0.1:{self.server_address[1]}/health"
 
 
+def answer_json(handler: http.server.BaseHTTPRequestHandler, status: int, doc: object) -> None:
+    body = json.dumps(doc).encode()
+    handler.send_response(status)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", str(len(body)))
+    handler.end_headers()
+    handler.wfile.write(body)
+
+
 class _Handler(http.server.BaseHTTPRequestHandler):
     server: Scripted
 
@@ -40,12 +49,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.server.requests += 1
             n = self.server.requests
         ok = n > self.server.unhealthy
-        body = json.dumps({"status": "ok" if ok else "loading", "n": n}).encode()
-        self.send_response(200 if ok else 503)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        answer_json(self, 200 if ok else 503, {"status": "ok" if ok else "loading", "n": n})
 
     def log_message(self, *args: object) -> None:
         return None
@@ -196,12 +200,7 @@ class _KeyedHandler(http.server.BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         ok = self.headers.get("api-key") == self.key
-        body = json.dumps({"status": "ok"} if ok else {"error": "missing or wrong api-key"}).encode()
-        self.send_response(200 if ok else 401)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        answer_json(self, 200 if ok else 401, {"status": "ok"} if ok else {"error": "missing or wrong api-key"})
 
     def log_message(self, *args: object) -> None:
         return None
