@@ -121,6 +121,33 @@ def set_trial_system_attr(trial: optuna.Trial, key: str, value: Any) -> None:
     trial.storage.set_trial_system_attr(trial._trial_id, key, value)
 
 
+def set_trial_attrs(trial: optuna.Trial, *, user: Mapping[str, Any], system: Mapping[str, Any]) -> None:
+    """Set user and system attributes of a running trial together. On an RDB storage in
+    one transaction (one session, one commit): Optuna opens a session and commits once per
+    attribute (a SELECT of the trial, an upsert, a commit), and a trial's record is about
+    twenty of them. Another storage: one call each. The running Trial's own copy of its
+    user attributes is updated as ``Trial.set_user_attr`` does. Safe to repeat (upserts)."""
+    storage: Any = trial.storage
+    rdb = getattr(storage, "_backend", storage)
+    if not (hasattr(rdb, "scoped_session") and hasattr(rdb, "_set_trial_attr_without_commit")):
+        for key, value in user.items():
+            storage.set_trial_user_attr(trial._trial_id, key, value)
+        for key, value in system.items():
+            storage.set_trial_system_attr(trial._trial_id, key, value)
+    elif user or system:
+        from optuna.storages._rdb import models
+        from optuna.storages._rdb.storage import _create_scoped_session
+
+        with _create_scoped_session(rdb.scoped_session, True) as session:
+            for key, value in user.items():
+                rdb._set_trial_attr_without_commit(session, models.TrialUserAttributeModel, trial._trial_id, key, value)
+            for key, value in system.items():
+                rdb._set_trial_attr_without_commit(
+                    session, models.TrialSystemAttributeModel, trial._trial_id, key, value
+                )
+    trial._cached_frozen_trial.user_attrs.update(user)
+
+
 def set_legacy_constraints(trial: optuna.Trial, values: Sequence[float]) -> None:
     """The trial's constraint values as the legacy list optuna-dashboard 0.21 reads to
     mark a trial infeasible (``Trial.set_constraint`` is what the samplers read)."""
@@ -161,10 +188,16 @@ def register_artifact(
     """List an artifact on a running trial as ``optuna.artifacts.upload_artifact`` does
     (optuna-dashboard and ``get_all_artifact_meta`` read it), without its bytes: those
     are stored later, when the trial may be finished and its attributes frozen."""
+    set_trial_system_attr(trial, *artifact_attr(artifact_id, filename, mimetype, encoding))
+
+
+def artifact_attr(artifact_id: str, filename: str, mimetype: str, encoding: str | None) -> tuple[str, str]:
+    """The system attribute (key, value) that lists an artifact on a trial, as
+    `register_artifact` sets it (for `set_trial_attrs`)."""
     from optuna.artifacts._upload import ARTIFACTS_ATTR_PREFIX, ArtifactMeta
 
     meta = ArtifactMeta(artifact_id=artifact_id, filename=filename, mimetype=mimetype, encoding=encoding)
-    set_trial_system_attr(trial, ARTIFACTS_ATTR_PREFIX + artifact_id, json.dumps(asdict(meta)))
+    return ARTIFACTS_ATTR_PREFIX + artifact_id, json.dumps(asdict(meta))
 
 
 def _rdb(study: optuna.Study) -> Any:

@@ -112,6 +112,34 @@ def test_a_registered_artifact_is_listed_as_upload_artifact_lists_it(study: optu
     assert json.loads(study.trials[0].system_attrs["artifacts:a1"])["filename"] == "config.yaml"
 
 
+@pytest.mark.parametrize("kind", ["rdb", "memory"])
+def test_trial_attrs_set_together_read_back_as_set_one_by_one(
+    kind: str, study: optuna.Study, rdb_study: optuna.Study
+) -> None:
+    import sqlalchemy
+
+    on = rdb_study if kind == "rdb" else study
+    trial = on.ask()
+    commits: list[int] = []
+    engine = getattr(oa.storage_of(on), "_backend", oa.storage_of(on)).__dict__.get("engine")
+    if engine is not None:
+        sqlalchemy.event.listen(engine, "commit", lambda conn: commits.append(1))
+    key, listing = oa.artifact_attr("a1", "report.md", "text/plain", None)
+    user = {"feasible": True, "duration_s": 1.25, "mlflow_run": None}
+    system = {"record:metrics": {"NDCG@10": 0.5}, key: listing}
+    oa.set_trial_attrs(trial, user=user, system=system)
+    assert trial.user_attrs == user  # the running trial's own copy, as Trial.set_user_attr keeps it
+    if engine is not None:
+        assert len(commits) == 1  # one transaction for all of them
+    oa.set_trial_attrs(trial, user={"duration_s": 2.0}, system={})  # an upsert: repeatable
+    on.tell(trial, 1.0)
+    frozen = on.trials[0]
+    assert frozen.user_attrs == {**user, "duration_s": 2.0}
+    assert {k: frozen.system_attrs[k] for k in system} == system
+    [meta] = optuna.artifacts.get_all_artifact_meta(frozen, storage=oa.storage_of(on))
+    assert (meta.artifact_id, meta.filename) == ("a1", "report.md")
+
+
 PRIVATE = re.compile(
     r"\._(storage|study_id|trial_id|backend|contains|cached_trials)\b"
     r"|optuna\.[a-z_.]*\._[a-z]"

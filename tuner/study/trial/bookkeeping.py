@@ -14,7 +14,7 @@ from typing import Any
 import optuna
 
 from tuner.files import hard_link
-from tuner.optuna_adapter import register_artifact
+from tuner.optuna_adapter import artifact_attr, set_trial_system_attr
 
 #: trials whose bookkeeping may be queued, unfinished, before the study waits for it
 MAX_BEHIND = 4
@@ -134,12 +134,18 @@ class OptunaArtifacts:
         self.store = FileSystemArtifactStore(str(store_dir))
 
     def register(self, trial: optuna.Trial, filename: str) -> str:
+        artifact_id, key, value = self.listing(filename)
+        set_trial_system_attr(trial, key, value)
+        return artifact_id
+
+    def listing(self, filename: str) -> tuple[str, str, str]:
+        """A new artifact id for ``filename`` and the system attribute (key, value) that
+        lists it on a trial (``register`` sets it; a trial's record sets it with the rest)."""
         mimetype, encoding = mimetypes.guess_type(filename)
         if Path(filename).suffix in {".yaml", ".yml", ".md", ".json"}:
             mimetype = "text/plain"  # shown inline by the dashboard
         artifact_id = str(uuid.uuid4())
-        register_artifact(trial, artifact_id, filename, mimetype or "application/octet-stream", encoding)
-        return artifact_id
+        return (artifact_id, *artifact_attr(artifact_id, filename, mimetype or "application/octet-stream", encoding))
 
     def write(self, artifact_id: str, path: Path) -> None:
         """Store ``path`` under ``artifact_id``: a hard link to the trial's own file (one

@@ -32,6 +32,7 @@ from optuna.distributions import BaseDistribution
 
 from tuner.config.objective import Constraint, Objective
 from tuner.files import atomic_write_bytes, atomic_write_text, overwrite_in_place
+from tuner.optuna_adapter import set_trial_attrs
 from tuner.report.tracking import Tracker
 from tuner.study.gates.sweep_table import slim_sweep
 from tuner.study.notes import Links, publish_study, trial_note, write_note
@@ -55,7 +56,7 @@ from tuner.study.trial.attrs import (
     ATTR_REPLAY,
     ATTR_REPORTS,
     ATTR_VARIANT,
-    set_record,
+    record_key,
 )
 from tuner.study.trial.bookkeeping import Bookkeeper, OptunaArtifacts
 from tuner.study.trial.config_names import ConfigNames
@@ -225,9 +226,7 @@ class Recorder:
             # Asked for on the bookkeeper during restart and health wait; a tracker waits
             # for its store only briefly (tuner.report.resilient): None when it did not answer.
             user[ATTR_MLFLOW_RUN] = run_id.result()
-        for key, value in user.items():
-            if value is not None or key == ATTR_MLFLOW_RUN:
-                trial.set_user_attr(key, jsonable(value))
+        user = {key: jsonable(value) for key, value in user.items() if value is not None or key == ATTR_MLFLOW_RUN}
         records = {
             ATTR_METRICS: out.metrics,
             ATTR_REPORTS: out.reports,
@@ -236,16 +235,18 @@ class Recorder:
             ATTR_DATA_FINGERPRINT: _data_fingerprint(out) or None,
             ATTR_GATES_MOVED: out.gates_moved,
         }
-        for key, value in records.items():
-            if value is not None:
-                set_record(trial, key, jsonable(value))
-        if out.assignment:
-            record_applied_params(trial, out.assignment, self.declared)
+        system = {record_key(key): jsonable(value) for key, value in records.items() if value is not None}
         artifacts: dict[str, str] = {}
         if self.artifacts is not None and out.state == "COMPLETE" and (result is not None or out.cache_hit):
             files = [self.dir(trial.number) / Path(n).name for n in self.names.texts(texts)]
             files += [Path(f) for f in out.reports.values()]
-            artifacts = {self.artifacts.register(trial, f.name): str(f) for f in files}
+            for f in files:
+                artifact_id, key, listing = self.artifacts.listing(f.name)
+                artifacts[artifact_id] = str(f)
+                system[key] = listing
+        set_trial_attrs(trial, user=user, system=system)  # one transaction, not one per attribute
+        if out.assignment:
+            record_applied_params(trial, out.assignment, self.declared)
         chosen = {n: out.assignment[n] for n in self.gates if n in out.assignment}
         pending = _Pending(
             trial,
