@@ -174,3 +174,41 @@ def test_the_reused_figure_draws_each_plot_as_a_fresh_figure_would() -> None:
              (base, "a", 0.5)]
     for frame, title, threshold in cases:
         assert pr_curve_png(frame, title=title, threshold=threshold) == _fresh_png(frame, title, threshold), title
+
+
+def test_labels_and_queries_are_sent_once_and_sent_again_when_they_change(tmp_path, monkeypatch) -> None:
+    """The helper keeps a batch's labels and queries (the same every trial): a later call
+    sends them only when they differ, and each call's files are the in-process ones."""
+    import dataclasses
+
+    from report.test_report_writer import _result
+    from tuner.report import report_worker
+    from tuner.report.writer import write_reports
+
+    sent: list[dict] = []
+    real_send = report_worker._send
+
+    def spy(stream, value):
+        if len(value) == 5 and value[0] == "write_reports":
+            sent.append(value[4])
+        real_send(stream, value)
+
+    monkeypatch.setattr(report_worker, "_send", spy)
+    first = _result()
+    relabelled = dataclasses.replace(first, qrels={**first.qrels, "b": {"b1": 0}})  # a label edited mid-study
+    worker = ReportWorker()
+    try:
+        for i, result in enumerate([first, _result(), relabelled, relabelled]):
+            worker.write_reports(result, tmp_path / f"helper{i}", detail="slim")
+            write_reports(result, tmp_path / f"local{i}", detail="slim")
+            helper, local = (json.loads((tmp_path / f"{d}{i}" / "report.json").read_text()) for d in ("helper", "local"))
+            helper.pop("generated_at"), local.pop("generated_at")
+            assert helper == local, i
+        assert worker.fallback is None
+    finally:
+        worker.close()
+    held = [{k for k, v in s.items() if v == report_worker._HELD} for s in sent]
+    assert held == [set(), {"qrels", "queries"}, {"queries"}, {"qrels", "queries"}]
+    assert json.loads((tmp_path / "helper2" / "report.json").read_text())["label_distribution"] != json.loads(
+        (tmp_path / "helper1" / "report.json").read_text()
+    )["label_distribution"]  # the edited label reached the helper

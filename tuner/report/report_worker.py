@@ -32,11 +32,14 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable
+from dataclasses import replace
 from typing import IO, Any
 
 #: the helper's niceness increment: the backend and the tuner's event loop come first
 NICE = 10
 _HEADER = struct.Struct("!Q")
+#: sent in place of a batch field the helper already holds (see ReportWorker.write_reports)
+_HELD = "<held by the report helper>"
 
 
 class ReportWorker:
@@ -44,17 +47,31 @@ class ReportWorker:
 
     def __init__(self) -> None:
         self._proc: subprocess.Popen[bytes] | None = None
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self.fallback: str | None = None  # why writing went back in process, once it did
+        self._held: dict[str, Any] = {}  # the study-wide parts of a batch the helper holds (see write_reports)
 
     def write_reports(self, result: Any, *args: Any, **kwargs: Any) -> Any:
         """``tuner.report.write_reports(result, *args, **kwargs)``, in the helper. The batch
         is sent cut to what reports read (tuner.report.build.for_reports: the same files,
-        a third of the pickle)."""
+        a third of the pickle), and without its labels and queries when they equal the
+        ones the helper was last sent (it keeps them): they are the same every trial of a
+        study, about 40 % of what was left."""
         from tuner.report.build import for_reports
         from tuner.report.writer import write_reports
 
-        return self._call("write_reports", write_reports, (for_reports(result), *args), kwargs)
+        cut = for_reports(result)
+        with self._lock:  # re-entered by _call: what the helper holds changes only in call order
+            self._ensure()  # a helper started now holds nothing yet
+            shared = {
+                name: _HELD if _same(self._held.get(name, _HELD), value) else value
+                for name, value in (("qrels", cut.qrels), ("queries", cut.queries))
+            }
+            self._held = {"qrels": cut.qrels, "queries": cut.queries}
+            sent = replace(cut, qrels=None, queries=None)
+            return self._call(
+                "write_reports", write_reports, (sent, *args), kwargs, shared=shared, local_args=(cut, *args)
+            )
 
     def render(self, sweep: Any, *, title: str, threshold: float | None) -> bytes:
         """``tuner.report.plots.pr_curve_png``, in the helper."""
@@ -74,14 +91,26 @@ class ReportWorker:
         with self._lock:
             self._stop(self.fallback or "closed: writing in process")
 
-    def _call(self, name: str, local: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    def _call(
+        self,
+        name: str,
+        local: Any,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        *,
+        shared: dict[str, Any] | None = None,
+        local_args: tuple[Any, ...] | None = None,
+    ) -> Any:
+        """``local(*args, **kwargs)`` in the helper (``shared``: the batch's fields it fills
+        in, `_HELD` for the ones it keeps from the last call); in process when there is no
+        helper (with ``local_args``, the whole batch, where given)."""
         from tuner.secrets import known_values
 
         with self._lock:
             proc = self._ensure()
             if proc is not None:
                 try:
-                    _send(proc.stdin, (name, args, kwargs, known_values()))
+                    _send(proc.stdin, (name, args, kwargs, known_values(), shared))
                     ok, payload = _receive(proc.stdout)
                 except (OSError, EOFError, pickle.PickleError, struct.error) as exc:
                     self._stop(f"the report helper died ({type(exc).__name__}); writing in process")
@@ -89,11 +118,12 @@ class ReportWorker:
                     if ok:
                         return payload
                     raise payload  # the writing itself failed: the error it raised
-        return local(*args, **kwargs)
+        return local(*(local_args if local_args is not None else args), **kwargs)
 
     def _ensure(self) -> subprocess.Popen[bytes] | None:
         if self._proc is None and self.fallback is None:
             try:
+                self._held = {}  # a new helper holds nothing yet
                 self._proc = subprocess.Popen(
                     [sys.executable, "-m", "tuner.report.report_worker"],
                     stdin=subprocess.PIPE,
@@ -119,6 +149,14 @@ class ReportWorker:
         finally:
             if proc.stdout is not None:
                 proc.stdout.close()
+
+
+def _same(held: Any, value: Any) -> bool:
+    """Whether the helper's copy ``held`` equals ``value`` (by content: a batch's labels
+    are a fresh dict each trial)."""
+    if isinstance(held, str) and held == _HELD:
+        return False
+    return held is value or bool(held == value)
 
 
 def _send(stream: IO[bytes] | None, value: Any) -> None:
@@ -152,13 +190,17 @@ def _serve(inp: IO[bytes], out: IO[bytes]) -> None:
     from tuner.secrets import remember
 
     calls: dict[str, Callable[..., Any]] = {"write_reports": write_reports, "pr_curve_png": pr_curve_png}
+    held: dict[str, Any] = {}
     while True:
         try:
-            name, args, kwargs, secrets = _receive(inp)
+            name, args, kwargs, secrets, shared = _receive(inp)
         except EOFError:
             return
         remember(*secrets)
         try:
+            if shared is not None:  # the batch's study-wide fields: sent, or the ones held from the last call
+                held.update({k: v for k, v in shared.items() if not (isinstance(v, str) and v == _HELD)})
+                args = (replace(args[0], **{k: held[k] for k in shared}), *args[1:])
             answer: tuple[bool, Any] = (True, calls[name](*args, **kwargs))
         except Exception as exc:  # noqa: BLE001 - sent back to the caller, which raises it
             try:
