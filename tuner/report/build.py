@@ -257,29 +257,55 @@ def _coverage(result: BatchResult, *, slim: bool = False) -> dict[str, Any]:
     }
 
 
-def _group_summary(frame: pd.DataFrame, primary: Sequence[str]) -> dict[str, Any]:
-    in_scope = frame[frame["scope"] == "in"]
-    oos = frame[frame["scope"] == "oos"]
-    row: dict[str, Any] = {
-        "n_queries": len(frame),
-        "n_in_scope": len(in_scope),
-        "n_oos": len(oos),
-    }
-    for name in [PRIMARY, *primary, "Judged@10"]:
-        row[name] = float(in_scope[name].mean()) if len(in_scope) and name in in_scope else None
-    row["InScope_Handoff_Rate"] = float((~in_scope["answered"].astype(bool)).mean()) if len(in_scope) else None
-    row["OOS_FP_Rate"] = float(oos["answered"].astype(bool).mean()) if len(oos) else None
-    row["Failed_Queries"] = int((frame["status"] == "failed").sum())
-    row["Latency_Avg_ms"] = float(frame["latency_ms"].mean()) if frame["latency_ms"].notna().any() else None
-    return row
+class _GroupColumns:
+    """The per-query columns a group summary reads, as numpy arrays taken once: a batch's
+    groups (overall, by query type, by source) are summaries of row masks, with pandas'
+    own arithmetic (a mean skips NaN: the sum with NaN as 0, over the count of the rest),
+    so the numbers are the ones ``frame[mask][name].mean()`` gives, at a fraction of the
+    cost of a frame per group (40 ms a trial on the demo)."""
+
+    def __init__(self, pq: pd.DataFrame, primary: Sequence[str]) -> None:
+        scope = pq["scope"].to_numpy()
+        self.in_scope, self.oos = scope == "in", scope == "oos"
+        self.means = {
+            name: pq[name].to_numpy(dtype=np.float64, na_value=np.nan)
+            for name in (PRIMARY, *primary, "Judged@10")
+            if name in pq
+        }
+        self.names = [PRIMARY, *primary, "Judged@10"]
+        self.answered = pq["answered"].astype(bool).to_numpy()
+        self.failed = (pq["status"] == "failed").to_numpy()
+        self.latency = pq["latency_ms"].to_numpy(dtype=np.float64, na_value=np.nan)
+
+    def summary(self, rows: np.ndarray) -> dict[str, Any]:
+        in_scope, oos = rows & self.in_scope, rows & self.oos
+        n_in, n_oos = int(in_scope.sum()), int(oos.sum())
+        row: dict[str, Any] = {"n_queries": int(rows.sum()), "n_in_scope": n_in, "n_oos": n_oos}
+        for name in self.names:
+            row[name] = _mean(self.means[name][in_scope]) if n_in and name in self.means else None
+        row["InScope_Handoff_Rate"] = _mean((~self.answered[in_scope]).astype(np.float64)) if n_in else None
+        row["OOS_FP_Rate"] = _mean(self.answered[oos].astype(np.float64)) if n_oos else None
+        row["Failed_Queries"] = int(self.failed[rows].sum())
+        latency = self.latency[rows]
+        row["Latency_Avg_ms"] = _mean(latency) if not np.isnan(latency).all() else None
+        return row
+
+
+def _mean(values: np.ndarray) -> float:
+    """pandas' mean of a float column: NaN skipped (summed as 0, not counted)."""
+    missing = np.isnan(values)
+    count = int(values.size - missing.sum())
+    return float(np.where(missing, 0.0, values).sum() / count) if count else math.nan
 
 
 def _groups(result: BatchResult) -> dict[str, Any]:
     pq = result.per_query
     primary = [m for m in scorecard.PRIMARY_SCORECARD if m in pq.columns]
-    groups: dict[str, Any] = {"overall": _group_summary(pq, primary)}
+    columns = _GroupColumns(pq, primary)
+    groups: dict[str, Any] = {"overall": columns.summary(np.ones(len(pq), dtype=bool))}
     for column in GROUP_BY:
-        groups[column] = {str(name): _group_summary(part, primary) for name, part in pq.groupby(column, sort=True)}
+        codes, names = pd.factorize(pq[column], sort=True)  # as groupby(sort=True): sorted, NaN left out
+        groups[column] = {str(name): columns.summary(codes == i) for i, name in enumerate(names)}
     return groups
 
 
