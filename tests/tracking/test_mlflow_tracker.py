@@ -132,3 +132,30 @@ def test_null_tracker_records_nothing(tmp_path: Path) -> None:
     assert t.start_trial(0, {}) is None
     t.finish_trial(None, TrialRecord(number=0, state="COMPLETE", params={}))
     assert not list(tmp_path.iterdir())
+
+
+def test_a_trial_is_logged_in_as_few_batches_as_mlflow_allows(tmp_path: Path, tracker: MlflowTracker, monkeypatch) -> None:
+    """Metrics, params and tags go in one log_batch (each is a transaction): split only at
+    MLflow's caps (100 params, 100 tags, 1000 entities a call), nothing lost."""
+    parent = tracker.start_study("s4", params={}, tags={})
+    run_id = tracker.start_trial(0, {})
+    calls: list[tuple[int, int, int]] = []
+    real = tracker.client.log_batch
+
+    def counting(run, metrics=(), params=(), tags=(), **kw):
+        calls.append((len(metrics), len(params), len(tags)))
+        return real(run, metrics=metrics, params=params, tags=tags, **kw)
+
+    monkeypatch.setattr(tracker.client, "log_batch", counting)
+    tracker._log(run_id, metrics={"m1": 0.5, "m2": 1.0}, params={"p": "1"}, tags={"t": "x"})
+    assert calls == [(2, 1, 1)]
+    calls.clear()
+    metrics = {f"m{i}": i / 7 for i in range(1500)}
+    params = {f"p{i}": str(i) for i in range(150)}
+    tags = {f"t{i}": f"v{i}" for i in range(120)}
+    tracker._log(run_id, metrics=metrics, params=params, tags=tags)
+    assert calls == [(800, 100, 100), (700, 50, 20)]
+    assert all(m + p + t <= 1000 and p <= 100 and t <= 100 for m, p, t in calls)
+    data = MlflowClient(tracker.tracking_uri).get_run(run_id).data
+    assert {f"p{i}" for i in range(150)} <= set(data.params) and {f"t{i}" for i in range(120)} <= set(data.tags)
+    assert all(data.metrics[f"m{i}"] == i / 7 for i in range(1500)) and parent
