@@ -70,3 +70,14 @@ def test_group_summaries_are_pandas_own_numbers(seed: int) -> None:
 def test_the_demo_shaped_batch_groups_as_before() -> None:
     result = _result()
     assert json.dumps(jsonable(_groups(result))) == json.dumps(jsonable(_oracle(result.per_query)))
+
+
+def test_label_counts_are_counted_again_for_other_or_grown_labels() -> None:
+    from tuner.report.build import _grade_counts
+
+    qrels = {"a": {"d1": 3, "d2": 0}, "b": {"d3": 1}}
+    assert _grade_counts(qrels) == {"L0": 1, "L1": 1, "L2": 0, "L3": 1}
+    assert _grade_counts(qrels) == {"L0": 1, "L1": 1, "L2": 0, "L3": 1}  # held by the helper: counted once
+    qrels["b"]["d4"] = 2  # grown in place
+    assert _grade_counts(qrels) == {"L0": 1, "L1": 1, "L2": 1, "L3": 1}
+    assert _grade_counts({"a": {"d1": 2}}) == {"L0": 0, "L1": 0, "L2": 1, "L3": 0}

@@ -198,13 +198,28 @@ def _grades(result: BatchResult, qid: str) -> list[int | None]:
     return [judged.get(h.doc_id) for h in result.hits.get(qid, ())]
 
 
+#: the last labels counted and their counts: the report helper holds one study's labels
+#: (tuner.report.report_worker) and counts them once, not again for every trial
+#: (a batch's labels are a new dict each trial elsewhere: counted each time)
+_counted: list[Any] = [None, {}]
+
+
+def _grade_counts(qrels: Mapping[str, Mapping[str, int]]) -> dict[str, int]:
+    """How many labels of each grade ``qrels`` holds (L0..L3)."""
+    seen, counts = _counted
+    if seen is not qrels or sum(counts.values()) != sum(map(len, qrels.values())):
+        counts = {f"L{g}": 0 for g in range(scorecard.MAX_GRADE + 1)}
+        for labels in qrels.values():
+            for grade in labels.values():
+                counts[f"L{grade}"] += 1
+        _counted[:] = [qrels, counts]
+    return dict(counts)
+
+
 def _label_distribution(result: BatchResult) -> dict[str, Any]:
     """Grades in the label cache for this query set, and the label mix of what the
     service returned in its top 20 for in-scope queries (U = unjudged)."""
-    cached = {f"L{g}": 0 for g in range(scorecard.MAX_GRADE + 1)}
-    for labels in result.qrels.values():
-        for grade in labels.values():
-            cached[f"L{grade}"] += 1
+    cached = _grade_counts(result.qrels)
     returned = {**{f"L{g}": 0 for g in range(scorecard.MAX_GRADE + 1)}, "U": 0}
     in_scope = result.per_query.index[result.per_query["scope"] == "in"]
     for qid in in_scope:
