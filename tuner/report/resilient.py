@@ -149,18 +149,21 @@ class ResilientTracker(Tracker):
         op = self._submit("start_study", lambda: self.inner.start_study(study_name, params=params, tags=tags))
         return self._result(op, self.run_id_wait_s)
 
-    def start_trial(self, number: int, params: Mapping[str, Any]) -> str | None:
+    def start_trial(self, number: int, params: Mapping[str, Any], *, start_time: int | None = None) -> str | None:
         """The trial's run id when the store gives it within ``run_id_wait_s``; else None
-        (the run is made in the background all the same, and its record goes into it)."""
+        (the run is made in the background all the same, and its record goes into it).
+        The run starts at ``start_time``, by default now: not when a store that was down
+        takes the call."""
         if self._full():
             self._drop(number)
             return None
+        began = start_time if start_time is not None else round(time.time() * 1000)
 
         def start() -> str | None:
             find = getattr(self.inner, "find_trial_run", None)
             # tried before: the store may have made the run and lost only its answer
             run_id = find(number) if self._retrying and find is not None else None
-            run_id = run_id or self.inner.start_trial(number, params)
+            run_id = run_id or self.inner.start_trial(number, params, start_time=began)
             if run_id is not None:
                 self._run_ids[number] = run_id
             return run_id
@@ -375,6 +378,9 @@ class ResilientTracker(Tracker):
     def _done(self, op: _Op, result: Any) -> None:
         with self._cond:
             op.result = result
+            if op.kind == "finish_trial" and op.trial is not None:
+                # logged after all: a start given up on leaves its run to the record (made then)
+                self._not_logged.discard(op.trial)
             if self._ops and self._ops[0] is op:
                 self._ops.popleft()
             if self._behind_since is not None:

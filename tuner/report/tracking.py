@@ -327,10 +327,10 @@ class MlflowTracker(Tracker):
         self.parent_run_id = run_id
         return run_id
 
-    def start_trial(self, number: int, params: Mapping[str, Any]) -> str:
+    def start_trial(self, number: int, params: Mapping[str, Any], *, start_time: int | None = None) -> str:
         if self.parent_run_id is None or self.study_name is None:
             raise StudyError("MlflowTracker.start_trial called before start_study; call start_study first")
-        return self._create_trial_run(self.parent_run_id, self.study_name, number, params)
+        return self._create_trial_run(self.parent_run_id, self.study_name, number, params, start_time=start_time)
 
     def _create_trial_run(
         self, parent_id: str, study_name: str, number: int, params: Mapping[str, Any], *, start_time: int | None = None
@@ -377,7 +377,7 @@ class MlflowTracker(Tracker):
         texts, report files (hard links on a local store); then name it after the trial
         and score (`trial_run_name`)."""
         if run_id is None:
-            run_id = self.start_trial(record.number, record.params)
+            run_id = self.start_trial(record.number, record.params, start_time=record.started_ms)
         opened = self._open.pop(run_id, None) or self._opened_before(run_id)
         params = {k: v for k, v in flat_params(record.params, by_name=False).items() if k not in opened.params}
         tags = {TAG_STATE: record.state, **record.tags}
@@ -393,9 +393,10 @@ class MlflowTracker(Tracker):
             self.client.log_text(run_id, secrets.scrub_known(text), name)
         self._log_reports(run_id, opened.artifact_uri, record.reports)
         self.client.update_run(run_id, name=trial_run_name(record.number, record.state, record.value, record.feasible))
-        # The run ends its duration after it started, not when its bookkeeping is done:
-        # MLflow's Duration column then shows the trial's duration (as printed and in
-        # trials.csv), not the time it waited for the trials around it.
+        # The run starts when its trial began (`start_trial`'s start_time) and ends its
+        # duration later, not when its bookkeeping is done or a store that was down took
+        # the calls: MLflow's Duration column then shows the trial's duration (as printed
+        # and in trials.csv), not the time it waited for the trials around it.
         end_time = None
         if record.duration_s is not None and opened.start_time is not None:
             end_time = opened.start_time + round(record.duration_s * 1000)
