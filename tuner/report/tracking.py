@@ -68,6 +68,7 @@ from tuner.report.tracker import (
 )
 
 __all__ = [
+    "CLASSIC_VIEW",
     "EXPERIMENT_KIND",
     "INTERRUPTED",
     "PARAM_VALUE_LIMIT",
@@ -93,6 +94,12 @@ __all__ = [
     "trial_run_name",
 ]
 
+#: The query every link into the MLflow UI carries. MLflow 3.17's UI picks its GenAI or
+#: its machine-learning layout from the page's ``workflowType`` query parameter, else the
+#: browser's stored choice (localStorage ``mlflow.workflowType``), by default GenAI -- not
+#: from the experiment's mlflow.experimentKind tag: a run page opened from a plain link sat
+#: under a GenAI "Evaluations" breadcrumb that leads to the evaluation-runs tab.
+CLASSIC_VIEW = "?workflowType=machine_learning"
 _PARENT_TAG = "mlflow.parentRunId"
 _MLFLOW_STATUS = {"COMPLETE": "FINISHED", "FAIL": "FAILED", "PRUNED": "KILLED"}
 
@@ -163,11 +170,11 @@ class MlflowTracker(Tracker):
 
     def experiment_url(self, base_url: str) -> str:
         """The experiment's runs table in the MLflow UI at ``base_url``."""
-        return f"{ui_base(base_url)}#/experiments/{self.experiment_id}/runs"
+        return f"{ui_base(base_url)}#/experiments/{self.experiment_id}/runs{CLASSIC_VIEW}"
 
     def run_url(self, run_id: str, base_url: str) -> str:
         """Run ``run_id``'s page in the MLflow UI at ``base_url`` (e.g. http://127.0.0.1:5000/)."""
-        return f"{ui_base(base_url)}#/experiments/{self.experiment_id}/runs/{run_id}"
+        return f"{ui_base(base_url)}#/experiments/{self.experiment_id}/runs/{run_id}{CLASSIC_VIEW}"
 
     def find_parent_run(self, study_name: str) -> str | None:
         """The parent run of ``study_name`` in this experiment, if one was created before."""
