@@ -31,8 +31,9 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from tuner.report.tracker import StaleRuns, Tracker, TrialRecord
@@ -197,6 +198,9 @@ class ResilientTracker(Tracker):
 
     def end_study(self, *, status: str, summary: Mapping[str, float]) -> None:
         self._submit("end_study", lambda: self.inner.end_study(status=status, summary=summary))
+
+    def log_study_files(self, folder: str, files: Sequence[Path]) -> None:
+        self._submit("log_study_files", lambda: self.inner.log_study_files(folder, files))
 
     def close_stale_runs(self, *args: Any, **kwargs: Any) -> StaleRuns:
         """``inner.close_stale_runs`` (its arguments passed as given), waited for up to

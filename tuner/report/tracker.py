@@ -7,7 +7,7 @@ everything here, so ``from tuner.report.tracking import Tracker`` keeps working)
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -118,6 +118,12 @@ class Tracker(ABC):
         other trial not in ``live_trials`` fails as interrupted. Trackers without runs
         have nothing to close."""
         return StaleRuns()
+
+    def log_study_files(self, folder: str, files: Sequence[Path]) -> None:
+        """Put ``files`` on the study's parent run under artifact folder ``folder`` (e.g.
+        ``study/report.md``), each under its own name; a later call replaces a file of
+        the same name. Trackers without runs keep nothing."""
+        return None
 
     def run_url(self, run_id: str, base_url: str) -> str | None:
         """The page of run ``run_id`` in the tracking UI at ``base_url``; None without one."""

@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 import re
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -428,6 +428,19 @@ class MlflowTracker(Tracker):
             else:
                 self.client.log_artifact(run_id, str(path), "reports")
                 self.report_files["copied"] += 1
+
+    def log_study_files(self, folder: str, files: Sequence[Path]) -> None:
+        """``files`` on the parent run under ``folder``: hard links on a local store (the
+        study's reports folder holds each once), else copies through log_artifact.
+        Nothing before `start_study`."""
+        if self.parent_run_id is None:
+            return
+        local = local_artifact_dir(self.client.get_run(self.parent_run_id).info.artifact_uri)
+        for path in map(Path, files):
+            if not path.is_file():
+                continue
+            if local is None or not hard_link(path, local / folder / path.name):
+                self.client.log_artifact(self.parent_run_id, str(path), folder)
 
     def summarize_study(
         self, *, note: str, metrics: Mapping[str, float], tags: Mapping[str, str], step: int | None = None
