@@ -29,6 +29,8 @@ from browser_support import (
 )
 from mlflow import MlflowClient
 
+from tuner.report.tracking import CLASSIC_VIEW
+
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
@@ -167,7 +169,8 @@ def test_mlflow_ui_shows_the_parent_run_with_its_child_runs(
                    what="the parent run's row")[0]
     assert STUDY in row.text
     # Children are folded under their parent until its expander is clicked.
-    row.find_element(By.CSS_SELECTOR, '[col-id="attributes.`Run Name`"] button').click()
+    if not browser.find_elements(By.CSS_SELECTOR, f'.ag-row[row-id="{children[0]}"]'):
+        row.find_element(By.CSS_SELECTOR, '[col-id="attributes.`Run Name`"] button').click()  # folded: unfold
     shown = wait_for(
         lambda: (ids := {r.get_attribute("row-id") for r in browser.find_elements(By.CSS_SELECTOR, ".ag-row")})
         >= set(children.values()) and ids,
@@ -176,9 +179,10 @@ def test_mlflow_ui_shows_the_parent_run_with_its_child_runs(
     assert shown == {parent_id, *children.values()}
     text = body_text(browser)
     names = _run_names(project)
-    for t in study.trials:  # run names carry the trial number and its score
+    for t in study.trials:  # run names lead with the verdict, then the trial number and its score
         name = names[children[t.number]]
-        assert name.startswith(f"trial-{t.number} ") and f"{t.values[0]:.4f}" in name and name in text
+        mark = "✓" if t.user_attrs.get("feasible") else "✗"
+        assert name.startswith(f"{mark} trial-{t.number} ") and f"{t.values[0]:.4f}" in name and name in text
     screenshot(browser, "mlflow-runs")
 
 
@@ -263,7 +267,7 @@ def _links_in(browser: Any) -> list[str]:
 def test_links_go_both_ways(dashboard: DashboardProcess, browser: Any, project: Path, study: optuna.Study) -> None:
     exp_id, _, children = _mlflow_runs(project)
     best = _best(study)
-    run_url = f"{dashboard.urls['mlflow']}#/experiments/{exp_id}/runs/{children[best.number]}"
+    run_url = f"{dashboard.urls['mlflow']}#/experiments/{exp_id}/runs/{children[best.number]}{CLASSIC_VIEW}"
     trial_url = f"{dashboard.urls['optuna-dashboard']}studies/{study._study_id}/trials?numbers={best.number}"
     browser.get(trial_url)
     wait_for(lambda: run_url in _links_in(browser), what="the trial note's link to its MLflow run")
@@ -295,6 +299,79 @@ def test_mlflow_compare_view_plots_numeric_weights(dashboard: DashboardProcess, 
     values = sorted(float(v) for v in dims["fusion.weights.bm25"])  # numbers, not text categories
     assert values == pytest.approx(sorted(t.params["fusion.weights.bm25"] for t in done), abs=1e-9)
     screenshot(browser, "mlflow-compare-weights")
+
+
+def _cells(browser: Any, run_id: str, column: str) -> list[str]:
+    """The texts of a runs-table row's cells in ``column`` (ag-grid splits a row over containers)."""
+    from selenium.webdriver.common.by import By
+
+    return [c.text for c in browser.find_elements(By.CSS_SELECTOR, f'.ag-row[row-id="{run_id}"] [col-id="{column}"]')
+            if c.text]
+
+
+def test_mlflow_run_durations_are_the_trials_durations(dashboard: DashboardProcess, browser: Any, project: Path,
+                                                       study: optuna.Study) -> None:
+    """A trial's run starts when the trial began and lasts the trial's duration (issue 31: a
+    3.7 s trial showed 16.7 s): the Duration column shows the trial's ``duration_s``."""
+    from selenium.webdriver.common.by import By
+
+    exp_id, parent_id, children = _mlflow_runs(project)
+    client = MlflowClient(f"sqlite:///{project / 'mlruns' / 'mlflow.db'}")
+    infos = {n: client.get_run(run_id).info for n, run_id in children.items()}
+    for t in study.trials:
+        info = infos[t.number]
+        assert (info.end_time - info.start_time) / 1000 == pytest.approx(t.user_attrs["duration_s"], abs=0.0011)
+        assert t.datetime_start.timestamp() * 1000 - 1 <= info.start_time <= t.datetime_complete.timestamp() * 1000
+    browser.get(f"{dashboard.urls['mlflow']}#/experiments/{exp_id}/runs{CLASSIC_VIEW}")
+    row = wait_for(lambda: browser.find_elements(By.CSS_SELECTOR, f'.ag-row[row-id="{parent_id}"]'),
+                   what="the parent run's row")[0]
+    if not browser.find_elements(By.CSS_SELECTOR, f'.ag-row[row-id="{children[0]}"]'):
+        row.find_element(By.CSS_SELECTOR, '[col-id="attributes.`Run Name`"] button').click()  # folded: unfold
+    shown = wait_for(lambda: (d := {n: _cells(browser, r, "duration") for n, r in children.items()})
+                     and all(d.values()) and d, what="the child runs' Duration cells")
+    for t in study.trials:  # MLflow shows seconds with one decimal
+        assert shown[t.number] == [f"{(infos[t.number].end_time - infos[t.number].start_time) / 1000:.1f}s"]
+    screenshot(browser, "mlflow-run-durations")
+
+
+def test_a_trial_run_page_opens_in_the_classic_view_with_its_verdict(
+    dashboard: DashboardProcess, browser: Any, project: Path, study: optuna.Study
+) -> None:
+    """The links the notes carry open a run page under the experiment's Runs, not MLflow
+    3.17's GenAI layout ("Evaluations"), which a link without ?workflowType opens in a
+    fresh browser; the infeasible trial's run name says so first."""
+    from selenium.webdriver.common.by import By
+
+    exp_id, _, children = _mlflow_runs(project)
+    infeasible = next(t for t in study.trials if t.user_attrs.get("feasible") is False)
+    name = _run_names(project)[children[infeasible.number]]
+    assert name.startswith(f"✗ trial-{infeasible.number} ")
+    page = f"{dashboard.urls['mlflow']}#/experiments/{exp_id}/runs/{children[infeasible.number]}"
+
+    def breadcrumb() -> str:
+        found = browser.find_elements(By.CSS_SELECTOR, '[data-testid="experiment-observatory-link-runs"]')
+        return found[0].text if found and name in body_text(browser) else ""
+
+    browser.get(page)  # what MLflow does with a bare link: the GenAI layout
+    assert wait_for(breadcrumb, what="the run page's breadcrumb") == "Evaluations"
+    browser.get(page + CLASSIC_VIEW)  # the tuner's links
+    assert wait_for(lambda: (b := breadcrumb()) != "Evaluations" and b, what="the classic breadcrumb") == "Runs"
+    screenshot(browser, "mlflow-run-page-infeasible")
+
+
+def test_the_mlflow_study_run_holds_the_study_report_and_plots(
+    dashboard: DashboardProcess, browser: Any, project: Path, study: optuna.Study
+) -> None:
+    exp_id, parent_id, _ = _mlflow_runs(project)
+    client = MlflowClient(f"sqlite:///{project / 'mlruns' / 'mlflow.db'}")
+    listed = {a.path for a in client.list_artifacts(parent_id, "study")}
+    assert listed == {"study/report.md", "study/trials.csv", "study/optimization_history.png",
+                      "study/param_importances.png", "study/score_vs_oos_fp_rate.png"}
+    browser.get(f"{dashboard.urls['mlflow']}#/experiments/{exp_id}/runs/{parent_id}/artifacts/study/report.md"
+                f"{CLASSIC_VIEW}")
+    wait_for(lambda: (t := body_text(browser)) and "report.md" in t and "Feasible trials (best first)" in t,
+             what="the study report in the parent run's artifacts")
+    screenshot(browser, "mlflow-study-run-artifacts")
 
 
 def test_each_report_file_is_stored_once(project: Path, study: optuna.Study) -> None:

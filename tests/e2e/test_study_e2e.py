@@ -498,6 +498,20 @@ def test_a_study_with_a_holdout_tunes_without_it_and_validates_at_the_end(demo_d
     out = _cli("report", str(exp_path), "--out", str(tmp_path / "rep"))
     assert out.exit_code == 0, out.output
     assert "Holdout validation" in out.stdout and str(run.markdown_path) in out.stdout.replace("\n", "")
+    # The MLflow study run holds the study's summary, its plots and the holdout comparison,
+    # and its description (the study note) names where holdout.md is (issue 31).
+    client = MlflowClient(exp.tracking.mlflow_uri)
+    [parent] = client.search_runs([client.get_experiment_by_name("held").experiment_id],
+                                  f"tags.`{TAG_ROLE}` = 'study'")
+    listed = {a.path for folder in ("study", "holdout") for a in client.list_artifacts(parent.info.run_id, folder)}
+    assert listed == {"study/report.md", "study/trials.csv", "study/optimization_history.png",
+                      "study/param_importances.png", "study/score_vs_oos_fp_rate.png",
+                      "holdout/holdout.md", "holdout/holdout.json"}
+    shown = client.download_artifacts(parent.info.run_id, "holdout/holdout.md", str(tmp_path / "parent"))
+    assert Path(shown).read_text() == run.markdown_path.read_text()
+    note = parent.data.tags["mlflow.note.content"]
+    assert f"the whole comparison: `{run.markdown_path}` (and the MLflow study run's artifacts, holdout/holdout.md)" \
+        in note
 
 
 def test_tuner_check_passes_on_the_demo(demo_data: Path, tmp_path: Path) -> None:

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from faults.faultlib import Calibration, FaultLog, Project, assert_survived, assess, judge, wait_until
+from tuner.report.mlflow_values import trial_run_name
 
 pytestmark = [pytest.mark.slow]
 
@@ -114,5 +115,6 @@ def test_a_run_killed_between_optuna_and_mlflow_is_completed_from_the_optuna_rec
     killed_run = runs[KILLED_TRIAL]
     assert killed_run["tags"]["tuner.state"] == "COMPLETE" and killed_run["tags"]["tuner.recovered"] == "optuna-record"
     value = next(t.value for t in trials if t.number == KILLED_TRIAL)
-    assert killed_run["name"] == f"trial-{KILLED_TRIAL} {value:.4f}"
+    feasible = killed_run["tags"]["tuner.feasible"] == "true"
+    assert killed_run["name"] == trial_run_name(KILLED_TRIAL, "COMPLETE", value, feasible)
     assert "Logged from the Optuna trial at the next start" in killed_run["tags"]["mlflow.note.content"]

@@ -251,7 +251,7 @@ def test_a_result_is_stored_under_the_fingerprint_its_own_restart_reported(tmp_p
     measured, frozen = run_one(study, runner, PARAMS)
     serving_b = hashlib.sha256(b"doc B\n").hexdigest()
     assert measured.backend_fingerprint == serving_b == trial_attr(frozen, ATTR_DATA_FINGERPRINT)["backend"]
-    assert f"backend fingerprint after the restart: {serving_b[:12]}... (looked up with {serving_a[:12]}...)" \
+    assert f"backend fingerprint after this trial's restart: {serving_b[:12]}... (looked up with {serving_a[:12]}...)" \
         in measured.cache_note
 
     # A backend serving A: the result measured on B is not a hit.
@@ -261,6 +261,34 @@ def test_a_result_is_stored_under_the_fingerprint_its_own_restart_reported(tmp_p
     assert not on_a.cache_hit and evaluator_a.calls == 1
     # One serving B: a hit.
     runner_b, backend_b, evaluator_b, _ = make_runner(tmp_path, inputs=False, fingerprint="index.sha")
+    on_b, _ = run_one(study, runner_b, PARAMS)
+    assert on_b.cache_hit and evaluator_b.calls == 0
+
+
+def test_a_pipelined_trial_is_stored_under_its_own_fingerprint_while_the_next_one_is_served(tmp_path: Path) -> None:
+    """In the pipelined loop a trial ends while the next one is served: the backend's
+    fingerprint is then the next trial's, or unknown while it reloads (issue 31: a
+    reload trial's note said "backend fingerprint after the restart: none"). The trial
+    keeps the fingerprint of its own health answer, for the note and the stored key."""
+    study = optuna.create_study(direction="maximize")
+    runner, backend, evaluator, data = make_runner(tmp_path, inputs=False, fingerprint="index.sha")
+    run_one(study, runner, {"x": 0.1, "k": 10})  # the running backend now serves A
+    serving_a = backend.served
+    write_atomic(data, "doc B\n")
+    study.enqueue_trial(PARAMS)
+    trial = study.ask()
+    job = runner.begin(trial)  # looked up under A
+    runner.measure(job)  # restarted onto B
+    serving_b = hashlib.sha256(b"doc B\n").hexdigest()
+    runner.measurer.served.fingerprint = None  # the next trial's serve, mid-reload
+    out = runner.end(job)
+    study.tell(trial, out.value)
+    assert out.state == "COMPLETE" and out.backend_fingerprint == serving_b
+    assert out.cache_note.endswith(
+        f"backend fingerprint after this trial's restart: {serving_b[:12]}... (looked up with {serving_a[:12]}...)")
+    assert trial_attr(study.trials[-1], ATTR_DATA_FINGERPRINT)["backend"] == serving_b
+    # stored under B: a backend serving B gets it as a hit
+    runner_b, _, evaluator_b, _ = make_runner(tmp_path, inputs=False, fingerprint="index.sha")
     on_b, _ = run_one(study, runner_b, PARAMS)
     assert on_b.cache_hit and evaluator_b.calls == 0
 

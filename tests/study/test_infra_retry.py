@@ -168,7 +168,7 @@ class Records(NullTracker):
     def __init__(self) -> None:
         self.records: dict[int, TrialRecord] = {}
 
-    def start_trial(self, number: int, params: Any) -> str | None:
+    def start_trial(self, number: int, params: Any, *, start_time: int | None = None) -> str | None:
         return f"run-{number}"
 
     def finish_trial(self, run_id: str | None, record: TrialRecord) -> None:

@@ -90,7 +90,7 @@ def test_parent_and_child_runs_with_artifacts_and_exact_config_text(tmp_path: Pa
     assert first.data.metrics["violation.OOS_FP_Rate"] == pytest.approx(trials[0].constraints["OOS_FP_Rate"])
     assert first.data.metrics["objective"] == pytest.approx(trials[0].value)
     # Named after the trial and its score; failed runs after their state.
-    assert first.info.run_name.startswith(f"trial-0 {trials[0].value:.4f}")
+    assert f"trial-0 {trials[0].value:.4f}" in first.info.run_name
     assert failed.info.run_name == "trial-1 FAIL"
     assert failed.data.tags["tuner.fail_reason"].startswith("BackendExited")
     assert cached.data.tags["tuner.cache_hit"] == "true"

@@ -69,7 +69,8 @@ def test_dict_and_list_params_are_logged_per_component(tracker: MlflowTracker) -
 
 def test_runs_are_named_after_trial_and_score(tracker: MlflowTracker) -> None:
     parent = tracker.start_study("s", params={}, tags={})
-    cases = [("COMPLETE", 0.43071, True, "trial-15 0.4307"), ("COMPLETE", 0.38118, False, "trial-16 0.3812 infeasible"),
+    # the verdict leads: the runs table cuts a long name at its end ("trial-16 0.3812 ...")
+    cases = [("COMPLETE", 0.43071, True, "✓ trial-15 0.4307"), ("COMPLETE", 0.38118, False, "✗ trial-16 0.3812 infeasible"),
              ("COMPLETE", None, None, "trial-17"), ("FAIL", None, None, "trial-18 FAIL"),
              ("PRUNED", 0.2, None, "trial-19 PRUNED")]
     for number, (state, value, feasible, _) in enumerate(cases, start=15):
@@ -83,8 +84,9 @@ def test_runs_are_named_after_trial_and_score(tracker: MlflowTracker) -> None:
 
 
 def test_run_name_formats() -> None:
-    assert trial_run_name(3, "COMPLETE", 0.0, True) == "trial-3 0.0000"
-    assert trial_run_name(3, "COMPLETE", 123456.0, True) == "trial-3 1.235e+05"
+    assert trial_run_name(3, "COMPLETE", 0.0, True) == "✓ trial-3 0.0000"
+    assert trial_run_name(3, "COMPLETE", 123456.0, True) == "✓ trial-3 1.235e+05"
+    assert trial_run_name(3, "COMPLETE", 0.5, None) == "trial-3 0.5000"  # feasibility unknown: no verdict
     assert trial_run_name(3, "COMPLETE", float("nan"), False) == "trial-3"
 
 
@@ -106,9 +108,11 @@ def test_a_trial_run_describes_itself_with_links(tracker: MlflowTracker) -> None
 
 def test_ui_addresses(tracker: MlflowTracker) -> None:
     eid = tracker.experiment_id
-    assert tracker.run_url("abc", "http://127.0.0.1:5000/") == f"http://127.0.0.1:5000/#/experiments/{eid}/runs/abc"
-    assert tracker.run_url("abc", "http://h:5000") == f"http://h:5000/#/experiments/{eid}/runs/abc"
-    assert tracker.experiment_url("http://h:5000/") == f"http://h:5000/#/experiments/{eid}/runs"
+    # the machine-learning layout, whatever the browser chose last (MLflow 3.17 reads it from the URL)
+    view = "?workflowType=machine_learning"
+    assert tracker.run_url("abc", "http://127.0.0.1:5000/") == f"http://127.0.0.1:5000/#/experiments/{eid}/runs/abc{view}"
+    assert tracker.run_url("abc", "http://h:5000") == f"http://h:5000/#/experiments/{eid}/runs/abc{view}"
+    assert tracker.experiment_url("http://h:5000/") == f"http://h:5000/#/experiments/{eid}/runs{view}"
     assert NullTracker().run_url("abc", "http://h/") is None and NullTracker().experiment_url("http://h/") is None
 
 

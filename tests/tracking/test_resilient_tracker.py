@@ -47,7 +47,7 @@ class FakeStore(Tracker):
         self._call("start_study", study_name)
         return "parent"
 
-    def start_trial(self, number: int, params: Mapping[str, Any]) -> str:
+    def start_trial(self, number: int, params: Mapping[str, Any], *, start_time: int | None = None) -> str:
         self._call("start_trial", number)
         self.runs += 1
         self.open_runs[number] = f"run-{number}"

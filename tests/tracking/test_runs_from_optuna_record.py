@@ -53,10 +53,10 @@ class DiesBeforeLogging(MlflowTracker):
         self.records: dict[int, TrialRecord] = {}
         self.no_run = no_run
 
-    def start_trial(self, number: int, params: Any) -> str:
+    def start_trial(self, number: int, params: Any, *, start_time: int | None = None) -> str:
         if number in self.no_run:
             raise OSError("database is locked")
-        return super().start_trial(number, params)
+        return super().start_trial(number, params, start_time=start_time)
 
     def finish_trial(self, run_id: str | None, record: TrialRecord) -> None:
         self.records[record.number] = record

@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import csv
 import re
+import threading
+import time
 from pathlib import Path
+from typing import Any
 
 import optuna
 import pytest
@@ -18,6 +21,8 @@ from study.test_trial_runner import make_runner
 
 from tuner.cli.progress import RichProgress
 from tuner.ops import analysis
+from tuner.report.resilient import ResilientTracker
+from tuner.report.tracker import TrialRecord
 from tuner.report.tracking import TAG_TRIAL, MlflowTracker
 from tuner.study.loop import StudyLoop
 from tuner.study.trial.attrs import ATTR_PHASES, trial_attr
@@ -48,6 +53,7 @@ def test_the_printed_stored_and_tracked_durations_of_a_trial_agree(tmp_path: Pat
     stored = {int(r["number"]): float(r["duration_s"]) for r in csv.DictReader(paths.csv.open())}
     runs = MlflowClient(tracking_uri).search_runs([tracker.experiment_id], filter_string=f"tags.`{TAG_TRIAL}` != ''")
     tracked = {int(r.data.tags[TAG_TRIAL]): (r.info.end_time - r.info.start_time) / 1000 for r in runs}
+    started = {int(r.data.tags[TAG_TRIAL]): r.info.start_time for r in runs}
 
     assert set(printed) == set(stored) == set(tracked) == {t.number for t in trials}
     for t in trials:
@@ -55,9 +61,59 @@ def test_the_printed_stored_and_tracked_durations_of_a_trial_agree(tmp_path: Pat
         assert duration > 0 and t.user_attrs["duration_s"] == duration
         assert printed[n] == pytest.approx(duration, abs=0.05 + 1e-9), n  # the line shows one decimal
         assert tracked[n] == pytest.approx(duration, abs=0.001 + 1e-9), n  # MLflow keeps milliseconds
+        # the run starts with its trial (after the ask, before the tell), not when it was logged
+        assert t.datetime_start.timestamp() * 1000 - 1 <= started[n] <= t.datetime_complete.timestamp() * 1000, n
         phases = trial_attr(t, ATTR_PHASES)
         assert {"suggest", "render", "patch", "restart", "health", "evaluate", "complete"} <= set(phases)
         assert sum(v for k, v in phases.items() if k not in NOT_IN_DURATION) == pytest.approx(duration, abs=0.001)
         # Optuna's span runs from the ask (while the trial before was measured) to the tell
         # (while the trial after was): it holds the trial's own steps and more
         assert duration <= t.duration.total_seconds()
+
+
+def test_runs_logged_late_after_an_outage_start_and_end_with_their_trials(tracking_uri: str) -> None:
+    """A store that was down when the trials ran gets their calls later (tuner.report.resilient):
+    each run still starts when its trial began and lasts the trial's duration, whether it
+    was made by its queued start or, that start refused, by its record."""
+    inner = MlflowTracker(tracking_uri, "fusion-tuner")
+    down = threading.Event()
+    refuse = {9: 3}  # trial 9's start is refused while the store answers, until given up
+    create_run = inner.client.create_run
+
+    def flaky_create_run(*args: Any, **kwargs: Any) -> Any:
+        if down.is_set():
+            raise ConnectionError("connection refused")
+        name = str(kwargs.get("run_name") or "")
+        number = int(name.removeprefix("trial-")) if name.startswith("trial-") else None
+        if number in refuse and refuse[number] > 0:
+            refuse[number] -= 1
+            raise ValueError("refused")
+        return create_run(*args, **kwargs)
+
+    def probe() -> None:
+        if down.is_set():
+            raise ConnectionError("no /health")
+
+    inner.client.create_run = flaky_create_run  # type: ignore[method-assign]
+    tracker = ResilientTracker(inner, probe=probe, on_note=lambda line: None, where="the test store",
+                               probe_every_s=0.05, run_id_wait_s=0.0, drain_s=60.0)
+    tracker.start_study("s", params={}, tags={})
+    down.set()
+    began, durations = {}, {}
+    for n in (7, 8, 9):
+        began[n], durations[n] = round(time.time() * 1000), 0.25 + n / 100
+        tracker.start_trial(n, {"x": n}, start_time=began[n])
+        tracker.finish_trial(None, TrialRecord(number=n, state="COMPLETE", params={"x": n}, value=0.5, feasible=True,
+                                               duration_s=durations[n], started_ms=began[n]))
+    time.sleep(0.05)  # the store comes back after every trial began: a run made now would start later
+    back = round(time.time() * 1000)
+    down.clear()
+    assert tracker.close() is None  # everything logged
+
+    runs = MlflowClient(tracking_uri).search_runs([inner.experiment_id], filter_string=f"tags.`{TAG_TRIAL}` != ''")
+    by_number = {int(r.data.tags[TAG_TRIAL]): r.info for r in runs}
+    assert sorted(by_number) == [7, 8, 9]
+    for n, info in by_number.items():
+        assert info.start_time == began[n] < back, n
+        assert info.end_time - info.start_time == round(durations[n] * 1000), n
+        assert info.status == "FINISHED", n

@@ -107,20 +107,8 @@ def report_command(
     warn_pending_journal(console, exp)
     quiet_libraries()
     study = load_study(exp)
-    frame = analysis.trials_frame(study.get_trials(deepcopy=False))
-    analysis.require_trials(frame, exp.study)
-    out_dir = out or exp.state_dir / "reports" / exp.study
-    oos_limit = next((c.bound for c in exp.constraints if c.metric == "OOS_FP_Rate" and c.op == "<="), None)
-    paths = analysis.write_study_report(
-        frame,
-        out_dir,
-        study_name=exp.study,
-        objective=exp.objective.metric,
-        maximize=exp.objective.maximize,
-        importances=analysis.param_importances(study),
-        oos_limit=oos_limit,
-    )
-    console.print(f"wrote {len(frame)} trials of [bold]{exp.study}[/]:")
+    paths = analysis.write_experiment_report(study, exp, out)
+    console.print(f"wrote {len(study.get_trials(deepcopy=False))} trials of [bold]{exp.study}[/]:")
     for p in (paths.csv, paths.markdown, paths.history_png, paths.importance_png, paths.score_vs_oos_png):
         console.print(f"  {p}", soft_wrap=True)
     _print_holdout_link(console, exp, exp.state_dir / "reports" / exp.study)

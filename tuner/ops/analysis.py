@@ -296,6 +296,25 @@ def write_study_report(
     return paths
 
 
+def write_experiment_report(study: Any, experiment: Any, out_dir: Path | None = None) -> StudyReportPaths:
+    """`write_study_report` of ``experiment``'s ``study`` (its objective, importances and
+    OOS bound) into ``out_dir``, by default ``<state_dir>/reports/<study>`` (what `tuner
+    report` writes, and `tuner run` at its end for the MLflow parent run); StudyError
+    while it has no trials."""
+    frame = trials_frame(study.get_trials(deepcopy=False))
+    require_trials(frame, experiment.study)
+    oos_limit = next((c.bound for c in experiment.constraints if c.metric == "OOS_FP_Rate" and c.op == "<="), None)
+    return write_study_report(
+        frame,
+        out_dir or experiment.state_dir / "reports" / experiment.study,
+        study_name=experiment.study,
+        objective=experiment.objective.metric,
+        maximize=experiment.objective.maximize,
+        importances=param_importances(study),
+        oos_limit=oos_limit,
+    )
+
+
 def user_columns(frame: pd.DataFrame) -> pd.DataFrame:
     """``frame`` with each ``param:KEY`` column named ``KEY``, the config key people read
     everywhere else (a key that is also another column's name keeps its prefix)."""

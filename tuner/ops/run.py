@@ -22,6 +22,7 @@ from tuner.files import display_path
 from tuner.ops.check import preflight_on_target
 from tuner.ops.dashboard_specs import dashboard_commands
 from tuner.ops.study_session import health_wait, open_measured_study, open_session, prepare_checked, start_tracking
+from tuner.report.tracker import NullTracker, Tracker
 from tuner.study.feasibility import best_feasible_trial
 from tuner.study.loop import RunResult, StudyObserver
 from tuner.study.stop import StopFlag
@@ -294,7 +295,10 @@ def _run_locked(
     summary = _summary(experiment, prepared, study, result, restored=restored, error=error, maximize=maximize)
     if prepared.split is not None and summary.best is not None and error is None and result.stopped_by != "signal":
         summary.holdout = _validate(experiment, summary, observer)
-    _publish(session.runner, study, experiment, summary)
+    tracked = not isinstance(tracker, NullTracker)
+    _publish(session.runner, study, experiment, summary, tracked=tracked)
+    if tracked and result.stopped_by != "signal":
+        _log_study_files(tracker, study, experiment, summary)
     # MLflow calls still queued (a store that stopped answering) get a bounded wait;
     # what it did not take is listed at the end
     untracked = tracker.close()
@@ -337,23 +341,54 @@ def _summary(
     )
 
 
-def _publish(runner: TrialRunner, study: optuna.Study, experiment: Experiment, summary: RunSummary) -> None:
-    """The study note and the MLflow parent's summary, final (with the holdout verdict).
-    Bookkeeping: a failure is a warning."""
+def _publish(
+    runner: TrialRunner, study: optuna.Study, experiment: Experiment, summary: RunSummary, *, tracked: bool = False
+) -> None:
+    """The study note and the MLflow parent's summary, final (with the holdout verdict;
+    ``tracked``: its files are on the MLflow parent run too). Bookkeeping: a failure is a warning."""
     holdout = None
     if summary.holdout is not None:
         h = summary.holdout.report
         row = h.comparison.loc[h.primary]
+        where = f"`{summary.holdout.markdown_path}`" + (
+            f" (and the MLflow study run's artifacts, {HOLDOUT_FOLDER}/{summary.holdout.markdown_path.name})"
+            if tracked
+            else ""
+        )
         holdout = (
             f"**{h.verdict}** on {h.primary} ({h.n_in_scope} held-out in-scope queries, never tuned on): "
             f"baseline #{summary.holdout.baseline_trial} {row['baseline']:.4f} -> best "
             f"#{summary.holdout.best_trial} {row['candidate']:.4f} ({row['delta']:+.4f}, "
-            f"p {row['p_value']:.3f}); {summary.holdout.markdown_path.name} has the whole comparison"
+            f"p {row['p_value']:.3f}); the whole comparison: {where}"
         )
     try:
         runner.publish_study(study, holdout=holdout, apply_hint=f"tuner apply {experiment.source}")
     except Exception as exc:  # noqa: BLE001 - notes are bookkeeping; the study is intact
         summary.warnings.append(f"the study note was not updated: {type(exc).__name__}: {exc}".splitlines()[0])
+
+
+#: the MLflow parent run's artifact folders: `tuner report`'s files, the holdout comparison
+STUDY_FOLDER, HOLDOUT_FOLDER = "study", "holdout"
+
+
+def _log_study_files(tracker: Tracker, study: optuna.Study, experiment: Experiment, summary: RunSummary) -> None:
+    """The study's summary (`tuner report`'s report.md, trials.csv and plots, written to
+    ``<state_dir>/reports/<study>/``) and this run's holdout comparison on the MLflow parent
+    run. Bookkeeping: a failure is a warning."""
+    from tuner.ops.analysis import write_experiment_report
+
+    try:
+        paths = write_experiment_report(study, experiment)
+    except StudyError:
+        return  # no trial yet: nothing to summarise
+    except Exception as exc:  # noqa: BLE001 - the study is intact; `tuner report` can write them
+        summary.warnings.append(f"the study report was not written: {type(exc).__name__}: {exc}".splitlines()[0])
+        return
+    tracker.log_study_files(
+        STUDY_FOLDER, [paths.markdown, paths.csv, paths.history_png, paths.importance_png, paths.score_vs_oos_png]
+    )
+    if summary.holdout is not None:
+        tracker.log_study_files(HOLDOUT_FOLDER, [summary.holdout.markdown_path, summary.holdout.json_path])
 
 
 def _validate(experiment: Experiment, summary: RunSummary, observer: StudyObserver) -> HoldoutRun | None:

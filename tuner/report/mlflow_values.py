@@ -56,17 +56,26 @@ def flat_params(params: Mapping[str, Any], *, by_name: bool = True) -> dict[str,
     return out
 
 
+#: the verdict a trial's run name leads with: MLflow's runs table cuts a long name at its
+#: end ("trial-1 0.4684 ..."), so the verdict goes first
+FEASIBLE_MARK = "✓"
+INFEASIBLE_MARK = "✗"
+
+
 def trial_run_name(number: int, state: str, value: float | None, feasible: bool | None) -> str:
-    """``trial-15 0.4307``, ``trial-15 0.3812 infeasible``, ``trial-15 FAIL``,
-    ``trial-15 PRUNED``; a COMPLETE trial without a value stays ``trial-15``. MLflow
-    takes any text up to 250 characters as a run name."""
+    """``✓ trial-15 0.4307`` (feasible), ``✗ trial-16 0.3812 infeasible``, ``trial-18 FAIL``,
+    ``trial-19 PRUNED``; a COMPLETE trial without a value stays ``trial-17``. The verdict
+    leads: the runs table cuts a name at its end. MLflow takes any text up to 250
+    characters as a run name."""
     name = f"trial-{number}"
     if state != "COMPLETE":
         return f"{name} {state}"
     if value is None or not math.isfinite(float(value)):
         return name
     name = f"{name} {_short(float(value))}"
-    return f"{name} infeasible" if feasible is False else name
+    if feasible is None:
+        return name
+    return f"{FEASIBLE_MARK} {name}" if feasible else f"{INFEASIBLE_MARK} {name} infeasible"
 
 
 def _short(value: float) -> str:

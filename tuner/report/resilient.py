@@ -31,8 +31,9 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from tuner.report.tracker import StaleRuns, Tracker, TrialRecord
@@ -149,18 +150,21 @@ class ResilientTracker(Tracker):
         op = self._submit("start_study", lambda: self.inner.start_study(study_name, params=params, tags=tags))
         return self._result(op, self.run_id_wait_s)
 
-    def start_trial(self, number: int, params: Mapping[str, Any]) -> str | None:
+    def start_trial(self, number: int, params: Mapping[str, Any], *, start_time: int | None = None) -> str | None:
         """The trial's run id when the store gives it within ``run_id_wait_s``; else None
-        (the run is made in the background all the same, and its record goes into it)."""
+        (the run is made in the background all the same, and its record goes into it).
+        The run starts at ``start_time``, by default now: not when a store that was down
+        takes the call."""
         if self._full():
             self._drop(number)
             return None
+        began = start_time if start_time is not None else round(time.time() * 1000)
 
         def start() -> str | None:
             find = getattr(self.inner, "find_trial_run", None)
             # tried before: the store may have made the run and lost only its answer
             run_id = find(number) if self._retrying and find is not None else None
-            run_id = run_id or self.inner.start_trial(number, params)
+            run_id = run_id or self.inner.start_trial(number, params, start_time=began)
             if run_id is not None:
                 self._run_ids[number] = run_id
             return run_id
@@ -194,6 +198,9 @@ class ResilientTracker(Tracker):
 
     def end_study(self, *, status: str, summary: Mapping[str, float]) -> None:
         self._submit("end_study", lambda: self.inner.end_study(status=status, summary=summary))
+
+    def log_study_files(self, folder: str, files: Sequence[Path]) -> None:
+        self._submit("log_study_files", lambda: self.inner.log_study_files(folder, files))
 
     def close_stale_runs(self, *args: Any, **kwargs: Any) -> StaleRuns:
         """``inner.close_stale_runs`` (its arguments passed as given), waited for up to
@@ -375,6 +382,9 @@ class ResilientTracker(Tracker):
     def _done(self, op: _Op, result: Any) -> None:
         with self._cond:
             op.result = result
+            if op.kind == "finish_trial" and op.trial is not None:
+                # logged after all: a start given up on leaves its run to the record (made then)
+                self._not_logged.discard(op.trial)
             if self._ops and self._ops[0] is op:
                 self._ops.popleft()
             if self._behind_since is not None:

@@ -7,7 +7,7 @@ everything here, so ``from tuner.report.tracking import Tracker`` keeps working)
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -56,9 +56,10 @@ class TrialRecord:
     summary: str | None = None  # short Markdown, the top of the run's description
     # the trial's duration (tuner.study.trial.outcome.trial_seconds): the run ends this long after it started
     duration_s: float | None = None
-    # Read back from a finished trial (tuner.study.trial.tracking_record): when it began (ms since
-    # the epoch; a run made for it after the fact starts then), and the run id it recorded
-    # (None: it recorded none, e.g. the store failed when the run was to be made)
+    # When it began (ms since the epoch; a run made for it after the fact starts then: the
+    # live path's start, or read back from a finished trial by tuner.study.trial.tracking_record),
+    # and the run id it recorded (None: it recorded none, e.g. the store failed when the run
+    # was to be made)
     started_ms: int | None = None
     run_id: str | None = None
 
@@ -87,8 +88,10 @@ class Tracker(ABC):
         """Open (or, on resume, reopen) the study's parent run; returns its id."""
 
     @abstractmethod
-    def start_trial(self, number: int, params: Mapping[str, Any]) -> str | None:
-        """Open the child run of trial ``number``; returns its id (stored as a trial attr)."""
+    def start_trial(self, number: int, params: Mapping[str, Any], *, start_time: int | None = None) -> str | None:
+        """Open the child run of trial ``number``; returns its id (stored as a trial attr).
+        ``start_time``: when the trial began (ms since the epoch; default now), which is
+        when its run starts however late the store gets the call."""
 
     @abstractmethod
     def finish_trial(self, run_id: str | None, record: TrialRecord) -> None:
@@ -116,6 +119,12 @@ class Tracker(ABC):
         have nothing to close."""
         return StaleRuns()
 
+    def log_study_files(self, folder: str, files: Sequence[Path]) -> None:
+        """Put ``files`` on the study's parent run under artifact folder ``folder`` (e.g.
+        ``study/report.md``), each under its own name; a later call replaces a file of
+        the same name. Trackers without runs keep nothing."""
+        return None
+
     def run_url(self, run_id: str, base_url: str) -> str | None:
         """The page of run ``run_id`` in the tracking UI at ``base_url``; None without one."""
         return None
@@ -137,7 +146,7 @@ class NullTracker(Tracker):
     def start_study(self, study_name: str, *, params: Mapping[str, Any], tags: Mapping[str, str]) -> str | None:
         return None
 
-    def start_trial(self, number: int, params: Mapping[str, Any]) -> str | None:
+    def start_trial(self, number: int, params: Mapping[str, Any], *, start_time: int | None = None) -> str | None:
         return None
 
     def finish_trial(self, run_id: str | None, record: TrialRecord) -> None:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 import re
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -68,6 +68,7 @@ from tuner.report.tracker import (
 )
 
 __all__ = [
+    "CLASSIC_VIEW",
     "EXPERIMENT_KIND",
     "INTERRUPTED",
     "PARAM_VALUE_LIMIT",
@@ -93,6 +94,12 @@ __all__ = [
     "trial_run_name",
 ]
 
+#: The query every link into the MLflow UI carries. MLflow 3.17's UI picks its GenAI or
+#: its machine-learning layout from the page's ``workflowType`` query parameter, else the
+#: browser's stored choice (localStorage ``mlflow.workflowType``), by default GenAI -- not
+#: from the experiment's mlflow.experimentKind tag: a run page opened from a plain link sat
+#: under a GenAI "Evaluations" breadcrumb that leads to the evaluation-runs tab.
+CLASSIC_VIEW = "?workflowType=machine_learning"
 _PARENT_TAG = "mlflow.parentRunId"
 _MLFLOW_STATUS = {"COMPLETE": "FINISHED", "FAIL": "FAILED", "PRUNED": "KILLED"}
 
@@ -163,11 +170,11 @@ class MlflowTracker(Tracker):
 
     def experiment_url(self, base_url: str) -> str:
         """The experiment's runs table in the MLflow UI at ``base_url``."""
-        return f"{ui_base(base_url)}#/experiments/{self.experiment_id}/runs"
+        return f"{ui_base(base_url)}#/experiments/{self.experiment_id}/runs{CLASSIC_VIEW}"
 
     def run_url(self, run_id: str, base_url: str) -> str:
         """Run ``run_id``'s page in the MLflow UI at ``base_url`` (e.g. http://127.0.0.1:5000/)."""
-        return f"{ui_base(base_url)}#/experiments/{self.experiment_id}/runs/{run_id}"
+        return f"{ui_base(base_url)}#/experiments/{self.experiment_id}/runs/{run_id}{CLASSIC_VIEW}"
 
     def find_parent_run(self, study_name: str) -> str | None:
         """The parent run of ``study_name`` in this experiment, if one was created before."""
@@ -327,10 +334,10 @@ class MlflowTracker(Tracker):
         self.parent_run_id = run_id
         return run_id
 
-    def start_trial(self, number: int, params: Mapping[str, Any]) -> str:
+    def start_trial(self, number: int, params: Mapping[str, Any], *, start_time: int | None = None) -> str:
         if self.parent_run_id is None or self.study_name is None:
             raise StudyError("MlflowTracker.start_trial called before start_study; call start_study first")
-        return self._create_trial_run(self.parent_run_id, self.study_name, number, params)
+        return self._create_trial_run(self.parent_run_id, self.study_name, number, params, start_time=start_time)
 
     def _create_trial_run(
         self, parent_id: str, study_name: str, number: int, params: Mapping[str, Any], *, start_time: int | None = None
@@ -377,7 +384,7 @@ class MlflowTracker(Tracker):
         texts, report files (hard links on a local store); then name it after the trial
         and score (`trial_run_name`)."""
         if run_id is None:
-            run_id = self.start_trial(record.number, record.params)
+            run_id = self.start_trial(record.number, record.params, start_time=record.started_ms)
         opened = self._open.pop(run_id, None) or self._opened_before(run_id)
         params = {k: v for k, v in flat_params(record.params, by_name=False).items() if k not in opened.params}
         tags = {TAG_STATE: record.state, **record.tags}
@@ -393,9 +400,10 @@ class MlflowTracker(Tracker):
             self.client.log_text(run_id, secrets.scrub_known(text), name)
         self._log_reports(run_id, opened.artifact_uri, record.reports)
         self.client.update_run(run_id, name=trial_run_name(record.number, record.state, record.value, record.feasible))
-        # The run ends its duration after it started, not when its bookkeeping is done:
-        # MLflow's Duration column then shows the trial's duration (as printed and in
-        # trials.csv), not the time it waited for the trials around it.
+        # The run starts when its trial began (`start_trial`'s start_time) and ends its
+        # duration later, not when its bookkeeping is done or a store that was down took
+        # the calls: MLflow's Duration column then shows the trial's duration (as printed
+        # and in trials.csv), not the time it waited for the trials around it.
         end_time = None
         if record.duration_s is not None and opened.start_time is not None:
             end_time = opened.start_time + round(record.duration_s * 1000)
@@ -420,6 +428,19 @@ class MlflowTracker(Tracker):
             else:
                 self.client.log_artifact(run_id, str(path), "reports")
                 self.report_files["copied"] += 1
+
+    def log_study_files(self, folder: str, files: Sequence[Path]) -> None:
+        """``files`` on the parent run under ``folder``: hard links on a local store (the
+        study's reports folder holds each once), else copies through log_artifact.
+        Nothing before `start_study`."""
+        if self.parent_run_id is None:
+            return
+        local = local_artifact_dir(self.client.get_run(self.parent_run_id).info.artifact_uri)
+        for path in map(Path, files):
+            if not path.is_file():
+                continue
+            if local is None or not hard_link(path, local / folder / path.name):
+                self.client.log_artifact(self.parent_run_id, str(path), folder)
 
     def summarize_study(
         self, *, note: str, metrics: Mapping[str, float], tags: Mapping[str, str], step: int | None = None

@@ -72,16 +72,17 @@ class CacheLookup:
         return CacheKey(base, inputs, backend)
 
     def measured_key(self, key: CacheKey, out: TrialOutcome) -> CacheKey | None:
-        """The key a measured result is stored under: with the backend fingerprint seen
-        after this trial's restart (the data it was measured on), or None (not stored)
-        when a declared input changed while the trial ran (which version the backend
-        loaded is unknown)."""
-        now_serving = self.served.fingerprint
+        """The key a measured result is stored under: with the backend fingerprint of
+        this trial's own health answer after its reload or restart (the data it was
+        measured on: ``out.backend_fingerprint``, kept by the measure stage), or None (not
+        stored) when a declared input changed while the trial ran (which version the
+        backend loaded is unknown)."""
+        now_serving = out.backend_fingerprint
         if self.served.fingerprint_field is not None and now_serving != key.backend:
             if self.cache is not None and key.backend is not None:
                 _note(
                     out,
-                    f"backend fingerprint after the restart: {short_fingerprint(now_serving)}"
+                    f"backend fingerprint after this trial's {_how(out.applied)}: {short_fingerprint(now_serving)}"
                     f" (looked up with {short_fingerprint(key.backend)})",
                 )
             key = replace(key, backend=now_serving)
@@ -114,6 +115,12 @@ class CacheLookup:
         under ``key`` (None: not cacheable, see ``measured_key``)."""
         if self.cache is not None and key is not None:
             self.cache.put(key, CachedResult(out.metrics, out.reports, number, self.study_name))
+
+
+def _how(applied: str | None) -> str:
+    """How the backend came to serve a trial's config, as a note names it."""
+    mode = (applied or "").split(":")[0]
+    return {"reload": "reload", "restart": "restart"}.get(mode, "health check")
 
 
 def _note(out: TrialOutcome, text: str) -> None:

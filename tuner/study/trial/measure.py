@@ -166,13 +166,22 @@ class Measurer:
             # the applier names its phases (reload, confirm, restart, health) as str: all are Phase names
             applied = self.applier.apply(texts, phase=lambda name: self.phases.time(out, cast(Phase, name)))
             out.applied = applied.mode if not applied.reason else f"{applied.mode}: {applied.reason}"
-            self.served.observe(applied.health)
+            self._observe(out, applied.health)
             return
         with self.phases.time(out, "restart"):
             self.target.restart()
         with self.phases.time(out, "health"):
-            self.served.observe(self.served.wait_healthy())
+            self._observe(out, self.served.wait_healthy())
         out.applied = "restart"
+
+    def _observe(self, out: TrialOutcome, health: Any) -> None:
+        """Keep the data fingerprint of this trial's health answer, also on ``out``: in the
+        pipelined loop the trial ends (and its result is stored under that fingerprint) while
+        the next trial is being served, when ``served.fingerprint`` is already the next one's
+        (None while it reloads)."""
+        self.served.observe(health)
+        if self.served.fingerprint_field is not None:
+            out.backend_fingerprint = self.served.fingerprint
 
     def check_stop(self) -> None:
         if self.stop.is_set():

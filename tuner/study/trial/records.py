@@ -19,11 +19,12 @@ hard links to it, which is why a demotion rewrites the bytes in place (same inod
 
 from __future__ import annotations
 
+import functools
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -140,6 +141,8 @@ class Recorder:
     _best_known: bool = field(default=False, init=False, repr=False)
     # the best so far whose files are full (its batch kept to rewrite them slim)
     _full_best: _Pending | None = field(default=None, init=False, repr=False)
+    # when each trial began (ms since the epoch), its MLflow run's start time
+    _began: dict[int, int] = field(default_factory=dict, init=False, repr=False)
     # a trial's report detail, chosen once (a record may be retried)
     _details: dict[int, tuple[str, bool]] = field(default_factory=dict, init=False, repr=False)
 
@@ -148,7 +151,10 @@ class Recorder:
         while the trial is rendered and measured); None without a tracker."""
         if self.tracker is None:
             return None
-        return self.bookkeeper.submit("MLflow run", self.tracker.start_trial, trial.number, assignment, eager=True)
+        # the run starts when the trial began, also when the store gets the call late
+        began = self._began[trial.number] = round(time.time() * 1000)
+        start = functools.partial(self.tracker.start_trial, start_time=began)
+        return self.bookkeeper.submit("MLflow run", start, trial.number, assignment, eager=True)
 
     def report_files(
         self, trial: optuna.Trial, out: TrialOutcome, result: EvalOutcome, *, sweep: bool, fusion_sweep: bool
@@ -347,6 +353,8 @@ class Recorder:
         write_note(p.trial, note)
         if self.tracker is not None:
             record = tracking_record(out, named, constraints=self.constraints, note=self._trial_note(out, run_id))
+            # a run made only now (its start failed) starts when the trial began too
+            record = replace(record, started_ms=self._began.pop(p.number, None))
             self.tracker.finish_trial(run_id, record)
         if out.state == "COMPLETE" and (p.detail == "full" or p.number % _STUDY_NOTE_EVERY == 0):
             self.publish_study(p.trial.study)
