@@ -101,6 +101,7 @@ __all__ = [
 #: under a GenAI "Evaluations" breadcrumb that leads to the evaluation-runs tab.
 CLASSIC_VIEW = "?workflowType=machine_learning"
 _PARENT_TAG = "mlflow.parentRunId"
+_RUN_NAME_TAG = "mlflow.runName"  # MLflow renames a run from this tag
 _MLFLOW_STATUS = {"COMPLETE": "FINISHED", "FAIL": "FAILED", "PRUNED": "KILLED"}
 
 
@@ -381,8 +382,8 @@ class MlflowTracker(Tracker):
         """Log the record into the child run and close it: the params it lacks (e.g. the
         gates solved during the trial; a param logged at start keeps its value), metrics
         at step = trial number, tags, the description (summary and links), config
-        texts, report files (hard links on a local store); then name it after the trial
-        and score (`trial_run_name`)."""
+        texts, report files (hard links on a local store); its name after the trial and
+        score (`trial_run_name`)."""
         if run_id is None:
             run_id = self.start_trial(record.number, record.params, start_time=record.started_ms)
         opened = self._open.pop(run_id, None) or self._opened_before(run_id)
@@ -393,13 +394,15 @@ class MlflowTracker(Tracker):
         note = run_note(record.summary, record.links)
         if note:
             tags[TAG_NOTE] = note
+        # the run's name, set by its tag in the same log_batch (MLflow's stores rename a run
+        # from it) rather than by a call of its own
+        tags[_RUN_NAME_TAG] = trial_run_name(record.number, record.state, record.value, record.feasible)
         self._log(run_id, params=params, metrics=record.metrics, tags=tags, step=record.number)
         for name, text in record.config_texts.items():
             # log_text keeps the YAML exactly as written (log_dict would sort keys and
             # drop comments).
             self.client.log_text(run_id, secrets.scrub_known(text), name)
         self._log_reports(run_id, opened.artifact_uri, record.reports)
-        self.client.update_run(run_id, name=trial_run_name(record.number, record.state, record.value, record.feasible))
         # The run starts when its trial began (`start_trial`'s start_time) and ends its
         # duration later, not when its bookkeeping is done or a store that was down took
         # the calls: MLflow's Duration column then shows the trial's duration (as printed
