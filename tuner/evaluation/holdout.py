@@ -132,7 +132,9 @@ def draw_split(
     return Split(tune=tune, holdout=holdout, seed=seed, fraction=fraction)
 
 
-def stratified_folds(queries: Sequence[Any], k: int, *, seed: int, stratify_by: Sequence[str] = ("query_type", "scope")) -> dict[str, int]:
+def stratified_folds(
+    queries: Sequence[Any], k: int, *, seed: int, stratify_by: Sequence[str] = ("query_type", "scope")
+) -> dict[str, int]:
     """Query id -> fold (0..k-1) for k-fold cross-validation (tuner.study.crossval), by the
     split's rules: stratified by ``stratify_by`` (every fold holds its share of each stratum,
     within one query), queries ranked inside a stratum by the keyed hash of (seed, query_id),
