@@ -145,6 +145,22 @@ def test_no_feasible_candidate_on_the_training_folds_keeps_the_baseline() -> Non
     assert any("the baseline is kept" in n for n in cv.notes)
 
 
+def test_a_loss_to_an_infeasible_baseline_is_the_price_of_the_constraint() -> None:
+    """The baseline answers every OOS query (infeasible); the feasible trials score lower:
+    a real loss, said as the cost of meeting the constraint, not 'keep the baseline'."""
+    rng = np.random.default_rng(8)
+    base_scores = _base(rng)
+    baseline = _candidate(0, base_scores, np.ones(N_OOS))
+    safer = [_candidate(n, base_scores - 0.05 + rng.normal(0, 0.01, N_IN)) for n in range(1, 6)]
+    cv = cross_validate(_queries(), [baseline, *safer], baseline, [OOS_RULE])
+    assert cv is not None and cv.baseline_feasible is False and cv.established is False
+    assert "the baseline breaks a constraint, so that is the price of meeting it" in cv.summary_line()
+    feasible_base = _candidate(0, base_scores)
+    worse = cross_validate(_queries(), [feasible_base, *safer], feasible_base, [OOS_RULE])
+    assert worse is not None and worse.baseline_feasible is True
+    assert worse.picks and all(p.label == "#0" for p in worse.picks)  # the baseline itself is the best pick
+
+
 def test_folds_are_stratified_seeded_and_order_free() -> None:
     queries = _queries()
     a = stratified_folds(queries, 5, seed=0)

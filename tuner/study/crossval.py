@@ -99,6 +99,7 @@ class CrossValResult:
     confidence: float
     heldout_constraints: dict[str, float] = field(default_factory=dict)  # the picks' metrics on their held-out folds
     notes: list[str] = field(default_factory=list)
+    baseline_feasible: bool | None = None  # the baseline meets every constraint on all queries
 
     @property
     def optimism(self) -> float | None:
@@ -123,6 +124,11 @@ class CrossValResult:
             return "the gain over the baseline holds on queries the selection did not see"
         assert self.ci_low is not None and self.ci_high is not None
         if (self.ci_high < 0) if self.maximize else (self.ci_low > 0):
+            if self.baseline_feasible is False:
+                return (
+                    "the winner scores below the baseline on queries the selection did not see; the baseline "
+                    "breaks a constraint, so that is the price of meeting it"
+                )
             return "tuning loses to the baseline on queries the selection did not see: keep the baseline"
         return "no evidence the winner beats the baseline on new queries (the interval of the gain includes 0)"
 
@@ -171,6 +177,7 @@ class CrossValResult:
             "in_sample_gain": self.in_sample_gain,
             "optimism": self.optimism,
             "established": self.established,
+            "baseline_feasible": self.baseline_feasible,
             "verdict": self.verdict,
             "heldout_constraints": self.heldout_constraints,
             "picks": [p.__dict__ for p in self.picks],
@@ -260,6 +267,7 @@ def cross_validate(
     )
     if baseline is not None:
         _compare(result, baseline.objective[ids], deployed[ids], n_resamples=n_resamples, seed=seed)
+        result.baseline_feasible = table.feasible(baseline, np.ones(len(queries), dtype=bool))
     return result
 
 
@@ -280,12 +288,16 @@ class _Table:
             means = np.nanmean(self.scores[:, mask], axis=1)
         best: tuple[tuple[float, int], int] | None = None
         for i, cand in enumerate(self.candidates):
-            if math.isnan(means[i]) or not constraints_hold(self._violations(cand, mask)):
+            if math.isnan(means[i]) or not self.feasible(cand, mask):
                 continue
             key = rank_key(float(means[i]), cand.number, maximize=self.maximize)
             if best is None or key < best[0]:
                 best = (key, i)
         return None if best is None else best[1]
+
+    def feasible(self, cand: Candidate, mask: np.ndarray) -> bool:
+        """``cand`` meets every constraint on the queries of ``mask`` (the one rule)."""
+        return constraints_hold(self._violations(cand, mask))
 
     def _violations(self, cand: Candidate, mask: np.ndarray) -> list[float]:
         out = []
