@@ -547,6 +547,13 @@ def test_a_study_with_a_holdout_tunes_without_it_and_validates_at_the_end(demo_d
     assert (data["baseline_trial"], data["best_trial"]) == (summary.baseline.number, summary.best.number)
     primary = next(m for m in data["metrics"] if m["metric"] == "Primary_Metric_Score")
     assert primary["delta"] == pytest.approx(primary["candidate"] - primary["baseline"], abs=1e-12)
+    # validation left out with a holdout: both. The cross-validated estimate is on the tune part,
+    # and its gain and the holdout's agree within their intervals.
+    cv = summary.crossval
+    tuned_in_scope = [q for q in queries.queries if q.query_id in set(split.tune) and q.scope != "oos"]
+    assert cv is not None and cv.n_queries == len(tuned_in_scope)
+    assert cv.ci_low is not None and cv.ci_high is not None
+    assert cv.ci_low <= primary["ci_high"] and primary["ci_low"] <= cv.ci_high, (cv.summary_line(), primary)
     out = _cli("report", str(exp_path), "--out", str(tmp_path / "rep"))
     assert out.exit_code == 0, out.output
     assert "Holdout validation" in out.stdout and str(run.markdown_path) in out.stdout.replace("\n", "")
