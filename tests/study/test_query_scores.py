@@ -23,7 +23,7 @@ from tuner.study.query_scores import (
     study_crossval,
     study_scores,
 )
-from tuner.study.trial.attrs import ATTR_CACHED_FROM, ATTR_VARIANT, trial_attr
+from tuner.study.trial.attrs import ATTR_ASSIGNMENT, ATTR_CACHED_FROM, ATTR_VARIANT, set_record, trial_attr
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 OOS_RULE = Constraint.parse("OOS_FP_Rate <= 0.25")
@@ -98,18 +98,25 @@ def test_the_study_reads_back_candidates_baseline_and_cache_hits() -> None:
     hit.set_user_attr(ATTR_CACHED_FROM, better)
     hit.set_constraint(OOS_RULE.name, -0.25)
     study.tell(hit, float((base + 0.1).mean()))
+    stranger = study.ask()  # copied from trial #1 of another study (the cache is shared): another assignment
+    set_record(stranger, ATTR_ASSIGNMENT, {"fusion.rrf_k": 7})
+    stranger.set_user_attr(ATTR_CACHED_FROM, better)
+    stranger.set_constraint(OOS_RULE.name, -0.25)
+    study.tell(stranger, 0.3)
     failed = study.ask()
     study.tell(failed, state=optuna.trial.TrialState.FAIL)
 
     scores = study_scores(study, "Primary_Metric_Score", [OOS_RULE])
     assert scores is not None
-    assert [c.number for c in scores.candidates] == [b, better, hit.number]
+    assert [c.number for c in scores.candidates] == [b, better, hit.number]  # not the stranger
     assert scores.baseline is not None and scores.baseline.number == b
     assert np.allclose(scores.candidates[2].objective[:N_IN], base + 0.1, atol=1e-5)
     assert np.isnan(scores.candidates[0].objective[N_IN:]).all()
     assert np.array_equal(scores.candidates[0].metrics["OOS_FP_Rate"][N_IN:], quiet)
     assert [q.scope for q in scores.queries].count("oos") == N_OOS
-    assert scores.notes == []
+    assert scores.notes == [
+        "1 complete trial(s) without per-query scores (OOS early stops, copies of another study's trials, older trials) left out"
+    ]
 
 
 def test_trials_on_another_query_set_and_without_records_are_named() -> None:

@@ -19,7 +19,8 @@ demo's 174 tuned in-scope and 32 OOS queries, 1.9 kB on Cranfield's 225 and 20).
 list itself (id, query_type, scope: 6-7 kB on those two) is stored once on the study, in
 the system attribute ``tuner.queries.<digest>``.
 
-A cache hit measured nothing: it reads the record of the trial it was copied from.
+A cache hit measured nothing: it reads the record of the trial it was copied from, when
+that trial is in this study with the same assignment.
 A trial without a record (an OOS early stop, a study from before records) is not a
 candidate.
 """
@@ -42,8 +43,8 @@ from tuner.study.crossval import Candidate, CrossValResult, QueryInfo, cross_val
 from tuner.study.trial.attrs import (
     ATTR_CACHED_FROM,
     ATTR_VARIANT,
+    assignment_of,
     named_constraints,
-    record_key,
     set_record,
     trial_attr,
 )
@@ -143,7 +144,9 @@ def scores_of(
         notes.append(f"{other} trial(s) measured on another query set are left out")
     missing = len(complete) - len(records)
     if missing:
-        notes.append(f"{missing} complete trial(s) without per-query scores (OOS early stops, older trials) left out")
+        notes.append(
+            f"{missing} complete trial(s) without per-query scores (OOS early stops, copies of another study's trials, older trials) left out"
+        )
     candidates, baseline = [], None
     for number in sorted(records):
         record = records[number]
@@ -157,11 +160,21 @@ def scores_of(
 
 
 def _record(trial: Any, by_number: Mapping[int, Any]) -> dict[str, Any] | None:
+    """The trial's record; a cache hit's is that of the trial it was copied from, when that
+    trial is in this study: the result cache is shared by a state dir's studies, so the
+    number alone may name another study's trial (the same assignment says it is this one)."""
     record = trial_attr(trial, ATTR_PER_QUERY)
     if record is None and (source := trial.user_attrs.get(ATTR_CACHED_FROM)) is not None:
         origin = by_number.get(int(source))
-        record = None if origin is None else (origin.system_attrs or {}).get(record_key(ATTR_PER_QUERY))
+        if origin is not None and _same_assignment(origin, trial):
+            record = trial_attr(origin, ATTR_PER_QUERY)
     return record if isinstance(record, dict) and "q" in record else None
+
+
+def _same_assignment(a: Any, b: Any) -> bool:
+    return json.dumps(assignment_of(a), sort_keys=True, default=str) == json.dumps(
+        assignment_of(b), sort_keys=True, default=str
+    )
 
 
 def _candidate(
