@@ -274,9 +274,10 @@ class Recorder:
         """The trial's per-query scores, for the cross-validated estimate (tuner.study.query_scores)."""
         from tuner.study.query_scores import build_record, queries_of, save_record
 
-        record = build_record(result.per_query, out.metrics, self.objective.metric, self.constraints)
+        queries = queries_of(result.per_query)
+        record = build_record(result.per_query, out.metrics, self.objective.metric, self.constraints, queries)
         if record is not None:
-            save_record(trial, record, queries_of(result.per_query), self._query_lists)
+            save_record(trial, record, queries, self._query_lists)
 
     def _detail_of(self, trial: optuna.Trial, out: TrialOutcome) -> tuple[str, bool]:
         """The trial's report detail and whether it is a new best, chosen once per trial:
