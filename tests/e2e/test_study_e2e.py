@@ -314,6 +314,13 @@ def test_every_trial_records_its_per_query_scores_and_best_shows_the_cross_valid
     best = study_run["summary"].best
     assert cv.in_sample == pytest.approx(best.value, abs=1e-5) and cv.in_sample_label == f"#{best.number}"
     assert study_run["summary"].crossval is not None  # the run summary has it too
+    client = MlflowClient(exp.tracking.mlflow_uri)
+    experiment = client.get_experiment_by_name("e2e")
+    parent = client.search_runs([experiment.experiment_id], f"tags.`{TAG_ROLE}` = 'study'")[0]
+    assert parent.data.metrics["cv_score"] == pytest.approx(cv.cv_score)
+    assert parent.data.metrics["cv_optimism"] == pytest.approx(cv.optimism)
+    assert parent.data.tags["tuner.cv_verdict"] == cv.verdict
+    assert "Cross-validated: " in parent.data.tags["mlflow.note.content"]
 
     out = _cli("best", str(study_run["exp_path"]))
     assert out.exit_code == 0, out.output
