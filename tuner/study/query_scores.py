@@ -100,6 +100,20 @@ def build_record(
     return record
 
 
+def settings_record(settings: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """A replay trial's scored settings (tuner.study.trial.replay_measure), rounded like the
+    trial's own scores, for the record's ``settings``."""
+    return [
+        {
+            "setting": str(s["setting"]),
+            "violation": float(s["violation"]),
+            "objective": _rounded(np.asarray(s["objective"], dtype=float)),
+            "oos_answered": str(s["oos_answered"]),
+        }
+        for s in settings
+    ]
+
+
 def save_record(trial: Any, record: dict[str, Any], queries: Sequence[QueryInfo], known: set[str]) -> None:
     """Store ``record`` on a running trial and, the first time this process sees its query
     list (``known``: the digests stored so far), the list on the study."""
@@ -158,6 +172,10 @@ def scores_of(
             continue
         cand = _candidate(by_number[number], record, queries, constraints, objective)
         candidates.append(cand)
+        candidates += [
+            _setting(by_number[number], setting, queries, constraints, objective)
+            for setting in record.get("settings") or ()
+        ]
         if by_number[number].user_attrs.get(ATTR_VARIANT) == "baseline":
             baseline = cand
     return StudyScores(queries, candidates, baseline, notes)
@@ -200,6 +218,26 @@ def _candidate(
     violations = named_constraints(trial.constraints)
     fixed = {c.name: violations.get(c.name, 0.0) for c in constraints if c.metric not in metrics}
     return Candidate(trial.number, f"#{trial.number}", objective, metrics, fixed)
+
+
+def _setting(
+    trial: Any,
+    setting: Mapping[str, Any],
+    queries: Sequence[QueryInfo],
+    constraints: Sequence[Constraint],
+    objective: str,
+) -> Candidate:
+    """A replayed setting of ``trial`` as a candidate: its per-query objective and OOS
+    answers; a constraint without per-query values takes the setting's largest violation
+    (all the replay keeps of it, the stricter reading)."""
+    record = {"objective": setting["objective"]}
+    if setting.get("oos_answered"):
+        record["oos_answered"] = setting["oos_answered"]
+    base = _candidate(trial, record, queries, constraints, objective)
+    fixed = {name: float(setting["violation"]) for name in base.fixed}
+    return Candidate(
+        trial.number, f"#{trial.number} replayed {setting['setting']}", base.objective, base.metrics, fixed
+    )
 
 
 def _spread(values: Iterable[float], where: np.ndarray) -> np.ndarray:

@@ -272,11 +272,13 @@ class Recorder:
 
     def _record_per_query(self, trial: optuna.Trial, out: TrialOutcome, result: Any) -> None:
         """The trial's per-query scores, for the cross-validated estimate (tuner.study.query_scores)."""
-        from tuner.study.query_scores import build_record, queries_of, save_record
+        from tuner.study.query_scores import build_record, queries_of, save_record, settings_record
 
         queries = queries_of(result.per_query)
         record = build_record(result.per_query, out.metrics, self.objective.metric, self.constraints, queries)
         if record is not None:
+            if out.replay_per_query:
+                record["settings"] = settings_record(out.replay_per_query)
             save_record(trial, record, queries, self._query_lists)
 
     def _detail_of(self, trial: optuna.Trial, out: TrialOutcome) -> tuple[str, bool]:
