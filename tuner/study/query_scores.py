@@ -163,7 +163,8 @@ def scores_of(
     missing = len(complete) - len(records)
     if missing:
         notes.append(
-            f"{missing} complete trial(s) without per-query scores (OOS early stops, copies of another study's trials, older trials) left out"
+            f"{missing} complete trial(s) without per-query scores (OOS early stops, copies of another "
+            "study's trials, older trials) left out"
         )
     candidates, baseline = [], None
     for number in sorted(records):
