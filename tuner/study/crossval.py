@@ -21,8 +21,8 @@ The in-sample best is the same pick made on all queries; the optimism is in-samp
 cross-validated. When the interval of the gain includes 0, `verdict` says plainly that
 there is no evidence the winner beats the baseline on new queries.
 
-Candidates are COMPLETE trials and, for replay trials, every fusion setting they scored
-exactly. The interval covers the query sample, not the fold assignment (another seed
+Candidates are COMPLETE trials and, for replay trials, the best fusion settings they
+scored exactly (tuner.study.query_scores). The interval covers the query sample, not the fold assignment (another seed
 deals other folds); pure: arrays in, numbers out.
 """
 

@@ -19,6 +19,10 @@ demo's 174 tuned in-scope and 32 OOS queries, 1.9 kB on Cranfield's 225 and 20).
 list itself (id, query_type, scope: 6-7 kB on those two) is stored once on the study, in
 the system attribute ``tuner.queries.<digest>``.
 
+A replay trial adds ``settings``: the (at most 20, tuner.study.trial.replay_measure.CV_SETTINGS)
+best fusion settings it scored exactly, each with its objective per in-scope query and OOS
+answers at its own solved gates and its largest violation, each a candidate of its own.
+
 A cache hit measured nothing: it reads the record of the trial it was copied from, when
 that trial is in this study with the same assignment.
 A trial without a record (an OOS early stop, a study from before records) is not a
