@@ -233,3 +233,25 @@ def test_when_every_param_is_replayed_one_replay_trial_ends_the_study(demo_data:
     assert any("one replay trial covers the whole space, so this run stops after 2 trial(s)" in n for n in notes.lines)
     run_experiment(exp, observer=notes)  # run again: nothing new to learn
     assert len(optuna.load_study(study_name="whole", storage=exp.storage).trials) == 2
+
+
+def test_replay_trials_record_their_scored_settings_for_the_cross_validation(replay_run: dict[str, Any]) -> None:
+    """Each replay trial keeps the per-query scores of the settings it scored exactly (at
+    most CV_SETTINGS, best first): each averages to its replayed score, and every one is a
+    candidate of the cross-validated estimate beside the trials."""
+    from tuner.study.query_scores import ATTR_PER_QUERY, study_crossval
+    from tuner.study.trial.attrs import trial_attr
+    from tuner.study.trial.replay_measure import CV_SETTINGS
+
+    exp, study = replay_run["exp"], replay_run["study"]
+    n_settings = 0
+    for t in study.trials[1:]:
+        replay, record = t.user_attrs["replay"], trial_attr(t, ATTR_PER_QUERY)
+        settings = record["settings"]
+        assert len(settings) == min(replay["scored"], CV_SETTINGS)
+        best = replay["verified"][0]  # the best replayed setting, verified live
+        assert sum(settings[0]["objective"]) / N_IN_SCOPE == pytest.approx(best["replayed"], abs=1e-5)
+        assert all(len(s["objective"]) == N_IN_SCOPE for s in settings)
+        n_settings += len(settings)
+    cv = study_crossval(study, exp.objective, exp.constraints, exp.cv)
+    assert cv is not None and cv.n_candidates == len(study.trials) + n_settings

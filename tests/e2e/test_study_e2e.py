@@ -292,6 +292,65 @@ def test_best_report_and_apply_commands(study_run: dict[str, Any], tmp_path: Pat
     assert config.read_bytes() == study_run["original"]
 
 
+def test_every_trial_records_its_per_query_scores_and_best_shows_the_cross_validated_estimate(
+    study_run: dict[str, Any],
+) -> None:
+    """The compact per-query record reproduces each trial's value and OOS rate, and `tuner
+    best` prints the cross-validated estimate computed from those records."""
+    from tuner.study.query_scores import ATTR_PER_QUERY, study_crossval
+    from tuner.study.trial.attrs import trial_attr
+
+    exp, study = study_run["exp"], study_run["study"]
+    measured = [t for t in study.get_trials(states=(TrialState.COMPLETE,)) if not t.user_attrs.get("cache_hit")]
+    assert measured
+    for t in measured:
+        record = trial_attr(t, ATTR_PER_QUERY)
+        assert len(record["objective"]) == N_IN_SCOPE
+        assert sum(record["objective"]) / N_IN_SCOPE == pytest.approx(t.value, abs=1e-5)
+        answered = record["oos_answered"]
+        assert answered.count("1") / len(answered) == pytest.approx(metrics_of(t)["OOS_FP_Rate"], abs=1e-12)
+    cv = study_crossval(study, exp.objective, exp.constraints, exp.cv)
+    assert cv is not None and cv.n_queries == N_IN_SCOPE and cv.folds == 5
+    best = study_run["summary"].best
+    assert cv.in_sample == pytest.approx(best.value, abs=1e-5) and cv.in_sample_label == f"#{best.number}"
+    assert study_run["summary"].crossval is not None  # the run summary has it too
+    client = MlflowClient(exp.tracking.mlflow_uri)
+    experiment = client.get_experiment_by_name("e2e")
+    parent = client.search_runs([experiment.experiment_id], f"tags.`{TAG_ROLE}` = 'study'")[0]
+    assert parent.data.metrics["cv_score"] == pytest.approx(cv.cv_score)
+    assert parent.data.metrics["cv_optimism"] == pytest.approx(cv.optimism)
+    assert parent.data.tags["tuner.cv_verdict"] == cv.verdict
+    assert "Cross-validated: " in parent.data.tags["mlflow.note.content"]
+
+    out = _cli("best", str(study_run["exp_path"]))
+    assert out.exit_code == 0, out.output
+    text = " ".join(out.stdout.split())
+    assert "cross-validated" in text and f"{cv.cv_score:.4f} cross-validated (5 folds, {N_IN_SCOPE} queries)" in text
+    assert f"gain over the baseline {cv.gain:+.4f}" in text and f"optimism {cv.optimism:+.4f}" in text
+    assert cv.verdict in text.lower()
+
+
+def test_a_30_query_study_says_when_the_gain_is_not_established(tmp_path: Path) -> None:
+    """30 in-scope queries and a space of nothing but the RRF constant near the baseline's 60
+    (small effects, mostly noise): the cross-validated gain's interval holds 0, and the run
+    summary and `tuner best` say plainly there is no evidence of a gain on new queries."""
+    space = tmp_path / "rrf_k_only.yaml"
+    space.write_text("params:\n  fusion.rrf_k: {type: int, low: 40, high: 90}\n")
+    data = copy_demo_subset(tmp_path / "data30", 30)
+    exp_path = make_project(
+        tmp_path / "p", data, study="cv30", n_trials=8, search_space=str(space), shortlist=DROP, constraints=[]
+    )
+    exp = load_experiment(exp_path).bind_port()
+    summary = run_experiment(exp)
+    assert summary.error is None
+    cv = summary.crossval
+    assert cv is not None and cv.n_queries == 30 and cv.ci_low is not None and cv.ci_high is not None
+    assert cv.ci_low <= 0.0 <= cv.ci_high, cv.summary_line()
+    out = _cli("best", str(exp_path))
+    assert out.exit_code == 0, out.output
+    assert "no evidence the winner beats the baseline on new queries" in " ".join(out.stdout.split()).lower()
+
+
 def test_apply_keeps_a_reproduced_trial_and_rolls_back_otherwise(study_run: dict[str, Any]) -> None:
     exp, config, original = study_run["exp"], study_run["config"], study_run["original"]
     best = study_run["summary"].best
@@ -495,6 +554,13 @@ def test_a_study_with_a_holdout_tunes_without_it_and_validates_at_the_end(demo_d
     assert (data["baseline_trial"], data["best_trial"]) == (summary.baseline.number, summary.best.number)
     primary = next(m for m in data["metrics"] if m["metric"] == "Primary_Metric_Score")
     assert primary["delta"] == pytest.approx(primary["candidate"] - primary["baseline"], abs=1e-12)
+    # validation left out with a holdout: both. The cross-validated estimate is on the tune part,
+    # and its gain and the holdout's agree within their intervals.
+    cv = summary.crossval
+    tuned_in_scope = [q for q in queries.queries if q.query_id in set(split.tune) and q.scope != "oos"]
+    assert cv is not None and cv.n_queries == len(tuned_in_scope)
+    assert cv.ci_low is not None and cv.ci_high is not None
+    assert cv.ci_low <= primary["ci_high"] and primary["ci_low"] <= cv.ci_high, (cv.summary_line(), primary)
     out = _cli("report", str(exp_path), "--out", str(tmp_path / "rep"))
     assert out.exit_code == 0, out.output
     assert "Holdout validation" in out.stdout and str(run.markdown_path) in out.stdout.replace("\n", "")

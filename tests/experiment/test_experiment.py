@@ -78,11 +78,15 @@ def test_minimal_file_gets_defaults_under_the_project_root(project: Path) -> Non
 
 
 def test_explicit_relative_paths_resolve_against_the_experiment_directory(project: Path) -> None:
-    path = write_exp(project, MINIMAL + """\
+    path = write_exp(
+        project,
+        MINIMAL
+        + """\
 state_dir: state
 storage: sqlite:///state/study.db
 tracking: {mlflow_uri: "sqlite:///ml/m.db", artifact_location: ml/art}
-""")
+""",
+    )
     exp = load_experiment(path)
     base = project / "experiments"
     assert exp.state_dir == base / "state"
@@ -115,6 +119,9 @@ def test_bind_port_fills_every_port_placeholder(project: Path) -> None:
         ("objective: {direction: up}\n", "objective.direction: Input should be 'maximize' or 'minimize'"),
         ("holdout: {fraction: 1.5}\n", "holdout.fraction: Input should be less than 1"),
         ("holdout: {sede: 3}\n", "holdout.sede: unknown key (did you mean seed?)"),
+        ("validation: crossval\n", "validation: Input should be 'holdout', 'cv' or 'both'"),
+        ("cv: {folds: 1}\n", "cv.folds: Input should be greater than or equal to 2"),
+        ("validation: cv\nholdout: {enabled: true}\n", "validation: cv contradicts holdout.enabled: true"),
     ],
 )
 def test_bad_keys_are_refused_with_file_line_and_fix(project: Path, extra: str, needle: str) -> None:
@@ -127,9 +134,11 @@ def test_bad_keys_are_refused_with_file_line_and_fix(project: Path, extra: str, 
 
 def test_nested_unknown_keys_name_their_section(project: Path) -> None:
     path = write_exp(project, MINIMAL.replace("    cwd: ../backend", "    cwd: ../backend\n    stop_timeout: 3"))
-    with pytest.raises(ConfigError, match=r"exp.yaml:10: target.process.stop_timeout: unknown key \(did you mean stop_timeout_s\?\)"):
+    with pytest.raises(
+        ConfigError, match=r"exp.yaml:10: target.process.stop_timeout: unknown key \(did you mean stop_timeout_s\?\)"
+    ):
         load_experiment(path)
-    path = write_exp(project, MINIMAL.replace('request: {url:', 'request: {urll: x, url:'))
+    path = write_exp(project, MINIMAL.replace("request: {url:", "request: {urll: x, url:"))
     with pytest.raises(ConfigError, match=r"exp.yaml:12: evaluation.request.urll: unknown key \(did you mean url\?\)"):
         load_experiment(path)
 
@@ -138,14 +147,20 @@ def test_nested_unknown_keys_name_their_section(project: Path) -> None:
     ("old", "new", "needle"),
     [
         ("search_space: space.yaml", "search_space: nope.yaml", "search_space: experiments/nope.yaml does not exist"),
-        ("queries: data/queries.jsonl", "queries: data/q.jsonl", "dataset.queries: experiments/data/q.jsonl does not exist"),
+        (
+            "queries: data/queries.jsonl",
+            "queries: data/q.jsonl",
+            "dataset.queries: experiments/data/q.jsonl does not exist",
+        ),
         ("[../backend/config.yaml]", "[../backend/c.yaml]", "target.config_files[0]: backend/c.yaml does not exist"),
         ("n_trials: 5\n", "", "give n_trials and/or timeout_s"),
         ("  process:\n", "  procss:\n", "target.procss: unknown key (did you mean process?)"),
         ("study: s1\n", "", "study: required key is missing"),
     ],
 )
-def test_missing_files_and_sections_are_reported(project: Path, old: str, new: str, needle: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_missing_files_and_sections_are_reported(
+    project: Path, old: str, new: str, needle: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(project)
     path = write_exp(project, MINIMAL.replace(old, new))
     with pytest.raises(ConfigError) as exc:
@@ -214,11 +229,17 @@ def test_pruners_build(project: Path, pruner: str, cls: type) -> None:
 
 
 def test_shortlist_inline_and_from_file_are_loaded_and_checked_against_the_space(project: Path) -> None:
-    inline = load_experiment(write_exp(project, MINIMAL + """\
+    inline = load_experiment(
+        write_exp(
+            project,
+            MINIMAL
+            + """\
 shortlist:
   - {name: a, fusion.method: rrf, fusion.rrf_k: 20}
   - {fusion.weights: {bm25: 3, dense: 1}}
-"""))
+""",
+        )
+    )
     assert [v.name for v in inline.variants] == ["a", None]
     assert inline.variants[1].values == {"fusion.weights": {"bm25": 3, "dense": 1}}
     space = load_space(inline.search_space, inline.target.config_files)
@@ -233,22 +254,40 @@ shortlist:
 
 
 def test_labels_and_grade_maps(project: Path) -> None:
-    exp = load_experiment(write_exp(project, MINIMAL.replace("  queries: data/queries.jsonl", """\
+    exp = load_experiment(
+        write_exp(
+            project,
+            MINIMAL.replace(
+                "  queries: data/queries.jsonl",
+                """\
   queries: data/queries.jsonl
   dataset_id: cran
   labels:
-    - {path: data/qrels.txt, format: qrels, grade_map: {1: 3, 2: 2, 3: 1, 4: 0, -1: 0}}""")))
+    - {path: data/qrels.txt, format: qrels, grade_map: {1: 3, 2: 2, 3: 1, 4: 0, -1: 0}}""",
+            ),
+        )
+    )
     label = exp.dataset.labels[0]
     assert label.path == project / "experiments" / "data" / "qrels.txt"
     assert label.grade_map == {"1": 3, "2": 2, "3": 1, "4": 0, "-1": 0}
     with pytest.raises(ConfigError, match="grade_map 1: 5 is not a grade 0..3"):
-        load_experiment(write_exp(project, MINIMAL.replace("  queries: data/queries.jsonl", """\
+        load_experiment(
+            write_exp(
+                project,
+                MINIMAL.replace(
+                    "  queries: data/queries.jsonl",
+                    """\
   queries: data/queries.jsonl
-  labels: [{path: q.txt, grade_map: {1: 5}}]""")))
+  labels: [{path: q.txt, grade_map: {1: 5}}]""",
+                ),
+            )
+        )
 
 
 def test_docker_and_none_targets_need_their_sections(project: Path) -> None:
-    none = load_experiment(write_exp(project, MINIMAL.replace("  process:", "  apply: none\n  none: {settle_s: 0.5}\n  process:")))
+    none = load_experiment(
+        write_exp(project, MINIMAL.replace("  process:", "  apply: none\n  none: {settle_s: 0.5}\n  process:"))
+    )
     assert none.target.apply == "none" and none.target.none.settle_s == 0.5
     with pytest.raises(ConfigError, match="apply: docker needs a docker: section"):
         load_experiment(write_exp(project, MINIMAL.replace("  process:", "  apply: docker\n  process:")))
@@ -273,3 +312,17 @@ def test_holdout_is_off_unless_the_file_has_a_holdout_section(project: Path) -> 
     assert (held.enabled, held.seed, held.fraction) == (True, 7, 0.25)
     off = load_experiment(write_exp(project, MINIMAL + "holdout: {enabled: false, seed: 7}\n")).holdout
     assert off.enabled is False
+
+
+def test_validation_decides_the_holdout_and_the_cross_validation(project: Path) -> None:
+    plain = load_experiment(write_exp(project, MINIMAL))
+    assert (plain.validation, plain.holdout.enabled, plain.cross_validates) == (None, False, True)
+    assert (plain.cv.folds, plain.cv.seed) == (5, 0)
+    held = load_experiment(write_exp(project, MINIMAL + "holdout: {fraction: 0.25}\n"))
+    assert (held.holdout.enabled, held.cross_validates) == (True, True)  # left out: both
+    only = load_experiment(write_exp(project, MINIMAL + "validation: holdout\n"))
+    assert (only.holdout.enabled, only.cross_validates) == (True, False)
+    both = load_experiment(write_exp(project, MINIMAL + "validation: both\ncv: {folds: 4, seed: 2}\n"))
+    assert (both.holdout.enabled, both.cross_validates, both.cv.folds, both.cv.seed) == (True, True, 4, 2)
+    cv = load_experiment(write_exp(project, MINIMAL + "validation: cv\nholdout: {seed: 3}\n"))
+    assert (cv.holdout.enabled, cv.holdout.seed, cv.cross_validates) == (False, 3, True)

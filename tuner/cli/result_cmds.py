@@ -31,7 +31,8 @@ def best_command(
     console = Console()
     exp = load_experiment(experiment, check_paths=False)
     warn_pending_journal(console, exp)
-    frame = analysis.trials_frame(load_study(exp).get_trials(deepcopy=False))
+    study = load_study(exp)
+    frame = analysis.trials_frame(study.get_trials(deepcopy=False))
     analysis.require_trials(frame, exp.study)
     maximize = exp.objective.maximize
     base = analysis.baseline_row(frame)
@@ -89,6 +90,25 @@ def best_command(
     failed = frame[frame["state"] != "COMPLETE"]
     if not failed.empty:
         console.print(f"{len(failed)} trial(s) failed or pruned; `tuner report {experiment}` lists them")
+    if exp.cross_validates:
+        _print_crossval(console, study, exp)
+
+
+def _print_crossval(console: Console, study: Any, exp: Any) -> None:
+    """How much of the gain is real: the cross-validated estimate (tuner.study.crossval)."""
+    from tuner.study.query_scores import study_crossval
+
+    cv = study_crossval(study, exp.objective, exp.constraints, exp.cv)
+    if cv is None:
+        console.print("no cross-validated estimate: no trial recorded per-query scores", soft_wrap=True)
+        return
+    console.print("\n[bold]cross-validated[/] (tune then deploy, on queries each pick was not chosen on)")
+    console.print(cv.summary_line(), soft_wrap=True, markup=False, highlight=False)
+    picks = ", ".join(f"fold {p.fold + 1}: {p.label or 'baseline'}" for p in cv.picks)
+    held = "".join(f"; {k} {v:.4g} on the held-out folds" for k, v in cv.heldout_constraints.items())
+    console.print(f"  picks per fold: {picks}{held}", soft_wrap=True, markup=False, highlight=False)
+    for note in cv.notes:
+        console.print(f"  note: {note}", soft_wrap=True, markup=False, highlight=False)
 
 
 def report_command(

@@ -30,7 +30,7 @@ Public API::
 
 The sections' models live in their own modules: sampling (sampler, pruner), objective
 (objective, constraints, failure_budget), dataset, target, workers, tracking, shortlist,
-replay;
+replay, validation (validation, cv);
 evaluation is tuner.evaluation.spec.EvalSpec, holdout tuner.evaluation.holdout.
 """
 
@@ -50,6 +50,7 @@ from tuner.config.shortlist import Variant, parse_variants
 from tuner.config.strict import StrictModel
 from tuner.config.target import TargetConfig
 from tuner.config.tracking import TrackingConfig
+from tuner.config.validation import CrossValConfig, Validation
 from tuner.config.workers import WorkerSettings
 from tuner.config.yamlfile import load_model, read_yaml
 from tuner.errors import ConfigError
@@ -114,6 +115,11 @@ class ExperimentFile(StrictModel):
         default_factory=lambda: HoldoutConfig(enabled=False),
         description="Seeded tune/holdout split; the study tunes on the tune part and validates on the holdout.",
     )
+    validation: Validation | None = Field(
+        default=None,
+        description=("holdout | cv | both (tuner.config.validation); left out: both with holdout.enabled, else cv."),
+    )
+    cv: CrossValConfig = Field(default_factory=CrossValConfig, description="The cross-validated estimate's folds.")
 
     @field_validator("constraints", mode="before")
     @classmethod
@@ -121,6 +127,28 @@ class ExperimentFile(StrictModel):
         if isinstance(v, list):
             return [Constraint.parse(c) if isinstance(c, str) else c for c in v]
         return v
+
+    @model_validator(mode="after")
+    def _validation(self) -> ExperimentFile:
+        """``validation`` decides whether the holdout is drawn; an explicit ``holdout.enabled``
+        that says otherwise is a contradiction, not a preference."""
+        if self.validation is None:
+            return self
+        wanted = self.validation != "cv"
+        written = "holdout" in self.model_fields_set and "enabled" in self.holdout.model_fields_set
+        if written and self.holdout.enabled != wanted:
+            raise ValueError(
+                f"validation: {self.validation} contradicts holdout.enabled: {str(self.holdout.enabled).lower()}; "
+                "drop holdout.enabled (validation decides it)"
+            )
+        if self.holdout.enabled != wanted:
+            object.__setattr__(self, "holdout", self.holdout.model_copy(update={"enabled": wanted}))
+        return self
+
+    @property
+    def cross_validates(self) -> bool:
+        """The cross-validated estimate is shown (validation cv or both, or left out)."""
+        return self.validation != "holdout"
 
     @model_validator(mode="after")
     def _stop_condition(self) -> ExperimentFile:

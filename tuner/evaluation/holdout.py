@@ -92,7 +92,7 @@ class Split:
         }
 
 
-def stratum_of(query: Query, keys: Sequence[str]) -> tuple[str, ...]:
+def stratum_of(query: Any, keys: Sequence[str]) -> tuple[str, ...]:
     return tuple(str(getattr(query, key)) for key in keys)
 
 
@@ -130,6 +130,29 @@ def draw_split(
     if not tune:
         raise ConfigError(f"holdout.fraction={fraction} leaves no query to tune on; lower it")
     return Split(tune=tune, holdout=holdout, seed=seed, fraction=fraction)
+
+
+def stratified_folds(
+    queries: Sequence[Any], k: int, *, seed: int, stratify_by: Sequence[str] = ("query_type", "scope")
+) -> dict[str, int]:
+    """Query id -> fold (0..k-1) for k-fold cross-validation (tuner.study.crossval), by the
+    split's rules: stratified by ``stratify_by`` (every fold holds its share of each stratum,
+    within one query), queries ranked inside a stratum by the keyed hash of (seed, query_id),
+    so reordering the file moves nothing. ``queries``: anything with ``query_id`` and the
+    ``stratify_by`` attributes. Strata are dealt in turn from where the last one ended, so the
+    fold sizes differ by at most one."""
+    if k < 2:
+        raise ConfigError(f"cross-validation needs at least 2 folds, got {k}; set cv.folds to 5")
+    strata: dict[tuple[str, ...], list[Any]] = {}
+    for query in queries:
+        strata.setdefault(stratum_of(query, stratify_by), []).append(query)
+    folds: dict[str, int] = {}
+    position = 0
+    for key in sorted(strata):
+        for query in sorted(strata[key], key=lambda q: _rank_key(seed, q.query_id)):
+            folds[query.query_id] = position % k
+            position += 1
+    return folds
 
 
 def allocate(

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 
     from tuner.config.experiment import Experiment
     from tuner.ops.validate import HoldoutRun
+    from tuner.study.crossval import CrossValResult
     from tuner.study.trial.runner import TrialRunner
 
 
@@ -57,6 +58,7 @@ class RunSummary:
     restored: list[Path]
     error: str | None = None
     holdout: HoldoutRun | None = None  # when the holdout is enabled and a best trial exists
+    crossval: CrossValResult | None = None  # validation cv or both, once a trial recorded per-query scores
 
 
 def run_experiment(
@@ -295,6 +297,7 @@ def _run_locked(
     summary = _summary(experiment, prepared, study, result, restored=restored, error=error, maximize=maximize)
     if prepared.split is not None and summary.best is not None and error is None and result.stopped_by != "signal":
         summary.holdout = _validate(experiment, summary, observer)
+    summary.crossval = _crossval(experiment, study, summary)
     tracked = not isinstance(tracker, NullTracker)
     _publish(session.runner, study, experiment, summary, tracked=tracked)
     if tracked and result.stopped_by != "signal":
@@ -362,7 +365,9 @@ def _publish(
             f"p {row['p_value']:.3f}); the whole comparison: {where}"
         )
     try:
-        runner.publish_study(study, holdout=holdout, apply_hint=f"tuner apply {experiment.source}")
+        runner.publish_study(
+            study, holdout=holdout, apply_hint=f"tuner apply {experiment.source}", crossval=summary.crossval
+        )
     except Exception as exc:  # noqa: BLE001 - notes are bookkeeping; the study is intact
         summary.warnings.append(f"the study note was not updated: {type(exc).__name__}: {exc}".splitlines()[0])
 
@@ -389,6 +394,20 @@ def _log_study_files(tracker: Tracker, study: optuna.Study, experiment: Experime
     )
     if summary.holdout is not None:
         tracker.log_study_files(HOLDOUT_FOLDER, [summary.holdout.markdown_path, summary.holdout.json_path])
+
+
+def _crossval(experiment: Experiment, study: optuna.Study, summary: RunSummary) -> CrossValResult | None:
+    """The cross-validated estimate from the trials' per-query scores (tuner.study.crossval);
+    a failure is a warning (`tuner best` computes it again)."""
+    if not experiment.cross_validates:
+        return None
+    from tuner.study.query_scores import study_crossval
+
+    try:
+        return study_crossval(study, experiment.objective, experiment.constraints, experiment.cv)
+    except (TunerError, ValueError) as exc:
+        summary.warnings.append(f"the cross-validated estimate failed: {exc}; `tuner best` tries again")
+        return None
 
 
 def _validate(experiment: Experiment, summary: RunSummary, observer: StudyObserver) -> HoldoutRun | None:

@@ -68,7 +68,8 @@ class ReportWorker:
                 for name, value in (("qrels", cut.qrels), ("queries", cut.queries))
             }
             self._held = {"qrels": cut.qrels, "queries": cut.queries}
-            sent = replace(cut, qrels=None, queries=None)
+            gone: Any = None  # the helper fills both in from ``shared``
+            sent = replace(cut, qrels=gone, queries=gone)
             return self._call(
                 "write_reports", write_reports, (sent, *args), kwargs, shared=shared, local_args=(cut, *args)
             )

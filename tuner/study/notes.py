@@ -101,9 +101,11 @@ def study_note(
     links: Links | None = None,
     holdout: str | None = None,
     apply_hint: str | None = None,
+    crossval: str | None = None,
 ) -> str:
     """The study note: best feasible trial vs baseline, the top feasible trials, the
-    trial the Best Trial card shows when it is infeasible, the holdout verdict."""
+    trial the Best Trial card shows when it is infeasible, the holdout verdict, the
+    cross-validated estimate (tuner.study.crossval, its summary line)."""
     done = [t for t in trials if t.state == TrialState.COMPLETE and t.values]
     best = best_feasible_trial(trials, maximize=maximize)
     baseline = next((t for t in done if t.user_attrs.get(ATTR_VARIANT) == "baseline"), None)
@@ -134,6 +136,8 @@ def study_note(
         ]
     if holdout:
         lines += [f"Holdout: {holdout}", ""]
+    if crossval:
+        lines += [f"Cross-validated: {crossval}", ""]
     feasible = feasible_ranked(trials, maximize=maximize)
     if feasible:
         lines += [f"| trial | {objective} | vs baseline | constraints | variant |", "|---|---:|---:|---|---|"]
@@ -181,9 +185,11 @@ def publish_study(
     tracker: Any = None,
     holdout: str | None = None,
     apply_hint: str | None = None,
+    crossval: Any = None,
 ) -> None:
     """Write the study note and, with a tracker, the MLflow parent run's summary
-    (``objective``: a tuner.config.objective.Objective)."""
+    (``objective``: a tuner.config.objective.Objective; ``crossval``: a
+    tuner.study.crossval.CrossValResult, its line in the note, its ``cv_`` metrics)."""
     trials = study.get_trials(deepcopy=False)
     note = study_note(
         trials,
@@ -193,12 +199,16 @@ def publish_study(
         links=links,
         holdout=holdout,
         apply_hint=apply_hint,
+        crossval=None if crossval is None else crossval.summary_line(),
     )
     write_note(study, note)
     summarize = getattr(tracker, "summarize_study", None)
     if summarize is not None:
         metrics = study_summary_metrics(trials, maximize=objective.maximize)
         tags = {"tuner.optuna_study_page": links.study()} if links is not None else {}
+        if crossval is not None:
+            metrics.update(crossval.metrics())
+            tags["tuner.cv_verdict"] = crossval.verdict
         summarize(note=note, metrics=metrics, tags=tags)
 
 

@@ -504,6 +504,7 @@ def build_runner(
         inputs=inputs,
         backend_fingerprint_field=exp.target.health.fingerprint,
         report_detail=exp.tracking.report_detail,
+        crossval=exp.cv if exp.cross_validates else None,
         links=links_for(exp, study, tracker),
         applier=applier,
         replay=prepared.replay,

@@ -206,6 +206,22 @@ def scores_by_cut(arrays: HitArrays, min_scores: np.ndarray, kept: np.ndarray, o
     return out
 
 
+def per_query_at(
+    arrays: HitArrays, threshold: float, min_score: float, objective: str, *, backend_handoff: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """The objective of each in-scope query (0 when handed off, emptied or failed) and
+    whether each OOS query is answered, with the gates at (threshold, min_score): the
+    sweep's row at that pair, query by query (its objective is their mean; its OOS_FP_Rate
+    the share answered), for the cross-validated estimate of a replayed grid
+    (tuner.study.query_scores). -inf: no such gate."""
+    ts, ms = np.array([threshold], dtype=float), np.array([min_score], dtype=float)
+    g = _Grid(arrays, ts, ms, backend_handoff)
+    answered = g.live[0] & g.shown[0]
+    scores = np.where(answered, scores_by_cut(arrays, ms, g.kept, objective)[0], 0.0)
+    oos = arrays.is_oos
+    return scores[~oos], (answered | arrays.failed)[oos]
+
+
 def sweep_columns(
     arrays: HitArrays,
     thresholds: np.ndarray,

@@ -17,6 +17,7 @@ be started or dies leaves its share to this process, and ``fallback`` says why.
 
 from __future__ import annotations
 
+import math
 import os
 import pickle
 import struct
@@ -80,6 +81,27 @@ class ReplayContext:
             for setting in settings
         ]
 
+    def per_query(self, items: Sequence[tuple[Any, Mapping[str, float]]]) -> list[tuple[list[float], str]]:
+        """For each (FusionSetting, its solved gate values by param name): the objective per
+        in-scope query and the OOS queries answered ("1"/"0" each), at those gates
+        (tuner.study.gates.gate_arrays.per_query_at): a scored setting's per-query record."""
+        from tuner.study.gates.gate_arrays import per_query_at
+        from tuner.study.gates.threshold import CONFIDENCE, MIN_SCORE
+
+        out = []
+        backend_handoff = not any(g.role == CONFIDENCE for g in self.gates.values())
+        for setting, solved in items:
+            at = {g.role: float(solved[name]) for name, g in self.gates.items() if name in solved}
+            scores, answered = per_query_at(
+                self._arrays(setting),
+                at.get(CONFIDENCE, -math.inf),
+                at.get(MIN_SCORE, -math.inf),
+                self.objective,
+                backend_handoff=backend_handoff,
+            )
+            out.append((scores.tolist(), "".join("1" if a else "0" for a in answered)))
+        return out
+
     def _arrays(self, setting: Any) -> Any:
         import numpy as np
 
@@ -138,6 +160,10 @@ class ReplayPool:
     def bound(self, context: ReplayContext, settings: Sequence[Any]) -> list[Any]:
         """``context.bound(settings)``, split between this process and the helpers."""
         return self._run(context, "bound", settings)
+
+    def per_query(self, context: ReplayContext, items: Sequence[Any]) -> list[Any]:
+        """``context.per_query(items)``, split between this process and the helpers."""
+        return self._run(context, "per_query", items)
 
     def _run(self, context: ReplayContext, method: str, settings: Sequence[Any]) -> list[Any]:
         work = getattr(context, method)
@@ -217,7 +243,7 @@ def _split(items: list[Any], n: int) -> list[list[Any]]:
 
 
 def _serve(inp: Any, out: Any) -> None:
-    """A helper's loop: ("load", context) keeps it; ("score" or "bound", settings) answers
+    """A helper's loop: ("load", context) keeps it; ("score", "bound" or "per_query", settings) answers
     (True, what that method of the context returns)."""
     from tuner.evaluation.replay_batch import ReplayBatch  # noqa: F401 - imported before the first request
     from tuner.study.gates.threshold import solve_arrays  # noqa: F401
@@ -233,7 +259,7 @@ def _serve(inp: Any, out: Any) -> None:
             continue
         try:
             assert context is not None, f"{kind} before load"
-            assert kind in ("score", "bound"), f"unknown request {kind!r}"
+            assert kind in ("score", "bound", "per_query"), f"unknown request {kind!r}"
             answer: tuple[bool, Any] = (True, getattr(context, kind)(payload))
         except Exception as exc:  # noqa: BLE001 - sent back to the caller, which raises it
             answer = (False, RuntimeError(f"{type(exc).__name__}: {exc}".splitlines()[0]))

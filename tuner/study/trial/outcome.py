@@ -64,6 +64,10 @@ class TrialOutcome:
     # fusion replay (tuner.study.trial.replay_measure): how the settings were chosen, how many were
     # scored, replayed vs live for each one verified; None: nothing replayed
     replay: dict[str, Any] | None = None
+    # the best settings the replay scored exactly, each with its per-query scores at its solved
+    # gates (setting, violation, objective, oos_answered): the cross-validation's candidates
+    # (tuner.study.query_scores); None: nothing replayed
+    replay_per_query: list[dict[str, Any]] | None = None
     # which constraint moved which solved gate away from the value it keeps otherwise (as
     # found), from what to what (tuner.study.gates.threshold.ThresholdSolution.moved); None: none did
     gates_moved: str | None = None

@@ -32,6 +32,7 @@ import optuna
 from optuna.distributions import BaseDistribution
 
 from tuner.config.objective import Constraint, Objective
+from tuner.config.validation import CrossValConfig
 from tuner.files import atomic_write_bytes, atomic_write_text, overwrite_in_place
 from tuner.optuna_adapter import set_trial_attrs
 from tuner.report.tracking import Tracker
@@ -135,6 +136,8 @@ class Recorder:
     # Where the dashboards serve this study: the notes and MLflow runs link to each other.
     links: Links | None = None
     names: ConfigNames = field(default_factory=ConfigNames)
+    # the cross-validated estimate's folds (tuner.config.validation); None: not in the study note
+    crossval: CrossValConfig | None = None
     # Bookkeeping timings per trial number (filled on the bookkeeper thread).
     background_seconds: dict[int, dict[str, float]] = field(default_factory=dict)
     _best_value: float | None = field(default=None, init=False, repr=False)
@@ -145,6 +148,8 @@ class Recorder:
     _began: dict[int, int] = field(default_factory=dict, init=False, repr=False)
     # a trial's report detail, chosen once (a record may be retried)
     _details: dict[int, tuple[str, bool]] = field(default_factory=dict, init=False, repr=False)
+    # the query lists stored on the study so far (tuner.study.query_scores)
+    _query_lists: set[str] = field(default_factory=set, init=False, repr=False)
 
     def start(self, trial: optuna.Trial, assignment: Mapping[str, Any]) -> Future[str | None] | None:
         """Ask the tracker for the trial's run, on the bookkeeper's eager lane (it runs
@@ -253,6 +258,8 @@ class Recorder:
         set_trial_attrs(trial, user=user, system=system)  # one transaction, not one per attribute
         if out.assignment:
             record_applied_params(trial, out.assignment, self.declared)
+        if out.state == "COMPLETE" and getattr(result, "per_query", None) is not None:
+            self._record_per_query(trial, out, result)
         chosen = {n: out.assignment[n] for n in self.gates if n in out.assignment}
         pending = _Pending(
             trial,
@@ -269,6 +276,17 @@ class Recorder:
         )
         self.bookkeeper.submit(f"bookkeeping of trial #{trial.number}", self._finish, pending)
         self._details.pop(trial.number, None)
+
+    def _record_per_query(self, trial: optuna.Trial, out: TrialOutcome, result: Any) -> None:
+        """The trial's per-query scores, for the cross-validated estimate (tuner.study.query_scores)."""
+        from tuner.study.query_scores import build_record, queries_of, save_record, settings_record
+
+        queries = queries_of(result.per_query)
+        record = build_record(result.per_query, out.metrics, self.objective.metric, self.constraints, queries)
+        if record is not None:
+            if out.replay_per_query:
+                record["settings"] = settings_record(out.replay_per_query)
+            save_record(trial, record, queries, self._query_lists)
 
     def _detail_of(self, trial: optuna.Trial, out: TrialOutcome) -> tuple[str, bool]:
         """The trial's report detail and whether it is a new best, chosen once per trial:
@@ -380,8 +398,16 @@ class Recorder:
                     overwrite_in_place(trial_dir / fresh.name, fresh.read_bytes())
         p.result = None
 
-    def publish_study(self, study: optuna.Study, *, holdout: str | None = None, apply_hint: str | None = None) -> None:
-        """Refresh the study note and the MLflow parent run's summary (tuner.study.notes)."""
+    def publish_study(
+        self, study: optuna.Study, *, holdout: str | None = None, apply_hint: str | None = None, crossval: Any = None
+    ) -> None:
+        """Refresh the study note and the MLflow parent run's summary (tuner.study.notes),
+        with the cross-validated estimate (``crossval``, else computed when the experiment
+        asks for it: tuner.study.query_scores)."""
+        if crossval is None and self.crossval is not None:
+            from tuner.study.query_scores import study_crossval
+
+            crossval = study_crossval(study, self.objective, self.constraints, self.crossval)
         publish_study(
             study,
             objective=self.objective,
@@ -389,6 +415,7 @@ class Recorder:
             tracker=self.tracker,
             holdout=holdout,
             apply_hint=apply_hint,
+            crossval=crossval,
         )
 
     def _optuna_links(self, run_id: str | None) -> dict[str, str]:

@@ -55,6 +55,11 @@ if TYPE_CHECKING:
     from tuner.study.gates.threshold import GateRange
 
 
+#: replayed settings whose per-query scores a replay trial records for the cross-validated
+#: estimate (best first, scored exactly): about 1.5-2 kB each on the demo and Cranfield
+CV_SETTINGS = 20
+
+
 @runtime_checkable
 class ExplainingEvaluator(Protocol):
     """What replay needs of the evaluator beyond a batch (tuner.study.trial.live.LiveEvaluator):
@@ -170,6 +175,7 @@ class ReplayMeasurer:
                 keep=plan.config.verify_top,
             )
             order = ranked(scored, maximize=maximize)
+            out.replay_per_query = self._per_query(context, order, served, solving)
         fusion_sweep = sweep_frame(scored, order)
         verified: list[dict[str, Any]] = []
         best: tuple[Scored, Any, dict[Path, str]] | None = None
@@ -220,6 +226,23 @@ class ReplayMeasurer:
             "served_check": f"{len(batch.responses)} answers replayed exactly at the served setting",
         }
         return Replayed(best_result, best_texts, fusion_sweep)
+
+    def _per_query(
+        self, context: ReplayContext, order: Sequence[Scored], served: Any, solving: Mapping[str, GateRange]
+    ) -> list[dict[str, Any]]:
+        """The per-query scores of the best CV_SETTINGS settings scored exactly (the bounded
+        search scores few: those that may reach the verified ones), at their solved gates."""
+        exact = [s for s in order if s.exact][:CV_SETTINGS]
+        items = [
+            (self.plan.setting(s.assignment, served), {n: s.columns[f"solved.{n}"] for n in solving}) for s in exact
+        ]
+        if not items:
+            return []
+        values = self.pool.per_query(context, items) if self.pool is not None else context.per_query(items)
+        return [
+            {"setting": _short(s.assignment), "violation": s.violation, "objective": scores, "oos_answered": answered}
+            for s, (scores, answered) in zip(exact, values, strict=True)
+        ]
 
 
 def answer_reader(plan: ReplayPlan, spec: EvalSpec, document: Mapping[str, Any] | None) -> Any:

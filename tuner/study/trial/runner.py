@@ -54,6 +54,7 @@ import optuna
 from optuna.distributions import BaseDistribution
 
 from tuner.config.objective import Constraint, Objective
+from tuner.config.validation import CrossValConfig
 from tuner.report.tracking import Tracker
 from tuner.study.notes import Links
 from tuner.study.stop import StopFlag
@@ -336,9 +337,11 @@ class TrialRunner:
     def replay_pool(self) -> ReplayPool | None:
         return self.replay.pool if self.replay is not None else None
 
-    def publish_study(self, study: optuna.Study, *, holdout: str | None = None, apply_hint: str | None = None) -> None:
+    def publish_study(
+        self, study: optuna.Study, *, holdout: str | None = None, apply_hint: str | None = None, crossval: Any = None
+    ) -> None:
         """Refresh the study note and the MLflow parent run's summary (tuner.study.notes)."""
-        self.recorder.publish_study(study, holdout=holdout, apply_hint=apply_hint)
+        self.recorder.publish_study(study, holdout=holdout, apply_hint=apply_hint, crossval=crossval)
 
 
 def _fail(out: TrialOutcome, reason: str) -> None:
@@ -387,6 +390,7 @@ def compose_runner(
     defer_scoring: bool = False,
     replay: ReplayPlan | None = None,
     replay_pool: ReplayPool | None = None,
+    crossval: CrossValConfig | None = None,
 ) -> TrialRunner:
     """A `TrialRunner` with its collaborators built from an experiment's settings
     (tuner.study.wiring.build_runner passes them; tests too).
@@ -439,6 +443,7 @@ def compose_runner(
         report_detail=report_detail,
         links=links,
         names=names,
+        crossval=crossval,
     )
     return TrialRunner(
         space,
