@@ -5,23 +5,31 @@ so workers that start together on an empty database race on it (`CREATE TYPE
 studydirection ... already exists` on PostgreSQL, `table ... already exists` on SQLite).
 `tuner.study.storage.database.rdb_storage` serialises that step. Each round gets a brand-new empty
 database (a new schema when the test role may not create databases: see fresh_pg_url in
-conftest.py) or SQLite file, and PROCESSES children that import everything, report
-ready and block on a pipe; the parent closes the pipe once all are ready, which releases
-them together. Released, each opens the storage; a second such barrier then makes them
-call ``optuna.create_study(load_if_exists=True)`` together too (optuna turns the losers'
+conftest.py) or SQLite file, and PROCESSES children that report ready and block on a
+pipe; the parent closes the pipe once all are ready, which releases them together.
+Released, each opens the storage; a second such barrier then makes them call
+``optuna.create_study(load_if_exists=True)`` together too (optuna turns the losers'
 unique-name violation into loading the study), and each enqueues one trial under
 `tuner.study.storage.database.database_lock` if the study has none yet.
 
-This module is also the child: ``python test_start_race_pg.py MODE URL STUDY READY_FD GO_FD GO2_FD``.
+The children are forked by one helper process per test that has imported optuna, the
+tuner's storage modules and alembic once (``python test_start_race_pg.py``: a round per
+line on its stdin, ``MODE URL STUDY``, its outcome a JSON line on its stdout): each is
+still a process of its own that opens its own connections, but none pays those imports
+again (a second of CPU per child, 120 children in the module).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import select
+import signal
 import subprocess
 import sys
+import tempfile
 import time
+import traceback
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,37 +72,124 @@ class Tally:
 
 
 def run_round(mode: str, url: str, study_name: str) -> list[tuple[int, str]]:
-    """(exit code, stderr) of each child of one round, released together twice."""
+    """(exit code, stderr) of each child of one round, released together twice. Runs in
+    the helper (`serve_rounds`): the children are forks of it."""
     ready_r, ready_w = os.pipe()
     go_r, go_w = os.pipe()
     go2_r, go2_w = os.pipe()
-    cmd = [sys.executable, __file__, mode, url, study_name, str(ready_w), str(go_r), str(go2_r)]
+    children = []  # (pid, its stderr file)
+    sys.stdout.flush()
+    sys.stderr.flush()
     try:
-        procs = [subprocess.Popen(cmd, pass_fds=(ready_w, go_r, go2_r), stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.PIPE, text=True) for _ in range(PROCESSES)]
+        for _ in range(PROCESSES):
+            err = tempfile.TemporaryFile("w+")
+            pid = os.fork()
+            if pid == 0:  # the child: its own process, the imports already made
+                code = 1
+                try:
+                    for fd in (ready_r, go_w, go2_w):
+                        os.close(fd)
+                    os.dup2(err.fileno(), 2)
+                    os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # stdout is the helper's answers
+                    child(mode, url, study_name, ready_w, go_r, go2_r)
+                    code = 0
+                except BaseException:  # noqa: BLE001 - a child's failure is its stderr and exit code
+                    traceback.print_exc()
+                finally:
+                    sys.stderr.flush()
+                    os._exit(code)
+            children.append((pid, err))
     finally:
         for fd in (ready_w, go_r, go2_r):
             os.close(fd)
     releases = [go_w, go2_w]
     try:
-        _wait_ready(ready_r, len(procs))  # all imported
+        _wait_ready(ready_r, len(children))  # all forked and ready
         os.close(releases.pop(0))  # released: all open the storage
-        _wait_ready(ready_r, len(procs))  # all opened it (or died trying)
+        _wait_ready(ready_r, len(children))  # all opened it (or died trying)
     finally:
         # Released again: all create-or-load the study (also when waiting failed: no child blocks forever).
         for fd in (*releases, ready_r):
             os.close(fd)
     end = time.monotonic() + ROUND_TIMEOUT_S
     results = []
-    for proc in procs:
-        try:
-            _, err = proc.communicate(timeout=max(end - time.monotonic(), 1.0))
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            _, err = proc.communicate()
-            err += f"\n(killed: no exit within {ROUND_TIMEOUT_S:g} s)"
-        results.append((proc.returncode, err))
+    for pid, err in children:
+        status, killed = _wait_child(pid, end), ""
+        if status is None:
+            os.kill(pid, signal.SIGKILL)
+            _, status = os.waitpid(pid, 0)
+            killed = f"\n(killed: no exit within {ROUND_TIMEOUT_S:g} s)"
+        err.seek(0)
+        results.append((os.waitstatus_to_exitcode(status), err.read() + killed))
+        err.close()
     return results
+
+
+def _wait_child(pid: int, end: float) -> int | None:
+    """The child's wait status once it exits, None when it has not by ``end``."""
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return status
+        if time.monotonic() > end:
+            return None
+        time.sleep(0.02)
+
+
+def serve_rounds() -> None:
+    """The helper's loop: a round per stdin line (``MODE URL STUDY``), its outcome as a
+    JSON line, ``{"results": [[code, stderr], ...]}`` or ``{"error": "..."}``."""
+    import alembic.command  # noqa: F401 - what RDBStorage imports on first use, imported once here
+    import alembic.migration  # noqa: F401
+    import alembic.script  # noqa: F401
+    import optuna
+    import sqlalchemy.dialects.postgresql  # noqa: F401
+
+    import tuner.dburl  # noqa: F401
+    import tuner.study.storage.database  # noqa: F401
+
+    for driver in ("psycopg2", "psycopg"):  # whichever tuner.dburl picks
+        try:
+            __import__(driver)
+        except ImportError:
+            pass
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    for line in sys.stdin:
+        mode, url, study_name = line.split()
+        try:
+            answer: dict[str, object] = {"results": run_round(mode, url, study_name)}
+        except AssertionError as exc:
+            answer = {"error": str(exc)}
+        print(json.dumps(answer), flush=True)
+
+
+class Rounds:
+    """The helper process that forks each round's children (the module docstring)."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen([sys.executable, __file__], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     text=True)
+
+    def round(self, mode: str, url: str, study_name: str) -> list[tuple[int, str]]:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(f"{mode} {url} {study_name}\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        assert line, f"the round helper ended (exit {self.proc.wait()})"
+        answer = json.loads(line)
+        if "error" in answer:
+            raise AssertionError(answer["error"])
+        return [(int(code), str(err)) for code, err in answer["results"]]
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
 
 
 def _wait_ready(ready_r: int, n: int) -> None:
@@ -115,18 +210,22 @@ def play(mode: str, new_url, tally: Tally, *, rounds: int = ROUNDS, until_failur
     """Up to ``rounds`` rounds, each on fresh storage from ``new_url()``; checks each outcome."""
     import optuna
 
-    for number in range(rounds):
-        url = new_url()
-        study_name = f"race-{uuid.uuid4().hex[:8]}"
-        results = run_round(mode, url, study_name)
-        tally.rounds += 1
-        tally.failures += [f"round {number}: exit {code}: {_error_line(err)}" for code, err in results if code != 0]
-        if until_failure and tally.failures:
-            return
-        if mode == "protected" and all(code == 0 for code, _ in results):
-            assert optuna.get_all_study_names(url) == [study_name], f"round {number}"
-            trials = optuna.load_study(study_name=study_name, storage=url).get_trials(deepcopy=False)
-            assert len(trials) == 1, f"round {number}: {len(trials)} trials enqueued, expected 1"
+    helper = Rounds()
+    try:
+        for number in range(rounds):
+            url = new_url()
+            study_name = f"race-{uuid.uuid4().hex[:8]}"
+            results = helper.round(mode, url, study_name)
+            tally.rounds += 1
+            tally.failures += [f"round {number}: exit {code}: {_error_line(err)}" for code, err in results if code]
+            if until_failure and tally.failures:
+                return
+            if mode == "protected" and all(code == 0 for code, _ in results):
+                assert optuna.get_all_study_names(url) == [study_name], f"round {number}"
+                trials = optuna.load_study(study_name=study_name, storage=url).get_trials(deepcopy=False)
+                assert len(trials) == 1, f"round {number}: {len(trials)} trials enqueued, expected 1"
+    finally:
+        helper.close()
 
 
 def _error_line(stderr: str) -> str:
@@ -219,5 +318,4 @@ def test_rdb_storage_passes_its_keywords_to_rdbstorage(tmp_path: Path) -> None:
 
 
 if __name__ == "__main__":
-    mode_, url_, study_, *fds = sys.argv[1:]
-    child(mode_, url_, study_, *map(int, fds))
+    serve_rounds()
