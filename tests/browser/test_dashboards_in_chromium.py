@@ -220,17 +220,50 @@ def test_best_trial_page_shows_the_solved_gate_and_every_weight(
     screenshot(browser, "optuna-best-trial-params")
 
 
+def _top_scorer(study: optuna.Study) -> optuna.trial.FrozenTrial:
+    done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    return max(done, key=lambda t: (t.values[0], -t.number))  # what optuna-dashboard on its own calls best
+
+
 def test_study_note_names_the_best_feasible_trial(dashboard: DashboardProcess, browser: Any,
                                                   study: optuna.Study) -> None:
-    best = _best(study)
-    done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
-    card = max(done, key=lambda t: (t.values[0], -t.number))  # what the Best Trial card shows
+    from tuner.study.feasibility import is_feasible
+
+    best, top = _best(study), _top_scorer(study)
     browser.get(f"{dashboard.urls['optuna-dashboard']}studies/{study._study_id}/note")
     text = wait_for(lambda: (t := body_text(browser)) and "Best feasible" in t and t, what="the study note")
     assert f"Best feasible: trial #{best.number}, Primary_Metric_Score {best.values[0]:.4f}" in text
-    if any(c > 0 for c in card.system_attrs["constraints"]):
-        assert f"The Best Trial card shows #{card.number}" in text and "infeasible" in text
+    if not is_feasible(top):
+        assert f"The highest Primary_Metric_Score, #{top.number}" in text and "infeasible" in text
     screenshot(browser, "optuna-study-note")
+
+
+def test_the_landing_page_names_the_best_feasible_trial(dashboard: DashboardProcess, browser: Any,
+                                                        study: optuna.Study) -> None:
+    """The Best Trial card on the study's landing page, and its badge in the trial list,
+    name the best feasible trial even when the top scorer broke its constraint."""
+    from tuner.study.feasibility import is_feasible
+
+    best, top = _best(study), _top_scorer(study)
+    assert not is_feasible(top) and top.number != best.number, "the study must have an infeasible top scorer"
+    base = f"{dashboard.urls['optuna-dashboard']}studies/{study._study_id}"
+    browser.get(base)
+    text = wait_for(lambda: (t := body_text(browser)) and "Best Trial" in t and t, timeout=60,
+                    what="the Best Trial card")
+    assert f"Best Trial (number={best.number})" in text and f"(number={top.number})" not in text
+    assert str(best.values[0]) in text  # the card's large value is the best feasible trial's
+    browser.execute_script(
+        "const h = Array.from(document.querySelectorAll('h6')).find(e => e.innerText.startsWith('Best Trial'));"
+        "h.scrollIntoView({block: 'center'});")
+    screenshot(browser, "optuna-landing-best-feasible")
+    # the trial list: the "Best Trial" chip sits on the best feasible trial's entry only
+    browser.get(f"{base}/trials")
+    wait_for(lambda: f"{len(study.trials)} Trials" in body_text(browser), what="the trial list")
+    badged = browser.execute_script(
+        "return Array.from(document.querySelectorAll('li')).filter(li => /^Trial \\d+/.test(li.innerText)"
+        " && li.innerText.includes('Best Trial')).map(li => li.innerText.split('\\n')[0])")
+    assert badged == [f"Trial {best.number}"], badged
+    screenshot(browser, "optuna-trial-list-best-badge")
 
 
 def test_trial_pages_fit_a_screen(dashboard: DashboardProcess, browser: Any, study: optuna.Study) -> None:

@@ -1,11 +1,14 @@
 """What the dashboards say about a study in words: the study note (best feasible vs
 baseline, the holdout verdict, links), a trial's note, and the links between the two UIs.
 
-optuna-dashboard 0.21's Best Trial card and chip ignore constraints: on a study whose
-highest value is infeasible they point at a trial `tuner apply` would never write. The
-study note, shown at the top of the study page, names the best *feasible* trial and says
-so loudly when the card disagrees. The same Markdown is the MLflow parent run's
-description. Builders are pure (Markdown from trials); `write_note` is the one write.
+optuna-dashboard 0.21's own Best Trial card and chip ignore constraints; `tuner dashboard`
+serves it a view whose best trial is the best feasible one (tuner.ops.dashboard_server),
+with the card left empty when no trial is feasible. The study note, shown at the top of
+the study page, names the best *feasible* trial and says so loudly when the highest
+score is infeasible (what optuna-dashboard started on the storage by itself would show).
+The same Markdown is the MLflow parent run's description; `dashboard_headline` is the
+line `tuner dashboard` prints. Builders are pure (Markdown from trials); `write_note` is
+the one write.
 """
 
 from __future__ import annotations
@@ -118,18 +121,23 @@ def study_note(
     )
     lines = [f"## {study_name}: the trial to apply", ""]
     if best is None:
-        lines += ["**No feasible trial yet**: every completed trial breaks a constraint. Nothing to apply.", ""]
+        lines += [
+            "**No feasible trial yet**: every completed trial breaks a constraint. Nothing to apply; "
+            "the Best Trial card stays empty.",
+            "",
+        ]
     else:
         line = f"**Best feasible: trial {link(best)}, {objective} {best.values[0]:.4f}**"
         if baseline is not None and baseline.number != best.number:
             delta = best.values[0] - baseline.values[0]
             line += f" ({delta:+.4f} vs the baseline {link(baseline)}, {baseline.values[0]:.4f})"
         lines += [line + ".", ""]
-    card = _card_trial(done, maximize)
+    card = _top_scorer(done, maximize)
     if card is not None and not is_feasible(card):
         lines += [
-            f"⚠ The Best Trial card shows {link(card)} ({card.values[0]:.4f}), which is **infeasible** "
-            f"({_broken(card)}): optuna-dashboard's card ignores constraints. Do not apply it.",
+            f"⚠ The highest {objective}, {link(card)} ({card.values[0]:.4f}), is **infeasible** "
+            f"({_broken(card)}): do not apply it. The Best Trial card of `tuner dashboard` names the best "
+            "feasible trial; optuna-dashboard started on the storage by itself shows this one.",
             "",
         ]
     if holdout:
@@ -154,6 +162,21 @@ def study_note(
         lines += [f"Apply it: `{apply_hint}`", ""]
     lines.append(counts + ".")
     return "\n".join(lines) + "\n"
+
+
+def dashboard_headline(trials: Sequence[FrozenTrial], *, study_name: str, objective: str, maximize: bool) -> str:
+    """One line for `tuner dashboard`: the trial the Best Trial card names, or why it is empty."""
+    best = best_feasible_trial(trials, maximize=maximize)
+    if best is not None:
+        value = best.values[0]
+        return f"study {study_name}: best feasible trial #{best.number}, {objective} {value:.4f} (the Best Trial card)"
+    done = sum(t.state == TrialState.COMPLETE for t in trials)
+    if done == 0:
+        return f"study {study_name}: no completed trial yet; the Best Trial card stays empty"
+    return (
+        f"study {study_name}: no feasible trial yet ({done} completed, every one breaks a constraint): "
+        "the Best Trial card stays empty and there is nothing to apply"
+    )
 
 
 def study_summary_metrics(trials: Sequence[FrozenTrial], *, maximize: bool) -> dict[str, float]:
@@ -208,8 +231,8 @@ def write_note(target: Any, markdown: str) -> None:
     save_dashboard_note(target, markdown)
 
 
-def _card_trial(done: Sequence[FrozenTrial], maximize: bool) -> FrozenTrial | None:
-    """The trial optuna-dashboard's Best Trial card shows: the best value, feasible or not."""
+def _top_scorer(done: Sequence[FrozenTrial], maximize: bool) -> FrozenTrial | None:
+    """The best value, feasible or not (what optuna-dashboard's own Best Trial card shows)."""
     if not done:
         return None
     return (max if maximize else min)(done, key=lambda t: (t.values[0], -t.number))

@@ -16,6 +16,12 @@ optuna-dashboard is served this view (tuner.ops.dashboard_server), and `tuner re
 ranks importances over it (tuner.ops.analysis.param_importances), so the importance plot,
 the trial table and the plots list config keys only, with the values written to the
 config. The samplers, which run on the storage itself, never see it.
+
+Its best trial is the best *feasible* one (tuner.study.feasibility, the one rule):
+optuna-dashboard's Best Trial card and badge come from ``get_best_trial``, which Optuna's
+storages answer by value alone, constraints ignored. With no feasible trial the view
+answers as Optuna does (the best value: the dashboard fails the whole study page when it
+raises), and `is_feasible_trial` tells; tuner.ops.dashboard_server then leaves the card empty.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from tuner.config.space.kind import is_coordinate
 from tuner.optuna_adapter import storage_of, trial_id_of
+from tuner.study.feasibility import best_feasible_trial, is_feasible
 
 
 def user_trial(trial: FrozenTrial, distributions: dict[str, BaseDistribution] | None = None) -> FrozenTrial:
@@ -103,6 +110,19 @@ class UserView(BaseStorage):
         self, study_id: int, deepcopy: bool = True, states: Container[TrialState] | None = None
     ) -> list[FrozenTrial]:
         return user_trials(self.inner.get_all_trials(study_id, deepcopy=deepcopy, states=states))
+
+    def get_best_trial(self, study_id: int) -> FrozenTrial:
+        """The best feasible trial; with none feasible, the best value as Optuna's storages
+        answer (ValueError when no trial is complete, RuntimeError for several objectives)."""
+        fallback = self.inner.get_best_trial(study_id)
+        maximize = self.inner.get_study_directions(study_id)[0] == StudyDirection.MAXIMIZE
+        done = self.inner.get_all_trials(study_id, deepcopy=False, states=(TrialState.COMPLETE,))
+        best = best_feasible_trial(done, maximize=maximize)
+        return self.get_trial(trial_id_of(best if best is not None else fallback))
+
+    def is_feasible_trial(self, trial_id: int) -> bool:
+        """The one feasibility rule (tuner.study.feasibility) on trial ``trial_id``."""
+        return is_feasible(self.inner.get_trial(trial_id))
 
     # -- everything else, unchanged
     def create_new_study(self, directions: Sequence[StudyDirection], study_name: str | None = None) -> int:
