@@ -9,6 +9,7 @@ The expected values come from the study's own storage, not from this file.
 
 from __future__ import annotations
 
+import re
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,6 +29,8 @@ from browser_support import (
     wait_for,
 )
 from mlflow import MlflowClient
+
+from tuner.numbers import num, rounded
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -232,7 +235,7 @@ def test_study_note_names_the_best_feasible_trial(dashboard: DashboardProcess, b
     best, top = _best(study), _top_scorer(study)
     browser.get(f"{dashboard.urls['optuna-dashboard']}studies/{study._study_id}/note")
     text = wait_for(lambda: (t := body_text(browser)) and "Best feasible" in t and t, what="the study note")
-    assert f"Best feasible: trial #{best.number}, Primary_Metric_Score {best.values[0]:.4f}" in text
+    assert f"Best feasible: trial #{best.number}, Primary_Metric_Score {num(best.values[0])}" in text
     if not is_feasible(top):
         assert f"The highest Primary_Metric_Score, #{top.number}" in text and "infeasible" in text
     screenshot(browser, "optuna-study-note")
@@ -251,10 +254,12 @@ def test_the_landing_page_names_the_best_feasible_trial(dashboard: DashboardProc
     text = wait_for(lambda: (t := body_text(browser)) and "Best Trial" in t and t, timeout=60,
                     what="the Best Trial card")
     assert f"Best Trial (number={best.number})" in text and f"(number={top.number})" not in text
-    assert str(best.values[0]) in text  # the card's large value is the best feasible trial's
-    browser.execute_script(
+    assert str(rounded(best.values[0])) in text  # the card's large value: the best feasible trial's, 4 digits
+    card = browser.execute_script(
         "const h = Array.from(document.querySelectorAll('h6')).find(e => e.innerText.startsWith('Best Trial'));"
-        "h.scrollIntoView({block: 'center'});")
+        "h.scrollIntoView({block: 'center'}); return h.parentElement.innerText;")
+    long = [n for n in re.findall(r"\d+\.\d+", card) if len(n.replace(".", "").lstrip("0")) > 4]
+    assert long == [], card  # 4 significant digits on the card, never 0.30000000000000004
     screenshot(browser, "optuna-landing-best-feasible")
     # the trial list: the "Best Trial" chip sits on the best feasible trial's entry only
     browser.get(f"{base}/trials")

@@ -60,7 +60,7 @@ def dashboard_app(storage_url: str, artifact_dir: Path | None = None) -> Any:
             f"storage {redact(storage_url)}: cannot open it ({type(exc).__name__}: {exc})".splitlines()[0]
             + "; check the URL and that the database server runs"
         ) from exc
-    view = UserView(storage)
+    view = UserView(storage, display=True)  # numbers on its cards to 4 significant digits
     return feasible_best_only(optuna_dashboard.wsgi(view, artifact_store=store), view.is_feasible_trial)
 
 
