@@ -349,10 +349,14 @@ def test_each_report_file_is_stored_once(project: Path, study: optuna.Study) -> 
     assert checked > 0
 
 
-def test_ctrl_c_stops_both_uis_without_orphans(dashboard: DashboardProcess) -> None:
+def test_ctrl_c_stops_both_uis_without_orphans(dashboard: DashboardProcess, study: optuna.Study) -> None:
     below = dashboard.descendants()
     assert len(below) >= 2  # optuna-dashboard, mlflow server (+ its uvicorn)
     code = dashboard.signal_and_wait(signal.SIGINT)
     assert code == 0, "".join(dashboard.output)
     assert "stopped." in "".join(dashboard.output)
+    # `tuner dashboard` said which trial the Best Trial card names
+    best = _best(study)
+    assert f"study {STUDY}: best feasible trial #{best.number}, Primary_Metric_Score {num(best.values[0])} " \
+           "(the Best Trial card)" in "".join(dashboard.output)
     assert all_gone(below) == []
