@@ -9,18 +9,15 @@ screenshots go to test-artifacts/browser/.
 
 from __future__ import annotations
 
-import signal
-import subprocess
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import optuna
 import pytest
-from browser_support import chromium, free_port, screenshot, tuner_cmd, wait_for
+from browser_support import chromium, optuna_dashboard, screenshot, wait_for
+from e2e.test_replay_e2e import make_project
 from support.demo_data import copy_demo_subset
 
-from e2e.test_replay_e2e import make_project
 from tuner.config.experiment import load_experiment
 from tuner.ops.run import run_experiment
 from tuner.study.trial.attrs import ATTR_REPLAY, ATTR_REPLAY_SETTINGS, trial_attr
@@ -41,30 +38,8 @@ def replay_study(tmp_path_factory: pytest.TempPathFactory, chromium_browser: Non
 
 @pytest.fixture(scope="module")
 def dashboard_url(replay_study: tuple[str, optuna.Study]) -> Iterator[str]:
-    """`tuner optuna-dashboard STORAGE`, the process `tuner dashboard` starts."""
-    import httpx
-
-    port = free_port()
-    proc = subprocess.Popen(tuner_cmd("optuna-dashboard", replay_study[0], "--port", str(port)),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    base = f"http://127.0.0.1:{port}/dashboard/"
-    try:
-        def answers() -> bool:
-            assert proc.poll() is None, proc.communicate()[1]
-            try:
-                return httpx.get(f"http://127.0.0.1:{port}/api/studies", timeout=10).status_code == 200
-            except httpx.TransportError:
-                return False
-
-        wait_for(answers, timeout=120, what="tuner optuna-dashboard")
+    with optuna_dashboard(replay_study[0]) as base:
         yield base
-    finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 @pytest.fixture(scope="module")
