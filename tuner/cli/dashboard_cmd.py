@@ -112,10 +112,13 @@ def _study_headline(exp: Any) -> str | None:
 
     try:
         study = load_study(exp)
+        trials = study.get_trials(deepcopy=False)
     except StudyError:
         return None
+    except Exception as exc:  # noqa: BLE001 - the UIs run; only this line is lost
+        return f"study {exp.study}: not read ({type(exc).__name__}), so the best feasible trial is not named here"
     return dashboard_headline(
-        study.get_trials(deepcopy=False),
+        trials,
         study_name=study.study_name,
         objective=exp.objective.metric,
         maximize=exp.objective.maximize,
