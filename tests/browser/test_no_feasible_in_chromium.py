@@ -47,7 +47,8 @@ def _text(driver: Any) -> str:
 def test_the_card_names_no_trial_when_none_is_feasible(browser_at: tuple[Any, str]) -> None:
     driver, base = browser_at
     driver.get(base)
-    text = wait_for(lambda: (t := _text(driver)) and "Best Trials" in t and t, timeout=60,
+    # the study's answer has arrived when its name is in the title ("Study #1" before)
+    text = wait_for(lambda: (t := _text(driver)) and "none-feasible" in t and "Best Trials" in t and t, timeout=60,
                     what="the study page with its Best Trials card")
     assert "Best Trial (number=" not in text
     driver.execute_script(
