@@ -9,6 +9,7 @@ The expected values come from the study's own storage, not from this file.
 
 from __future__ import annotations
 
+import re
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,6 +30,7 @@ from browser_support import (
 )
 from mlflow import MlflowClient
 
+from tuner.numbers import num, rounded
 from tuner.report.tracking import CLASSIC_VIEW
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -224,17 +226,54 @@ def test_best_trial_page_shows_the_solved_gate_and_every_weight(
     screenshot(browser, "optuna-best-trial-params")
 
 
+def _top_scorer(study: optuna.Study) -> optuna.trial.FrozenTrial:
+    done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    return max(done, key=lambda t: (t.values[0], -t.number))  # what optuna-dashboard on its own calls best
+
+
 def test_study_note_names_the_best_feasible_trial(dashboard: DashboardProcess, browser: Any,
                                                   study: optuna.Study) -> None:
-    best = _best(study)
-    done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
-    card = max(done, key=lambda t: (t.values[0], -t.number))  # what the Best Trial card shows
+    from tuner.study.feasibility import is_feasible
+
+    best, top = _best(study), _top_scorer(study)
     browser.get(f"{dashboard.urls['optuna-dashboard']}studies/{study._study_id}/note")
     text = wait_for(lambda: (t := body_text(browser)) and "Best feasible" in t and t, what="the study note")
-    assert f"Best feasible: trial #{best.number}, Primary_Metric_Score {best.values[0]:.4f}" in text
-    if any(c > 0 for c in card.system_attrs["constraints"]):
-        assert f"The Best Trial card shows #{card.number}" in text and "infeasible" in text
+    assert f"Best feasible: trial #{best.number}, Primary_Metric_Score {num(best.values[0])}" in text
+    if not is_feasible(top):
+        assert f"The highest Primary_Metric_Score, #{top.number}" in text and "infeasible" in text
     screenshot(browser, "optuna-study-note")
+
+
+def test_the_landing_page_names_the_best_feasible_trial(dashboard: DashboardProcess, browser: Any,
+                                                        study: optuna.Study) -> None:
+    """The Best Trial card on the study's landing page, and its badge in the trial list,
+    name the best feasible trial even when the top scorer broke its constraint."""
+    from tuner.study.feasibility import is_feasible
+
+    best, top = _best(study), _top_scorer(study)
+    assert not is_feasible(top) and top.number != best.number, "the study must have an infeasible top scorer"
+    base = f"{dashboard.urls['optuna-dashboard']}studies/{study._study_id}"
+    browser.get(base)
+    # "Best Trials" (no number) is the card before the study's answer arrives
+    text = wait_for(lambda: (t := body_text(browser)) and "Best Trial (number=" in t and t, timeout=60,
+                    what="the Best Trial card")
+    assert f"Best Trial (number={best.number})" in text and f"(number={top.number})" not in text
+    card = browser.execute_script(
+        "const h = Array.from(document.querySelectorAll('h6')).find(e => e.innerText.startsWith('Best Trial'));"
+        "h.scrollIntoView({block: 'center'}); return h.parentElement.innerText;")
+    shown = str(rounded(best.values[0])).removesuffix(".0")  # as JavaScript prints the number
+    assert card.splitlines()[1] == shown, card  # the card's large value: the best feasible trial's, 4 digits
+    long = [n for n in re.findall(r"\d+\.\d+", card) if len(n.replace(".", "").lstrip("0")) > 4]
+    assert long == [], card  # 4 significant digits on the card, never 0.30000000000000004
+    screenshot(browser, "optuna-landing-best-feasible")
+    # the trial list: the "Best Trial" chip sits on the best feasible trial's entry only
+    browser.get(f"{base}/trials")
+    wait_for(lambda: f"{len(study.trials)} Trials" in body_text(browser), what="the trial list")
+    badged = browser.execute_script(
+        "return Array.from(document.querySelectorAll('li')).filter(li => /^Trial \\d+/.test(li.innerText)"
+        " && li.innerText.includes('Best Trial')).map(li => li.innerText.split('\\n')[0])")
+    assert badged == [f"Trial {best.number}"], badged
+    screenshot(browser, "optuna-trial-list-best-badge")
 
 
 def test_trial_pages_fit_a_screen(dashboard: DashboardProcess, browser: Any, study: optuna.Study) -> None:
@@ -388,10 +427,14 @@ def test_each_report_file_is_stored_once(project: Path, study: optuna.Study) -> 
     assert checked > 0
 
 
-def test_ctrl_c_stops_both_uis_without_orphans(dashboard: DashboardProcess) -> None:
+def test_ctrl_c_stops_both_uis_without_orphans(dashboard: DashboardProcess, study: optuna.Study) -> None:
     below = dashboard.descendants()
     assert len(below) >= 2  # optuna-dashboard, mlflow server (+ its uvicorn)
     code = dashboard.signal_and_wait(signal.SIGINT)
     assert code == 0, "".join(dashboard.output)
     assert "stopped." in "".join(dashboard.output)
+    # `tuner dashboard` said which trial the Best Trial card names
+    best = _best(study)
+    assert f"study {STUDY}: best feasible trial #{best.number}, Primary_Metric_Score {num(best.values[0])} " \
+           "(the Best Trial card)" in "".join(dashboard.output)
     assert all_gone(below) == []

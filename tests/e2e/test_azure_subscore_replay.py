@@ -30,7 +30,7 @@ from e2e.test_azure_request_channel import BIND, BODY, SPACE
 from tuner.config.experiment import load_experiment
 from tuner.ops.run import run_experiment
 from tuner.study.preflight import PreflightError
-from tuner.study.trial.attrs import ATTR_FAIL_REASON, ATTR_REPLAY, ATTR_VARIANT, assignment_of
+from tuner.study.trial.attrs import ATTR_FAIL_REASON, ATTR_REPLAY, ATTR_VARIANT, assignment_of, trial_attr
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -96,10 +96,10 @@ def test_every_trial_replays_the_weight_from_sub_scores_and_verifies_it_live(
         t.user_attrs.get(ATTR_FAIL_REASON) for t in replayed
     ]
     baseline, *sampled = replayed  # the baseline is production as found: measured, not replayed
-    assert baseline.user_attrs.get(ATTR_VARIANT) == "baseline" and ATTR_REPLAY not in baseline.user_attrs
+    assert baseline.user_attrs.get(ATTR_VARIANT) == "baseline" and trial_attr(baseline, ATTR_REPLAY) is None
     assert assignment_of(baseline)[WEIGHT] == 1.0
     for t in sampled:
-        record = t.user_attrs[ATTR_REPLAY]
+        record = trial_attr(t, ATTR_REPLAY)
         assert record["settings"] == 6  # the weight's grid: 6 points of its log range
         assert record["served_check"].endswith("answers replayed exactly at the served setting")
         assert len(record["verified"]) == 2

@@ -19,7 +19,7 @@ from support.reference_experiment import FULL_SPACE, FUSION_SPACE, copy_backend_
 
 from tuner.config.experiment import load_experiment
 from tuner.ops.run import run_experiment
-from tuner.study.trial.attrs import assignment_of, reports_of
+from tuner.study.trial.attrs import ATTR_REPLAY, ATTR_REPLAY_SETTINGS, assignment_of, reports_of, trial_attr
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -66,9 +66,11 @@ def replay_run(demo_data: Path, tmp_path_factory: pytest.TempPathFactory) -> dic
 def test_the_baseline_is_measured_as_found_and_later_trials_replay_the_fusion(replay_run: dict[str, Any]) -> None:
     trials = replay_run["study"].trials
     assert [t.state for t in trials] == [optuna.trial.TrialState.COMPLETE] * 3
-    assert "replay" not in trials[0].user_attrs  # queued with every param: nothing left to replay
+    assert trial_attr(trials[0], ATTR_REPLAY) is None  # queued with every param: nothing left to replay
     for t in trials[1:]:
-        replay = t.user_attrs["replay"]
+        replay = trial_attr(t, ATTR_REPLAY)
+        assert t.user_attrs[ATTR_REPLAY_SETTINGS] == GRID_SIZE  # a scalar column; the record is a system attr
+        assert ATTR_REPLAY not in t.user_attrs
         assert replay["chosen_by"].startswith(f"grid of {GRID_SIZE}, bounded; {replay['scored']} scored exactly")
         assert replay["settings"] == GRID_SIZE and 2 <= replay["scored"] < GRID_SIZE
         assert replay["served_check"].endswith("answers replayed exactly at the served setting")
@@ -85,7 +87,7 @@ def test_the_preflight_checked_the_explanations_before_the_first_trial(replay_ru
 
 def test_every_verified_setting_measured_live_what_replay_predicted(replay_run: dict[str, Any]) -> None:
     for t in replay_run["study"].trials[1:]:
-        verified = t.user_attrs["replay"]["verified"]
+        verified = trial_attr(t, ATTR_REPLAY)["verified"]
         assert len(verified) == 2
         assert verified[0]["assignment"] != verified[1]["assignment"]
         for v in verified:
@@ -96,7 +98,7 @@ def test_every_verified_setting_measured_live_what_replay_predicted(replay_run: 
 def test_a_replay_trial_reports_its_best_live_setting_and_records_the_whole_sweep(
         replay_run: dict[str, Any]) -> None:
     for t in replay_run["study"].trials[1:]:
-        verified = t.user_attrs["replay"]["verified"]
+        verified = trial_attr(t, ATTR_REPLAY)["verified"]
         feasible = [v for v in verified if v["live_violation"] <= 0] or verified
         best = max(feasible, key=lambda v: v["live"])
         assert math.isclose(t.value, best["live"], rel_tol=0, abs_tol=1e-12)
@@ -110,7 +112,7 @@ def test_a_replay_trial_reports_its_best_live_setting_and_records_the_whole_swee
         assert len(sweep) == GRID_SIZE and sweep["rank"].tolist() == list(range(1, GRID_SIZE + 1))
         assert math.isclose(sweep["objective"].iloc[0], verified[0]["replayed"], rel_tol=0, abs_tol=1e-12)
         exact = sweep["exact"].astype(bool)
-        assert exact.sum() == t.user_attrs["replay"]["scored"] and exact.iloc[:2].all()
+        assert exact.sum() == trial_attr(t, ATTR_REPLAY)["scored"] and exact.iloc[:2].all()
         assert (sweep.loc[~exact, "objective_bound"] < verified[1]["replayed"]).all()  # below the runner-up
         snapshot = (Path(reports_of(t)["json"]).parent / "config.yaml").read_text()
         assert f"method: {assignment['fusion.method']}" in snapshot  # the snapshot is the served best
@@ -128,7 +130,7 @@ def test_mlflow_runs_of_replay_trials_hold_the_sweep_and_the_replay_figures(repl
     for t in replay_run["study"].trials[1:]:
         run = runs[t.number]
         assert run.data.metrics["replay.settings"] == GRID_SIZE
-        assert run.data.metrics["replay.settings_scored"] == t.user_attrs["replay"]["scored"]
+        assert run.data.metrics["replay.settings_scored"] == trial_attr(t, ATTR_REPLAY)["scored"]
         assert run.data.metrics["replay.max_live_gap"] <= 1e-9
         reports = {a.path for a in client.list_artifacts(run.info.run_id, "reports")}
         assert {"reports/fusion_sweep.csv", "reports/fusion_sweep.png"} <= reports
@@ -155,7 +157,7 @@ def test_scoring_every_setting_exactly_finds_what_the_bounded_grid_found(
     bounded = replay_run["study"].trials
     assert [t.state for t in full] == [optuna.trial.TrialState.COMPLETE] * 3
     for a, b in zip(full[1:], bounded[1:], strict=True):
-        ra, rb = a.user_attrs["replay"], b.user_attrs["replay"]
+        ra, rb = trial_attr(a, ATTR_REPLAY), trial_attr(b, ATTR_REPLAY)
         assert ra["chosen_by"] == f"grid of {GRID_SIZE}" and ra["scored"] == GRID_SIZE
         assert [v["assignment"] for v in ra["verified"]] == [v["assignment"] for v in rb["verified"]]
         assert [v["live"] for v in ra["verified"]] == [v["live"] for v in rb["verified"]]
@@ -229,7 +231,7 @@ def test_when_every_param_is_replayed_one_replay_trial_ends_the_study(demo_data:
     notes = Notes()
     run_experiment(exp, observer=notes)
     trials = optuna.load_study(study_name="whole", storage=exp.storage).trials
-    assert len(trials) == 2 and "replay" not in trials[0].user_attrs and "replay" in trials[1].user_attrs
+    assert len(trials) == 2 and trial_attr(trials[0], ATTR_REPLAY) is None and trial_attr(trials[1], ATTR_REPLAY)
     assert any("one replay trial covers the whole space, so this run stops after 2 trial(s)" in n for n in notes.lines)
     run_experiment(exp, observer=notes)  # run again: nothing new to learn
     assert len(optuna.load_study(study_name="whole", storage=exp.storage).trials) == 2

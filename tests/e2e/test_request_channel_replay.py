@@ -17,7 +17,7 @@ from support.reference_experiment import copy_backend_config, write_reference_ex
 
 from tuner.config.experiment import load_experiment
 from tuner.ops.run import run_experiment
-from tuner.study.trial.attrs import ATTR_APPLIED, ATTR_FAIL_REASON, ATTR_REPLAY, assignment_of
+from tuner.study.trial.attrs import ATTR_APPLIED, ATTR_FAIL_REASON, ATTR_REPLAY, assignment_of, trial_attr
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -50,7 +50,7 @@ def test_a_request_channel_study_replays_the_fusion_from_explain_and_verifies_it
     assert [t.state for t in trials] == [optuna.trial.TrialState.COMPLETE] * 2, [
         t.user_attrs.get(ATTR_FAIL_REASON) for t in trials]
     assert [t.user_attrs.get(ATTR_APPLIED) for t in trials] == ["request", "request"]
-    record = trials[1].user_attrs[ATTR_REPLAY]
+    record = trial_attr(trials[1], ATTR_REPLAY)
     assert record["settings"] == 3 * 3 + 3 * 2  # 3 weight splits x (3 RRF k + 2 linear normalisations)
     assert record["served_check"].endswith("answers replayed exactly at the served setting")
     for v in record["verified"]:

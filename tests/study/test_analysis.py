@@ -121,7 +121,7 @@ def test_study_report_files(frame, tmp_path: Path) -> None:
     assert list(back["number"]) == [0, 1, 2, 3, 4] and list(back["state"])[-1] == "FAIL"
     md = paths.markdown.read_text()
     assert "**Best feasible trial: #2** (Primary_Metric_Score = 0.4500)" in md
-    assert "Against the baseline (trial #0)" in md and "| OOS_FP_Rate | 0.2000 | 0.0500 | -0.1500 |" in md
+    assert "Against the baseline (trial #0)" in md and "| OOS_FP_Rate (higher is worse) | 0.2000 | 0.0500 | -0.1500 |" in md
     for png in (paths.history_png, paths.importance_png, paths.score_vs_oos_png):
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
     assert not list(tmp_path.glob(".*"))  # no temp files left behind
@@ -161,4 +161,45 @@ def test_the_summary_leads_with_the_objectives_own_metric(frame) -> None:
     rows = [line for line in console.export_text().splitlines() if "NDCG@10" in line]
     assert rows and "0.3100" in rows[0] and "0.4200" in rows[0] and "+0.1100" in rows[0]
     md = analysis.study_markdown(frame, study_name="s", objective="NDCG@10", maximize=True, importances={})
-    assert "| NDCG@10 | 0.3100 | 0.4200 | 0.1100 |" in md
+    assert "| NDCG@10 | 0.3100 | 0.4200 | +0.1100 |" in md
+
+
+def _trials_on_few_spots() -> list[optuna.trial.FrozenTrial]:
+    """Twelve feasible trials on a few OOS rates with close scores: the labels of the
+    score-vs-OOS plot crowd each other there (the demo's 0.0625 column)."""
+    rates = [0.0625, 0.0625, 0.0625, 0.09375, 0.09375, 0.03125, 0.0625, 0.0625, 0.09375, 0.0625, 0.03125, 0.0625]
+    scores = [0.3859, 0.3845, 0.3767, 0.3769, 0.3435, 0.2783, 0.3715, 0.3859, 0.2864, 0.3850, 0.2790, 0.3700]
+    return [trial(n, s, r) for n, (s, r) in enumerate(zip(scores, rates, strict=True))]
+
+
+def test_the_score_vs_oos_labels_do_not_overlap_and_each_trial_is_named_once() -> None:
+    import matplotlib.pyplot as plt
+
+    frame = analysis.trials_frame(_trials_on_few_spots())
+    fig = analysis.score_vs_oos_figure(frame, objective="Primary_Metric_Score", oos_metric="OOS_FP_Rate",
+                                       oos_limit=LIMIT)
+    try:
+        ax = fig.axes[0]
+        labels = [t for t in ax.texts if t.get_text()[:1].isdigit()]
+        renderer = fig.canvas.get_renderer()
+        boxes = [t.get_window_extent(renderer) for t in labels]
+        assert [(i, j) for i in range(len(boxes)) for j in range(i) if boxes[i].overlaps(boxes[j])] == []
+        named = sorted(int(n) for t in labels for n in t.get_text().split(", "))
+        assert named == list(range(12))  # every feasible trial, once; 0 and 7 share one spot and one label
+        assert any(t.get_text() == "0, 7" for t in labels)
+        assert f"OOS_FP_Rate limit {LIMIT}" in [t.get_text() for t in ax.get_legend().get_texts()]
+    finally:
+        plt.close(fig)
+
+
+def test_the_history_plot_ticks_whole_trials() -> None:
+    import matplotlib.pyplot as plt
+
+    frame = analysis.trials_frame(_trials_on_few_spots()[:5])
+    fig = analysis.history_figure(frame, objective="Primary_Metric_Score", maximize=True)
+    try:
+        fig.canvas.draw()
+        ticks = fig.axes[0].get_xticks()
+        assert len(ticks) >= 2 and all(float(t).is_integer() for t in ticks), ticks
+    finally:
+        plt.close(fig)

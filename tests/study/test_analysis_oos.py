@@ -28,4 +28,4 @@ def test_study_report_prints_n_a_for_oos_rates_without_oos_queries():
     assert "| OOS_FP_Rate | n/a | n/a | n/a |" in text  # baseline vs best
     assert "| 1 | 0.2700 | n/a |" in text  # the feasible trials' table
     measured = _markdown(20)
-    assert "| OOS_FP_Rate | 0.0000 | 0.0000 | 0.0000 |" in measured and "n/a" not in measured
+    assert "| OOS_FP_Rate | 0.0000 | 0.0000 | +0.0000 |" in measured and "n/a" not in measured

@@ -15,7 +15,7 @@ from optuna.trial import TrialState, create_trial
 
 from tuner.ops import analysis
 from tuner.study import feasibility
-from tuner.study.notes import study_note
+from tuner.study.notes import dashboard_headline, study_note
 from tuner.study.replay.fusion_search import Scored
 from tuner.study.trial.attrs import named_constraints
 from tuner.study.trial.outcome import TrialOutcome
@@ -100,3 +100,19 @@ def test_no_feasible_trial_is_none_in_every_path() -> None:
     trials = [t for t in _trials() if not feasibility.is_feasible(t)]
     assert feasibility.best_feasible_trial(trials) is None
     assert analysis.best_feasible(analysis.trials_frame(trials)) is None
+    note = study_note(trials, study_name="s", objective="score", maximize=True)
+    assert "**No feasible trial yet**" in note and "the Best Trial card stays empty" in note
+    line = dashboard_headline(trials, study_name="s", objective="score", maximize=True)
+    assert line.startswith("study s: no feasible trial yet (4 completed, every one breaks a constraint)")
+    assert "the Best Trial card stays empty" in line
+
+
+def test_the_dashboard_headline_and_the_note_name_the_best_feasible_trial_not_the_top_scorer() -> None:
+    trials = _trials()
+    line = dashboard_headline(trials, study_name="s", objective="score", maximize=True)
+    assert line == "study s: best feasible trial #2, score 0.7000 (the Best Trial card)"
+    note = study_note(trials, study_name="s", objective="score", maximize=True)
+    assert "⚠ The highest score, #1 (0.9000), is **infeasible**" in note and "do not apply it" in note
+    assert dashboard_headline([], study_name="s", objective="score", maximize=True).endswith(
+        "no completed trial yet; the Best Trial card stays empty"
+    )

@@ -140,7 +140,9 @@ def _get(app: Any, path: str) -> tuple[str, Any]:
     """One GET to a WSGI app, as a server would make it: (status, JSON body)."""
     from wsgiref.util import setup_testing_defaults
 
-    environ: dict[str, Any] = {"PATH_INFO": path, "REQUEST_METHOD": "GET", "wsgi.errors": io.StringIO()}
+    path, _, query = path.partition("?")
+    environ: dict[str, Any] = {"PATH_INFO": path, "QUERY_STRING": query, "REQUEST_METHOD": "GET",
+                               "wsgi.errors": io.StringIO()}
     setup_testing_defaults(environ)
     status: list[str] = []
     body = b"".join(app(environ, lambda s, headers, exc_info=None: status.append(s)))
@@ -176,6 +178,56 @@ def test_optuna_dashboard_on_the_bare_storage_lists_coordinates(study: optuna.St
     assert COORDINATES <= names["trial params"] and COORDINATES <= names["union"]
     assert names["importance"] & COORDINATES, names
 
+
+
+def _constrained_study(url: str, name: str, scores: list[tuple[float, float]]) -> optuna.Study:
+    """Trials told ``(value, OOS_FP_Rate violation)`` as the trial runner records them:
+    ``set_constraint`` for the samplers and the legacy list for optuna-dashboard."""
+    from tuner.optuna_adapter import set_legacy_constraints
+
+    study = optuna.create_study(storage=url, study_name=name, direction="maximize")
+    for value, violation in scores:
+        trial = study.ask()
+        trial.suggest_float("fusion.rrf_k", 1, 200)
+        trial.set_constraint("OOS_FP_Rate <= 0.1", violation)
+        set_legacy_constraints(trial, [violation])
+        study.tell(trial, value)
+    return study
+
+
+def _best_numbers(app: Any, study: optuna.Study) -> list[int]:
+    status, detail = _get(app, f"/api/studies/{study_id_of(study)}")
+    assert status.startswith("200"), detail
+    return [t["number"] for t in detail["best_trials"]]
+
+
+def test_the_best_trial_card_names_the_best_feasible_trial(tmp_path: Path) -> None:
+    """optuna-dashboard's Best Trial card and badge come from the study answer's
+    ``best_trials``: served as `tuner dashboard` serves it, the best *feasible* trial."""
+    import optuna_dashboard
+
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    # trial 1 scores highest but breaks its constraint; trial 2 is the best feasible one
+    study = _constrained_study(url, "card", [(0.30, -0.05), (0.47, 0.20), (0.41, 0.0), (0.35, -0.1)])
+    assert _best_numbers(optuna_dashboard.wsgi(url), study) == [1]  # the dashboard on its own: the top score
+    assert _best_numbers(dashboard_app(url), study) == [2]
+    view = UserView(storage_of(study))
+    assert view.get_best_trial(study_id_of(study)).number == 2
+    assert user_study(study).best_trial.number == 2 == study.best_trial.number  # Optuna's own rule agrees
+
+
+def test_with_no_feasible_trial_the_card_is_empty_and_the_page_still_answers(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    study = _constrained_study(url, "none", [(0.30, 0.05), (0.47, 0.20)])
+    assert _best_numbers(dashboard_app(url), study) == []
+    status, detail = _get(dashboard_app(url), f"/api/studies/{study_id_of(study)}?after=1")
+    assert status.startswith("200") and [t["number"] for t in detail["trials"]] == [1]
+    # Optuna's storage contract still holds for other readers: the best value, ValueError on no COMPLETE trial
+    assert UserView(storage_of(study)).get_best_trial(study_id_of(study)).number == 1
+    empty = optuna.create_study(storage=url, study_name="empty", direction="maximize")
+    with pytest.raises(ValueError):
+        UserView(storage_of(empty)).get_best_trial(study_id_of(empty))
+    assert _best_numbers(dashboard_app(url), empty) == []
 
 
 def test_tuner_optuna_dashboard_serves_config_keys_over_http(study: optuna.Study, study_url: str,

@@ -24,6 +24,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from tuner.numbers import delta, num
+from tuner.numbers import value as config_value
 from tuner.ops.analysis import PARAM_PREFIX
 from tuner.ops.verdicts import CONSTRAINT_PREFIX, JUDGED, parse_constraint, verdicts
 
@@ -194,27 +196,19 @@ def _same(a: Any, b: Any) -> bool:
 
 
 def _cell(value: Any) -> str:
-    if not _present(value):
-        return "-"
-    if isinstance(value, (tuple, list)):
-        return "[" + ", ".join(_cell(v) for v in value) + "]"
-    if isinstance(value, float):
-        return _num(value)
-    return str(value)
+    """A config value: ``0.38``, ``60``, ``[30, 90]`` (tuner.numbers.value)."""
+    return config_value(value) if _present(value) else "-"
 
 
 def _num(value: Any) -> str:
-    if not _is_num(value):
-        return "-"
-    value = float(value)
-    return f"{value:.4f}" if value == 0 or abs(value) >= 5e-5 else f"{value:.2e}"
+    return num(float(value)) if _is_num(value) else "-"
 
 
 def _delta(value: Any, base: Any) -> Text:
     if not (_is_num(value) and _is_num(base)):
         return Text("-")
     d = float(value) - float(base)
-    return Text(f"{d:+.4f}", style="green" if d > 0 else "red" if d < 0 else "")
+    return Text(delta(d), style="green" if d > 0 else "red" if d < 0 else "")
 
 
 def _variant(row: pd.Series) -> str:

@@ -9,7 +9,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -82,6 +82,9 @@ def dashboard_command(
             dashboards.wait_ready(deadline_s=deadline)
             for spec in specs:
                 typer.echo(f"{spec.name}: {spec.url}")
+            headline = _study_headline(exp)
+            if headline:
+                typer.echo(headline)
             if not exp.tracking.enabled:
                 typer.echo("mlflow: tracking is disabled in the experiment (tracking.enabled: false)", err=True)
             typer.echo("Ctrl-C stops both.", err=True)
@@ -98,6 +101,28 @@ def dashboard_command(
             stop_request.disarm()
             dashboards.stop()
     typer.echo("stopped.", err=True)
+
+
+def _study_headline(exp: Any) -> str | None:
+    """The trial optuna-dashboard's Best Trial card names, or why it is empty
+    (tuner.study.notes.dashboard_headline); None before the study's first run."""
+    from tuner.errors import StudyError
+    from tuner.study.notes import dashboard_headline
+    from tuner.study.storage.study_storage import load_study
+
+    try:
+        study = load_study(exp)
+        trials = study.get_trials(deepcopy=False)
+    except StudyError:
+        return None
+    except Exception as exc:  # noqa: BLE001 - the UIs run; only this line is lost
+        return f"study {exp.study}: not read ({type(exc).__name__}), so the best feasible trial is not named here"
+    return dashboard_headline(
+        trials,
+        study_name=study.study_name,
+        objective=exp.objective.metric,
+        maximize=exp.objective.maximize,
+    )
 
 
 def optuna_dashboard_command(

@@ -14,13 +14,14 @@ this selection.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from tuner import numbers as nums
 from tuner.config.flatten import flatten
 from tuner.config.space.kind import is_coordinate
 from tuner.errors import StudyError
@@ -231,23 +232,29 @@ def summary_table(frame: pd.DataFrame, *, metrics: Sequence[str] = ("OOS_FP_Rate
     return pd.concat([out, frame[params].rename(columns=lambda c: c.removeprefix(PARAM_PREFIX))], axis=1)
 
 
-def markdown_table(frame: pd.DataFrame, *, floatfmt: str = ".4f") -> str:
-    """A GitHub-flavoured Markdown table (no extra dependency)."""
+def markdown_table(frame: pd.DataFrame, *, signed: Collection[str] = (), values: Collection[str] = ()) -> str:
+    """A GitHub-flavoured Markdown table (no extra dependency); numbers as people read
+    them (tuner.numbers): measured ones by `num`, the ``signed`` columns (changes) by
+    `delta`, the ``values`` columns (config values, lists as ``[30, 90]``) by `value`."""
     if frame.empty:
         return "_(none)_\n"
 
-    def fmt(v: Any) -> str:
-        if v is None:
+    def fmt(column: str, v: Any) -> str:
+        if v is None or (isinstance(v, float) and math.isnan(v)):
             return ""
+        if column in values or isinstance(v, (tuple, list)):
+            return nums.value(v)
         if isinstance(v, float):
-            return "" if math.isnan(v) else format(v, floatfmt)
-        if isinstance(v, tuple):
-            return "[" + ", ".join(str(x) for x in v) + "]"
+            return nums.delta(v) if column in signed else nums.num(v)
         return str(v).replace("|", "\\|").replace("\n", " ")
 
-    header = "| " + " | ".join(str(c) for c in frame.columns) + " |"
+    columns = [str(c) for c in frame.columns]
+    header = "| " + " | ".join(columns) + " |"
     rule = "| " + " | ".join("---" for _ in frame.columns) + " |"
-    body = ["| " + " | ".join(fmt(v) for v in row) + " |" for row in frame.itertuples(index=False)]
+    body = [
+        "| " + " | ".join(fmt(c, v) for c, v in zip(columns, row, strict=True)) + " |"
+        for row in frame.itertuples(index=False)
+    ]
     return "\n".join([header, rule, *body]) + "\n"
 
 
@@ -328,6 +335,10 @@ def user_columns(frame: pd.DataFrame) -> pd.DataFrame:
     )
 
 
+def _constraint_names(frame: pd.DataFrame) -> list[str]:
+    return [c.removeprefix(CONSTRAINT_PREFIX) for c in frame.columns if c.startswith(CONSTRAINT_PREFIX)]
+
+
 def study_markdown(
     frame: pd.DataFrame,
     *,
@@ -338,6 +349,7 @@ def study_markdown(
     images: StudyReportPaths | None = None,
 ) -> str:
     lines = [f"# Study `{study_name}`", ""]
+    settings = {c.removeprefix(PARAM_PREFIX) for c in frame.columns if c.startswith(PARAM_PREFIX)}
     counts = frame["state"].value_counts().to_dict() if not frame.empty else {}
     lines.append(
         f"{len(frame)} trials: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) + "; objective "
@@ -350,24 +362,35 @@ def study_markdown(
     if best is None:
         lines += ["**No feasible trial.**", ""]
     else:
-        lines += [f"**Best feasible trial: #{int(best['number'])}** ({objective} = {best['value']:.4f}).", ""]
+        lines += [f"**Best feasible trial: #{int(best['number'])}** ({objective} = {nums.num(best['value'])}).", ""]
         if base is not None:
             na = without_oos(best) or without_oos(base)
+            # a constrained metric says which way is worse: OOS_FP_Rate's -0.1500 is a gain
+            ops = {c.metric: c.op for c in map(parse_constraint, _constraint_names(frame)) if c is not None}
             rows = pd.DataFrame(
                 [
-                    {"metric": d.metric, "baseline": "n/a", "best": "n/a", "delta": "n/a"}
-                    if na and d.metric in OOS_RATES
-                    else {"metric": d.metric, "baseline": d.baseline, "best": d.best, "delta": d.change}
+                    {
+                        "metric": f"{d.metric} ({nums.worse(ops[d.metric])})" if d.metric in ops else d.metric,
+                        **(
+                            {"baseline": "n/a", "best": "n/a", "delta": "n/a"}
+                            if na and d.metric in OOS_RATES
+                            else {"baseline": d.baseline, "best": d.best, "delta": d.change}
+                        ),
+                    }
                     for d in deltas(best, base, objective=objective)
                 ]
             )
-            lines += [f"Against the baseline (trial #{int(base['number'])}):", "", markdown_table(rows)]
+            lines += [
+                f"Against the baseline (trial #{int(base['number'])}):",
+                "",
+                markdown_table(rows, signed={"delta"}),
+            ]
     lines += [
         "## Feasible trials (best first)",
         "",
-        markdown_table(summary_table(feasible_ranked(frame, maximize=maximize))),
+        markdown_table(summary_table(feasible_ranked(frame, maximize=maximize)), values=settings),
     ]
-    lines += ["## Infeasible trials", "", markdown_table(summary_table(infeasible_trials(frame)))]
+    lines += ["## Infeasible trials", "", markdown_table(summary_table(infeasible_trials(frame)), values=settings)]
     failed = frame[frame["state"] != "COMPLETE"] if not frame.empty else frame
     lines += [
         "## Failed / pruned trials",
@@ -397,10 +420,13 @@ def _figure(width: float = 7.0, height: float = 4.5) -> Any:
     return plt.subplots(figsize=(width, height), dpi=110)
 
 
-def _save(fig: Any, path: Path) -> None:
+def _save(fig: Any, path: Path, *, laid_out: bool = False) -> None:
+    """Write ``fig`` as a PNG (laid out tightly unless ``laid_out`` already: a layout
+    after its labels were placed would move the points under them)."""
     import matplotlib.pyplot as plt
 
-    fig.tight_layout()
+    if not laid_out:
+        fig.tight_layout()
     try:
         atomic_write_with(path, lambda fh: fig.savefig(fh, format="png"))
     finally:
@@ -417,6 +443,13 @@ def _split(frame: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 def plot_history(frame: pd.DataFrame, path: Path, *, objective: str, maximize: bool) -> None:
     """Objective per trial, feasible (dots) vs infeasible (crosses), best feasible so far (line)."""
+    _save(history_figure(frame, objective=objective, maximize=maximize), path)
+
+
+def history_figure(frame: pd.DataFrame, *, objective: str, maximize: bool) -> Any:
+    """`plot_history`'s figure: trials on whole-number ticks."""
+    from matplotlib.ticker import MaxNLocator
+
     fig, ax = _figure()
     feasible, infeasible = _split(frame)
     ax.scatter(feasible["number"], feasible["value"], marker="o", color="tab:blue", label="feasible", zorder=3)
@@ -427,11 +460,12 @@ def plot_history(frame: pd.DataFrame, path: Path, *, objective: str, maximize: b
     base = baseline_row(frame)
     if base is not None and _is_number(base["value"]):
         ax.axhline(float(base["value"]), color="grey", linestyle=":", label="baseline")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # trial numbers: no 2.5
     ax.set_xlabel("trial")
     ax.set_ylabel(objective)
     ax.set_title("Optimisation history")
     ax.legend(loc="best", fontsize="small")
-    _save(fig, path)
+    return fig
 
 
 def plot_importances(importances: Mapping[str, float], path: Path) -> None:
@@ -452,22 +486,84 @@ def plot_score_vs_oos(
     frame: pd.DataFrame, path: Path, *, objective: str, oos_metric: str, oos_limit: float | None
 ) -> None:
     """The trade-off the constraint cuts: objective against the OOS false-positive rate."""
+    fig = score_vs_oos_figure(frame, objective=objective, oos_metric=oos_metric, oos_limit=oos_limit)
+    _save(fig, path, laid_out=True)
+
+
+def score_vs_oos_figure(frame: pd.DataFrame, *, objective: str, oos_metric: str, oos_limit: float | None) -> Any:
+    """`plot_score_vs_oos`'s figure: each feasible point labelled with its trial number,
+    trials on one spot sharing a label, no label over another (`label_points`)."""
     fig, ax = _figure()
     feasible, infeasible = _split(frame)
+    points: list[tuple[float, float, int]] = []
     if oos_metric in frame.columns:
         ax.scatter(feasible[oos_metric], feasible["value"], marker="o", color="tab:blue", label="feasible", zorder=3)
         ax.scatter(
             infeasible[oos_metric], infeasible["value"], marker="x", color="tab:red", label="infeasible", zorder=3
         )
-        for _, row in feasible.iterrows():
-            ax.annotate(str(int(row["number"])), (row[oos_metric], row["value"]), fontsize=6, alpha=0.7)
+        points = [(float(r[oos_metric]), float(r["value"]), int(r["number"])) for _, r in feasible.iterrows()]
     if oos_limit is not None:
-        ax.axvline(oos_limit, color="grey", linestyle="--", label=f"{oos_metric} limit {oos_limit:g}")
+        ax.axvline(oos_limit, color="grey", linestyle="--", label=f"{oos_metric} limit {nums.value(oos_limit)}")
     ax.set_xlabel(oos_metric)
     ax.set_ylabel(objective)
     ax.set_title(f"{objective} vs {oos_metric}")
     ax.legend(loc="best", fontsize="small")
-    _save(fig, path)
+    fig.tight_layout()  # before the labels are placed: where the points will be drawn
+    label_points(ax, [p for p in points if _is_number(p[0]) and _is_number(p[1])])
+    return fig
+
+
+def _label_spots() -> list[tuple[int, int, str]]:
+    """Where a label may sit around its point, in points (x, y, horizontal alignment),
+    nearest first: beside it, then further out (with a leader line)."""
+    spots = [
+        (dx * side, dy, "left" if side > 0 else "right")
+        for dx in (4, 16, 30)
+        for dy in (3, -9, 11, -17, 19, -25, 27, -33)
+        for side in (1, -1)
+    ]
+    return sorted(spots, key=lambda s: s[0] ** 2 + (s[1] + 3) ** 2)
+
+
+def label_points(ax: Any, points: Sequence[tuple[float, float, int]]) -> list[Any]:
+    """Label each point (x, y, trial number) with its number: the trials at one spot (the
+    same values to 4 digits) share one label ("3, 9, 16"), and each label takes the
+    nearest place around its point that touches no label placed before it (further out
+    with a leader line to its point); with no such place, its numbers join the label of
+    the nearest spot already labelled. Returns the labels (matplotlib annotations)."""
+    spots: dict[tuple[str, str], list[tuple[float, float, int]]] = {}
+    for x, y, n in points:
+        spots.setdefault((nums.num(x), nums.num(y)), []).append((x, y, n))
+    ax.figure.canvas.draw()  # the axes' final limits, so boxes are measured where they will be drawn
+    renderer = ax.figure.canvas.get_renderer()
+    placed: list[tuple[Any, Any, tuple[float, float]]] = []  # (label, its padded box, its point in pixels)
+    for group in spots.values():
+        x, y = group[0][0], group[0][1]
+        at = ax.transData.transform((x, y))
+        text = ", ".join(str(n) for _, _, n in sorted(group, key=lambda p: p[2]))
+        for dx, dy, ha in _label_spots():
+            near = abs(dx) <= 4 and dy in (3, -9)
+            line = None if near else {"arrowstyle": "-", "lw": 0.4, "alpha": 0.5}
+            label = ax.annotate(
+                text,
+                (x, y),
+                xytext=(dx, dy),
+                textcoords="offset points",
+                ha=ha,
+                va="bottom",
+                fontsize=6,
+                alpha=0.8,
+                arrowprops=line,
+            )
+            box = label.get_window_extent(renderer).padded(2)  # a gap, so "13" and "19" never read "1319"
+            if not any(box.overlaps(b) for _, b, _ in placed):
+                placed.append((label, box, (at[0], at[1])))
+                break
+            label.remove()
+        else:  # crowded out: join the nearest label
+            nearest = min(placed, key=lambda p: (p[2][0] - at[0]) ** 2 + (p[2][1] - at[1]) ** 2)[0]
+            nearest.set_text(f"{nearest.get_text()}, {text}")
+    return [label for label, _, _ in placed]
 
 
 def require_trials(frame: pd.DataFrame, study_name: str) -> None:

@@ -13,6 +13,7 @@ from typing import Any, TypeGuard
 import pandas as pd
 
 from tuner.config.objective import Constraint
+from tuner.numbers import num
 from tuner.study.feasibility import constraints_hold
 
 CONSTRAINT_PREFIX = "constraint:"  # the trials frame's column per constraint (tuner.ops.analysis)
@@ -78,7 +79,7 @@ def verdicts(row: pd.Series) -> list[Verdict]:
 
 
 def _num(value: float) -> str:
-    return f"{value:.4f}" if value == 0 or abs(value) >= 5e-5 else f"{value:.1e}"
+    return num(value)
 
 
 def _is_number(value: Any) -> TypeGuard[float]:

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from tuner.numbers import num
+
 #: the Markdown lists at most this many unjudged hits (the JSON report has them all)
 MAX_UNJUDGED_LISTED = 200
 #: a slim report shows the sweep rows this many either side of the threshold in effect
@@ -69,13 +71,15 @@ def _slim(report: Mapping[str, Any], pr_curve: str | None) -> str:
     return "\n\n".join(p for p in parts if p).rstrip() + "\n"
 
 
-def fmt(value: Any, digits: int = 4) -> str:
+def fmt(value: Any, digits: int | None = None) -> str:
+    """A cell: a float as people read it (tuner.numbers.num), or to ``digits`` decimals
+    where a column wants them all alike (thresholds)."""
     if value is None:
         return "n/a"
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, float):
-        return f"{value:.{digits}f}"
+        return num(value) if digits is None else f"{value:.{digits}f}"
     return _cell(str(value))
 
 

@@ -1,11 +1,14 @@
 """What the dashboards say about a study in words: the study note (best feasible vs
 baseline, the holdout verdict, links), a trial's note, and the links between the two UIs.
 
-optuna-dashboard 0.21's Best Trial card and chip ignore constraints: on a study whose
-highest value is infeasible they point at a trial `tuner apply` would never write. The
-study note, shown at the top of the study page, names the best *feasible* trial and says
-so loudly when the card disagrees. The same Markdown is the MLflow parent run's
-description. Builders are pure (Markdown from trials); `write_note` is the one write.
+optuna-dashboard 0.21's own Best Trial card and chip ignore constraints; `tuner dashboard`
+serves it a view whose best trial is the best feasible one (tuner.ops.dashboard_server),
+with the card left empty when no trial is feasible. The study note, shown at the top of
+the study page, names the best *feasible* trial and says so loudly when the highest
+score is infeasible (what optuna-dashboard started on the storage by itself would show).
+The same Markdown is the MLflow parent run's description; `dashboard_headline` is the
+line `tuner dashboard` prints. Builders are pure (Markdown from trials); `write_note` is
+the one write.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from optuna.trial import FrozenTrial, TrialState
 
+from tuner import numbers as nums
 from tuner.optuna_adapter import save_dashboard_note
 from tuner.study.feasibility import best_feasible_trial, constraints_hold, feasible_ranked, is_feasible, summary_of
 from tuner.study.trial.attrs import ATTR_EARLY_STOP, ATTR_MLFLOW_RUN, ATTR_VARIANT, metrics_of, named_constraints
@@ -74,17 +78,17 @@ def trial_note(
         head = f"**{state}**" + (f": {fail_reason}" if fail_reason else "")
     else:
         mark = "feasible" if feasible else "**infeasible**"
-        head = f"**{objective} {value:.4f}** · {mark}" if value is not None else mark
+        head = f"**{objective} {nums.num(value)}** · {mark}" if value is not None else mark
     lines = [f"### Trial {number}", "", head, ""]
     if early_stop:
         lines += [f"Stopped early: {early_stop}.", ""]
     for name, violation in constraints.items():
         metric = name.split()[0]
         shown = metrics.get(metric)
-        verdict = "holds" if constraints_hold([violation]) else f"violated by {violation:.4g}"
-        lines.append(f"- `{name}`: {metric} = {_num(shown)} ({verdict})")
+        verdict = "holds" if constraints_hold([violation]) else f"**violated** by {nums.delta(violation)}"
+        lines.append(f"- `{name}`: {metric} = {nums.num(shown)}, {verdict}{_bound(name)}")
     for name, v in solved.items():
-        lines.append(f"- `{name}` = {v:g} (solved from this trial's retrieval)")
+        lines.append(f"- `{name}` = {nums.value(v)} (solved from this trial's retrieval)")
     if gates_moved:
         lines.append(f"- gates moved by a constraint: {gates_moved}")
     if links:
@@ -120,18 +124,23 @@ def study_note(
     )
     lines = [f"## {study_name}: the trial to apply", ""]
     if best is None:
-        lines += ["**No feasible trial yet**: every completed trial breaks a constraint. Nothing to apply.", ""]
+        lines += [
+            "**No feasible trial yet**: every completed trial breaks a constraint. Nothing to apply; "
+            "the Best Trial card stays empty.",
+            "",
+        ]
     else:
-        line = f"**Best feasible: trial {link(best)}, {objective} {best.values[0]:.4f}**"
+        line = f"**Best feasible: trial {link(best)}, {objective} {nums.num(best.values[0])}**"
         if baseline is not None and baseline.number != best.number:
-            delta = best.values[0] - baseline.values[0]
-            line += f" ({delta:+.4f} vs the baseline {link(baseline)}, {baseline.values[0]:.4f})"
+            change = nums.delta(best.values[0] - baseline.values[0])
+            line += f" ({change} vs the baseline {link(baseline)}, {nums.num(baseline.values[0])})"
         lines += [line + ".", ""]
-    card = _card_trial(done, maximize)
+    card = _top_scorer(done, maximize)
     if card is not None and not is_feasible(card):
         lines += [
-            f"⚠ The Best Trial card shows {link(card)} ({card.values[0]:.4f}), which is **infeasible** "
-            f"({_broken(card)}): optuna-dashboard's card ignores constraints. Do not apply it.",
+            f"⚠ The highest {objective}, {link(card)} ({nums.num(card.values[0])}), is **infeasible** "
+            f"({_broken(card)}): do not apply it. The Best Trial card of `tuner dashboard` names the best "
+            "feasible trial; optuna-dashboard started on the storage by itself shows this one.",
             "",
         ]
     if holdout:
@@ -142,11 +151,15 @@ def study_note(
     if feasible:
         lines += [f"| trial | {objective} | vs baseline | constraints | variant |", "|---|---:|---:|---|---|"]
         for t in feasible[:_TOP]:
-            delta = f"{t.values[0] - baseline.values[0]:+.4f}" if baseline is not None else ""
-            lines.append(
-                f"| {link(t)} | {t.values[0]:.4f} | {delta} | {_held(t)} | {t.user_attrs.get(ATTR_VARIANT, '')} |"
-            )
+            change = nums.delta(t.values[0] - baseline.values[0]) if baseline is not None else ""
+            variant = t.user_attrs.get(ATTR_VARIANT, "")
+            lines.append(f"| {link(t)} | {nums.num(t.values[0])} | {change} | {_held(t)} | {variant} |")
         lines.append("")
+        bounds = sorted(
+            {b.strip(" ()") for t in feasible[:_TOP] for n in named_constraints(t.constraints) if (b := _bound(n))}
+        )
+        if bounds:  # the table's constraint column is the metric's value: say which way is worse
+            lines += [f"Constraints: {', '.join(bounds)}.", ""]
     extra = []
     if best is not None and links is not None and (run := links.run(best.user_attrs.get(ATTR_MLFLOW_RUN))):
         extra.append(f"[best trial's MLflow run]({run})")
@@ -158,6 +171,21 @@ def study_note(
         lines += [f"Apply it: `{apply_hint}`", ""]
     lines.append(counts + ".")
     return "\n".join(lines) + "\n"
+
+
+def dashboard_headline(trials: Sequence[FrozenTrial], *, study_name: str, objective: str, maximize: bool) -> str:
+    """One line for `tuner dashboard`: the trial the Best Trial card names, or why it is empty."""
+    best = best_feasible_trial(trials, maximize=maximize)
+    if best is not None:
+        value = nums.num(best.values[0])
+        return f"study {study_name}: best feasible trial #{best.number}, {objective} {value} (the Best Trial card)"
+    done = sum(t.state == TrialState.COMPLETE for t in trials)
+    if done == 0:
+        return f"study {study_name}: no completed trial yet; the Best Trial card stays empty"
+    return (
+        f"study {study_name}: no feasible trial yet ({done} completed, every one breaks a constraint): "
+        "the Best Trial card stays empty and there is nothing to apply"
+    )
 
 
 def study_summary_metrics(trials: Sequence[FrozenTrial], *, maximize: bool) -> dict[str, float]:
@@ -218,8 +246,8 @@ def write_note(target: Any, markdown: str) -> None:
     save_dashboard_note(target, markdown)
 
 
-def _card_trial(done: Sequence[FrozenTrial], maximize: bool) -> FrozenTrial | None:
-    """The trial optuna-dashboard's Best Trial card shows: the best value, feasible or not."""
+def _top_scorer(done: Sequence[FrozenTrial], maximize: bool) -> FrozenTrial | None:
+    """The best value, feasible or not (what optuna-dashboard's own Best Trial card shows)."""
     if not done:
         return None
     return (max if maximize else min)(done, key=lambda t: (t.values[0], -t.number))
@@ -238,9 +266,18 @@ def _held(t: FrozenTrial) -> str:
     parts = []
     for name in named_constraints(t.constraints):
         metric = name.split()[0]
-        parts.append(f"{metric} {_num(metrics.get(metric, t.user_attrs.get(metric)))}")
+        parts.append(f"{metric} {nums.num(metrics.get(metric, t.user_attrs.get(metric)))}")
     return ", ".join(parts)
 
 
-def _num(v: Any) -> str:
-    return f"{v:.4g}" if isinstance(v, (int, float)) and not isinstance(v, bool) else "n/a"
+def _bound(name: str) -> str:
+    """`` (at most 0.1; higher is worse)`` for constraint ``name``; "" when it is not
+    ``METRIC OP NUMBER`` (a legacy positional name)."""
+    from tuner.config.objective import Constraint
+
+    try:
+        c = Constraint.parse(name)
+    except ValueError:
+        return ""
+    limit = "at most" if c.op == "<=" else "at least"
+    return f" ({c.metric} {limit} {nums.value(c.bound)}; {nums.worse(c.op)})"

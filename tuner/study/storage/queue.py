@@ -17,7 +17,7 @@ from optuna.trial import FrozenTrial, TrialState
 from tuner.optuna_adapter import storage_of, trial_id_of
 from tuner.study.storage.retry import queue_retry
 from tuner.study.storage.study_storage import ATTR_ENQUEUED, storage_lock
-from tuner.study.trial.attrs import ATTR_FAIL_REASON, ATTR_VARIANT
+from tuner.study.trial.attrs import ATTR_FAIL_REASON, ATTR_REPLAY, ATTR_VARIANT, trial_attr
 from tuner.study.trial.failures import is_retried_infrastructure
 
 INTERRUPTED = "interrupted"
@@ -117,5 +117,5 @@ def replay_trials_left(study: optuna.Study, space: Any, replayed: frozenset[str]
         return None
     trials = study.get_trials(deepcopy=False)
     waiting = sum(t.state == TrialState.WAITING for t in trials)
-    replayed_once = any(t.state == TrialState.COMPLETE and "replay" in t.user_attrs for t in trials)
+    replayed_once = any(t.state == TrialState.COMPLETE and trial_attr(t, ATTR_REPLAY) for t in trials)
     return waiting + (0 if replayed_once else 1)

@@ -16,6 +16,12 @@ optuna-dashboard is served this view (tuner.ops.dashboard_server), and `tuner re
 ranks importances over it (tuner.ops.analysis.param_importances), so the importance plot,
 the trial table and the plots list config keys only, with the values written to the
 config. The samplers, which run on the storage itself, never see it.
+
+Its best trial is the best *feasible* one (tuner.study.feasibility, the one rule):
+optuna-dashboard's Best Trial card and badge come from ``get_best_trial``, which Optuna's
+storages answer by value alone, constraints ignored. With no feasible trial the view
+answers as Optuna does (the best value: the dashboard fails the whole study page when it
+raises), and `is_feasible_trial` tells; tuner.ops.dashboard_server then leaves the card empty.
 """
 
 from __future__ import annotations
@@ -30,24 +36,37 @@ from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner.config.space.kind import is_coordinate
+from tuner.numbers import rounded
 from tuner.optuna_adapter import storage_of, trial_id_of
+from tuner.study.feasibility import best_feasible_trial, is_feasible
 
 
-def user_trial(trial: FrozenTrial, distributions: dict[str, BaseDistribution] | None = None) -> FrozenTrial:
+def user_trial(
+    trial: FrozenTrial, distributions: dict[str, BaseDistribution] | None = None, *, display: bool = False
+) -> FrozenTrial:
     """``trial`` without its sampler coordinates; each remaining param under
-    ``distributions[name]`` where given (it must contain the value), else its own."""
+    ``distributions[name]`` where given (it must contain the value), else its own. With
+    ``display``, its values, float params and float user attributes to 4 significant
+    digits (tuner.numbers.rounded), as a person reads them on a card."""
     names = [n for n in trial.params if not is_coordinate(n)]
     shared = distributions or {}
+    dists = {n: shared.get(n, trial.distributions[n]) for n in names}
+    params = {n: trial.params[n] for n in names}
+    values, user_attrs = trial.values, trial.user_attrs
+    if display:
+        params = {n: rounded(v) if isinstance(dists[n], FloatDistribution) else v for n, v in params.items()}
+        values = None if values is None else [rounded(v) for v in values]
+        user_attrs = {k: rounded(v) if type(v) is float else v for k, v in user_attrs.items()}
     return FrozenTrial(
         number=trial.number,
         state=trial.state,
         value=None,
-        values=trial.values,
+        values=values,
         datetime_start=trial.datetime_start,
         datetime_complete=trial.datetime_complete,
-        params={n: trial.params[n] for n in names},
-        distributions={n: shared.get(n, trial.distributions[n]) for n in names},
-        user_attrs=trial.user_attrs,
+        params=params,
+        distributions=dists,
+        user_attrs=user_attrs,
         system_attrs=trial.system_attrs,
         intermediate_values=trial.intermediate_values,
         trial_id=trial_id_of(trial),
@@ -78,7 +97,7 @@ def envelope(dists: Sequence[BaseDistribution]) -> BaseDistribution | None:
     return None
 
 
-def user_trials(trials: Sequence[FrozenTrial]) -> list[FrozenTrial]:
+def user_trials(trials: Sequence[FrozenTrial], *, display: bool = False) -> list[FrozenTrial]:
     """`user_trial` of each, each config key under the envelope of its distributions."""
     seen: dict[str, list[BaseDistribution]] = {}
     for t in trials:
@@ -86,23 +105,39 @@ def user_trials(trials: Sequence[FrozenTrial]) -> list[FrozenTrial]:
             if not is_coordinate(name):
                 seen.setdefault(name, []).append(dist)
     shared = {n: e for n, ds in seen.items() if (e := envelope(ds)) is not None}
-    return [user_trial(t, shared) for t in trials]
+    return [user_trial(t, shared, display=display) for t in trials]
 
 
 class UserView(BaseStorage):
-    """``storage`` with its trials as `user_trials` makes them (see the module doc)."""
+    """``storage`` with its trials as `user_trials` makes them (see the module doc);
+    ``display``: numbers to 4 significant digits too (optuna-dashboard's view only: `tuner
+    report`'s importances read the values as measured)."""
 
-    def __init__(self, storage: BaseStorage) -> None:
+    def __init__(self, storage: BaseStorage, *, display: bool = False) -> None:
         self.inner = storage
+        self.display = display
 
     # -- trials, as people see them
     def get_trial(self, trial_id: int) -> FrozenTrial:
-        return user_trial(self.inner.get_trial(trial_id))
+        return user_trial(self.inner.get_trial(trial_id), display=self.display)
 
     def get_all_trials(
         self, study_id: int, deepcopy: bool = True, states: Container[TrialState] | None = None
     ) -> list[FrozenTrial]:
-        return user_trials(self.inner.get_all_trials(study_id, deepcopy=deepcopy, states=states))
+        return user_trials(self.inner.get_all_trials(study_id, deepcopy=deepcopy, states=states), display=self.display)
+
+    def get_best_trial(self, study_id: int) -> FrozenTrial:
+        """The best feasible trial; with none feasible, the best value as Optuna's storages
+        answer (ValueError when no trial is complete, RuntimeError for several objectives)."""
+        fallback = self.inner.get_best_trial(study_id)
+        maximize = self.inner.get_study_directions(study_id)[0] == StudyDirection.MAXIMIZE
+        done = self.inner.get_all_trials(study_id, deepcopy=False, states=(TrialState.COMPLETE,))
+        best = best_feasible_trial(done, maximize=maximize)
+        return self.get_trial(trial_id_of(best if best is not None else fallback))
+
+    def is_feasible_trial(self, trial_id: int) -> bool:
+        """The one feasibility rule (tuner.study.feasibility) on trial ``trial_id``."""
+        return is_feasible(self.inner.get_trial(trial_id))
 
     # -- everything else, unchanged
     def create_new_study(self, directions: Sequence[StudyDirection], study_name: str | None = None) -> int:

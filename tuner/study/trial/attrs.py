@@ -28,7 +28,7 @@ ATTR_FAIL_REASON = "fail_reason"
 ATTR_EARLY_STOP = "early_stop"  # why the batch stopped before its last query (a COMPLETE, infeasible trial)
 ATTR_MLFLOW_RUN = "mlflow_run_id"
 ATTR_APPLIED = "applied"  # how the backend took the config: reload, restart, or "restart: <why not a reload>"
-ATTR_REPLAY = "replay"  # fusion replay: settings scored, replayed vs live of those verified
+ATTR_REPLAY_SETTINGS = "replay_settings"  # fusion replay: how many settings a replay trial scored
 ATTR_JUDGED = "judged@10"
 ATTR_FAILED_QUERIES = "failed_queries"
 ATTR_DURATION = (
@@ -45,9 +45,21 @@ ATTR_DATA_FINGERPRINT = "data_fingerprint"  # {"inputs": digest, "backend": fing
 # which constraint moved a solved gate off its value as found, and how far: a sentence, so a
 # record (in the dashboard's table it widened a trial's page past the window); the trial note shows it
 ATTR_GATES_MOVED = "gates_moved"
+# fusion replay: how it chose, settings scored, replayed vs live of those verified (a nested
+# record: as a user attribute it made a replay trial's row 600 px tall and its page 6,678 px wide)
+ATTR_REPLAY = "replay"
 RECORD_PREFIX = "tuner."
 RECORDS = frozenset(
-    {ATTR_METRICS, ATTR_ASSIGNMENT, ATTR_REPORTS, ATTR_PHASES, ATTR_CACHE_NOTE, ATTR_DATA_FINGERPRINT, ATTR_GATES_MOVED}
+    {
+        ATTR_METRICS,
+        ATTR_ASSIGNMENT,
+        ATTR_REPORTS,
+        ATTR_PHASES,
+        ATTR_CACHE_NOTE,
+        ATTR_DATA_FINGERPRINT,
+        ATTR_GATES_MOVED,
+        ATTR_REPLAY,
+    }
 )
 
 

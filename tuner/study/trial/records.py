@@ -56,6 +56,7 @@ from tuner.study.trial.attrs import (
     ATTR_MLFLOW_RUN,
     ATTR_PHASES,
     ATTR_REPLAY,
+    ATTR_REPLAY_SETTINGS,
     ATTR_REPORTS,
     ATTR_VARIANT,
     record_key,
@@ -231,7 +232,8 @@ class Recorder:
         )  # one line (tuner.study.trial.runner._fail), whole: tests and people grep it
         user[ATTR_EARLY_STOP] = out.early_stop
         user[ATTR_APPLIED] = out.applied
-        user[ATTR_REPLAY] = out.replay
+        if out.replay:  # the record itself is a system attribute (below): user attributes stay scalars
+            user[ATTR_REPLAY_SETTINGS] = out.replay.get("settings", out.replay.get("scored"))
         user[ATTR_DURATION] = round(out.duration_s, 3)  # its phases are all timed by now (record is not in it)
         if run_id is not None:
             # Asked for on the bookkeeper during restart and health wait; a tracker waits
@@ -245,6 +247,7 @@ class Recorder:
             ATTR_CACHE_NOTE: out.cache_note,
             ATTR_DATA_FINGERPRINT: _data_fingerprint(out) or None,
             ATTR_GATES_MOVED: out.gates_moved,
+            ATTR_REPLAY: out.replay,
         }
         system = {record_key(key): jsonable(value) for key, value in records.items() if value is not None}
         artifacts: dict[str, str] = {}

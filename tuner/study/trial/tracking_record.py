@@ -117,7 +117,7 @@ def outcome_of(trial: FrozenTrial) -> TrialOutcome:
         early_stop=trial.user_attrs.get(ATTR_EARLY_STOP),
         reports=reports_of(trial),
         phase_seconds=dict(trial_attr(trial, ATTR_PHASES) or {}),
-        replay=trial.user_attrs.get(ATTR_REPLAY),
+        replay=trial_attr(trial, ATTR_REPLAY),
         gates_moved=trial_attr(trial, ATTR_GATES_MOVED),
     )
 
