@@ -248,7 +248,7 @@ def test_replay_trials_record_their_scored_settings_for_the_cross_validation(rep
     exp, study = replay_run["exp"], replay_run["study"]
     n_settings = 0
     for t in study.trials[1:]:
-        replay, record = t.user_attrs["replay"], trial_attr(t, ATTR_PER_QUERY)
+        replay, record = trial_attr(t, ATTR_REPLAY), trial_attr(t, ATTR_PER_QUERY)
         settings = record["settings"]
         assert len(settings) == min(replay["scored"], CV_SETTINGS)
         best = replay["verified"][0]  # the best replayed setting, verified live
