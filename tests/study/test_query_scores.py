@@ -20,6 +20,7 @@ from tuner.study.query_scores import (
     build_record,
     queries_of,
     save_record,
+    settings_record,
     study_crossval,
     study_scores,
 )
@@ -163,3 +164,41 @@ def test_the_study_note_and_the_parent_run_carry_the_estimate() -> None:
     assert call["metrics"]["cv_gain_ci_low"] > 0 and call["metrics"]["cv_gain_established"] == 1.0
     assert call["metrics"]["cv_optimism"] == pytest.approx(cv.optimism)
     assert call["tags"]["tuner.cv_verdict"] == cv.verdict
+    line = cv.selection_line()  # both pick rules, one line each place
+    assert line is not None and set(cv.rules) == {"best", "robust"}
+    assert f"{line[0].upper()}{line[1:]}." in get_note(study)
+    assert call["metrics"]["cv_score_robust"] == pytest.approx(cv.rules["robust"])
+
+
+def test_candidates_carry_their_params_for_the_robust_pick() -> None:
+    """A trial's params are its recorded assignment (nested values flattened); a replayed
+    setting's are its own over its trial's, or a marker of its own when it has none."""
+    study = optuna.create_study(direction="maximize")
+    rng = np.random.default_rng(4)
+    frame = _per_query(rng.uniform(0.2, 0.5, N_IN), np.zeros(N_OOS))
+    trial = study.ask()
+    metrics = _metrics(frame)
+    trial.set_constraint(OOS_RULE.name, OOS_RULE.violation(metrics))
+    set_record(trial, ATTR_ASSIGNMENT, {"fusion.method": "rrf", "fusion.weights": {"bm25": 0.4, "dense": 0.6}})
+    record = build_record(frame, metrics, "Primary_Metric_Score", [OOS_RULE])
+    assert record is not None
+    setting = {
+        "violation": -0.1,
+        "objective": frame["Primary_Metric_Score"].to_numpy()[:N_IN],
+        "oos_answered": "0" * N_OOS,
+    }
+    record["settings"] = settings_record(
+        [
+            {**setting, "setting": "fusion.weights=0.7/0.3", "params": {"fusion.weights": {"bm25": 0.7, "dense": 0.3}}},
+            {**setting, "setting": "fusion.weights=0.2/0.8"},  # recorded before settings kept their params
+        ]
+    )
+    save_record(trial, record, queries_of(frame), set())
+    study.tell(trial, metrics["Primary_Metric_Score"])
+
+    scores = study_scores(study, "Primary_Metric_Score", [OOS_RULE])
+    assert scores is not None
+    own, replayed, bare = scores.candidates
+    assert own.params == {"fusion.method": "rrf", "fusion.weights.bm25": 0.4, "fusion.weights.dense": 0.6}
+    assert replayed.params == {"fusion.method": "rrf", "fusion.weights.bm25": 0.7, "fusion.weights.dense": 0.3}
+    assert bare.params["replayed setting"] == bare.label and bare.params["fusion.weights.bm25"] == 0.4

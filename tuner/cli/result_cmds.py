@@ -98,7 +98,7 @@ def _print_crossval(console: Console, study: Any, exp: Any) -> None:
     """How much of the gain is real: the cross-validated estimate (tuner.study.crossval)."""
     from tuner.study.query_scores import study_crossval
 
-    cv = study_crossval(study, exp.objective, exp.constraints, exp.cv)
+    cv = study_crossval(study, exp.objective, exp.constraints, exp.cv, exp.selection)
     if cv is None:
         console.print("no cross-validated estimate: no trial recorded per-query scores", soft_wrap=True)
         return
@@ -107,6 +107,8 @@ def _print_crossval(console: Console, study: Any, exp: Any) -> None:
     picks = ", ".join(f"fold {p.fold + 1}: {p.label or 'baseline'}" for p in cv.picks)
     held = "".join(f"; {k} {v:.4g} on the held-out folds" for k, v in cv.heldout_constraints.items())
     console.print(f"  picks per fold: {picks}{held}", soft_wrap=True, markup=False, highlight=False)
+    if (rules := cv.selection_line()) is not None:
+        console.print(f"  {rules}", soft_wrap=True, markup=False, highlight=False)
     for note in cv.notes:
         console.print(f"  note: {note}", soft_wrap=True, markup=False, highlight=False)
 

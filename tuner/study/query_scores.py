@@ -21,7 +21,12 @@ the system attribute ``tuner.queries.<digest>``.
 
 A replay trial adds ``settings``: the (at most 20, tuner.study.trial.replay_measure.CV_SETTINGS)
 best fusion settings it scored exactly, each with its objective per in-scope query and OOS
-answers at its own solved gates and its largest violation, each a candidate of its own.
+answers at its own solved gates, its largest violation and its ``params`` (the replayed
+keys, a nested value flattened to ``key.sub``), each a candidate of its own.
+
+A candidate's params (the robust pick's neighbourhood, tuner.study.crossval) are the
+trial's recorded assignment (else its Optuna params), a setting's over its trial's; a
+setting recorded without params is marked apart (its own neighbourhood).
 
 A cache hit measured nothing: it reads the record of the trial it was copied from, when
 that trial is in this study with the same assignment.
@@ -41,9 +46,9 @@ from typing import Any
 import numpy as np
 
 from tuner.config.objective import Constraint, Objective
-from tuner.config.validation import CrossValConfig
+from tuner.config.validation import CrossValConfig, Selection
 from tuner.optuna_adapter import storage_of, study_id_of
-from tuner.study.crossval import Candidate, CrossValResult, QueryInfo, cross_validate
+from tuner.study.crossval import Candidate, CrossValResult, QueryInfo, compare_selection
 from tuner.study.trial.attrs import (
     ATTR_CACHED_FROM,
     ATTR_VARIANT,
@@ -113,9 +118,25 @@ def settings_record(settings: Sequence[Mapping[str, Any]]) -> list[dict[str, Any
             "violation": float(s["violation"]),
             "objective": _rounded(np.asarray(s["objective"], dtype=float)),
             "oos_answered": str(s["oos_answered"]),
+            **({"params": flat_params(s["params"])} if s.get("params") else {}),
         }
         for s in settings
     ]
+
+
+def flat_params(assignment: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``assignment`` with nested mappings flattened to ``key.sub``; a value that is neither
+    a number, a string nor a bool is kept as its text (a categorical value)."""
+    out: dict[str, Any] = {}
+    for key, value in assignment.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            out.update(flat_params(value, prefix=f"{name}."))
+        elif value is None or isinstance(value, bool | int | float | str):
+            out[name] = value
+        else:
+            out[name] = str(value)
+    return out
 
 
 def save_record(trial: Any, record: dict[str, Any], queries: Sequence[QueryInfo], known: set[str]) -> None:
@@ -222,7 +243,8 @@ def _candidate(
         metrics[name] = _spread(values, in_scope)
     violations = named_constraints(trial.constraints)
     fixed = {c.name: violations.get(c.name, 0.0) for c in constraints if c.metric not in metrics}
-    return Candidate(trial.number, f"#{trial.number}", objective, metrics, fixed)
+    params = flat_params(assignment_of(trial) or dict(trial.params))
+    return Candidate(trial.number, f"#{trial.number}", objective, metrics, fixed, params)
 
 
 def _setting(
@@ -240,9 +262,10 @@ def _setting(
         record["oos_answered"] = setting["oos_answered"]
     base = _candidate(trial, record, queries, constraints, objective)
     fixed = {name: float(setting["violation"]) for name in base.fixed}
-    return Candidate(
-        trial.number, f"#{trial.number} replayed {setting['setting']}", base.objective, base.metrics, fixed
-    )
+    label = f"#{trial.number} replayed {setting['setting']}"
+    own = setting.get("params")
+    params = {**base.params, **(flat_params(own) if own else {"replayed setting": label})}
+    return Candidate(trial.number, label, base.objective, base.metrics, fixed, params)
 
 
 def _spread(values: Iterable[float], where: np.ndarray) -> np.ndarray:
@@ -257,14 +280,19 @@ def _rounded(values: np.ndarray) -> list[float]:
 
 
 def study_crossval(
-    study: Any, objective: Objective, constraints: Sequence[Constraint], cv: CrossValConfig
+    study: Any,
+    objective: Objective,
+    constraints: Sequence[Constraint],
+    cv: CrossValConfig,
+    selection: Selection = "best",
 ) -> CrossValResult | None:
     """The cross-validated estimate of ``study`` from its recorded per-query scores
-    (tuner.study.crossval); None before any trial has them."""
+    (tuner.study.crossval) with the ``selection`` rule, and every rule's score beside it
+    (``rules``); None before any trial has them."""
     scores = study_scores(study, objective.metric, constraints)
     if scores is None:
         return None
-    result = cross_validate(
+    result = compare_selection(
         scores.queries,
         scores.candidates,
         scores.baseline,
@@ -274,6 +302,7 @@ def study_crossval(
         folds=cv.folds,
         seed=cv.seed,
         confidence=cv.confidence,
+        selection=selection,
     )
     if result is not None:
         result.notes += scores.notes
