@@ -202,3 +202,36 @@ def test_candidates_carry_their_params_for_the_robust_pick() -> None:
     assert own.params == {"fusion.method": "rrf", "fusion.weights.bm25": 0.4, "fusion.weights.dense": 0.6}
     assert replayed.params == {"fusion.method": "rrf", "fusion.weights.bm25": 0.7, "fusion.weights.dense": 0.3}
     assert bare.params["replayed setting"] == bare.label and bare.params["fusion.weights.bm25"] == 0.4
+
+
+def test_selection_robust_chooses_the_trial_to_apply() -> None:
+    """`tuner apply` without --trial (pick_trial): the best feasible trial, or with
+    ``selection: robust`` the trial whose neighbourhood of like settings scores best; an
+    infeasible trial is never chosen."""
+    from tuner.study.feasibility import pick_trial
+    from tuner.study.query_scores import robust_trial, trial_chooser
+
+    study = optuna.create_study(direction="maximize")
+    rng = np.random.default_rng(5)
+    base = rng.uniform(0.2, 0.5, N_IN)
+    quiet, loud = np.zeros(N_OOS), np.ones(N_OOS)
+    planted = [(0.0, 0.10, quiet), (0.02, -0.05, quiet), (0.04, -0.05, quiet), (0.06, -0.05, quiet)]
+    planted += [(0.5, 0.30, loud)]  # the highest, but breaks the OOS budget
+    planted += [(0.80 + 0.02 * i, 0.08, quiet) for i in range(5)]  # the plateau
+    for x, gain, answered in planted:
+        trial = study.ask()
+        frame = _per_query(base + gain, answered)
+        metrics = _metrics(frame)
+        trial.set_constraint(OOS_RULE.name, OOS_RULE.violation(metrics))
+        set_record(trial, ATTR_ASSIGNMENT, {"fusion.method": "rrf", "fusion.rrf_k": x})
+        record = build_record(frame, metrics, "Primary_Metric_Score", [OOS_RULE])
+        assert record is not None
+        save_record(trial, record, queries_of(frame), set())
+        study.tell(trial, metrics["Primary_Metric_Score"])
+
+    assert pick_trial(study, None, maximize=True, choose=trial_chooser(Objective(), [OOS_RULE], "best")).number == 0
+    robust = robust_trial(study, Objective(), [OOS_RULE])
+    assert robust is not None and robust.number in range(5, 10)
+    chosen = pick_trial(study, None, maximize=True, choose=trial_chooser(Objective(), [OOS_RULE], "robust"))
+    assert chosen.number == robust.number
+    assert pick_trial(study, 1, maximize=True, choose=trial_chooser(Objective(), [OOS_RULE], "robust")).number == 1

@@ -92,6 +92,23 @@ def best_command(
         console.print(f"{len(failed)} trial(s) failed or pruned; `tuner report {experiment}` lists them")
     if exp.cross_validates:
         _print_crossval(console, study, exp)
+    if exp.selection == "robust":
+        _print_robust(console, study, exp, experiment)
+
+
+def _print_robust(console: Console, study: Any, exp: Any, experiment: Any) -> None:
+    """With ``selection: robust`` the trial to apply is the robust pick, not the top row."""
+    from tuner.study.query_scores import robust_trial
+
+    trial = robust_trial(study, exp.objective, exp.constraints)
+    if trial is not None:
+        console.print(
+            f"selection: robust: `tuner apply {experiment}` applies trial #{trial.number} "
+            f"({exp.objective.metric} {trial.values[0]:.4f}), the best neighbourhood of like settings",
+            soft_wrap=True,
+            markup=False,
+            highlight=False,
+        )
 
 
 def _print_crossval(console: Console, study: Any, exp: Any) -> None:

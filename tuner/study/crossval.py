@@ -373,19 +373,38 @@ def pick_index(
     maximize: bool = True,
     selection: Selection = "best",
     k: int = NEIGHBOURS,
+    eligible: Sequence[bool] | None = None,
 ) -> int | None:
     """The candidate ``selection`` picks (module doc) from their ``means`` on the queries
-    picked on, or None when none is feasible with a score. Ties: rank_key (lower trial
-    number), then candidate order."""
+    picked on, or None when none is feasible with a score. ``eligible``: only these may be
+    picked (every feasible candidate still counts as a neighbour). Ties: rank_key (lower
+    trial number), then candidate order."""
     ranked_by = means if selection == "best" else neighbourhood_means(means, feasible, params, k)
     best: tuple[tuple[float, int], int] | None = None
     for i in range(len(means)):
         if not feasible[i] or math.isnan(means[i]) or math.isnan(ranked_by[i]):
             continue
+        if eligible is not None and not eligible[i]:
+            continue
         key = rank_key(float(ranked_by[i]), numbers[i], maximize=maximize)
         if best is None or key < best[0]:
             best = (key, i)
     return None if best is None else best[1]
+
+
+def select(
+    candidates: Sequence[Candidate],
+    constraints: Sequence[Constraint],
+    *,
+    maximize: bool = True,
+    selection: Selection = "best",
+    eligible: Sequence[bool] | None = None,
+) -> int | None:
+    """The candidate ``selection`` picks on all queries (index), among ``eligible`` ones."""
+    if not candidates:
+        return None
+    table = _Table(candidates, constraints, maximize, selection)
+    return table.pick(np.ones(len(candidates[0].objective), dtype=bool), eligible)
 
 
 def _is_number(value: Any) -> bool:
@@ -409,7 +428,7 @@ class _Table:
     def train_score(self, index: int, mask: np.ndarray) -> float:
         return _mean(self.scores[index], mask)
 
-    def pick(self, mask: np.ndarray) -> int | None:
+    def pick(self, mask: np.ndarray, eligible: Sequence[bool] | None = None) -> int | None:
         """The candidate the selection rule picks among those feasible on the queries of
         ``mask`` (index), or None."""
         with warnings.catch_warnings():  # an all-NaN row (no score on these queries) is left out below
@@ -423,6 +442,7 @@ class _Table:
             [c.params for c in self.candidates],
             maximize=self.maximize,
             selection=self.selection,
+            eligible=eligible,
         )
 
     def feasible(self, cand: Candidate, mask: np.ndarray) -> bool:

@@ -39,7 +39,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,7 +48,8 @@ import numpy as np
 from tuner.config.objective import Constraint, Objective
 from tuner.config.validation import CrossValConfig, Selection
 from tuner.optuna_adapter import storage_of, study_id_of
-from tuner.study.crossval import Candidate, CrossValResult, QueryInfo, compare_selection
+from tuner.study.crossval import Candidate, CrossValResult, QueryInfo, compare_selection, select
+from tuner.study.feasibility import best_feasible_trial, is_feasible
 from tuner.study.trial.attrs import (
     ATTR_CACHED_FROM,
     ATTR_VARIANT,
@@ -277,6 +278,34 @@ def _spread(values: Iterable[float], where: np.ndarray) -> np.ndarray:
 def _rounded(values: np.ndarray) -> list[float]:
     rounded: list[float] = np.round(values, _DECIMALS).tolist()
     return rounded
+
+
+def robust_trial(study: Any, objective: Objective, constraints: Sequence[Constraint]) -> Any:
+    """The trial ``selection: robust`` deploys (`tuner apply`, `tuner validate` without
+    --trial): the robust rule's pick on all queries among the feasible trials, their
+    neighbourhoods counting the replayed settings too (a replayed setting itself is not a
+    trial to apply). Without recorded per-query scores: the best feasible trial."""
+    trials = study.get_trials(deepcopy=False)
+    scores = study_scores(study, objective.metric, constraints)
+    if scores is not None:
+        by_number = {t.number: t for t in trials}
+        eligible = [c.label == f"#{c.number}" and is_feasible(by_number[c.number]) for c in scores.candidates]
+        index = select(
+            scores.candidates, constraints, maximize=objective.maximize, selection="robust", eligible=eligible
+        )
+        if index is not None:
+            return by_number[scores.candidates[index].number]
+    return best_feasible_trial(trials, maximize=objective.maximize)
+
+
+def trial_chooser(
+    objective: Objective, constraints: Sequence[Constraint], selection: Selection
+) -> Callable[[Any], Any] | None:
+    """How `tuner.study.feasibility.pick_trial` chooses without --trial: None (the best
+    feasible trial) for ``selection: best``, `robust_trial` for ``robust``."""
+    if selection == "best":
+        return None
+    return lambda study: robust_trial(study, objective, constraints)
 
 
 def study_crossval(
