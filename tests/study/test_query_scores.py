@@ -179,7 +179,8 @@ def test_candidates_carry_their_params_for_the_robust_pick() -> None:
     trial = study.ask()
     metrics = _metrics(frame)
     trial.set_constraint(OOS_RULE.name, OOS_RULE.violation(metrics))
-    set_record(trial, ATTR_ASSIGNMENT, {"fusion.method": "rrf", "fusion.weights": {"bm25": 0.4, "dense": 0.6}})
+    assignment = {"fusion.method": "rrf", "fusion.weights": {"bm25": 0.4, "dense": 0.6}, "windows": [30, 90]}
+    set_record(trial, ATTR_ASSIGNMENT, assignment)
     record = build_record(frame, metrics, "Primary_Metric_Score", [OOS_RULE])
     assert record is not None
     setting = {
@@ -199,8 +200,14 @@ def test_candidates_carry_their_params_for_the_robust_pick() -> None:
     scores = study_scores(study, "Primary_Metric_Score", [OOS_RULE])
     assert scores is not None
     own, replayed, bare = scores.candidates
-    assert own.params == {"fusion.method": "rrf", "fusion.weights.bm25": 0.4, "fusion.weights.dense": 0.6}
-    assert replayed.params == {"fusion.method": "rrf", "fusion.weights.bm25": 0.7, "fusion.weights.dense": 0.3}
+    windows = {"windows.0": 30, "windows.1": 90}  # a list of numbers stays numeric
+    assert own.params == {"fusion.method": "rrf", "fusion.weights.bm25": 0.4, "fusion.weights.dense": 0.6, **windows}
+    assert replayed.params == {
+        "fusion.method": "rrf",
+        "fusion.weights.bm25": 0.7,
+        "fusion.weights.dense": 0.3,
+        **windows,
+    }
     assert bare.params["replayed setting"] == bare.label and bare.params["fusion.weights.bm25"] == 0.4
 
 

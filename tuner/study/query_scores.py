@@ -126,13 +126,16 @@ def settings_record(settings: Sequence[Mapping[str, Any]]) -> list[dict[str, Any
 
 
 def flat_params(assignment: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """``assignment`` with nested mappings flattened to ``key.sub``; a value that is neither
-    a number, a string nor a bool is kept as its text (a categorical value)."""
+    """``assignment`` with nested mappings flattened to ``key.sub`` and lists to ``key.0``,
+    ``key.1``.. (a list of numbers, e.g. fallback windows, stays numeric); any other value
+    that is neither a number, a string nor a bool is kept as its text (a categorical value)."""
     out: dict[str, Any] = {}
     for key, value in assignment.items():
         name = f"{prefix}{key}"
         if isinstance(value, Mapping):
             out.update(flat_params(value, prefix=f"{name}."))
+        elif isinstance(value, list | tuple):
+            out.update(flat_params({str(i): v for i, v in enumerate(value)}, prefix=f"{name}."))
         elif value is None or isinstance(value, bool | int | float | str):
             out[name] = value
         else:
