@@ -179,7 +179,8 @@ def test_candidates_carry_their_params_for_the_robust_pick() -> None:
     trial = study.ask()
     metrics = _metrics(frame)
     trial.set_constraint(OOS_RULE.name, OOS_RULE.violation(metrics))
-    assignment = {"fusion.method": "rrf", "fusion.weights": {"bm25": 0.4, "dense": 0.6}, "windows": [30, 90]}
+    assignment = {"fusion.method": "linear", "fusion.normalization": "minmax", "windows": [30, 90]}
+    assignment["fusion.weights"] = {"bm25": 0.4, "dense": 0.6}
     set_record(trial, ATTR_ASSIGNMENT, assignment)
     record = build_record(frame, metrics, "Primary_Metric_Score", [OOS_RULE])
     assert record is not None
@@ -190,7 +191,16 @@ def test_candidates_carry_their_params_for_the_robust_pick() -> None:
     }
     record["settings"] = settings_record(
         [
-            {**setting, "setting": "fusion.weights=0.7/0.3", "params": {"fusion.weights": {"bm25": 0.7, "dense": 0.3}}},
+            {
+                **setting,
+                "setting": "w=0.4/0.6",
+                "params": {"fusion.method": "linear", "fusion.normalization": "minmax"},
+            },
+            {
+                **setting,
+                "setting": "rrf 0.7/0.3",
+                "params": {"fusion.method": "rrf", "fusion.weights": {"bm25": 0.7, "dense": 0.3}},
+            },
             {**setting, "setting": "fusion.weights=0.2/0.8"},  # recorded before settings kept their params
         ]
     )
@@ -199,16 +209,18 @@ def test_candidates_carry_their_params_for_the_robust_pick() -> None:
 
     scores = study_scores(study, "Primary_Metric_Score", [OOS_RULE])
     assert scores is not None
-    own, replayed, bare = scores.candidates
+    own, _, replayed, bare = scores.candidates
     windows = {"windows.0": 30, "windows.1": 90}  # a list of numbers stays numeric
-    assert own.params == {"fusion.method": "rrf", "fusion.weights.bm25": 0.4, "fusion.weights.dense": 0.6, **windows}
+    weights = {"fusion.weights.bm25": 0.4, "fusion.weights.dense": 0.6}
+    assert own.params == {"fusion.method": "linear", "fusion.normalization": "minmax", **weights, **windows}
+    # the rrf setting: no linear normalization stuck to it from its trial's own method
     assert replayed.params == {
         "fusion.method": "rrf",
         "fusion.weights.bm25": 0.7,
         "fusion.weights.dense": 0.3,
         **windows,
     }
-    assert bare.params["replayed setting"] == bare.label and bare.params["fusion.weights.bm25"] == 0.4
+    assert bare.params["replayed setting"] == bare.label and "fusion.method" not in bare.params
 
 
 def test_selection_robust_chooses_the_trial_to_apply() -> None:

@@ -202,9 +202,10 @@ def scores_of(
             continue
         cand = _candidate(by_number[number], record, queries, constraints, objective)
         candidates.append(cand)
+        settings = record.get("settings") or ()
+        replayed = {key for s in settings for key in flat_params(s.get("params") or {})}
         candidates += [
-            _setting(by_number[number], setting, queries, constraints, objective)
-            for setting in record.get("settings") or ()
+            _setting(by_number[number], setting, queries, constraints, objective, replayed) for setting in settings
         ]
         if by_number[number].user_attrs.get(ATTR_VARIANT) == "baseline":
             baseline = cand
@@ -257,10 +258,13 @@ def _setting(
     queries: Sequence[QueryInfo],
     constraints: Sequence[Constraint],
     objective: str,
+    replayed: Iterable[str] = (),
 ) -> Candidate:
     """A replayed setting of ``trial`` as a candidate: its per-query objective and OOS
     answers; a constraint without per-query values takes the setting's largest violation
-    (all the replay keeps of it, the stricter reading)."""
+    (all the replay keeps of it, the stricter reading). Its params: the trial's without
+    the ``replayed`` keys (any of the trial's settings sets them: a conditional key of the
+    trial's own method must not stick to a setting of another), then the setting's own."""
     record = {"objective": setting["objective"]}
     if setting.get("oos_answered"):
         record["oos_answered"] = setting["oos_answered"]
@@ -268,7 +272,9 @@ def _setting(
     fixed = {name: float(setting["violation"]) for name in base.fixed}
     label = f"#{trial.number} replayed {setting['setting']}"
     own = setting.get("params")
-    params = {**base.params, **(flat_params(own) if own else {"replayed setting": label})}
+    drop = set(replayed)
+    kept = {k: v for k, v in base.params.items() if k not in drop}
+    params = {**kept, **(flat_params(own) if own else {"replayed setting": label})}
     return Candidate(trial.number, label, base.objective, base.metrics, fixed, params)
 
 
