@@ -183,6 +183,7 @@ def test_compare_selection_reports_both_rules_on_the_same_folds() -> None:
     assert cv.to_dict()["rules"] == cv.rules
     assert line[1:] in cv.to_markdown()
     assert best.selection_line() is None  # one rule alone: nothing to compare
+    assert "in-sample robust pick" in cv.summary_line() and "in-sample best" in best.summary_line()
 
 
 def test_without_params_robust_is_best_when_every_candidate_stands_alone() -> None:

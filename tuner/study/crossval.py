@@ -159,7 +159,8 @@ class CrossValResult:
             pct = f"{self.confidence:.0%}"
             text += f", gain over the baseline {self.gain:+.4f} [{pct} CI {self.ci_low:+.4f}, {self.ci_high:+.4f}]"
         if self.in_sample is not None:
-            text += f"; in-sample best {self.in_sample:.4f} ({self.in_sample_label}), optimism {self.optimism:+.4f}"
+            what = "best" if self.selection == "best" else f"{self.selection} pick"
+            text += f"; in-sample {what} {self.in_sample:.4f} ({self.in_sample_label}), optimism {self.optimism:+.4f}"
         return text + f". {self.verdict[0].upper()}{self.verdict[1:]}."
 
     def selection_line(self) -> str | None:
