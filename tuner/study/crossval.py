@@ -120,6 +120,9 @@ class CrossValResult:
     baseline_feasible: bool | None = None  # the baseline meets every constraint on all queries
     selection: Selection = "best"  # the pick rule of this estimate
     rules: dict[str, float] = field(default_factory=dict)  # every rule's cross-validated score (compare_selection)
+    # robust minus best on the same held-out queries: (delta, ci_low, ci_high), paired bootstrap
+    rules_gain: tuple[float, float, float] | None = None
+    deployed: np.ndarray | None = field(default=None, repr=False)  # the picks' held-out scores, in-scope queries
 
     @property
     def optimism(self) -> float | None:
@@ -168,13 +171,21 @@ class CrossValResult:
         if len(self.rules) < 2:
             return None
         scores = ", ".join(f"{rule} {score:.4f}" for rule, score in self.rules.items())
-        best_rule, other = self.rules.get("best"), self.rules.get("robust")
-        if best_rule is None or other is None or math.isclose(best_rule, other, abs_tol=5e-5):
-            better = "both rules generalise alike on this study"
+        if self.rules_gain is None:
+            return f"selection rules, cross-validated: {scores} (selection: {self.selection} in use)"
+        delta, low, high = self.rules_gain
+        sign = 1.0 if self.maximize else -1.0
+        if low * sign > 0 and high * sign > 0:
+            better = "robust generalises better on this study"
+        elif low * sign < 0 and high * sign < 0:
+            better = "best generalises better on this study"
         else:
-            robust_wins = other > best_rule if self.maximize else other < best_rule
-            better = f"{'robust' if robust_wins else 'best'} generalises better on this study"
-        return f"selection rules, cross-validated: {scores} ({better}; selection: {self.selection} in use)"
+            better = "neither rule generalises measurably better on this study"
+        pct = f"{self.confidence:.0%}"
+        return (
+            f"selection rules, cross-validated: {scores}; robust - best {delta:+.4f} [{pct} CI {low:+.4f}, "
+            f"{high:+.4f}]: {better} (selection: {self.selection} in use)"
+        )
 
     def metrics(self) -> dict[str, float]:
         """Numbers for the MLflow parent run (``cv_`` names)."""
@@ -192,6 +203,10 @@ class CrossValResult:
         out.update({k: float(v) for k, v in named.items() if v is not None})
         out.update({f"cv_heldout_{k}": v for k, v in self.heldout_constraints.items()})
         out.update({f"cv_score_{rule}": score for rule, score in self.rules.items()})
+        if self.rules_gain is not None:
+            out["cv_robust_minus_best"], out["cv_robust_minus_best_ci_low"], out["cv_robust_minus_best_ci_high"] = (
+                self.rules_gain
+            )
         return out
 
     def to_dict(self) -> dict[str, Any]:
@@ -216,6 +231,7 @@ class CrossValResult:
             "verdict": self.verdict,
             "selection": self.selection,
             "rules": self.rules,
+            "robust_minus_best": None if self.rules_gain is None else list(self.rules_gain),
             "heldout_constraints": self.heldout_constraints,
             "picks": [p.__dict__ for p in self.picks],
             "notes": self.notes,
@@ -306,6 +322,7 @@ def cross_validate(
         selection=selection,
         heldout_constraints={m: _pooled(v) for m, v in held.items() if m in {c.metric for c in constraints}},
         notes=notes,
+        deployed=deployed[ids],
     )
     if baseline is not None:
         _compare(result, baseline.objective[ids], deployed[ids], n_resamples=n_resamples, seed=seed)
@@ -323,14 +340,27 @@ def compare_selection(
     **options: Any,
 ) -> CrossValResult | None:
     """The estimate of the ``selection`` rule in use, its ``rules`` holding every rule's
-    cross-validated score on the same folds (the other rules' full estimates are not kept)."""
+    cross-validated score on the same folds and ``rules_gain`` robust minus best on the
+    same held-out queries with a paired bootstrap interval (the other rule's full estimate
+    is not kept)."""
     results = {
         rule: cross_validate(queries, candidates, baseline, constraints, selection=rule, **options)
         for rule in SELECTIONS
     }
     result = results[selection]
-    if result is not None:
-        result.rules = {rule: r.cv_score for rule, r in results.items() if r is not None}
+    if result is None:
+        return None
+    result.rules = {rule: r.cv_score for rule, r in results.items() if r is not None}
+    best, robust = results["best"], results["robust"]
+    if best is not None and robust is not None and best.deployed is not None and robust.deployed is not None:
+        if best.deployed.shape == robust.deployed.shape and best.deployed.size > 1:
+            result.rules_gain = _paired(
+                best.deployed,
+                robust.deployed,
+                confidence=result.confidence,
+                n_resamples=int(options.get("n_resamples", 10_000)),
+                seed=result.seed,
+            )
     return result
 
 
@@ -471,6 +501,19 @@ def _pooled(parts: list[np.ndarray]) -> float:
     values = np.concatenate(parts)
     values = values[~np.isnan(values)]
     return float(values.mean()) if values.size else math.nan
+
+
+def _paired(
+    a: np.ndarray, b: np.ndarray, *, confidence: float, n_resamples: int, seed: int
+) -> tuple[float, float, float]:
+    """b minus a per query: the mean and its paired bootstrap interval."""
+    from tuner.metrics.significance import bootstrap_means
+
+    diffs = (b - a).reshape(-1, 1)
+    boot = bootstrap_means(diffs, n_resamples=n_resamples, seed=seed)
+    tail = (1.0 - confidence) / 2.0
+    low, high = np.quantile(boot, [tail, 1.0 - tail], axis=0)
+    return float(diffs.mean()), float(low[0]), float(high[0])
 
 
 def _compare(result: CrossValResult, base: np.ndarray, deployed: np.ndarray, *, n_resamples: int, seed: int) -> None:
