@@ -352,15 +352,11 @@ def compare_selection(
         return None
     result.rules = {rule: r.cv_score for rule, r in results.items() if r is not None}
     best, robust = results["best"], results["robust"]
-    if best is not None and robust is not None and best.deployed is not None and robust.deployed is not None:
-        if best.deployed.shape == robust.deployed.shape and best.deployed.size > 1:
-            result.rules_gain = _paired(
-                best.deployed,
-                robust.deployed,
-                confidence=result.confidence,
-                n_resamples=int(options.get("n_resamples", 10_000)),
-                seed=result.seed,
-            )
+    a = None if best is None else best.deployed
+    b = None if robust is None else robust.deployed
+    if a is not None and b is not None and a.shape == b.shape and a.size > 1:
+        n_resamples = int(options.get("n_resamples", 10_000))
+        result.rules_gain = _paired(a, b, confidence=result.confidence, n_resamples=n_resamples, seed=result.seed)
     return result
 
 
