@@ -27,48 +27,24 @@ REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "experiments" / "engines" / "opensearch_stored_pipeline.yaml"
 AUTH = "Basic b3M6b3M="
 PIPELINE_URL = "http://localhost:9200/_search/pipeline/hybrid-search"
-QUERY = Query(
-    query_id="q1",
-    query="red leather sofa",
-    query_type="keyword",
-    source="test",
-    scope="in",
-    extra={"date_from": "2024-01-01"},
-)
+QUERY = Query(query_id="q1", query="red leather sofa", query_type="keyword", source="test", scope="in",
+              extra={"date_from": "2024-01-01"})
 
 
 def pipeline(normalization: str, combination: str, weights: list[float]) -> dict[str, Any]:
     """The stored pipeline as PUT /_search/pipeline/NAME takes it."""
-    return {
-        "description": "Hybrid search: BM25 + neural",
-        "phase_results_processors": [
-            {
-                "normalization-processor": {
-                    "normalization": {"technique": normalization},
-                    "combination": {"technique": combination, "parameters": {"weights": weights}},
-                }
-            }
-        ],
-    }
+    return {"description": "Hybrid search: BM25 + neural",
+            "phase_results_processors": [{"normalization-processor": {
+                "normalization": {"technique": normalization},
+                "combination": {"technique": combination, "parameters": {"weights": weights}}}}]}
 
 
 PRODUCTION = pipeline("min_max", "arithmetic_mean", [0.3, 0.7])
-SEARCH_BODY = {
-    "size": 50,
-    "_source": {"includes": ["title"]},
-    "query": {
-        "hybrid": {
-            "queries": [
-                {"match": {"text": {"query": "red leather sofa"}}},
-                {
-                    "neural": {
-                        "passage_embedding": {"query_text": "red leather sofa", "model_id": "my-model-id", "k": 100}
-                    }
-                },
-            ]
-        }
-    },
-}
+SEARCH_BODY = {"size": 50, "_source": {"includes": ["title"]},
+               "query": {"hybrid": {"queries": [
+                   {"match": {"text": {"query": "red leather sofa"}}},
+                   {"neural": {"passage_embedding": {"query_text": "red leather sofa", "model_id": "my-model-id",
+                                                     "k": 100}}}]}}}
 
 
 class PipelineApi:
@@ -98,14 +74,8 @@ def load() -> Experiment:
 def patcher(exp: Experiment, api: PipelineApi, tmp_path: Path) -> HttpConfigPatcher:
     http = exp.target.http
     assert http is not None
-    store = HttpConfigStore(
-        http.url,
-        method=http.method,
-        headers=http.headers,
-        read_back=http.read_back,
-        document=http.document,
-        transport=httpx.MockTransport(api),
-    )
+    store = HttpConfigStore(http.url, method=http.method, headers=http.headers, read_back=http.read_back,
+                            document=http.document, transport=httpx.MockTransport(api))
     return HttpConfigPatcher(store, HttpJournal(tmp_path / "journal.json"))
 
 
@@ -114,27 +84,21 @@ def test_the_example_loads_as_an_http_channel_study_against_a_running_engine() -
     http = exp.target.http
     assert exp.target.channel == "http" and exp.target.apply == "none" and exp.target.config_files == []
     assert http is not None and (http.url, http.method, http.document, http.read_back) == (
-        PIPELINE_URL,
-        "PUT",
-        "hybrid-search",
-        True,
-    )
+        PIPELINE_URL, "PUT", "hybrid-search", True)
     assert http.headers == {"Authorization": AUTH}
     assert exp.search_space == (REPO / "search_space" / "engines" / "opensearch_stored_pipeline.yaml").resolve()
 
 
-def test_the_space_is_checked_against_the_pipeline_as_found_and_the_baseline_changes_nothing(tmp_path: Path) -> None:
+def test_the_space_is_checked_against_the_pipeline_as_found_and_the_baseline_changes_nothing(
+        tmp_path: Path) -> None:
     exp, api = load(), PipelineApi()
     space = load_space(exp.search_space)
     p = patcher(exp, api, tmp_path)
     assert p.documents() == [PRODUCTION]
     assert space.validate_against(p.documents()) == []
     found = space.current_assignment(p.documents())
-    assert found == {
-        "fusion.normalization": "min_max",
-        "fusion.combination": "arithmetic_mean",
-        "fusion.weights": {"0": 0.3, "1": 0.7},
-    }
+    assert found == {"fusion.normalization": "min_max", "fusion.combination": "arithmetic_mean",
+                     "fusion.weights": {"0": 0.3, "1": 0.7}}
     texts = p.render(space.edits(space.as_found(found, p.documents())))
     assert json.loads(texts[HTTP_TEXT]) == PRODUCTION
 
@@ -143,11 +107,8 @@ def test_a_trials_put_is_the_documented_pipeline_and_restore_puts_the_original_b
     exp, api = load(), PipelineApi()
     space = load_space(exp.search_space)
     p = patcher(exp, api, tmp_path)
-    trial = {
-        "fusion.normalization": "l2",
-        "fusion.combination": "harmonic_mean",
-        "fusion.weights": {"0": 0.6, "1": 0.4},
-    }
+    trial = {"fusion.normalization": "l2", "fusion.combination": "harmonic_mean",
+             "fusion.weights": {"0": 0.6, "1": 0.4}}
     p.write(p.render(space.edits(trial)))
     assert json.loads(api.puts[-1].content) == pipeline("l2", "harmonic_mean", [0.6, 0.4])
     assert json.loads(api.puts[-1].content) != PRODUCTION  # the check can fail

@@ -42,14 +42,8 @@ def test_every_user_names_an_assignment_by_the_one_rule() -> None:
     assert set(applied_params(ASSIGNMENT, {}, {})) == NAMES - {"fusion.method"}
     assert set(flat_params(ASSIGNMENT)) == NAMES
     trial = SimpleNamespace(
-        number=0,
-        state=TrialState.COMPLETE,
-        values=[0.5],
-        user_attrs={},
-        system_attrs={},
-        constraints={},
-        params={},
-        distributions={},
+        number=0, state=TrialState.COMPLETE, values=[0.5], user_attrs={}, system_attrs={}, constraints={},
+        params={}, distributions={},
     )
     trial.user_attrs["assignment"] = ASSIGNMENT
     frame = trials_frame([trial])

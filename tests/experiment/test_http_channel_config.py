@@ -49,22 +49,14 @@ def test_the_section_is_read_with_its_defaults_and_the_port_filled(tmp_path: Pat
     assert exp.http_journal_path == exp.state_dir / "restore-journal-http.json"
 
 
-@pytest.mark.parametrize(
-    ("extra", "message"),
-    [
-        (
-            "  reload: {signal: SIGHUP, fingerprint: config_fingerprint}",
-            r"channel: http writes the config through its API, which serves it; remove target.reload",
-        ),
-        (
-            "  config_files: [config.yaml]",
-            r"channel: http patches the document at http.url, not files; remove config_files",
-        ),
-        ("    read_back: false", r"a write must be confirmed: keep read_back: true, or give fingerprint"),
-        ("    method: PATCH", r"http.method"),
-        ("  process: {command: [x]}", r"the engine must already run: set apply: none"),
-    ],
-)
+@pytest.mark.parametrize(("extra", "message"), [
+    ("  reload: {signal: SIGHUP, fingerprint: config_fingerprint}",
+     r"channel: http writes the config through its API, which serves it; remove target.reload"),
+    ("  config_files: [config.yaml]", r"channel: http patches the document at http.url, not files; remove config_files"),
+    ("    read_back: false", r"a write must be confirmed: keep read_back: true, or give fingerprint"),
+    ("    method: PATCH", r"http.method"),
+    ("  process: {command: [x]}", r"the engine must already run: set apply: none"),
+])
 def test_contradictions_are_refused_at_load_in_one_line(tmp_path: Path, extra: str, message: str) -> None:
     if extra.startswith("  config_files"):
         (tmp_path / "config.yaml").write_text("a: 1\n")
@@ -78,9 +70,8 @@ def test_contradictions_are_refused_at_load_in_one_line(tmp_path: Path, extra: s
 
 def test_channel_http_without_the_section_names_what_to_add(tmp_path: Path) -> None:
     path = write(tmp_path)
-    text = path.read_text().replace(
-        '  http:\n    url: "http://127.0.0.1:{port}/admin/config"\n    headers: {Authorization: "Bearer s3cret"}\n', ""
-    )
+    text = path.read_text().replace('  http:\n    url: "http://127.0.0.1:{port}/admin/config"\n'
+                                    '    headers: {Authorization: "Bearer s3cret"}\n', "")
     path.write_text(text)
     with pytest.raises(ConfigError, match=r"channel: http needs an http: section with the config document's url"):
         load_experiment(path)
@@ -107,5 +98,4 @@ def test_the_run_says_how_trials_reach_the_backend(tmp_path: Path) -> None:
     exp = load_experiment(write(tmp_path)).bind_port()
     assert apply_mode_line(exp.target) == (
         "trials write their config document (PUT http://127.0.0.1:9311/admin/config), confirmed by read back; "
-        "the backend is not restarted"
-    )
+        "the backend is not restarted")

@@ -63,9 +63,8 @@ def test_the_azure_mapping_reads_as_declared(tmp_path: Path) -> None:
 
 
 def test_a_source_may_be_read_by_rank_alone_for_rrf(tmp_path: Path) -> None:
-    text = AZURE.replace(
-        "{score: '@search\\.documentDebugInfo.vectors.subscores.text.searchScore'}", "{rank: _explanation.text_rank}"
-    )
+    text = AZURE.replace("{score: '@search\\.documentDebugInfo.vectors.subscores.text.searchScore'}",
+                         "{rank: _explanation.text_rank}")
     sub = _load(tmp_path, text).subscores
     assert sub is not None and (sub.sources["text"].score, sub.sources["text"].rank) == (None, "_explanation.text_rank")
 
@@ -76,9 +75,8 @@ def test_a_malformed_path_is_refused_naming_the_source(tmp_path: Path) -> None:
 
 
 def test_a_source_without_score_or_rank_is_refused(tmp_path: Path) -> None:
-    message = _refused(
-        tmp_path, AZURE.replace("{score: '@search\\.documentDebugInfo.vectors.subscores.text.searchScore'}", "{}")
-    )
+    message = _refused(tmp_path, AZURE.replace(
+        "{score: '@search\\.documentDebugInfo.vectors.subscores.text.searchScore'}", "{}"))
     assert "replay.subscores.sources.text" in message and "give score:" in message
 
 
@@ -98,9 +96,8 @@ def test_sub_scores_need_the_request_fields_that_ask_for_them(tmp_path: Path) ->
 
 
 def test_a_linear_fusion_needs_every_source_score(tmp_path: Path) -> None:
-    text = AZURE.replace(
-        "{score: '@search\\.documentDebugInfo.vectors.subscores.text.searchScore'}", "{rank: r.text}"
-    ).replace("method: rrf", "method: linear")
+    text = AZURE.replace("{score: '@search\\.documentDebugInfo.vectors.subscores.text.searchScore'}",
+                         "{rank: r.text}").replace("method: rrf", "method: linear")
     message = _refused(tmp_path, text)
     assert "fusion.method linear fuses scores, but sources ['text'] give a rank only" in message
 

@@ -17,12 +17,8 @@ PATHS = {"fusion.rrf_k": "search.hybrid.rrf_k", "fusion.weights.dense": "search.
 
 
 def load(tmp_path: Path, apply_to: dict[str, Any]) -> Any:
-    path = write_reference_experiment(
-        tmp_path,
-        study="s",
-        n_trials=1,
-        target={"channel": "request", "config_files": [], "request": {"bind": BIND, "apply_to": apply_to}},
-    )
+    path = write_reference_experiment(tmp_path, study="s", n_trials=1, target={
+        "channel": "request", "config_files": [], "request": {"bind": BIND, "apply_to": apply_to}})
     return load_experiment(path, check_paths=False)
 
 
@@ -60,11 +56,7 @@ def test_an_unsupported_suffix_is_refused(tmp_path: Path) -> None:
 
 
 def test_apply_to_is_read_with_channel_request_only(tmp_path: Path) -> None:
-    path = write_reference_experiment(
-        tmp_path,
-        study="s",
-        n_trials=1,
-        target={"request": {"bind": BIND, "apply_to": {"file": "app.yaml", "paths": PATHS}}},
-    )
+    path = write_reference_experiment(tmp_path, study="s", n_trials=1, target={
+        "request": {"bind": BIND, "apply_to": {"file": "app.yaml", "paths": PATHS}}})
     with pytest.raises(ConfigError, match="request.bind is read with channel: request only"):
         load_experiment(path, check_paths=False)

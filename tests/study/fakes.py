@@ -187,21 +187,12 @@ class FormulaEvaluator:
         )
 
     def report_paths(self, result: FakeResult, out_dir: Path, *, detail: str = "full") -> dict[str, Path]:
-        return {
-            "json": out_dir / "report.json",
-            "markdown": out_dir / "report.md",
-            "per_query_csv": out_dir / "per_query.csv",
-        }
+        return {"json": out_dir / "report.json", "markdown": out_dir / "report.md",
+                "per_query_csv": out_dir / "per_query.csv"}
 
     def write_reports(
-        self,
-        result: FakeResult,
-        out_dir: Path,
-        *,
-        context: Mapping[str, Any],
-        config_snapshot: str,
-        detail: str = "full",
-        pr_curve: str | None = None,
+        self, result: FakeResult, out_dir: Path, *, context: Mapping[str, Any], config_snapshot: str,
+        detail: str = "full", pr_curve: str | None = None,
     ) -> dict[str, Path]:
         out_dir.mkdir(parents=True, exist_ok=True)
         j = out_dir / "report.json"

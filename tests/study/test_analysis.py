@@ -17,27 +17,13 @@ from tuner.study.trial.attrs import record_key
 LIMIT = 0.10
 
 
-def trial(
-    number: int,
-    score: float | None,
-    oos: float | None,
-    *,
-    state=TrialState.COMPLETE,
-    variant: str = "",
-    method: str = "rrf",
-    fail: str | None = None,
-    legacy: bool = False,
-) -> optuna.trial.FrozenTrial:
+def trial(number: int, score: float | None, oos: float | None, *, state=TrialState.COMPLETE, variant: str = "",
+          method: str = "rrf", fail: str | None = None, legacy: bool = False) -> optuna.trial.FrozenTrial:
     """A trial as the runner records it: the JSON records (assignment, metrics) as
     ``tuner.*`` system attrs, scalars as user attrs; ``legacy``: a study written before
     the split, its records kept as user attrs."""
-    records = {
-        "assignment": {
-            "fusion.method": method,
-            "fusion.weights": {"bm25": 0.25, "dense": 0.75},
-            "fallback.windows_days": [30, 90],
-        }
-    }
+    records = {"assignment": {"fusion.method": method, "fusion.weights": {"bm25": 0.25, "dense": 0.75},
+                              "fallback.windows_days": [30, 90]}}
     attrs: dict = {"variant": variant}
     system: dict = {}
     if state == TrialState.COMPLETE:
@@ -65,15 +51,13 @@ def trial(
 @pytest.fixture(params=["records", "legacy user attrs"])
 def frame(request):
     legacy = request.param == "legacy user attrs"
-    return analysis.trials_frame(
-        [
-            trial(0, 0.40, 0.20, variant="baseline", legacy=legacy),  # infeasible baseline
-            trial(1, 0.55, 0.30, legacy=legacy),  # best score, infeasible
-            trial(2, 0.45, 0.05, method="linear", legacy=legacy),  # best feasible
-            trial(3, 0.30, 0.00, legacy=legacy),  # feasible
-            trial(4, None, None, state=TrialState.FAIL, fail="HealthTimeout: x", legacy=legacy),
-        ]
-    )
+    return analysis.trials_frame([
+        trial(0, 0.40, 0.20, variant="baseline", legacy=legacy),      # infeasible baseline
+        trial(1, 0.55, 0.30, legacy=legacy),                          # best score, infeasible
+        trial(2, 0.45, 0.05, method="linear", legacy=legacy),         # best feasible
+        trial(3, 0.30, 0.00, legacy=legacy),                          # feasible
+        trial(4, None, None, state=TrialState.FAIL, fail="HealthTimeout: x", legacy=legacy),
+    ])
 
 
 def test_feasible_ranking_excludes_infeasible_and_failed(frame) -> None:
@@ -129,15 +113,8 @@ def test_markdown_table_escapes_pipes() -> None:
 
 
 def test_study_report_files(frame, tmp_path: Path) -> None:
-    paths = analysis.write_study_report(
-        frame,
-        tmp_path,
-        study_name="s",
-        objective="Primary_Metric_Score",
-        maximize=True,
-        importances={"x": 0.7, "fusion.method": 0.3},
-        oos_limit=LIMIT,
-    )
+    paths = analysis.write_study_report(frame, tmp_path, study_name="s", objective="Primary_Metric_Score", maximize=True,
+                                 importances={"x": 0.7, "fusion.method": 0.3}, oos_limit=LIMIT)
     import pandas as pd
 
     back = pd.read_csv(paths.csv)

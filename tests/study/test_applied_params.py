@@ -57,41 +57,20 @@ def space(tmp_path: Path) -> SearchSpace:
 
 
 def test_flatten_names_mapping_keys_and_list_positions() -> None:
-    assert flatten(
-        {
-            "fusion.weights": {"bm25": 0.3, "dense": 0.7},
-            "fallback.windows_days": [39, 111],
-            "nested": {"a": [1, {"b": 2}]},
-            "fusion.method": "rrf",
-        }
-    ) == {
-        "fusion.weights.bm25": 0.3,
-        "fusion.weights.dense": 0.7,
-        "fallback.windows_days.0": 39,
-        "fallback.windows_days.1": 111,
-        "nested.a.0": 1,
-        "nested.a.1.b": 2,
-        "fusion.method": "rrf",
+    assert flatten({"fusion.weights": {"bm25": 0.3, "dense": 0.7}, "fallback.windows_days": [39, 111],
+                    "nested": {"a": [1, {"b": 2}]}, "fusion.method": "rrf"}) == {
+        "fusion.weights.bm25": 0.3, "fusion.weights.dense": 0.7,
+        "fallback.windows_days.0": 39, "fallback.windows_days.1": 111,
+        "nested.a.0": 1, "nested.a.1.b": 2, "fusion.method": "rrf",
     }
     assert flatten({}) == {}
 
 
 def test_derived_values_get_one_point_distributions_and_a_gate_its_declared_one(space: SearchSpace) -> None:
-    assignment = {
-        "fusion.method": "rrf",
-        "fusion.rrf_k": 60,
-        "fusion.weights": {"bm25": 0.3, "dense": 0.7},
-        "fallback.windows_days": [39, 111],
-        GATE: 0.55,
-        "flag": True,
-    }
-    sampled = {
-        "fusion.method": "rrf",
-        "fusion.rrf_k": 60,
-        "fusion.weights:bm25": 0.4,
-        "fallback.windows_days:first": 39,
-        "fallback.windows_days:gap1": 72,
-    }
+    assignment = {"fusion.method": "rrf", "fusion.rrf_k": 60, "fusion.weights": {"bm25": 0.3, "dense": 0.7},
+                  "fallback.windows_days": [39, 111], GATE: 0.55, "flag": True}
+    sampled = {"fusion.method": "rrf", "fusion.rrf_k": 60, "fusion.weights:bm25": 0.4,
+               "fallback.windows_days:first": 39, "fallback.windows_days:gap1": 72}
     out = applied_params(assignment, sampled, space.distributions())
     assert out == {
         "fusion.weights.bm25": (0.3, FloatDistribution(0.3, 0.3)),
@@ -101,7 +80,7 @@ def test_derived_values_get_one_point_distributions_and_a_gate_its_declared_one(
         GATE: (0.55, GATE_DIST),
     }  # not: the sampled names (fusion.rrf_k), strings, booleans
     # A gate value outside its declared range keeps the distribution's kind and grid, widened to hold it.
-    ((value, dist),) = applied_params({GATE: 0.9}, {}, space.distributions()).values()
+    (value, dist), = applied_params({GATE: 0.9}, {}, space.distributions()).values()
     assert isinstance(dist, FloatDistribution) and dist.step == GATE_DIST.step
     assert dist.low == GATE_DIST.low and dist.high == pytest.approx(0.9) and value == 0.9
 

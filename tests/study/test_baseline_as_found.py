@@ -91,21 +91,11 @@ def _setup(tmp_path: Path, variants: list[Any]) -> tuple[TrialRunner, FileState,
     space = load_space(tmp_path / "space.yaml", [cfg])
     patcher = ConfigPatcher([cfg], journal_path=tmp_path / "journal.json")
     target = FileState(cfg)
-    runner = compose_runner(
-        study_name="s",
-        space=space,
-        writer=PatcherWriter(space, patcher),
-        target=target,
-        wait_healthy=target.wait_healthy,
-        evaluator=SumEvaluator(target),  # type: ignore[arg-type]
-        trials_dir=tmp_path / "trials",
-    )
-    prepared = SimpleNamespace(
-        experiment=SimpleNamespace(baseline=True, variants=variants),
-        space=space,
-        patcher=patcher,
-        found_documents=patcher.documents,
-    )
+    runner = compose_runner(study_name="s", space=space, writer=PatcherWriter(space, patcher), target=target,
+                         wait_healthy=target.wait_healthy, evaluator=SumEvaluator(target),  # type: ignore[arg-type]
+                         trials_dir=tmp_path / "trials")
+    prepared = SimpleNamespace(experiment=SimpleNamespace(baseline=True, variants=variants), space=space,
+                               patcher=patcher, found_documents=patcher.documents)
     study = optuna.create_study(direction="maximize")
     enqueue_initial(study, initial_variants(prepared))  # type: ignore[arg-type]
     record_config_seen(study, prepared)  # type: ignore[arg-type]

@@ -53,10 +53,7 @@ def test_files_globs_and_directories_expand_sorted_and_hash_their_content(tmp_pa
     (tmp_path / "data" / "runs" / "deep" / "a.trec").write_text("a\n")
     patterns = [tmp_path / "data" / "corpus.jsonl", str(tmp_path / "data" / "runs")]
     assert [p.relative_to(tmp_path).as_posix() for p in expand(patterns)] == [
-        "data/corpus.jsonl",
-        "data/runs/b.trec",
-        "data/runs/deep/a.trec",
-    ]
+        "data/corpus.jsonl", "data/runs/b.trec", "data/runs/deep/a.trec"]
     assert [p.name for p in expand([str(tmp_path / "data" / "**" / "*.trec")])] == ["b.trec", "a.trec"]
 
     fp = fingerprint_inputs(patterns, root=tmp_path)
@@ -159,17 +156,10 @@ def make_runner(root: Path, *, inputs: bool = True, fingerprint: str | None = No
     backend.start()
     evaluator = FormulaEvaluator(backend)
     runner = compose_runner(
-        study_name="s",
-        space=TwoParamSpace(),
-        writer=YamlWriter(cfg),
-        target=backend,
-        wait_healthy=backend.health,
-        evaluator=evaluator,
-        trials_dir=root / "trials",
-        cache=ResultCache(cache or root / "cache.sqlite"),
-        project_dir=root,
-        inputs=InputsWatch([data], root=root) if inputs else None,
-        backend_fingerprint_field=fingerprint,
+        study_name="s", space=TwoParamSpace(), writer=YamlWriter(cfg), target=backend,
+        wait_healthy=backend.health, evaluator=evaluator, trials_dir=root / "trials",
+        cache=ResultCache(cache or root / "cache.sqlite"), project_dir=root,
+        inputs=InputsWatch([data], root=root) if inputs else None, backend_fingerprint_field=fingerprint,
     )
     return runner, backend, evaluator, data
 
@@ -245,9 +235,8 @@ def test_a_changed_backend_fingerprint_is_a_miss(tmp_path: Path) -> None:
     third, _ = run_one(study, runner, PARAMS)
     new = hashlib.sha256(b"doc two\n").hexdigest()
     assert not third.cache_hit and evaluator.calls == 1
-    assert third.cache_note == (
-        f"cache miss: backend fingerprint changed ({old[:12]}... -> {new[:12]}...) since trial #0 of study s"
-    )
+    assert third.cache_note == (f"cache miss: backend fingerprint changed ({old[:12]}... -> {new[:12]}...)"
+                                " since trial #0 of study s")
 
 
 def test_a_result_is_stored_under_the_fingerprint_its_own_restart_reported(tmp_path: Path) -> None:
@@ -262,10 +251,8 @@ def test_a_result_is_stored_under_the_fingerprint_its_own_restart_reported(tmp_p
     measured, frozen = run_one(study, runner, PARAMS)
     serving_b = hashlib.sha256(b"doc B\n").hexdigest()
     assert measured.backend_fingerprint == serving_b == trial_attr(frozen, ATTR_DATA_FINGERPRINT)["backend"]
-    assert (
-        f"backend fingerprint after this trial's restart: {serving_b[:12]}... (looked up with {serving_a[:12]}...)"
+    assert f"backend fingerprint after this trial's restart: {serving_b[:12]}... (looked up with {serving_a[:12]}...)" \
         in measured.cache_note
-    )
 
     # A backend serving A: the result measured on B is not a hit.
     runner_a, backend_a, evaluator_a, _ = make_runner(tmp_path, inputs=False, fingerprint="index.sha")
@@ -298,8 +285,7 @@ def test_a_pipelined_trial_is_stored_under_its_own_fingerprint_while_the_next_on
     study.tell(trial, out.value)
     assert out.state == "COMPLETE" and out.backend_fingerprint == serving_b
     assert out.cache_note.endswith(
-        f"backend fingerprint after this trial's restart: {serving_b[:12]}... (looked up with {serving_a[:12]}...)"
-    )
+        f"backend fingerprint after this trial's restart: {serving_b[:12]}... (looked up with {serving_a[:12]}...)")
     assert trial_attr(study.trials[-1], ATTR_DATA_FINGERPRINT)["backend"] == serving_b
     # stored under B: a backend serving B gets it as a hit
     runner_b, _, evaluator_b, _ = make_runner(tmp_path, inputs=False, fingerprint="index.sha")
@@ -314,8 +300,7 @@ def test_a_fingerprint_field_the_health_answer_lacks_fails_the_trial_naming_the_
     assert outcome.state == "FAIL" and evaluator.calls == 0
     assert outcome.fail_reason == (
         "TargetError: target.health.fingerprint 'index.digest': the health answer has no 'digest' in index"
-        " (keys: sha); name a field the backend reports, or remove target.health.fingerprint"
-    )
+        " (keys: sha); name a field the backend reports, or remove target.health.fingerprint")
 
 
 def test_a_health_wait_that_returns_no_body_fails_when_a_fingerprint_is_declared(tmp_path: Path) -> None:
@@ -360,21 +345,8 @@ def test_the_reference_backends_data_fingerprint_covers_corpus_and_enabled_run_f
 def _import_cranfield(datasets_dir: Path, out: Path, *, n_docs: int, n_queries: int) -> Path:
     """The importer's bundle (its experiment declares the corpus and data_fingerprint),
     cut to the first ``n_docs`` documents and ``n_queries`` queries so a trial is quick."""
-    subprocess.run(
-        [
-            PYTHON,
-            "-m",
-            "fusion_backend.importers",
-            "cranfield",
-            "--src",
-            str(datasets_dir / "cranfield"),
-            "--out",
-            str(out),
-        ],
-        check=True,
-        capture_output=True,
-        text=True,
-    )
+    subprocess.run([PYTHON, "-m", "fusion_backend.importers", "cranfield", "--src", str(datasets_dir / "cranfield"),
+                    "--out", str(out)], check=True, capture_output=True, text=True)
     for name, keep in (("corpus.jsonl", n_docs), ("cranfield.queries.jsonl", n_queries)):
         path = out / name
         path.write_text("".join(path.read_text().splitlines(keepends=True)[:keep]))
@@ -397,12 +369,8 @@ def test_resumed_studies_of_an_import_hit_until_its_corpus_is_regenerated(datase
     loaded = load_experiment(bundle / "experiment.yaml")
     assert loaded.target.inputs == [str(bundle / "corpus.jsonl")]
     assert loaded.target.health.fingerprint == "data_fingerprint"
-    exp = loaded.model_copy(
-        update={
-            "tracking": loaded.tracking.model_copy(update={"enabled": False}),
-            "holdout": loaded.holdout.model_copy(update={"enabled": False}),
-        }
-    )
+    exp = loaded.model_copy(update={"tracking": loaded.tracking.model_copy(update={"enabled": False}),
+                                    "holdout": loaded.holdout.model_copy(update={"enabled": False})})
 
     _run(exp)  # the baseline, measured
     storage = optuna.storages.RDBStorage(exp.storage)

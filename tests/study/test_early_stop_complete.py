@@ -25,14 +25,8 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 OOS = "OOS_FP_Rate <= 0.1"
 JUDGED = "Judged@10 >= 0.5"
 N_IN, N_OOS = 4, 10  # OOS_FP_Rate <= 0.1 over 10 OOS queries: at most 1 may be answered
-QUERIES = QuerySet(
-    "d",
-    "h",
-    tuple(
-        [Query(f"q{i}", "t", "x", "s", "in") for i in range(N_IN)]
-        + [Query(f"o{i}", "t", "x", "s", "oos") for i in range(N_OOS)]
-    ),
-)
+QUERIES = QuerySet("d", "h", tuple([Query(f"q{i}", "t", "x", "s", "in") for i in range(N_IN)]
+                                   + [Query(f"o{i}", "t", "x", "s", "oos") for i in range(N_OOS)]))
 
 
 def in_scope(qid: str, score: float) -> tuple[str, dict[str, Any]]:
@@ -60,14 +54,8 @@ class ScriptedEvaluator(FormulaEvaluator):
                 on_result(qid, record)
         scores = [r["Primary_Metric_Score"] for _, r in self.rows if r["scope"] == "in"]
         answered = sum(bool(r.get("answered")) for _, r in self.rows if r["scope"] == "oos")
-        return FakeResult(
-            {
-                "Primary_Metric_Score": sum(scores) / len(scores),
-                "OOS_FP_Rate": answered / N_OOS,
-                "Judged@10": 0.9,
-                "Failed_Queries": 0.0,
-            }
-        )
+        return FakeResult({"Primary_Metric_Score": sum(scores) / len(scores), "OOS_FP_Rate": answered / N_OOS,
+                           "Judged@10": 0.9, "Failed_Queries": 0.0})
 
 
 def make_runner(tmp_path: Path) -> tuple[TrialRunner, ScriptedEvaluator]:
@@ -77,13 +65,8 @@ def make_runner(tmp_path: Path) -> tuple[TrialRunner, ScriptedEvaluator]:
     evaluator = ScriptedEvaluator(backend)
     constraints = [Constraint.parse(OOS), Constraint.parse(JUDGED)]
     runner = compose_runner(
-        study_name="s",
-        space=TwoParamSpace(),
-        writer=YamlWriter(cfg),
-        target=backend,
-        wait_healthy=backend.wait_healthy,
-        evaluator=evaluator,
-        trials_dir=tmp_path / "trials",
+        study_name="s", space=TwoParamSpace(), writer=YamlWriter(cfg), target=backend,
+        wait_healthy=backend.wait_healthy, evaluator=evaluator, trials_dir=tmp_path / "trials",
         constraints=constraints,
         reporter_factory=reporter_factory(optuna.pruners.NopPruner(), QUERIES, constraints=constraints),
     )
@@ -91,15 +74,8 @@ def make_runner(tmp_path: Path) -> tuple[TrialRunner, ScriptedEvaluator]:
 
 
 # Two OOS answers of a budget of 1: the batch stops at o1, the 4th of its 14 queries.
-STOPPED = [
-    in_scope("q0", 0.9),
-    oos("o0", True),
-    in_scope("q1", 0.7),
-    oos("o1", True),
-    in_scope("q2", 0.0),
-    in_scope("q3", 0.0),
-    *(oos(f"o{i}", False) for i in range(2, N_OOS)),
-]
+STOPPED = [in_scope("q0", 0.9), oos("o0", True), in_scope("q1", 0.7), oos("o1", True),
+           in_scope("q2", 0.0), in_scope("q3", 0.0), *(oos(f"o{i}", False) for i in range(2, N_OOS))]
 # No OOS answer: feasible, and it scores less than the stopped trial's running mean.
 FEASIBLE = [*(in_scope(f"q{i}", 0.3) for i in range(N_IN)), *(oos(f"o{i}", False) for i in range(N_OOS))]
 

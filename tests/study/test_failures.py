@@ -26,75 +26,39 @@ def chained(outer: BaseException, *causes: BaseException) -> BaseException:
 def restart_cut() -> BaseException:
     """What Optuna raised when PostgreSQL restarted under a commit (issue 27 item 5)."""
     driver = psycopg2.OperationalError("terminating connection due to administrator command\nSSL SYSCALL ...")
-    return chained(
-        optuna.exceptions.StorageInternalError("An exception is raised during the commit."),
-        sa.exc.OperationalError("UPDATE trials ...", {}, driver),
-        driver,
-    )
+    return chained(optuna.exceptions.StorageInternalError("An exception is raised during the commit."),
+                   sa.exc.OperationalError("UPDATE trials ...", {}, driver), driver)
 
 
 CASES = [
     # (the error, its kind, the start of its reason)
-    (
-        restart_cut(),
-        "infrastructure",
-        "infrastructure: the study's storage failed: StorageInternalError (OperationalError: terminating connection "
-        "due to administrator command)",
-    ),
-    (
-        sa.exc.OperationalError("INSERT", {}, sqlite3.OperationalError("database is locked")),
-        "infrastructure",
-        "infrastructure: the study's storage failed: OperationalError: (sqlite3.OperationalError) database is locked",
-    ),
-    (
-        sa.exc.InterfaceError("SELECT", {}, psycopg2.InterfaceError("connection already closed")),
-        "infrastructure",
-        "infrastructure: the study's storage failed: InterfaceError:",
-    ),
-    (
-        sa.exc.DBAPIError(
-            "SELECT", {}, ConnectionResetError(104, "Connection reset by peer"), connection_invalidated=True
-        ),
-        "infrastructure",
-        "infrastructure: the study's storage failed: DBAPIError:",
-    ),
-    (
-        sa.exc.TimeoutError("QueuePool limit of size 2 overflow 4 reached"),
-        "infrastructure",
-        "infrastructure: the study's storage failed: TimeoutError: QueuePool limit",
-    ),
-    (
-        psycopg2.OperationalError('connection to server at "127.0.0.1", port 5432 failed: Connection refused'),
-        "infrastructure",
-        "infrastructure: the study's storage failed: OperationalError: connection to server",
-    ),
+    (restart_cut(), "infrastructure",
+     "infrastructure: the study's storage failed: StorageInternalError (OperationalError: terminating connection "
+     "due to administrator command)"),
+    (sa.exc.OperationalError("INSERT", {}, sqlite3.OperationalError("database is locked")), "infrastructure",
+     "infrastructure: the study's storage failed: OperationalError: (sqlite3.OperationalError) database is locked"),
+    (sa.exc.InterfaceError("SELECT", {}, psycopg2.InterfaceError("connection already closed")), "infrastructure",
+     "infrastructure: the study's storage failed: InterfaceError:"),
+    (sa.exc.DBAPIError("SELECT", {}, ConnectionResetError(104, "Connection reset by peer"),
+                       connection_invalidated=True), "infrastructure",
+     "infrastructure: the study's storage failed: DBAPIError:"),
+    (sa.exc.TimeoutError("QueuePool limit of size 2 overflow 4 reached"), "infrastructure",
+     "infrastructure: the study's storage failed: TimeoutError: QueuePool limit"),
+    (psycopg2.OperationalError("connection to server at \"127.0.0.1\", port 5432 failed: Connection refused"),
+     "infrastructure", "infrastructure: the study's storage failed: OperationalError: connection to server"),
     # a tuner error raised while the storage was failing under it is the storage's
-    (
-        chained(EvaluationError("could not report query q3"), sa.exc.OperationalError("INSERT", {}, Exception("gone"))),
-        "infrastructure",
-        "infrastructure: the study's storage failed: EvaluationError (OperationalError:",
-    ),
+    (chained(EvaluationError("could not report query q3"), sa.exc.OperationalError("INSERT", {}, Exception("gone"))),
+     "infrastructure", "infrastructure: the study's storage failed: EvaluationError (OperationalError:"),
     # the database refused the data: a retry would repeat it
-    (
-        chained(
-            optuna.exceptions.StorageInternalError("An exception is raised during the commit."),
-            sa.exc.IntegrityError("INSERT", {}, Exception("duplicate key")),
-        ),
-        "crash",
-        "crash: StorageInternalError: An exception is raised during the commit.",
-    ),
-    (
-        EvaluationError("3 of 10 queries failed (max_failed_queries=2)"),
-        "trial",
-        "EvaluationError: 3 of 10 queries failed",
-    ),
+    (chained(optuna.exceptions.StorageInternalError("An exception is raised during the commit."),
+             sa.exc.IntegrityError("INSERT", {}, Exception("duplicate key"))), "crash",
+     "crash: StorageInternalError: An exception is raised during the commit."),
+    (EvaluationError("3 of 10 queries failed (max_failed_queries=2)"), "trial",
+     "EvaluationError: 3 of 10 queries failed"),
     (HealthTimeout("backend not healthy within 60 s"), "trial", "HealthTimeout: backend not healthy"),
     (BackendExited("backend exited with code 3"), "trial", "BackendExited: backend exited with code 3"),
-    (
-        TrialInterrupted("interrupted by SIGTERM before evaluation; the trial did not run"),
-        "interrupted",
-        "interrupted by SIGTERM before evaluation",
-    ),
+    (TrialInterrupted("interrupted by SIGTERM before evaluation; the trial did not run"), "interrupted",
+     "interrupted by SIGTERM before evaluation"),
     (optuna.TrialPruned(), "pruned", "pruned"),
     (OOSBudgetExceeded(3, 1, 5, 0.2), "early_stop", ""),
     # a connection reset by the backend (HTTP), not by the database: the trial's own
@@ -126,12 +90,7 @@ def test_the_reason_names_the_error_that_says_what_happened() -> None:
     # pool's InvalidatePoolError (no message) is handled
     driver = psycopg2.OperationalError("server closed the connection unexpectedly")
     driver.__context__ = sa.exc.InvalidatePoolError()
-    exc = chained(
-        optuna.exceptions.StorageInternalError("An exception is raised during the commit."),
-        sa.exc.OperationalError("SELECT 1", {}, driver),
-        driver,
-    )
-    assert classify_failure(exc).reason == (
-        "infrastructure: the study's storage failed: StorageInternalError "
-        "(OperationalError: server closed the connection unexpectedly)"
-    )
+    exc = chained(optuna.exceptions.StorageInternalError("An exception is raised during the commit."),
+                  sa.exc.OperationalError("SELECT 1", {}, driver), driver)
+    assert classify_failure(exc).reason == ("infrastructure: the study's storage failed: StorageInternalError "
+                                            "(OperationalError: server closed the connection unexpectedly)")

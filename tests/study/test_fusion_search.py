@@ -18,12 +18,8 @@ from tuner.evaluation.fusion_replay import FusionSetting
 from tuner.study.replay.fusion_search import ReplayPlan, Scored, ranked, sweep_frame
 
 REPO = Path(__file__).resolve().parents[2]
-FUSION = {
-    "fusion.method": "method",
-    "fusion.rrf_k": "rrf_k",
-    "fusion.weights": "weights",
-    "fusion.normalization": "normalization",
-}
+FUSION = {"fusion.method": "method", "fusion.rrf_k": "rrf_k", "fusion.weights": "weights",
+          "fusion.normalization": "normalization"}
 
 
 @pytest.fixture(scope="module")
@@ -90,24 +86,20 @@ def test_ranking_puts_feasible_first_then_objective_then_least_violation(space) 
 def test_settings_put_replayed_values_in_their_roles_over_what_was_served(space) -> None:
     p = plan(space)
     served = FusionSetting(method="rrf", weights={"bm25": 0.5, "dense": 0.5}, rrf_k=60, recency_weight=0.4, top_m=3)
-    s = p.setting(
-        {"fusion.method": "linear", "fusion.weights": {"bm25": 0.2, "dense": 0.8}, "fusion.normalization": "z"}, served
-    )
+    s = p.setting({"fusion.method": "linear", "fusion.weights": {"bm25": 0.2, "dense": 0.8},
+                   "fusion.normalization": "z"}, served)
     assert (s.method, s.normalization, dict(s.weights)) == ("linear", "z", {"bm25": 0.2, "dense": 0.8})
     assert (s.rrf_k, s.recency_weight, s.top_m) == (60, 0.4, 3)  # not replayed: as served
     assert p.retrieval_values() == {"fusion.weights": {"bm25": 0.5, "dense": 0.5}}  # every source returns
 
 
-@pytest.mark.parametrize(
-    ("params", "expected"),
-    [
-        ({"fusion.nope": "method"}, "fusion.nope is not a param of the search space"),
-        ({"confidence.threshold": "recency_weight"}, "is a post-retrieval gate"),
-        ({"fusion.method": "weights"}, "is a categorical param, but role weights needs simplex"),
-        ({"fusion.rrf_k": "method"}, "is a int param, but role method needs categorical"),
-        ({"fusion.method": "method"}, r"fusion.rrf_k is sampled but depends on replayed \['fusion.method'\]"),
-    ],
-)
+@pytest.mark.parametrize(("params", "expected"), [
+    ({"fusion.nope": "method"}, "fusion.nope is not a param of the search space"),
+    ({"confidence.threshold": "recency_weight"}, "is a post-retrieval gate"),
+    ({"fusion.method": "weights"}, "is a categorical param, but role weights needs simplex"),
+    ({"fusion.rrf_k": "method"}, "is a int param, but role method needs categorical"),
+    ({"fusion.method": "method"}, r"fusion.rrf_k is sampled but depends on replayed \['fusion.method'\]"),
+])
 def test_a_replay_section_that_cannot_be_replayed_is_refused_with_the_fix(space, params, expected) -> None:
     with pytest.raises(ConfigError, match=expected):
         ReplayPlan(space, ReplayConfig(params=params))
@@ -119,26 +111,18 @@ def test_one_param_per_role() -> None:
 
 
 def test_declared_grid_values_replace_the_generated_ones_and_are_checked(space) -> None:
-    p = plan(
-        space,
-        grid={
-            "fusion.rrf_k": [1, 5, 60, 5],
-            "fusion.weights": [{"bm25": 3, "dense": 1}, [1, 1]],
-            "fusion.method": ["rrf"],
-        },
-    )
+    p = plan(space, grid={"fusion.rrf_k": [1, 5, 60, 5], "fusion.weights": [{"bm25": 3, "dense": 1}, [1, 1]],
+                          "fusion.method": ["rrf"]})
     grid = p.grid({})
     assert grid is not None and len(grid) == 3 * 2  # k 1, 5, 60 (repeat dropped) x 2 weightings, rrf only
     assert {s["fusion.rrf_k"] for s in grid} == {1, 5, 60}
     assert {tuple(s["fusion.weights"].values()) for s in grid} == {(0.75, 0.25), (0.5, 0.5)}  # normalised
-    for bad, expected in [
-        ({"fusion.rrf_k": [0]}, r"grid.fusion.rrf_k: 0 is not a number in \[1, 200\]"),
-        ({"fusion.rrf_k": [2.5]}, "2.5 is not a whole number"),
-        ({"fusion.method": ["borda"]}, "'borda' is not one of the choices"),
-        ({"fusion.weights": [{"bm25": 1}]}, "weights must name exactly the components"),
-        ({"recency.weight": [0.1]}, "recency.weight is not a replayed param"),
-        ({"fusion.rrf_k": []}, "an empty grid"),
-    ]:
+    for bad, expected in [({"fusion.rrf_k": [0]}, r"grid.fusion.rrf_k: 0 is not a number in \[1, 200\]"),
+                          ({"fusion.rrf_k": [2.5]}, "2.5 is not a whole number"),
+                          ({"fusion.method": ["borda"]}, "'borda' is not one of the choices"),
+                          ({"fusion.weights": [{"bm25": 1}]}, "weights must name exactly the components"),
+                          ({"recency.weight": [0.1]}, "recency.weight is not a replayed param"),
+                          ({"fusion.rrf_k": []}, "an empty grid")]:
         with pytest.raises(ConfigError, match=expected):
             plan(space, grid=bad)
 
@@ -232,9 +216,8 @@ def test_a_bound_below_an_exact_score_is_caught_and_every_setting_scored(space) 
     scored, how = p.search(None, given={}, seed=0, score_many=score_many, bound_many=one, keep=2)
     assert "fewer than 2 settings meet the constraints" in how and all(s.exact for s in scored)
 
-    scored, how = p.search(
-        None, given={}, seed=0, score_many=score_many, bound_many=lambda xs: [None] * len(xs), keep=2
-    )
+    scored, how = p.search(None, given={}, seed=0, score_many=score_many,
+                           bound_many=lambda xs: [None] * len(xs), keep=2)
     assert "no bound holds" in how and all(s.exact for s in scored)
 
 
@@ -260,10 +243,8 @@ def test_a_setting_without_an_objective_ranks_after_those_with_one() -> None:
 
 
 AZURE_SPACE = REPO / "search_space" / "azure_hybrid.yaml"
-AZURE_SUBSCORES = {
-    "sources": {"text": {"score": "t"}, "dense": {"score": "d"}},
-    "fusion": {"method": "rrf", "rrf_k": 60, "combine": "sum"},
-}
+AZURE_SUBSCORES = {"sources": {"text": {"score": "t"}, "dense": {"score": "d"}},
+                   "fusion": {"method": "rrf", "rrf_k": 60, "combine": "sum"}}
 
 
 def test_a_weight_role_sets_one_sources_weight_and_the_request_gives_the_served_setting() -> None:
@@ -271,15 +252,8 @@ def test_a_weight_role_sets_one_sources_weight_and_the_request_gives_the_served_
     weight; the text query keeps its 1.0); the setting served by a request is the declared
     fusion with the request's value in that role."""
     azure = load_space(AZURE_SPACE)
-    p = ReplayPlan(
-        azure,
-        ReplayConfig(
-            params={"fusion.weights.dense": "weight:dense"},
-            request={"debug": "vector"},
-            subscores=AZURE_SUBSCORES,
-            points=4,
-        ),
-    )
+    p = ReplayPlan(azure, ReplayConfig(params={"fusion.weights.dense": "weight:dense"}, request={"debug": "vector"},
+                                       subscores=AZURE_SUBSCORES, points=4))
     assert p.grid({}) == [{"fusion.weights.dense": round(float(w), 10)} for w in np.geomspace(0.1, 5.0, 4)]
     assert p.retrieval_values() == {}  # the explained retrieval keeps the request's own weight
     config = ReplayConfig(params={"fusion.weights.dense": "weight:dense"}, request={"x": 1}, subscores=AZURE_SUBSCORES)
@@ -296,9 +270,6 @@ def test_a_weight_role_must_stay_above_zero(tmp_path: Path) -> None:
     text = AZURE_SPACE.read_text().replace("low: 0.1\n    high: 5.0\n    log: true", "low: 0.0\n    high: 5.0")
     (tmp_path / "space.yaml").write_text(text)
     zero = load_space(tmp_path / "space.yaml")
-    with pytest.raises(
-        ConfigError,
-        match=r"replay.params: fusion.weights.dense \(role weight:dense\) reaches 0.0; a "
-        r"source's weight must stay above 0",
-    ):
+    with pytest.raises(ConfigError, match=r"replay.params: fusion.weights.dense \(role weight:dense\) reaches 0.0; a "
+                                          r"source's weight must stay above 0"):
         ReplayPlan(zero, ReplayConfig(params={"fusion.weights.dense": "weight:dense"}))

@@ -33,11 +33,8 @@ from tuner.study.trial.outcome import TrialOutcome
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
-VARIANTS = [
-    Variant("baseline", {"x": 0.8, "k": 20}),
-    Variant("linear-minmax-balanced", {"x": 0.3, "k": 40}),
-    Variant("short-2", {"x": 0.5, "k": 30}),
-]
+VARIANTS = [Variant("baseline", {"x": 0.8, "k": 20}), Variant("linear-minmax-balanced", {"x": 0.3, "k": 40}),
+            Variant("short-2", {"x": 0.5, "k": 30})]
 LOCKED_ON = score(0.3, 40)  # the variant's score: its trial's write meets the lock
 
 
@@ -100,9 +97,8 @@ def locked_study(tmp_path: Path, *, times: int = 1) -> tuple[optuna.Study, LockO
 def test_a_storage_failure_queues_the_variant_again_and_it_completes(tmp_path: Path, pipeline: bool) -> None:
     study, lock, runner = locked_study(tmp_path)
     notes = Notes()
-    loop = StudyLoop(
-        study, runner, budget=FailureBudget(max_consecutive=1, max_total=1), observer=notes, pipeline=pipeline
-    )
+    loop = StudyLoop(study, runner, budget=FailureBudget(max_consecutive=1, max_total=1), observer=notes,
+                     pipeline=pipeline)
     result = loop.run(n_trials=4, timeout=None)  # a budget of one failure: the blip must not spend it
 
     assert lock.errors >= 1
@@ -110,9 +106,8 @@ def test_a_storage_failure_queues_the_variant_again_and_it_completes(tmp_path: P
     failed = trials[1]
     assert failed.state == TrialState.FAIL and failed.user_attrs["variant"] == "linear-minmax-balanced"
     reason = failed.user_attrs["fail_reason"]
-    assert reason.startswith(
-        "infrastructure: the study's storage failed: StorageInternalError (OperationalError: database is locked)"
-    ), reason
+    assert reason.startswith("infrastructure: the study's storage failed: StorageInternalError (OperationalError: "
+                             "database is locked)"), reason
     retry = next(t for t in trials if t.system_attrs.get("failed_trial") == 1)
     assert reason.endswith(f"(retried as trial #{retry.number})")
     # the same variant, the same params, measured to the end
@@ -129,15 +124,15 @@ def test_a_storage_failure_queues_the_variant_again_and_it_completes(tmp_path: P
     assert [f.describe() for f in result.infra_failed] == [f"#1 (linear-minmax-balanced) retried as #{retry.number}"]
     assert infra_summary(result.infra_failed) == (
         "trials failed for an infrastructure reason (the study's storage, not their config): "
-        f"#1 (linear-minmax-balanced) retried as #{retry.number}"
-    )
+        f"#1 (linear-minmax-balanced) retried as #{retry.number}")
     assert not [n for n in notes.notes if "NOT retried" in n]
 
 
 def test_retries_are_bounded_and_a_variant_not_retried_is_said_out_loud(tmp_path: Path) -> None:
     study, lock, runner = locked_study(tmp_path, times=5)  # the variant's retry meets the lock too
     notes = Notes()
-    loop = StudyLoop(study, runner, budget=FailureBudget(max_consecutive=3, max_total=10), observer=notes, max_retry=1)
+    loop = StudyLoop(study, runner, budget=FailureBudget(max_consecutive=3, max_total=10), observer=notes,
+                     max_retry=1)
     result = loop.run(n_trials=4, timeout=None)
 
     trials = {t.number: t for t in study.get_trials()}
@@ -145,31 +140,26 @@ def test_retries_are_bounded_and_a_variant_not_retried_is_said_out_loud(tmp_path
     assert [t.state for t in variant] == [TrialState.FAIL, TrialState.FAIL]
     first, retry = variant
     assert first.user_attrs["fail_reason"].endswith(f"(retried as trial #{retry.number})")
-    assert retry.user_attrs["fail_reason"].endswith("(not retried: it is a retry already, 1 of workers.max_retry=1)"), (
-        retry.user_attrs["fail_reason"]
-    )
+    assert retry.user_attrs["fail_reason"].endswith(
+        "(not retried: it is a retry already, 1 of workers.max_retry=1)"), retry.user_attrs["fail_reason"]
     assert [f.describe() for f in result.infra_failed] == [
         f"#1 (linear-minmax-balanced) retried as #{retry.number}",
-        f"#{retry.number} (linear-minmax-balanced) NOT retried (it is a retry already, 1 of workers.max_retry=1)",
-    ]
+        f"#{retry.number} (linear-minmax-balanced) NOT retried (it is a retry already, 1 of workers.max_retry=1)"]
     assert notes.notes == [
         f"warning: trial #{retry.number} (variant linear-minmax-balanced) failed because the study's storage failed, "
-        "and was NOT retried: it is a retry already, 1 of workers.max_retry=1; it counts as a failed trial"
-    ]
+        "and was NOT retried: it is a retry already, 1 of workers.max_retry=1; it counts as a failed trial"]
     # the one not retried counts, in n_trials and in the failure budget; its retried first try does not
     assert loop.failures.total == 1 and result.counted == 4 and count_finished(study) == 4
 
 
 def test_a_retried_failure_spends_no_failure_budget() -> None:
     budget = FailureTally(FailureBudget(max_consecutive=1, max_total=1))
-    budget.record(
-        TrialOutcome(
-            0, "FAIL", fail_reason="infrastructure: ... (retried as trial #3)", infrastructure=True, retried_as=3
-        )
-    )
+    budget.record(TrialOutcome(0, "FAIL", fail_reason="infrastructure: ... (retried as trial #3)", infrastructure=True,
+                               retried_as=3))
     assert budget.exceeded() is None and budget.total == 0
     budget.record(TrialOutcome(1, "FAIL", fail_reason="infrastructure: ... (not retried: ...)", infrastructure=True))
     assert budget.exceeded() is not None
+
 
 
 class Records(NullTracker):
@@ -187,8 +177,7 @@ class Records(NullTracker):
 
 @pytest.mark.parametrize("threaded", [False, True], ids=["inline-bookkeeping", "threaded-bookkeeping"])
 def test_the_mlflow_record_and_note_of_a_retried_trial_name_the_retry_as_optuna_does(
-    tmp_path: Path, threaded: bool
-) -> None:
+        tmp_path: Path, threaded: bool) -> None:
     study, _, runner = locked_study(tmp_path)
     runner.recorder.tracker = tracker = Records()
     runner.recorder.bookkeeper = Bookkeeper(threaded=threaded)

@@ -42,8 +42,7 @@ def test_a_study_measured_on_other_labels_stops_with_one_line() -> None:
     assert str(err.value) == (
         "study 's' has 1 trial(s) measured on other labels of dataset demo (fingerprint aaaaaaaaaaaa..., now "
         "bbbbbbbbbbbb...): their scores are not comparable with new trials; start a new study: give `study:` in "
-        "exp.yaml a new name (the old study stays readable under its name), or put the old labels back"
-    )
+        "exp.yaml a new name (the old study stays readable under its name), or put the old labels back")
     assert study.user_attrs[ATTR_LABELS]["fingerprint"] == "a" * 64  # unchanged: nothing mixed
     assert labels_mismatch(study, _prepared("b" * 64).experiment, "b" * 64) == str(err.value)  # what apply raises
 
@@ -60,7 +59,5 @@ def test_a_study_from_before_the_record_is_adopted_with_a_note() -> None:
     study = optuna.create_study(direction="maximize")
     _measured(study)
     note = record_labels_seen(study, _prepared("c" * 64))
-    assert note == (
-        "study 's' has 1 trial(s) from before the labels were recorded: they are taken as measured on "
-        "the labels now (fingerprint cccccccccccc...)"
-    )
+    assert note == ("study 's' has 1 trial(s) from before the labels were recorded: they are taken as measured on "
+                    "the labels now (fingerprint cccccccccccc...)")

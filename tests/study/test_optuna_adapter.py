@@ -185,10 +185,8 @@ def test_an_existing_schema_opens_without_alembic_and_still_answers_its_version(
     assert len(optuna.load_study(study_name="s", storage=opened).trials) == 2
     assert rdb_storage(url)._version_manager.__class__.__name__ == "_VersionManager"  # put back after
     # what opening costs: no alembic import in a process that only reads the study
-    code = (
-        "import sys; from tuner.study.storage.database import rdb_storage; import optuna; "
-        f"s = rdb_storage({url!r}, existing=True); optuna.load_study(study_name='s', storage=s).trials; "
-        "print(sorted(m for m in sys.modules if m.startswith('alembic')))"
-    )
+    code = ("import sys; from tuner.study.storage.database import rdb_storage; import optuna; "
+            f"s = rdb_storage({url!r}, existing=True); optuna.load_study(study_name='s', storage=s).trials; "
+            "print(sorted(m for m in sys.modules if m.startswith('alembic')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

@@ -124,27 +124,16 @@ def test_the_failure_budget_stops_after_the_same_trial_as_one_at_a_time(tmp_path
         (tmp_path / str(mode)).mkdir()
         runner, _, _, _ = make_runner(tmp_path / str(mode), crash_when=crash)
         study = study_at(tmp_path / str(mode))
-        enqueue_initial(
-            study,
-            [
-                Variant("ok", {"x": 0.3, "k": 20}),
-                Variant("bad1", {"x": 0.3, "k": 30}),
-                Variant("ok2", {"x": 0.4, "k": 20}),
-                Variant("bad2", {"x": 0.3, "k": 40}),
-                Variant("bad3", {"x": 0.3, "k": 50}),
-                Variant("never", {"x": 0.2, "k": 10}),
-            ],
-        )
+        enqueue_initial(study, [Variant("ok", {"x": 0.3, "k": 20}), Variant("bad1", {"x": 0.3, "k": 30}),
+                                Variant("ok2", {"x": 0.4, "k": 20}), Variant("bad2", {"x": 0.3, "k": 40}),
+                                Variant("bad3", {"x": 0.3, "k": 50}), Variant("never", {"x": 0.2, "k": 10})])
         loop = StudyLoop(study, runner, budget=FailureBudget(max_consecutive=2, max_total=10), pipeline=mode)
         with pytest.raises(StudyError, match="2 consecutive failed trials"):
             loop.run(n_trials=20, timeout=None)
         trials = study.get_trials()
         assert not [t for t in trials if t.state == TrialState.RUNNING]
-        ran = [
-            t
-            for t in trials
-            if "begun ahead" not in (t.user_attrs.get("fail_reason") or "") and t.state != TrialState.WAITING
-        ]
+        ran = [t for t in trials if "begun ahead" not in (t.user_attrs.get("fail_reason") or "")
+               and t.state != TrialState.WAITING]
         states[mode] = [t.state for t in ran]
         ahead = [t for t in trials if "begun ahead" in (t.user_attrs.get("fail_reason") or "")]
         assert len(ahead) <= (1 if mode else 0)
@@ -152,23 +141,17 @@ def test_the_failure_budget_stops_after_the_same_trial_as_one_at_a_time(tmp_path
         # the queued variant is not lost: waiting for the next run (queued again when begun ahead)
         waiting = [t for t in trials if t.state == TrialState.WAITING]
         assert [(t.user_attrs.get("variant"), t.system_attrs["fixed_params"]) for t in waiting] == [
-            ("never", {"x": 0.2, "k": 10})
-        ]
+            ("never", {"x": 0.2, "k": 10})]
         assert remaining_trials(study, 20) == 20 - len(ran)  # a trial that did not run uses up no n_trials
-    assert (
-        states[True]
-        == states[False]
-        == [TrialState.COMPLETE, TrialState.FAIL, TrialState.COMPLETE, TrialState.FAIL, TrialState.FAIL]
-    )
+    assert states[True] == states[False] == [TrialState.COMPLETE, TrialState.FAIL, TrialState.COMPLETE,
+                                             TrialState.FAIL, TrialState.FAIL]
 
 
 def test_a_stop_lets_the_measured_trial_finish_and_fails_the_one_begun_ahead(tmp_path: Path) -> None:
     stop = StopFlag()
     runner, _, evaluator, _ = make_runner(tmp_path, stop=stop)
     study = study_at(tmp_path)
-    runner.measurer.evaluator = Recording(
-        evaluator, study, hook=lambda n: stop.set("interrupted by SIGTERM") if n == 1 else None
-    )
+    runner.measurer.evaluator = Recording(evaluator, study, hook=lambda n: stop.set("interrupted by SIGTERM") if n == 1 else None)
 
     result = StudyLoop(study, runner, stop=stop, pipeline=True).run(n_trials=10, timeout=None)
 

@@ -26,23 +26,13 @@ def explanation(rng: random.Random) -> dict:
             scores = sorted((round(rng.random() * 10, 2) for _ in picked), reverse=True)
             sources[name] = {"docs": picked, "scores": scores}
             for d in picked:
-                docs[str(d)] = {
-                    "doc_id": f"D{d}",
-                    "title": None,
-                    "date": None,
-                    "day": rng.choice([None, 19000 + rng.randint(0, 400)]),
-                    "similarity": rng.random(),
-                }
+                docs[str(d)] = {"doc_id": f"D{d}", "title": None, "date": None,
+                                "day": rng.choice([None, 19000 + rng.randint(0, 400)]), "similarity": rng.random()}
         tiers.append({"level": level, "sources": sources})
-    return {
-        "sources": ["bm25", "dense"],
-        "tiers": tiers,
-        "docs": docs,
-        "fusion": {"method": "rrf", "weights": {"bm25": 1, "dense": 1}, "rrf_k": 60, "normalization": "minmax"},
-        "recency": {"weight": 0.0, "half_life_days": 30, "today": 19400},
-        "confidence": {"threshold": 0.0, "top_m": 3},
-        "citation": {"min_score": 0.0},
-    }
+    return {"sources": ["bm25", "dense"], "tiers": tiers, "docs": docs,
+            "fusion": {"method": "rrf", "weights": {"bm25": 1, "dense": 1}, "rrf_k": 60, "normalization": "minmax"},
+            "recency": {"weight": 0.0, "half_life_days": 30, "today": 19400},
+            "confidence": {"threshold": 0.0, "top_m": 3}, "citation": {"min_score": 0.0}}
 
 
 def context(seed: int) -> ReplayContext:
@@ -50,36 +40,15 @@ def context(seed: int) -> ReplayContext:
     ids = tuple(f"q{i}" for i in range(N_QUERIES))
     explained = {q: Explained.parse(explanation(rng), q) for q in ids[:-1]}  # the last one failed
     qrels = {q: {f"D{d}": rng.randint(0, 3) for d in rng.sample(range(N_DOCS), 15)} for q in ids}
-    gates = {
-        "confidence.threshold": GateRange("confidence.threshold", 0.0, 0.9, 0.05),
-        "citation.min_score": GateRange("citation.min_score", 0.0, 0.5, 0.05),
-    }
-    return ReplayContext(
-        explained,
-        ids,
-        tuple(i % 5 == 0 for i in range(N_QUERIES)),
-        qrels,
-        20,
-        "linear",
-        gates,
-        "Primary_Metric_Score",
-        [Constraint.parse("OOS_FP_Rate <= 0.3")],
-    )
+    gates = {"confidence.threshold": GateRange("confidence.threshold", 0.0, 0.9, 0.05),
+             "citation.min_score": GateRange("citation.min_score", 0.0, 0.5, 0.05)}
+    return ReplayContext(explained, ids, tuple(i % 5 == 0 for i in range(N_QUERIES)), qrels, 20, "linear", gates,
+                         "Primary_Metric_Score", [Constraint.parse("OOS_FP_Rate <= 0.3")])
 
 
-SETTINGS = [
-    FusionSetting(
-        method=m,
-        weights={"bm25": w, "dense": 1 - w},
-        rrf_k=k,
-        normalization=n,
-        recency_weight=w / 2,
-        top_m=1 + int(k) % 5,
-    )
-    for w in (0.0, 0.3, 0.7, 1.0)
-    for k in (1.0, 20.0)
-    for m, n in (("rrf", "minmax"), ("linear", "z"))
-]
+SETTINGS = [FusionSetting(method=m, weights={"bm25": w, "dense": 1 - w}, rrf_k=k, normalization=n,
+                          recency_weight=w / 2, top_m=1 + int(k) % 5)
+            for w in (0.0, 0.3, 0.7, 1.0) for k in (1.0, 20.0) for m, n in (("rrf", "minmax"), ("linear", "z"))]
 
 
 @pytest.fixture

@@ -39,12 +39,12 @@ def run(study: optuna.Study, runner, x: float, k: int, variant: str | None = Non
 def test_only_the_best_feasible_trial_so_far_keeps_full_reports(tmp_path: Path) -> None:
     runner, _, _, _ = make_runner(tmp_path)
     study = optuna.create_study(direction="maximize")
-    first = run(study, runner, 0.25, 30)  # feasible, the first: the best so far
+    first = run(study, runner, 0.25, 30)       # feasible, the first: the best so far
     assert detail_of(first) == "full"
-    worse = run(study, runner, 0.1, 10)  # feasible, worse
+    worse = run(study, runner, 0.1, 10)        # feasible, worse
     assert [detail_of(t) for t in (first, worse)] == ["full", "slim"]
-    better = run(study, runner, 0.45, 40)  # feasible, a new best: the first is demoted
-    infeasible = run(study, runner, 0.7, 40)  # scores highest, but OOS_FP_Rate 0.14 > 0.10
+    better = run(study, runner, 0.45, 40)      # feasible, a new best: the first is demoted
+    infeasible = run(study, runner, 0.7, 40)   # scores highest, but OOS_FP_Rate 0.14 > 0.10
     assert infeasible.value > better.value > first.value > worse.value
     assert [detail_of(t) for t in (first, worse, better, infeasible)] == ["slim", "slim", "full", "slim"]
     assert runner.bookkeeper.errors == []
@@ -81,10 +81,6 @@ def test_the_baseline_keeps_full_reports(tmp_path: Path, x: float) -> None:
 def test_the_experiment_can_ask_for_full_reports_of_every_trial(tmp_path: Path) -> None:
     runner, _, _, _ = make_runner(tmp_path, report_detail="full")
     study = optuna.create_study(direction="maximize")
-    trials = [
-        run(study, runner, 0.25, 30),
-        run(study, runner, 0.1, 10),
-        run(study, runner, 0.45, 40),
-        run(study, runner, 0.7, 40),
-    ]
+    trials = [run(study, runner, 0.25, 30), run(study, runner, 0.1, 10), run(study, runner, 0.45, 40),
+              run(study, runner, 0.7, 40)]
     assert [detail_of(t) for t in trials] == ["full"] * 4

@@ -17,14 +17,8 @@ RESULT = CachedResult({"Primary_Metric_Score": 0.5}, {"json": "/r.json"}, 3, "s"
 
 def test_without_data_fingerprints_the_key_is_the_base_key() -> None:
     assert CacheKey(BASE).key == BASE  # caches written before the fingerprints still hit
-    keys = {
-        CacheKey(BASE, CORPUS_A).key,
-        CacheKey(BASE, CORPUS_B).key,
-        CacheKey(BASE, None, "f1").key,
-        CacheKey(BASE, CORPUS_A, "f1").key,
-        CacheKey(BASE, CORPUS_A, "f2").key,
-        BASE,
-    }
+    keys = {CacheKey(BASE, CORPUS_A).key, CacheKey(BASE, CORPUS_B).key, CacheKey(BASE, None, "f1").key,
+            CacheKey(BASE, CORPUS_A, "f1").key, CacheKey(BASE, CORPUS_A, "f2").key, BASE}
     assert len(keys) == 6
     # An undeclared part never equals a declared one, whatever its text.
     assert CacheKey(BASE, CORPUS_A, None).key != CacheKey(BASE, CORPUS_A, "None").key
@@ -39,22 +33,16 @@ def test_a_miss_names_the_changed_input_files_and_the_backend_fingerprint(tmp_pa
     assert cache.get(CacheKey(BASE, CORPUS_B, "3f2a9c01b7de44aa")) is None
 
     since = " since trial #3 of study s"
-    assert (
-        cache.explain_miss(CacheKey(BASE, CORPUS_B, "3f2a9c01b7de44aa"))
-        == "cache miss: target.inputs changed (data/corpus.jsonl)" + since
-    )
-    assert (
-        cache.explain_miss(CacheKey(BASE, CORPUS_A, "91c0aa5e27f4bb0011"))
-        == "cache miss: backend fingerprint changed (3f2a9c01b7de44aa -> 91c0aa5e27f4...)" + since
-    )
+    assert cache.explain_miss(CacheKey(BASE, CORPUS_B, "3f2a9c01b7de44aa")) == \
+        "cache miss: target.inputs changed (data/corpus.jsonl)" + since
+    assert cache.explain_miss(CacheKey(BASE, CORPUS_A, "91c0aa5e27f4bb0011")) == \
+        "cache miss: backend fingerprint changed (3f2a9c01b7de44aa -> 91c0aa5e27f4...)" + since
     more = InputsFingerprint({"data/corpus.jsonl": "c" * 64, "data/new.jsonl": "n" * 64})
     assert cache.explain_miss(CacheKey(BASE, more, "x")) == (
         "cache miss: target.inputs changed (data/corpus.jsonl, data/new.jsonl (new), data/runs/bm25.run (gone));"
-        " backend fingerprint changed (3f2a9c01b7de44aa -> x)" + since
-    )
+        " backend fingerprint changed (3f2a9c01b7de44aa -> x)" + since)
     assert cache.explain_miss(CacheKey(BASE)) == (
-        "cache miss: target.inputs are no longer declared; target.health.fingerprint is no longer declared" + since
-    )
+        "cache miss: target.inputs are no longer declared; target.health.fingerprint is no longer declared" + since)
     # Another config: nothing stored for it.
     other = cache_key({"config.yaml": "x: 2\n"}, dataset_hash="d", labels_fingerprint="l", eval_spec_json="{}")
     assert cache.explain_miss(CacheKey(other, CORPUS_B)).endswith("no result stored for this config and evaluation")
@@ -63,17 +51,14 @@ def test_a_miss_names_the_changed_input_files_and_the_backend_fingerprint(tmp_pa
 def test_a_cache_written_before_the_fingerprints_is_migrated_and_still_hits(tmp_path: Path) -> None:
     path = tmp_path / "old.sqlite"
     with sqlite3.connect(path) as conn:
-        conn.execute(
-            "CREATE TABLE results (key TEXT PRIMARY KEY, metrics TEXT NOT NULL, reports TEXT NOT NULL,"
-            " source_trial INTEGER, study_name TEXT, created REAL NOT NULL)"
-        )
+        conn.execute("CREATE TABLE results (key TEXT PRIMARY KEY, metrics TEXT NOT NULL, reports TEXT NOT NULL,"
+                     " source_trial INTEGER, study_name TEXT, created REAL NOT NULL)")
         conn.execute("INSERT INTO results VALUES (?, '{\"m\": 1.0}', '{}', 7, 'old', 0)", (BASE,))
     conn.close()
     cache = ResultCache(path)
     assert cache.get(BASE) == CachedResult({"m": 1.0}, {}, 7, "old")
     assert cache.explain_miss(CacheKey(BASE, CORPUS_A)) == (
-        "cache miss: target.inputs newly declared since trial #7 of study old"
-    )
+        "cache miss: target.inputs newly declared since trial #7 of study old")
     ResultCache(path)  # opening a migrated cache again changes nothing
     assert len(ResultCache(path)) == 1
 

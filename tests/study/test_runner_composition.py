@@ -41,9 +41,8 @@ class FakeMeasurer:
     def prepare(self, texts: Mapping[Path, str]) -> None:
         self.calls.append(("measurer.prepare", sorted(p.name for p in texts)))
 
-    def batch(
-        self, trial: optuna.Trial, out: TrialOutcome, texts: Mapping[Path, str], written: Callable[[], None] | None
-    ) -> Batch:
+    def batch(self, trial: optuna.Trial, out: TrialOutcome, texts: Mapping[Path, str],
+              written: Callable[[], None] | None) -> Batch:
         self.calls.append(("measurer.batch", trial.number))
         self.served.touched = True
         if written is not None:
@@ -59,22 +58,13 @@ class FakeRecorder:
     def start(self, trial: optuna.Trial, assignment: Mapping[str, Any]) -> None:
         self.calls.append(("recorder.start", dict(assignment)))
 
-    def report_files(
-        self, trial: optuna.Trial, out: TrialOutcome, result: Any, *, sweep: bool, fusion_sweep: bool
-    ) -> dict[str, str]:
+    def report_files(self, trial: optuna.Trial, out: TrialOutcome, result: Any, *, sweep: bool,
+                     fusion_sweep: bool) -> dict[str, str]:
         self.calls.append(("recorder.report_files", out.state))
         return {"scorecard": f"trials/{trial.number}/scorecard.json"}
 
-    def record(
-        self,
-        trial: optuna.Trial,
-        out: TrialOutcome,
-        texts: Mapping[Path, str],
-        result: Any,
-        run_id: Any,
-        sweep: Any = None,
-        fusion_sweep: Any = None,
-    ) -> None:
+    def record(self, trial: optuna.Trial, out: TrialOutcome, texts: Mapping[Path, str], result: Any,
+               run_id: Any, sweep: Any = None, fusion_sweep: Any = None) -> None:
         self.calls.append(("recorder.record", (out.state, out.value, out.cache_hit, bool(texts))))
 
     def flush(self) -> None:
@@ -93,17 +83,10 @@ def composed(tmp_path: Path) -> tuple[TrialRunner, list[tuple[str, Any]]]:
     measurer = FakeMeasurer(calls)
     objective = Objective(metric="Primary_Metric_Score", direction="maximize")
     constraints = [Constraint(metric="OOS_FP_Rate", op="<=", bound=0.05)]
-    lookup = CacheLookup(
-        "s", Fingerprints(), measurer.served, ResultCache(tmp_path / "cache.sqlite"), objective, constraints
-    )
-    runner = TrialRunner(
-        space=TwoParamSpace(),
-        writer=writer,
-        lookup=lookup,
-        measurer=measurer,
-        scorer=TrialScorer(objective, constraints),
-        recorder=FakeRecorder(calls),
-    )
+    lookup = CacheLookup("s", Fingerprints(), measurer.served, ResultCache(tmp_path / "cache.sqlite"),
+                         objective, constraints)
+    runner = TrialRunner(space=TwoParamSpace(), writer=writer, lookup=lookup, measurer=measurer,
+                         scorer=TrialScorer(objective, constraints), recorder=FakeRecorder(calls))
     return runner, calls
 
 

@@ -62,9 +62,8 @@ def run_worker(study: optuna.Study, *, total: int, deadline_s: float = 60.0) -> 
     stop = StopFlag()
     timer = threading.Timer(deadline_s, stop.set, ["the test's deadline"])
     timer.start()
-    loop = StudyLoop(
-        study, ObjectiveRunner(lambda t: t.suggest_float("x", 0, 1)), stop=stop, study_total=total, replica=0
-    )
+    loop = StudyLoop(study, ObjectiveRunner(lambda t: t.suggest_float("x", 0, 1)), stop=stop, study_total=total,
+                     replica=0)
     try:
         return loop, loop.run(n_trials=None, timeout=None)
     finally:
@@ -82,9 +81,8 @@ def test_a_trial_killed_before_its_first_heartbeat_is_failed_and_its_params_run_
     trials = study.get_trials()
     dead = trials[0]
     assert dead.state == TrialState.FAIL, "the killed trial is failed, not left RUNNING"
-    assert dead.user_attrs[ATTR_FAIL_REASON].startswith(
-        "stale: left running by a worker that ended before its first heartbeat"
-    )
+    assert dead.user_attrs[ATTR_FAIL_REASON].startswith("stale: left running by a worker that ended before its "
+                                                        "first heartbeat")
     retried = retries_of(trials).get(0, [])
     assert len(retried) == 1, "its params are queued again once"
     assert f"queued again as trial #{retried[0]}" in dead.user_attrs[ATTR_FAIL_REASON]
@@ -125,9 +123,8 @@ def test_a_live_workers_trial_is_waited_for_never_failed(tmp_path):
     teller = threading.Thread(target=live_worker)
     teller.start()
     try:
-        result = StudyLoop(
-            study, ObjectiveRunner(lambda t: t.suggest_float("x", 0, 1)), observer=Notes(), study_total=3, replica=0
-        ).run(n_trials=None, timeout=None)
+        result = StudyLoop(study, ObjectiveRunner(lambda t: t.suggest_float("x", 0, 1)), observer=Notes(),
+                           study_total=3, replica=0).run(n_trials=None, timeout=None)
     finally:
         teller.join()
     trials = study.get_trials()

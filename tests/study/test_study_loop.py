@@ -70,10 +70,7 @@ def test_a_queued_variant_a_killed_run_left_running_is_queued_again_not_lost(tmp
     assert requeued == {0: 2}  # after short-1, still waiting as #1
     stale = resumed.get_trials()[0]
     assert stale.state == TrialState.FAIL
-    assert (
-        stale.user_attrs["fail_reason"].startswith("stale")
-        and "queued again as trial #2" in stale.user_attrs["fail_reason"]
-    )
+    assert stale.user_attrs["fail_reason"].startswith("stale") and "queued again as trial #2" in stale.user_attrs["fail_reason"]
     StudyLoop(resumed, runner).run(n_trials=2, timeout=None)
     done = [t for t in resumed.get_trials() if t.state == TrialState.COMPLETE]
     assert sorted(t.user_attrs["variant"] for t in done) == ["baseline", "short-1"]
@@ -84,16 +81,9 @@ def test_a_queued_variant_a_killed_run_left_running_is_queued_again_not_lost(tmp
 def test_failure_budget_stops_the_study_with_a_clear_message(tmp_path: Path) -> None:
     runner, _, _, _ = make_runner(tmp_path, crash_when=lambda c: "exit code 3" if c["fusion"]["k"] >= 30 else None)
     study = open_study("s", sqlite_storage(tmp_path), sampler=sampler())
-    enqueue_initial(
-        study,
-        [
-            Variant("ok", {"x": 0.3, "k": 20}),
-            Variant("bad1", {"x": 0.3, "k": 30}),
-            Variant("ok2", {"x": 0.4, "k": 20}),
-            Variant("bad2", {"x": 0.3, "k": 40}),
-            Variant("bad3", {"x": 0.3, "k": 50}),
-        ],
-    )
+    enqueue_initial(study, [Variant("ok", {"x": 0.3, "k": 20}), Variant("bad1", {"x": 0.3, "k": 30}),
+                            Variant("ok2", {"x": 0.4, "k": 20}), Variant("bad2", {"x": 0.3, "k": 40}),
+                            Variant("bad3", {"x": 0.3, "k": 50})])
     loop = StudyLoop(study, runner, budget=FailureBudget(max_consecutive=2, max_total=10))
     with pytest.raises(StudyError) as err:
         loop.run(n_trials=20, timeout=None)
@@ -180,19 +170,15 @@ def test_best_feasible_ignores_a_better_infeasible_trial() -> None:
     dist = {"x": optuna.distributions.FloatDistribution(0, 1)}
 
     def add(x: float, k: int = 40) -> None:
-        trial = optuna.trial.create_trial(
-            params={"x": x},
-            distributions=dist,
-            value=score(x, k),
-            system_attrs={"constraints:OOS_FP_Rate": oos_rate(x) - OOS_LIMIT},
-        )
+        trial = optuna.trial.create_trial(params={"x": x}, distributions=dist, value=score(x, k),
+                                          system_attrs={"constraints:OOS_FP_Rate": oos_rate(x) - OOS_LIMIT})
         study.add_trial(trial)
 
-    add(0.9)  # infeasible (0.18 > 0.10)
+    add(0.9)   # infeasible (0.18 > 0.10)
     assert best_feasible_trial(study.trials) is None
-    add(0.6)  # infeasible, best value so far
+    add(0.6)   # infeasible, best value so far
     add(0.45)  # feasible
-    add(0.1)  # feasible, lower score than 0.45
+    add(0.1)   # feasible, lower score than 0.45
     best = best_feasible_trial(study.trials)
     assert best is not None and best.params == {"x": 0.45}
     assert score(0.6, 40) > score(0.45, 40)  # the infeasible trial really scored higher

@@ -61,7 +61,6 @@ def test_pruned_trials_are_told_pruned_and_do_not_spend_the_failure_budget(tmp_p
             trial.report(row["Primary_Metric_Score"], step)
             if trial.should_prune():
                 raise optuna.TrialPruned(f"pruned at step {step}")
-
         return on_result
 
     runner, _, _, _ = make_runner(tmp_path, reporter_factory=reporter)

@@ -39,7 +39,8 @@ def test_a_sqlite_file_is_waited_on_only_while_locked() -> None:
 
     assert is_transient_storage_error(sqlite_error("database is locked"))
     # a full disk, a read-only or missing file: no wait cures them (a full disk waited 70 s)
-    for message in ("database or disk is full", "attempt to write a readonly database", "unable to open database file"):
+    for message in ("database or disk is full", "attempt to write a readonly database",
+                    "unable to open database file"):
         assert not is_transient_storage_error(sqlite_error(message)), message
 
 
@@ -111,9 +112,8 @@ def test_a_database_away_past_the_retries_is_one_line_that_says_what_is_kept_and
     from tuner.study.storage.transient import RETRY_WAIT_S
 
     def away(exc: BaseException) -> DatabaseUnreachable | None:
-        return database_unreachable(
-            exc, study="s", url="postgresql://u:secret@db:5432/optuna", kept="KEPT", resume="`tuner run x.yaml` resumes"
-        )
+        return database_unreachable(exc, study="s", url="postgresql://u:secret@db:5432/optuna",
+                                    kept="KEPT", resume="`tuner run x.yaml` resumes")
 
     error = away(wrapped_by_optuna())
     assert isinstance(error, DatabaseUnreachable) and isinstance(error, StudyError)

@@ -127,11 +127,7 @@ def test_cache_key_changes_with_labels(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("crash_when", "failed_when", "reason_start"),
     [
-        (
-            lambda c: "exit code 1: bad config" if c["fusion"]["k"] == 60 else None,
-            None,
-            "BackendExited: backend exited",
-        ),
+        (lambda c: "exit code 1: bad config" if c["fusion"]["k"] == 60 else None, None, "BackendExited: backend exited"),
         (None, lambda c: 5 if c["fusion"]["k"] == 60 else 0, "FailureBudgetExceeded: 5 of 10"),
     ],
 )
@@ -190,9 +186,8 @@ def test_stop_before_patch_fails_cleanly_as_interrupted(tmp_path: Path) -> None:
 def test_config_and_report_uploaded_as_optuna_artifacts(tmp_path: Path) -> None:
     from optuna.artifacts import get_all_artifact_meta
 
-    runner, _, _, cfg = make_runner(
-        tmp_path, artifacts=OptunaArtifacts(tmp_path / "artifacts"), bookkeeper=Bookkeeper(threaded=True)
-    )
+    runner, _, _, cfg = make_runner(tmp_path, artifacts=OptunaArtifacts(tmp_path / "artifacts"),
+                                    bookkeeper=Bookkeeper(threaded=True))
     storage = optuna.storages.InMemoryStorage()
     study = optuna.create_study(direction="maximize", storage=storage)
     run_one(study, runner, {"x": 0.4, "k": 40})

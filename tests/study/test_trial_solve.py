@@ -57,28 +57,20 @@ class BatchEvaluator:
         return {"json": out_dir / "report.json", "per_query_csv": out_dir / "report_per_query.csv"}
 
     def write_reports(
-        self,
-        result: Any,
-        out_dir: Path,
-        *,
-        context: Any,
-        config_snapshot: str,
-        detail: str = "full",
+        self, result: Any, out_dir: Path, *, context: Any, config_snapshot: str, detail: str = "full",
         pr_curve: str | None = None,
     ) -> dict[str, Path]:
         # the real report writer, as the live evaluator calls it
         self.written.append(result)
-        paths = write_reports(
-            result, out_dir, context=ReportContext(extra=dict(context)), config_snapshot=config_snapshot
-        )
+        paths = write_reports(result, out_dir, context=ReportContext(extra=dict(context)),
+                              config_snapshot=config_snapshot)
         return {"json": paths.json, "per_query_csv": paths.per_query_csv}
 
 
 # Another backend's name for the same confidence gate, declared by role.
 RENAMED_CONFIG = "fusion:\n  x: 0.5\nrag:\n  min_confidence: 0.6\n"
 RENAMED_SPACE = SPACE.replace("confidence.threshold:", "rag.min_confidence:").replace(
-    "post_retrieval: true", "gate: confidence"
-)
+    "post_retrieval: true", "gate: confidence")
 
 
 @pytest.fixture
@@ -98,27 +90,14 @@ def make_setup(tmp_path: Path, config: str, space_text: str, gate_key: str) -> d
     evaluator = BatchEvaluator(backend, batch, gate_key)
     constraint = Constraint(metric="OOS_FP_Rate", op="<=", bound=BOUND)
     runner = compose_runner(
-        study_name="s",
-        space=space,
-        writer=YamlWriter(cfg),
-        target=backend,
-        wait_healthy=lambda: None,
-        evaluator=evaluator,
-        trials_dir=tmp_path / "trials",
-        constraints=[constraint],
+        study_name="s", space=space, writer=YamlWriter(cfg), target=backend, wait_healthy=lambda: None,
+        evaluator=evaluator, trials_dir=tmp_path / "trials", constraints=[constraint],
         cache=ResultCache(tmp_path / "cache.sqlite"),
         gates=dict(zip(sorted(space.post_retrieval), solvable_gates(space), strict=True)),
     )
     expected = solve(Retrieval.from_batch(batch), solvable_gates(space), constraints=[constraint])
-    return {
-        "runner": runner,
-        "evaluator": evaluator,
-        "space": space,
-        "batch": batch,
-        "expected": expected,
-        "tmp": tmp_path,
-        "study": optuna.create_study(direction="maximize"),
-    }
+    return {"runner": runner, "evaluator": evaluator, "space": space, "batch": batch, "expected": expected,
+            "tmp": tmp_path, "study": optuna.create_study(direction="maximize")}
 
 
 def run(study: optuna.Study, runner: TrialRunner, params: dict | None = None) -> Any:
@@ -151,9 +130,8 @@ def test_a_free_trial_retrieves_at_the_low_end_and_records_the_solved_gate(setup
     rows = list(csv.DictReader((trial_dir / "threshold_sweep.csv").open()))
     # One gate: the slim sweep keeps every grid row (10 significant digits) and marks the chosen one.
     assert len(rows) == len(expected.table) == 13  # 0.2, 0.25, ..., 0.8
-    assert max(float(r["Primary_Metric_Score"]) for r in rows if float(r["OOS_FP_Rate"]) <= BOUND) == pytest.approx(
-        out.value, abs=1e-9
-    )
+    assert max(float(r["Primary_Metric_Score"]) for r in rows if float(r["OOS_FP_Rate"]) <= BOUND) == \
+        pytest.approx(out.value, abs=1e-9)
     assert [float(r[CONFIDENCE_PARAM]) for r in rows if r["chosen"] == "True"] == [pytest.approx(solved)]
 
 
@@ -163,9 +141,8 @@ def test_the_experiment_can_ask_for_the_whole_sweep_at_full_precision(setup: dic
     out, frozen = run(setup["study"], runner, {"fusion.x": 0.25})
     rows = list(csv.DictReader((tmp / "trials" / str(frozen.number) / "threshold_sweep.csv").open()))
     assert len(rows) == len(setup["expected"].table) and "chosen" not in rows[0]
-    assert max(float(r["Primary_Metric_Score"]) for r in rows if float(r["OOS_FP_Rate"]) <= BOUND) == pytest.approx(
-        out.value, abs=1e-15
-    )
+    assert max(float(r["Primary_Metric_Score"]) for r in rows if float(r["OOS_FP_Rate"]) <= BOUND) == \
+        pytest.approx(out.value, abs=1e-15)
 
 
 def test_a_cache_hit_restores_the_solved_gate_without_evaluating(setup: dict[str, Any]) -> None:
@@ -219,9 +196,8 @@ def test_a_renamed_gate_is_solved_and_reported_like_the_reference_key(setup: dic
     assert other["evaluator"].calls == [0.2]  # retrieved at the renamed gate's low end
     solved = ref_out.metrics[f"solved.{CONFIDENCE_PARAM}"]
     assert out.value == ref_out.value and out.constraints == ref_out.constraints
-    assert out.metrics == {
-        (f"solved.{key}" if k == f"solved.{CONFIDENCE_PARAM}" else k): v for k, v in ref_out.metrics.items()
-    }
+    assert out.metrics == {(f"solved.{key}" if k == f"solved.{CONFIDENCE_PARAM}" else k): v
+                           for k, v in ref_out.metrics.items()}
     assert assignment_of(frozen) == {"fusion.x": 0.25, key: solved}
     ref_dir, trial_dir = (s["tmp"] / "trials" / str(f.number) for s, f in ((setup, ref_frozen), (other, frozen)))
     snapshot = YAML(typ="safe").load((trial_dir / "config.yaml").read_text())
@@ -246,10 +222,8 @@ def test_the_studys_pruning_callback_reads_gates_by_role() -> None:
     from tuner.study.wiring import reporters_for
 
     qs = QuerySet("d", "h", (Query("q", "t", "x", "s", "in"), Query("o", "t", "x", "s", "oos")))
-    exp = SimpleNamespace(
-        constraints=[ExpConstraint.parse("OOS_FP_Rate <= 0.5")],
-        objective=SimpleNamespace(metric="Primary_Metric_Score"),
-    )
+    exp = SimpleNamespace(constraints=[ExpConstraint.parse("OOS_FP_Rate <= 0.5")],
+                          objective=SimpleNamespace(metric="Primary_Metric_Score"))
     nop = optuna.pruners.NopPruner()
 
     def made(*gates: GateRange) -> Any:
@@ -269,8 +243,7 @@ WIDE_SPACE = SPACE.replace("low: 0.2, high: 0.8, step: 0.05", "low: 0.0, high: 0
 
 @pytest.mark.parametrize("bound", [None, 0.1])
 def test_a_gate_keeps_its_value_as_found_unless_a_constraint_moves_it_and_the_trial_says_so(
-    tmp_path: Path, bound: float | None
-) -> None:
+        tmp_path: Path, bound: float | None) -> None:
     from optuna_dashboard._note import get_note_from_system_attrs
     from threshold.test_gate_choice import wide_ties_batch
 
@@ -281,35 +254,23 @@ def test_a_gate_keeps_its_value_as_found_unless_a_constraint_moves_it_and_the_tr
     setup = make_setup(tmp_path, WIDE_CONFIG, WIDE_SPACE, "confidence.threshold")
     runner, study, space = setup["runner"], setup["study"], setup["space"]
     runner.evaluator.batch = wide_ties_batch()  # the objective is flat from 0 to 0.55
-    runner.scorer.constraints = runner.lookup.constraints = runner.recorder.constraints = (
-        [] if bound is None else [Constraint(metric="OOS_FP_Rate", op="<=", bound=bound)]
-    )
+    runner.scorer.constraints = runner.lookup.constraints = runner.recorder.constraints = [] if bound is None else [
+        Constraint(metric="OOS_FP_Rate", op="<=", bound=bound)]
     study.set_user_attr(ATTR_CONFIG_SEEN, {"fusion.x": 0.5, CONFIDENCE_PARAM: 0.12})
-    prepared = Prepared(
-        None,
-        space,
-        None,
-        None,
-        {},
-        "",
-        [],
-        [],  # type: ignore[arg-type]
-        gates=dict(zip(sorted(space.post_retrieval), solvable_gates(space), strict=True)),
-    )
-    runner.gates = runner.recorder.gates = gates_as_found(
-        prepared, study
-    )  # as tuner run builds it: the study's baseline
+    prepared = Prepared(None, space, None, None, {}, "", [], [],  # type: ignore[arg-type]
+                        gates=dict(zip(sorted(space.post_retrieval), solvable_gates(space), strict=True)))
+    runner.gates = runner.recorder.gates = gates_as_found(prepared, study)  # as tuner run builds it: the study's baseline
     assert runner.gates[CONFIDENCE_PARAM].found == 0.12
     out, frozen = run(study, runner, {"fusion.x": 0.25})
-    note = get_note_from_system_attrs(study._storage.get_study_system_attrs(study._study_id), frozen._trial_id)["body"]
+    note = get_note_from_system_attrs(study._storage.get_study_system_attrs(study._study_id),
+                                      frozen._trial_id)["body"]
     if bound is None:  # nothing asks the gate to move: the value as found, and no word about it
         assert assignment_of(frozen)[CONFIDENCE_PARAM] == 0.12
         assert out.gates_moved is None and trial_attr(frozen, ATTR_GATES_MOVED) is None
         assert "moved" not in note
     else:  # only a threshold above every OOS confidence (0.4) meets the bound
-        moved = (
-            "OOS_FP_Rate <= 0.1 moved confidence.threshold 0.12 -> 0.48 (+0.36): at the value as found, OOS_FP_Rate = 1"
-        )
+        moved = ("OOS_FP_Rate <= 0.1 moved confidence.threshold 0.12 -> 0.48 (+0.36): at the value as found, "
+                 "OOS_FP_Rate = 1")
         assert assignment_of(frozen)[CONFIDENCE_PARAM] == 0.48
         assert out.gates_moved == trial_attr(frozen, ATTR_GATES_MOVED) == moved
         assert ATTR_GATES_MOVED not in frozen.user_attrs  # a sentence: kept off the dashboard's table

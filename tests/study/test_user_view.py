@@ -51,12 +51,8 @@ CONFIG_KEYS = {
     "fallback.windows_days.1",
     "fusion.rrf_k",
 }
-COORDINATES = {
-    "fusion.weights:bm25",
-    "fusion.weights:dense",
-    "fallback.windows_days:first",
-    "fallback.windows_days:gap1",
-}
+COORDINATES = {"fusion.weights:bm25", "fusion.weights:dense", "fallback.windows_days:first",
+               "fallback.windows_days:gap1"}
 N_TRIALS = 24
 
 
@@ -69,9 +65,8 @@ def study_url(tmp_path_factory: pytest.TempPathFactory) -> str:
     # "bare", the same trials again: optuna-dashboard caches importances per study id
     # in the process, so the bare storage's dashboard gets a study of its own
     for name in ("keys", "bare"):
-        study = optuna.create_study(
-            storage=url, study_name=name, direction="maximize", sampler=optuna.samplers.RandomSampler(seed=3)
-        )
+        study = optuna.create_study(storage=url, study_name=name, direction="maximize",
+                                    sampler=optuna.samplers.RandomSampler(seed=3))
         for _ in range(N_TRIALS):
             trial = study.ask()
             assignment = space.suggest(trial)
@@ -134,14 +129,8 @@ def test_report_importances_and_csv_name_config_keys_only(study: optuna.Study, t
     imp = analysis.param_importances(study)
     assert imp and set(imp) <= CONFIG_KEYS
     assert next(iter(imp)) in {"fusion.weights.bm25", "fusion.weights.dense", "fusion.weights.sparse"}
-    paths = analysis.write_study_report(
-        analysis.trials_frame(study.trials),
-        tmp_path,
-        study_name="keys",
-        objective="value",
-        maximize=True,
-        importances=imp,
-    )
+    paths = analysis.write_study_report(analysis.trials_frame(study.trials), tmp_path, study_name="keys",
+                                        objective="value", maximize=True, importances=imp)
     header = paths.csv.read_text().splitlines()[0].split(",")
     assert not [c for c in header if c.startswith(analysis.PARAM_PREFIX) or is_coordinate(c)]
     assert {"fusion.weights.bm25", "fusion.rrf_k"} <= set(header)
@@ -188,9 +177,9 @@ def test_optuna_dashboard_on_the_bare_storage_lists_coordinates(study: optuna.St
     assert names["importance"] & COORDINATES, names
 
 
-def test_tuner_optuna_dashboard_serves_config_keys_over_http(
-    study: optuna.Study, study_url: str, tmp_path: Path
-) -> None:
+
+def test_tuner_optuna_dashboard_serves_config_keys_over_http(study: optuna.Study, study_url: str,
+                                                             tmp_path: Path) -> None:
     # the process `tuner dashboard` starts (tuner.ops.dashboard_specs), over real HTTP
     import signal
     import subprocess
@@ -202,21 +191,9 @@ def test_tuner_optuna_dashboard_serves_config_keys_over_http(
 
     port = free_port()
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tuner",
-            "optuna-dashboard",
-            study_url,
-            "--artifact-dir",
-            str(tmp_path / "artifacts"),
-            "--port",
-            str(port),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
+        [sys.executable, "-m", "tuner", "optuna-dashboard", study_url, "--artifact-dir", str(tmp_path / "artifacts"),
+         "--port", str(port)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
     )
     base = f"http://127.0.0.1:{port}"
     try:
@@ -257,7 +234,5 @@ def test_a_port_in_use_and_a_dead_storage_are_one_line_errors(study_url: str) ->
         port = taken.getsockname()[1]
         with pytest.raises(ConfigError, match=rf"cannot listen on 127.0.0.1:{port} .*; pick another --port"):
             listen(dashboard_app(study_url), host="127.0.0.1", port=port)
-    with pytest.raises(
-        StudyError, match=r"storage postgresql://u:\*\*\*@127.0.0.1:1/db: cannot open it .*check the URL"
-    ):
+    with pytest.raises(StudyError, match=r"storage postgresql://u:\*\*\*@127.0.0.1:1/db: cannot open it .*check the URL"):
         dashboard_app("postgresql://u:secret@127.0.0.1:1/db")
