@@ -209,3 +209,16 @@ def test_report_tables_carry_verdicts_not_violations(study_with_everything) -> N
     assert "0.1250 ✗ > 0.10 by 0.0250" in md and "(violation)" not in md
     feasible_md = analysis.markdown_table(analysis.summary_table(analysis.feasible_ranked(frame)))
     assert "0.0500 ✓ ≤ 0.10" in feasible_md and "-0.0500" not in feasible_md
+
+
+def test_selection_robust_names_the_trial_apply_deploys(tmp_path: Path) -> None:
+    """Trials without per-query records: the robust pick falls back to the best feasible
+    trial, and `tuner best` says which trial `tuner apply` applies."""
+    trials = [_trial(0.37, 0.05, variant="baseline", i=0), _trial(0.52, 0.0625, i=1), _trial(0.61, 0.125, i=2)]
+    exp, _ = _project(tmp_path, trials)
+    exp.write_text(exp.read_text() + "selection: robust\n")
+    out = _best(exp, columns=200)
+    assert re.search(r"selection: robust: `tuner apply \S+` applies trial #1 \(Primary_Metric_Score 0\.5200\)", out)
+    (tmp_path / "plain").mkdir()
+    plain, _ = _project(tmp_path / "plain", trials)  # selection left out: best, no such line
+    assert "selection: robust" not in _best(plain, columns=200)

@@ -254,6 +254,8 @@ def test_replay_trials_record_their_scored_settings_for_the_cross_validation(rep
         best = replay["verified"][0]  # the best replayed setting, verified live
         assert sum(settings[0]["objective"]) / N_IN_SCOPE == pytest.approx(best["replayed"], abs=1e-5)
         assert all(len(s["objective"]) == N_IN_SCOPE for s in settings)
+        assert all(s["params"] for s in settings)  # where the robust pick's neighbourhood is measured
         n_settings += len(settings)
     cv = study_crossval(study, exp.objective, exp.constraints, exp.cv)
     assert cv is not None and cv.n_candidates == len(study.trials) + n_settings
+    assert set(cv.rules) == {"best", "robust"} and cv.selection_line() is not None

@@ -121,6 +121,7 @@ def test_bind_port_fills_every_port_placeholder(project: Path) -> None:
         ("holdout: {sede: 3}\n", "holdout.sede: unknown key (did you mean seed?)"),
         ("validation: crossval\n", "validation: Input should be 'holdout', 'cv' or 'both'"),
         ("cv: {folds: 1}\n", "cv.folds: Input should be greater than or equal to 2"),
+        ("selection: safest\n", "selection: Input should be 'best' or 'robust'"),
         ("validation: cv\nholdout: {enabled: true}\n", "validation: cv contradicts holdout.enabled: true"),
     ],
 )
@@ -326,3 +327,8 @@ def test_validation_decides_the_holdout_and_the_cross_validation(project: Path) 
     assert (both.holdout.enabled, both.cross_validates, both.cv.folds, both.cv.seed) == (True, True, 4, 2)
     cv = load_experiment(write_exp(project, MINIMAL + "validation: cv\nholdout: {seed: 3}\n"))
     assert (cv.holdout.enabled, cv.holdout.seed, cv.cross_validates) == (False, 3, True)
+
+
+def test_selection_is_best_unless_the_file_says_robust(project: Path) -> None:
+    assert load_experiment(write_exp(project, MINIMAL)).selection == "best"
+    assert load_experiment(write_exp(project, MINIMAL + "selection: robust\n")).selection == "robust"

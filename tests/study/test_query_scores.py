@@ -20,6 +20,7 @@ from tuner.study.query_scores import (
     build_record,
     queries_of,
     save_record,
+    settings_record,
     study_crossval,
     study_scores,
 )
@@ -163,3 +164,93 @@ def test_the_study_note_and_the_parent_run_carry_the_estimate() -> None:
     assert call["metrics"]["cv_gain_ci_low"] > 0 and call["metrics"]["cv_gain_established"] == 1.0
     assert call["metrics"]["cv_optimism"] == pytest.approx(cv.optimism)
     assert call["tags"]["tuner.cv_verdict"] == cv.verdict
+    line = cv.selection_line()  # both pick rules, one line each place
+    assert line is not None and set(cv.rules) == {"best", "robust"}
+    assert f"{line[0].upper()}{line[1:]}." in get_note(study)
+    assert call["metrics"]["cv_score_robust"] == pytest.approx(cv.rules["robust"])
+
+
+def test_candidates_carry_their_params_for_the_robust_pick() -> None:
+    """A trial's params are its recorded assignment (nested values flattened); a replayed
+    setting's are its own over its trial's, or a marker of its own when it has none."""
+    study = optuna.create_study(direction="maximize")
+    rng = np.random.default_rng(4)
+    frame = _per_query(rng.uniform(0.2, 0.5, N_IN), np.zeros(N_OOS))
+    trial = study.ask()
+    metrics = _metrics(frame)
+    trial.set_constraint(OOS_RULE.name, OOS_RULE.violation(metrics))
+    assignment = {"fusion.method": "linear", "fusion.normalization": "minmax", "windows": [30, 90]}
+    assignment["fusion.weights"] = {"bm25": 0.4, "dense": 0.6}
+    set_record(trial, ATTR_ASSIGNMENT, assignment)
+    record = build_record(frame, metrics, "Primary_Metric_Score", [OOS_RULE])
+    assert record is not None
+    setting = {
+        "violation": -0.1,
+        "objective": frame["Primary_Metric_Score"].to_numpy()[:N_IN],
+        "oos_answered": "0" * N_OOS,
+    }
+    record["settings"] = settings_record(
+        [
+            {
+                **setting,
+                "setting": "w=0.4/0.6",
+                "params": {"fusion.method": "linear", "fusion.normalization": "minmax"},
+            },
+            {
+                **setting,
+                "setting": "rrf 0.7/0.3",
+                "params": {"fusion.method": "rrf", "fusion.weights": {"bm25": 0.7, "dense": 0.3}},
+            },
+            {**setting, "setting": "fusion.weights=0.2/0.8"},  # recorded before settings kept their params
+        ]
+    )
+    save_record(trial, record, queries_of(frame), set())
+    study.tell(trial, metrics["Primary_Metric_Score"])
+
+    scores = study_scores(study, "Primary_Metric_Score", [OOS_RULE])
+    assert scores is not None
+    own, _, replayed, bare = scores.candidates
+    windows = {"windows.0": 30, "windows.1": 90}  # a list of numbers stays numeric
+    weights = {"fusion.weights.bm25": 0.4, "fusion.weights.dense": 0.6}
+    assert own.params == {"fusion.method": "linear", "fusion.normalization": "minmax", **weights, **windows}
+    # the rrf setting: no linear normalization stuck to it from its trial's own method
+    assert replayed.params == {
+        "fusion.method": "rrf",
+        "fusion.weights.bm25": 0.7,
+        "fusion.weights.dense": 0.3,
+        **windows,
+    }
+    assert bare.params["replayed setting"] == bare.label and "fusion.method" not in bare.params
+
+
+def test_selection_robust_chooses_the_trial_to_apply() -> None:
+    """`tuner apply` without --trial (pick_trial): the best feasible trial, or with
+    ``selection: robust`` the trial whose neighbourhood of like settings scores best; an
+    infeasible trial is never chosen."""
+    from tuner.study.feasibility import pick_trial
+    from tuner.study.query_scores import robust_trial, trial_chooser
+
+    study = optuna.create_study(direction="maximize")
+    rng = np.random.default_rng(5)
+    base = rng.uniform(0.2, 0.5, N_IN)
+    quiet, loud = np.zeros(N_OOS), np.ones(N_OOS)
+    planted = [(0.0, 0.10, quiet), (0.02, -0.05, quiet), (0.04, -0.05, quiet), (0.06, -0.05, quiet)]
+    planted += [(0.5, 0.30, loud)]  # the highest, but breaks the OOS budget
+    planted += [(0.80 + 0.02 * i, 0.08, quiet) for i in range(5)]  # the plateau
+    for x, gain, answered in planted:
+        trial = study.ask()
+        frame = _per_query(base + gain, answered)
+        metrics = _metrics(frame)
+        trial.set_constraint(OOS_RULE.name, OOS_RULE.violation(metrics))
+        set_record(trial, ATTR_ASSIGNMENT, {"fusion.method": "rrf", "fusion.rrf_k": x})
+        record = build_record(frame, metrics, "Primary_Metric_Score", [OOS_RULE])
+        assert record is not None
+        save_record(trial, record, queries_of(frame), set())
+        study.tell(trial, metrics["Primary_Metric_Score"])
+
+    assert pick_trial(study, None, maximize=True, choose=trial_chooser(Objective(), [OOS_RULE], "best")).number == 0
+    robust = robust_trial(study, Objective(), [OOS_RULE])
+    assert robust is not None and robust.number in range(5, 10)
+    chosen = pick_trial(study, None, maximize=True, choose=trial_chooser(Objective(), [OOS_RULE], "robust"))
+    assert chosen.number == robust.number
+    assert pick_trial(study, 1, maximize=True, choose=trial_chooser(Objective(), [OOS_RULE], "robust")).number == 1

@@ -92,13 +92,30 @@ def best_command(
         console.print(f"{len(failed)} trial(s) failed or pruned; `tuner report {experiment}` lists them")
     if exp.cross_validates:
         _print_crossval(console, study, exp)
+    if exp.selection == "robust":
+        _print_robust(console, study, exp, experiment)
+
+
+def _print_robust(console: Console, study: Any, exp: Any, experiment: Any) -> None:
+    """With ``selection: robust`` the trial to apply is the robust pick, not the top row."""
+    from tuner.study.query_scores import robust_trial
+
+    trial = robust_trial(study, exp.objective, exp.constraints)
+    if trial is not None:
+        console.print(
+            f"selection: robust: `tuner apply {experiment}` applies trial #{trial.number} "
+            f"({exp.objective.metric} {trial.values[0]:.4f}), the best neighbourhood of like settings",
+            soft_wrap=True,
+            markup=False,
+            highlight=False,
+        )
 
 
 def _print_crossval(console: Console, study: Any, exp: Any) -> None:
     """How much of the gain is real: the cross-validated estimate (tuner.study.crossval)."""
     from tuner.study.query_scores import study_crossval
 
-    cv = study_crossval(study, exp.objective, exp.constraints, exp.cv)
+    cv = study_crossval(study, exp.objective, exp.constraints, exp.cv, exp.selection)
     if cv is None:
         console.print("no cross-validated estimate: no trial recorded per-query scores", soft_wrap=True)
         return
@@ -107,6 +124,8 @@ def _print_crossval(console: Console, study: Any, exp: Any) -> None:
     picks = ", ".join(f"fold {p.fold + 1}: {p.label or 'baseline'}" for p in cv.picks)
     held = "".join(f"; {k} {v:.4g} on the held-out folds" for k, v in cv.heldout_constraints.items())
     console.print(f"  picks per fold: {picks}{held}", soft_wrap=True, markup=False, highlight=False)
+    if (rules := cv.selection_line()) is not None:
+        console.print(f"  {rules}", soft_wrap=True, markup=False, highlight=False)
     for note in cv.notes:
         console.print(f"  note: {note}", soft_wrap=True, markup=False, highlight=False)
 

@@ -205,6 +205,8 @@ def _print_summary(console: Console, exp: Any, summary: Any) -> None:
     if summary.crossval is not None:
         console.print("\n[bold]cross-validated[/] (tune then deploy, on queries each pick was not chosen on)")
         console.print(summary.crossval.summary_line(), soft_wrap=True, markup=False, highlight=False)
+        if (rules := summary.crossval.selection_line()) is not None:
+            console.print(rules, soft_wrap=True, markup=False, highlight=False)
     console.print("\n[bold]dashboards[/]")
     for name, command in summary.dashboards.items():
         console.print(f"  {name:7s} {command}", soft_wrap=True)

@@ -30,7 +30,7 @@ Public API::
 
 The sections' models live in their own modules: sampling (sampler, pruner), objective
 (objective, constraints, failure_budget), dataset, target, workers, tracking, shortlist,
-replay, validation (validation, cv);
+replay, validation (validation, cv, selection);
 evaluation is tuner.evaluation.spec.EvalSpec, holdout tuner.evaluation.holdout.
 """
 
@@ -50,7 +50,7 @@ from tuner.config.shortlist import Variant, parse_variants
 from tuner.config.strict import StrictModel
 from tuner.config.target import TargetConfig
 from tuner.config.tracking import TrackingConfig
-from tuner.config.validation import CrossValConfig, Validation
+from tuner.config.validation import CrossValConfig, Selection, Validation
 from tuner.config.workers import WorkerSettings
 from tuner.config.yamlfile import load_model, read_yaml
 from tuner.errors import ConfigError
@@ -120,6 +120,13 @@ class ExperimentFile(StrictModel):
         description=("holdout | cv | both (tuner.config.validation); left out: both with holdout.enabled, else cv."),
     )
     cv: CrossValConfig = Field(default_factory=CrossValConfig, description="The cross-validated estimate's folds.")
+    selection: Selection = Field(
+        default="best",
+        description=(
+            "best | robust: the cross-validated estimate's pick rule (tuner.study.crossval); robust picks the "
+            "setting whose neighbourhood of like settings scores best. Both rules' cross-validated scores are shown."
+        ),
+    )
 
     @field_validator("constraints", mode="before")
     @classmethod

@@ -13,6 +13,10 @@ study gets the cross-validated estimate unless ``validation: holdout`` turns it 
 
     validation: both
     cv: {folds: 5, seed: 0, confidence: 0.95}
+    selection: best        # or robust: the setting whose neighbourhood scores best
+
+``selection`` is the cross-validated estimate's pick rule (tuner.study.crossval); both
+rules are cross-validated and shown side by side whatever it says.
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ from pydantic import Field
 from tuner.config.strict import StrictModel
 
 Validation = Literal["holdout", "cv", "both"]
+# the pick rule of the cross-validated estimate (tuner.study.crossval, module doc)
+Selection = Literal["best", "robust"]
 
 
 class CrossValConfig(StrictModel):

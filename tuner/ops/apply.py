@@ -173,7 +173,7 @@ def plan_apply(
     problem = labels_mismatch(study, experiment, prepared.labels_fingerprint)
     if problem is not None:  # the trials were ranked, and their scores measured, on other labels
         raise LabelError(problem)
-    trial = pick_trial(study, trial_number, maximize=maximize)
+    trial = pick_trial(study, trial_number, maximize=maximize, choose=_chooser(experiment))
     if experiment.target.channel == "request":
         return _plan_app_file(experiment, prepared, study, trial)
     docs = prepared.patcher.documents()
@@ -290,6 +290,13 @@ class RequestFragment:
     fragment: dict[str, Any]
 
 
+def _chooser(experiment: Experiment) -> Any:
+    """The study's ``selection`` rule for the trial to apply (tuner.study.query_scores)."""
+    from tuner.study.query_scores import trial_chooser
+
+    return trial_chooser(experiment.objective, experiment.constraints, experiment.selection)
+
+
 def request_fragment(experiment: Experiment, *, trial_number: int | None = None) -> RequestFragment:
     """The chosen trial's values as the part of the request that carries them."""
     from tuner.config.flatten import flatten
@@ -300,7 +307,7 @@ def request_fragment(experiment: Experiment, *, trial_number: int | None = None)
     problem = labels_mismatch(study, experiment, prepared.labels_fingerprint)
     if problem is not None:
         raise LabelError(problem)
-    trial = pick_trial(study, trial_number, maximize=experiment.objective.maximize)
+    trial = pick_trial(study, trial_number, maximize=experiment.objective.maximize, choose=_chooser(experiment))
     docs = prepared.found_documents()
     assignment = prepared.space.as_found(assignment_of(trial) or prepared.space.suggest(trial), docs)
     values: dict[str, Any] = {}

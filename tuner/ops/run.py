@@ -404,7 +404,7 @@ def _crossval(experiment: Experiment, study: optuna.Study, summary: RunSummary) 
     from tuner.study.query_scores import study_crossval
 
     try:
-        return study_crossval(study, experiment.objective, experiment.constraints, experiment.cv)
+        return study_crossval(study, experiment.objective, experiment.constraints, experiment.cv, experiment.selection)
     except (TunerError, ValueError) as exc:
         summary.warnings.append(f"the cross-validated estimate failed: {exc}; `tuner best` tries again")
         return None

@@ -85,6 +85,7 @@ def _validate_holdout(
     on_step: Callable[[str], None] = lambda step: None,
 ) -> HoldoutRun:
     from tuner.study.feasibility import pick_trial
+    from tuner.study.query_scores import trial_chooser
     from tuner.study.storage.study_storage import load_study
     from tuner.study.trial.live import LiveEvaluator
     from tuner.study.wiring import prepare
@@ -94,7 +95,12 @@ def _validate_holdout(
     holdout = holdout or holdout_config_of(experiment)
     study = load_study(experiment)
     maximize = experiment.objective.maximize
-    best = pick_trial(study, trial_number, maximize=maximize)
+    best = pick_trial(
+        study,
+        trial_number,
+        maximize=maximize,
+        choose=trial_chooser(experiment.objective, experiment.constraints, experiment.selection),
+    )
     baseline = next(
         (
             t

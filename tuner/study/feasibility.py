@@ -18,7 +18,7 @@ the trials frame of `tuner best` / `tuner report` (tuner.ops.analysis), the stud
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from tuner.errors import StudyError
@@ -69,10 +69,19 @@ def best_feasible_trial(trials: Sequence[FrozenTrial], *, maximize: bool = True)
     return ranked[0] if ranked else None
 
 
-def pick_trial(study: optuna.Study, trial_number: int | None, *, maximize: bool) -> FrozenTrial:
+def pick_trial(
+    study: optuna.Study,
+    trial_number: int | None,
+    *,
+    maximize: bool,
+    choose: Callable[[optuna.Study], FrozenTrial | None] | None = None,
+) -> FrozenTrial:
+    """Trial ``trial_number``, or without one the trial the study's selection rule picks:
+    ``choose`` (tuner.study.query_scores.trial_chooser: ``selection: robust``), else the
+    best feasible trial."""
     trials = study.get_trials(deepcopy=False)
     if trial_number is None:
-        best = best_feasible_trial(trials, maximize=maximize)
+        best = choose(study) if choose is not None else best_feasible_trial(trials, maximize=maximize)
         if best is None:
             raise StudyError(
                 f"study {study.study_name!r} has no feasible trial yet; pick one with --trial N or run more trials"

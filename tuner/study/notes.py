@@ -106,10 +106,12 @@ def study_note(
     holdout: str | None = None,
     apply_hint: str | None = None,
     crossval: str | None = None,
+    selection: str | None = None,
 ) -> str:
     """The study note: best feasible trial vs baseline, the top feasible trials, the
     trial the Best Trial card shows when it is infeasible, the holdout verdict, the
-    cross-validated estimate (tuner.study.crossval, its summary line)."""
+    cross-validated estimate (tuner.study.crossval, its summary line) and the pick rules
+    compared (its selection line)."""
     done = [t for t in trials if t.state == TrialState.COMPLETE and t.values]
     best = best_feasible_trial(trials, maximize=maximize)
     baseline = next((t for t in done if t.user_attrs.get(ATTR_VARIANT) == "baseline"), None)
@@ -147,6 +149,8 @@ def study_note(
         lines += [f"Holdout: {holdout}", ""]
     if crossval:
         lines += [f"Cross-validated: {crossval}", ""]
+    if selection:
+        lines += [f"{selection[0].upper()}{selection[1:]}.", ""]
     feasible = feasible_ranked(trials, maximize=maximize)
     if feasible:
         lines += [f"| trial | {objective} | vs baseline | constraints | variant |", "|---|---:|---:|---|---|"]
@@ -228,6 +232,7 @@ def publish_study(
         holdout=holdout,
         apply_hint=apply_hint,
         crossval=None if crossval is None else crossval.summary_line(),
+        selection=None if crossval is None else crossval.selection_line(),
     )
     write_note(study, note)
     summarize = getattr(tracker, "summarize_study", None)

@@ -21,7 +21,12 @@ the system attribute ``tuner.queries.<digest>``.
 
 A replay trial adds ``settings``: the (at most 20, tuner.study.trial.replay_measure.CV_SETTINGS)
 best fusion settings it scored exactly, each with its objective per in-scope query and OOS
-answers at its own solved gates and its largest violation, each a candidate of its own.
+answers at its own solved gates, its largest violation and its ``params`` (the replayed
+keys, a nested value flattened to ``key.sub``), each a candidate of its own.
+
+A candidate's params (the robust pick's neighbourhood, tuner.study.crossval) are the
+trial's recorded assignment (else its Optuna params), a setting's over its trial's; a
+setting recorded without params is marked apart (its own neighbourhood).
 
 A cache hit measured nothing: it reads the record of the trial it was copied from, when
 that trial is in this study with the same assignment.
@@ -34,16 +39,17 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from tuner.config.objective import Constraint, Objective
-from tuner.config.validation import CrossValConfig
+from tuner.config.validation import CrossValConfig, Selection
 from tuner.optuna_adapter import storage_of, study_id_of
-from tuner.study.crossval import Candidate, CrossValResult, QueryInfo, cross_validate
+from tuner.study.crossval import Candidate, CrossValResult, QueryInfo, compare_selection, select
+from tuner.study.feasibility import best_feasible_trial, is_feasible
 from tuner.study.trial.attrs import (
     ATTR_CACHED_FROM,
     ATTR_VARIANT,
@@ -113,9 +119,28 @@ def settings_record(settings: Sequence[Mapping[str, Any]]) -> list[dict[str, Any
             "violation": float(s["violation"]),
             "objective": _rounded(np.asarray(s["objective"], dtype=float)),
             "oos_answered": str(s["oos_answered"]),
+            **({"params": flat_params(s["params"])} if s.get("params") else {}),
         }
         for s in settings
     ]
+
+
+def flat_params(assignment: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``assignment`` with nested mappings flattened to ``key.sub`` and lists to ``key.0``,
+    ``key.1``.. (a list of numbers, e.g. fallback windows, stays numeric); any other value
+    that is neither a number, a string nor a bool is kept as its text (a categorical value)."""
+    out: dict[str, Any] = {}
+    for key, value in assignment.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            out.update(flat_params(value, prefix=f"{name}."))
+        elif isinstance(value, list | tuple):
+            out.update(flat_params({str(i): v for i, v in enumerate(value)}, prefix=f"{name}."))
+        elif value is None or isinstance(value, bool | int | float | str):
+            out[name] = value
+        else:
+            out[name] = str(value)
+    return out
 
 
 def save_record(trial: Any, record: dict[str, Any], queries: Sequence[QueryInfo], known: set[str]) -> None:
@@ -177,9 +202,10 @@ def scores_of(
             continue
         cand = _candidate(by_number[number], record, queries, constraints, objective)
         candidates.append(cand)
+        settings = record.get("settings") or ()
+        replayed = {key for s in settings for key in flat_params(s.get("params") or {})}
         candidates += [
-            _setting(by_number[number], setting, queries, constraints, objective)
-            for setting in record.get("settings") or ()
+            _setting(by_number[number], setting, queries, constraints, objective, replayed) for setting in settings
         ]
         if by_number[number].user_attrs.get(ATTR_VARIANT) == "baseline":
             baseline = cand
@@ -222,7 +248,8 @@ def _candidate(
         metrics[name] = _spread(values, in_scope)
     violations = named_constraints(trial.constraints)
     fixed = {c.name: violations.get(c.name, 0.0) for c in constraints if c.metric not in metrics}
-    return Candidate(trial.number, f"#{trial.number}", objective, metrics, fixed)
+    params = flat_params(assignment_of(trial) or dict(trial.params))
+    return Candidate(trial.number, f"#{trial.number}", objective, metrics, fixed, params)
 
 
 def _setting(
@@ -231,18 +258,24 @@ def _setting(
     queries: Sequence[QueryInfo],
     constraints: Sequence[Constraint],
     objective: str,
+    replayed: Iterable[str] = (),
 ) -> Candidate:
     """A replayed setting of ``trial`` as a candidate: its per-query objective and OOS
     answers; a constraint without per-query values takes the setting's largest violation
-    (all the replay keeps of it, the stricter reading)."""
+    (all the replay keeps of it, the stricter reading). Its params: the trial's without
+    the ``replayed`` keys (any of the trial's settings sets them: a conditional key of the
+    trial's own method must not stick to a setting of another), then the setting's own."""
     record = {"objective": setting["objective"]}
     if setting.get("oos_answered"):
         record["oos_answered"] = setting["oos_answered"]
     base = _candidate(trial, record, queries, constraints, objective)
     fixed = {name: float(setting["violation"]) for name in base.fixed}
-    return Candidate(
-        trial.number, f"#{trial.number} replayed {setting['setting']}", base.objective, base.metrics, fixed
-    )
+    label = f"#{trial.number} replayed {setting['setting']}"
+    own = setting.get("params")
+    drop = set(replayed)
+    kept = {k: v for k, v in base.params.items() if k not in drop}
+    params = {**kept, **(flat_params(own) if own else {"replayed setting": label})}
+    return Candidate(trial.number, label, base.objective, base.metrics, fixed, params)
 
 
 def _spread(values: Iterable[float], where: np.ndarray) -> np.ndarray:
@@ -256,15 +289,48 @@ def _rounded(values: np.ndarray) -> list[float]:
     return rounded
 
 
+def robust_trial(study: Any, objective: Objective, constraints: Sequence[Constraint]) -> Any:
+    """The trial ``selection: robust`` deploys (`tuner apply`, `tuner validate` without
+    --trial): the robust rule's pick on all queries among the feasible trials, their
+    neighbourhoods counting the replayed settings too (a replayed setting itself is not a
+    trial to apply). Without recorded per-query scores: the best feasible trial."""
+    trials = study.get_trials(deepcopy=False)
+    scores = study_scores(study, objective.metric, constraints)
+    if scores is not None:
+        by_number = {t.number: t for t in trials}
+        eligible = [c.label == f"#{c.number}" and is_feasible(by_number[c.number]) for c in scores.candidates]
+        index = select(
+            scores.candidates, constraints, maximize=objective.maximize, selection="robust", eligible=eligible
+        )
+        if index is not None:
+            return by_number[scores.candidates[index].number]
+    return best_feasible_trial(trials, maximize=objective.maximize)
+
+
+def trial_chooser(
+    objective: Objective, constraints: Sequence[Constraint], selection: Selection
+) -> Callable[[Any], Any] | None:
+    """How `tuner.study.feasibility.pick_trial` chooses without --trial: None (the best
+    feasible trial) for ``selection: best``, `robust_trial` for ``robust``."""
+    if selection == "best":
+        return None
+    return lambda study: robust_trial(study, objective, constraints)
+
+
 def study_crossval(
-    study: Any, objective: Objective, constraints: Sequence[Constraint], cv: CrossValConfig
+    study: Any,
+    objective: Objective,
+    constraints: Sequence[Constraint],
+    cv: CrossValConfig,
+    selection: Selection = "best",
 ) -> CrossValResult | None:
     """The cross-validated estimate of ``study`` from its recorded per-query scores
-    (tuner.study.crossval); None before any trial has them."""
+    (tuner.study.crossval) with the ``selection`` rule, and every rule's score beside it
+    (``rules``); None before any trial has them."""
     scores = study_scores(study, objective.metric, constraints)
     if scores is None:
         return None
-    result = cross_validate(
+    result = compare_selection(
         scores.queries,
         scores.candidates,
         scores.baseline,
@@ -274,6 +340,7 @@ def study_crossval(
         folds=cv.folds,
         seed=cv.seed,
         confidence=cv.confidence,
+        selection=selection,
     )
     if result is not None:
         result.notes += scores.notes

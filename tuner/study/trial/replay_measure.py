@@ -240,7 +240,13 @@ class ReplayMeasurer:
             return []
         values = self.pool.per_query(context, items) if self.pool is not None else context.per_query(items)
         return [
-            {"setting": _short(s.assignment), "violation": s.violation, "objective": scores, "oos_answered": answered}
+            {
+                "setting": _short(s.assignment),
+                "violation": s.violation,
+                "objective": scores,
+                "oos_answered": answered,
+                "params": dict(s.assignment),  # the robust pick's neighbourhood (tuner.study.query_scores)
+            }
             for s, (scores, answered) in zip(exact, values, strict=True)
         ]
 
