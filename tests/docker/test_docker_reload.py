@@ -12,6 +12,7 @@ catches the old config it would serve).
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -211,5 +212,10 @@ def test_a_single_file_mount_is_refused_and_its_stale_config_is_caught(file_stac
         applied = applier.apply(texts)
         applier.close()
     assert applied.mode == "restart"
-    assert applied.reason == f"reload not confirmed within 3 s: backend serves {old[:12]}, wrote {new[:12]}"
+    # the last health answer within the deadline served the old file; on a busy machine the
+    # last probe may instead have timed out: either way the reload was not confirmed
+    assert re.fullmatch(
+        rf"reload not confirmed within 3 s: (backend serves {old[:12]}|health [A-Za-z]+), wrote {new[:12]}",
+        applied.reason or "",
+    ), applied.reason
     assert applied.health["config_fingerprint"] == new
