@@ -1,6 +1,7 @@
 """Trial overhead benchmark: how much of a trial is the tuner, not the backend.
 
     .venv/bin/python bench/trial_overhead.py [--trials 20] [--repeats 5] [--keep DIR]
+    .venv/bin/python bench/trial_overhead.py --backend-cost 1,3,10 [--trials 20]
 
 On the demo (generated data, the reference backend as a process, the demo's search
 space, OOS constraint, MLflow tracking, Optuna artifacts; the result cache off so
@@ -43,6 +44,17 @@ the backend's, which are the tuner's on the backend's path, which overlap), and:
    cores this is the limit: all of it over the core count is the shortest a trial can
    be, whatever overlaps.
 
+5. **The tuner's CPU against the engine's** (``--backend-cost 1,3,10``, instead of the
+   three modes): the request-mode study once as the reference backend is (about 1.5-2.3
+   ms of CPU a query on the demo), then once per cost with FUSION_BACKEND_BENCH_CPU_MS
+   (fusion_backend.extra_cost) making every search spend the difference on real work
+   (sha256), so that a query costs the backend about that many ms of CPU in all. Side
+   by side: the backend's measured CPU a query and a trial, the tuner's CPU a trial (its
+   threads and its report helper) and the ratio (issue 28's goal: <= 0.5), the trial's
+   loop time over its search time (goal <= 1.10), the tuner's CPU by where it went, and
+   the engine cost at which the tuner's CPU is half the engine's. The answers do not
+   change with the cost: every run proposes the same params and scores the same.
+
 Value check: both modes run the same seeded study on the same data, so they must
 propose the same parameters and score the same; the bench prints whether they did.
 Figures vary with load (the load average is printed before and after); the ratios are
@@ -67,6 +79,7 @@ import optuna
 
 REPO = Path(__file__).resolve().parents[1]
 
+from fusion_backend.extra_cost import BENCH_CPU_ENV  # noqa: E402
 from tuner.config.experiment import load_experiment  # noqa: E402
 from tuner.evaluation.client import shared_ssl_context  # noqa: E402
 from tuner.evaluation.mapping import prepare_request  # noqa: E402
@@ -81,20 +94,24 @@ GOAL_OVERHEAD = 0.02
 GOAL_THROUGHPUT = 0.90
 GOAL_TRIAL_OVER_SEARCH = 1.25
 GOAL_REQUEST_OVER_SEARCH = 1.10  # issue 28: a request-mode trial costs about its search time
+GOAL_TUNER_OVER_BACKEND = 0.5  # issue 28: the tuner's CPU per trial <= 0.5x the backend's (--backend-cost)
 BACKEND = ("restart", "health", "reload", "confirm", "search")  # the backend's time in a trial
 ON_PATH = ("patch", "handle", "evaluate - window")  # the tuner's, between the backend's phases of a trial
 MODES = ("restart", "reload", "request")
 
 
-def write_experiment(root: Path, n_trials: int, mode: str) -> Path:
+def write_experiment(root: Path, n_trials: int, mode: str, extra_cpu_ms: float | None = None) -> Path:
     """The demo experiment, re-pointed at a scratch project under ``root``; ``restart``
-    mode drops the ``target.reload`` section."""
+    mode drops the ``target.reload`` section. ``extra_cpu_ms`` (the ``--backend-cost``
+    runs): the backend spends that much more CPU per search (FUSION_BACKEND_BENCH_CPU_MS),
+    in a study and state of its own."""
     from ruamel.yaml import YAML
 
+    name = mode if extra_cpu_ms is None else f"{mode}-cost{extra_cpu_ms:g}"
     text = (REPO / "experiments" / "demo.yaml").read_text()
     text = (
-        text.replace("state_dir: ../.tuner/demo", f"state_dir: .tuner-{mode}\nproject_root: .")
-        .replace("study: demo", f"study: demo-{mode}")
+        text.replace("state_dir: ../.tuner/demo", f"state_dir: .tuner-{name}\nproject_root: .")
+        .replace("study: demo", f"study: demo-{name}")
         .replace("../.tuner/demo/data/", "data/")
         .replace("../.tuner/demo/config.yaml", "backend/config.yaml")
         .replace("../search_space/", f"{REPO / 'search_space'}/")
@@ -107,7 +124,9 @@ def write_experiment(root: Path, n_trials: int, mode: str) -> Path:
         del doc["target"]["reload"]
     if mode == "request":
         as_request(doc, root)
-    path = root / f"experiment-{mode}.yaml"
+    if extra_cpu_ms is not None:
+        doc["target"]["process"]["env"] = {BENCH_CPU_ENV: f"{extra_cpu_ms:g}"}
+    path = root / f"experiment-{name}.yaml"
     with path.open("w") as fh:
         yaml.dump(doc, fh)
     return path
@@ -342,6 +361,57 @@ def decode_alone(spec: Any, bodies: list[dict[str, Any]]) -> float:
     return statistics.median(times)
 
 
+def tuner_cpu(run: dict[str, Any]) -> float:
+    """The tuner's CPU seconds per trial: its threads and its report helper process."""
+    return sum(v for g, v in run["cpu_per_trial"].items() if not g.startswith(("backend", "(")))
+
+
+def cost_ladder(root: Path, n_trials: int, costs: list[float]) -> int:
+    """The request-mode study once per backend cost: first as the backend is (its own CPU
+    per query measured), then with FUSION_BACKEND_BENCH_CPU_MS making each search cost
+    about ``cost`` ms of CPU in all; prints the tuner's and the backend's CPU per trial
+    side by side, and the engine cost at which the tuner's CPU is half the backend's."""
+    set_up(root, n_trials)
+    from tuner.evaluation.holdout import tune_split
+
+    exp = load_experiment(write_experiment(root, n_trials, "request"))
+    n_queries = len(tune_split(load_dataset(exp)[0], exp.holdout)[0])  # a trial runs the tune part (holdout: off it)
+    runs: list[tuple[float, dict[str, Any]]] = [(0.0, overhead(write_experiment(root, n_trials, "request", 0.0), n_trials))]
+    base_ms = runs[0][1]["cpu_per_trial"].get("backend process(es)", 0.0) / n_queries * 1000
+    for cost in costs:
+        extra = round(cost - base_ms, 2)
+        if extra > 0.05:  # a cost at or under the backend's own is the first run
+            runs.append((extra, overhead(write_experiment(root, n_trials, "request", extra), n_trials)))
+    print(f"\n== the tuner's CPU against the backend's, per trial: request mode, {n_trials} trials a run, "
+          f"{n_queries} queries a trial; the backend's own cost {base_ms:.2f} ms CPU a query, then "
+          f"{BENCH_CPU_ENV} added")
+    header = ("extra ms/query", "backend ms/query", "backend s/trial", "tuner s/trial", "tuner/backend",
+              f"goal <= {GOAL_TUNER_OVER_BACKEND}", "trial wall s", "search s", "trial / search",
+              f"goal <= {GOAL_REQUEST_OVER_SEARCH}")
+    print("  " + " ".join(f"{h:>16s}" for h in header))
+    for extra, run in runs:
+        backend = run["cpu_per_trial"].get("backend process(es)", 0.0)
+        tuner = tuner_cpu(run)
+        ratio = tuner / backend if backend else float("inf")
+        # a trial's loop wall time over its own search calls (the median), in the same run
+        over_search = run["per_trial_s"] / run["phases"]["search"]
+        cells = (f"{extra:g}", f"{backend / n_queries * 1000:.2f}", f"{backend:.3f}", f"{tuner:.3f}", f"{ratio:.2f}",
+                 verdict(ratio <= GOAL_TUNER_OVER_BACKEND), f"{run['per_trial_s']:.3f}",
+                 f"{run['phases']['search']:.3f}", f"{over_search:.3f}", verdict(over_search <= GOAL_REQUEST_OVER_SEARCH))
+        print("  " + " ".join(f"{c:>16s}" for c in cells))
+    print("\n  the tuner's CPU per trial, by where it went:")
+    groups = sorted({g for _, r in runs for g in r["cpu_per_trial"]} - {"(this bench's sampler)", "backend process(es)"})
+    for g in groups:
+        print(f"    {g:48s}" + "".join(f" {r['cpu_per_trial'].get(g, 0.0):7.3f}" for _, r in runs))
+    last = runs[-1][1]
+    even = tuner_cpu(last) / (GOAL_TUNER_OVER_BACKEND * n_queries) * 1000
+    print(f"  the tuner's CPU at the highest cost, {tuner_cpu(last):.3f} s a trial, is half the backend's when a query "
+          f"costs the backend {even:.2f} ms of CPU ({n_queries} queries a trial)")
+    same = all(r["values"] == runs[0][1]["values"] for _, r in runs)
+    print(f"  value check: same params and score for every trial at every cost: {same}")
+    return 0
+
+
 def verdict(ok: bool) -> str:
     return "PASS" if ok else "MISS"
 
@@ -406,6 +476,11 @@ def main() -> int:
     parser.add_argument("--trials", type=int, default=20, help="trials of each mode's study (default 20)")
     parser.add_argument("--repeats", type=int, default=5, help="interleaved throughput repeats (default 5)")
     parser.add_argument("--keep", type=Path, help="set up in this folder and keep it (default: a temp folder)")
+    parser.add_argument("--backend-cost", metavar="MS,MS,...",
+                        type=lambda v: [float(x) for x in v.split(",") if x.strip()],
+                        help="instead of the three modes: the request-mode study once per backend CPU cost a query "
+                             "(e.g. 1,3,10 ms; the backend's own cost first, then FUSION_BACKEND_BENCH_CPU_MS added), "
+                             "the tuner's CPU per trial against the backend's side by side")
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     from threadpoolctl import threadpool_info
@@ -418,6 +493,14 @@ def main() -> int:
           + ("limited to 1 as the CLI does" if limited else "left as set: OPENBLAS/OMP/MKL_NUM_THREADS") + ")")
 
     load_before = os.getloadavg()
+    if args.backend_cost:
+        with tempfile.TemporaryDirectory(prefix="trial-overhead-") as tmp:
+            root = args.keep or Path(tmp)
+            root.mkdir(parents=True, exist_ok=True)
+            cost_ladder(root, args.trials, args.backend_cost)
+        load_after = os.getloadavg()
+        print(f"  load average before / after: {load_before[0]:.2f} / {load_after[0]:.2f} on {os.cpu_count()} cores")
+        return 0
     with tempfile.TemporaryDirectory(prefix="trial-overhead-") as tmp:
         root = args.keep or Path(tmp)
         root.mkdir(parents=True, exist_ok=True)

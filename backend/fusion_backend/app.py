@@ -35,6 +35,7 @@ from starlette.routing import Route
 
 from .config import with_overrides
 from .errors import ConfigError
+from .extra_cost import costed, cpu_ms_from_env
 from .reload import Served, ServiceState
 
 if TYPE_CHECKING:
@@ -90,6 +91,9 @@ class SearchBody(BaseModel):
 
 
 def create_app(state: ServiceState, on_load_failure: Callable[[], None]) -> Starlette:
+    extra_cpu_ms = cpu_ms_from_env()  # benchmarks only (extra_cost.py); 0 in real use
+    search_with = costed(_search_with, extra_cpu_ms)
+
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
         state.start_loading(on_load_failure)
@@ -156,7 +160,7 @@ def create_app(state: ServiceState, on_load_failure: Callable[[], None]) -> Star
                 headers={**headers, "Retry-After": "1"},
             )
         try:
-            outcome, config_hash = await run_in_threadpool(_search_with, served, body)
+            outcome, config_hash = await run_in_threadpool(search_with, served, body)
         except ConfigError as exc:
             return JSONResponse({"detail": str(exc), "request_id": request_id}, status_code=422, headers=headers)
         answer = {
@@ -185,7 +189,7 @@ def create_app(state: ServiceState, on_load_failure: Callable[[], None]) -> Star
             served = state.current  # once, as /search
             if served is None:
                 raise AzureError("The index is loading; retry when GET /health answers 200", "ServiceUnavailable", 503)
-            answer = await run_in_threadpool(hybrid_search, served.index, served.cfg, body)
+            answer = await run_in_threadpool(costed(hybrid_search, extra_cpu_ms), served.index, served.cfg, body)
         except AzureError as exc:
             return JSONResponse(exc.to_json(), status_code=exc.status)
         return JSONResponse(answer)

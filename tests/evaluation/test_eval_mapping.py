@@ -45,6 +45,28 @@ def test_unknown_template_name_is_a_config_error_naming_query(template):
         build_body(mapping, Q, 10)
 
 
+@pytest.mark.parametrize(("body", "where", "what"), [
+    ({"a": [1, {"b": ["x", "{missing}"]}]}, "request.body.a[1].b[1]", r"\{missing\}.*query q7"),
+    ({"a": {"n": 3, "s": "lone } brace"}}, "request.body.a.s", "bad template"),
+    ({"a": [{"deep": [[None, "{nope:x}"]]}]}, "request.body.a[0].deep[0][1]", r"\{nope\}"),
+])
+def test_a_template_error_names_the_path_through_dicts_and_lists(body, where, what):
+    # the filler skips what has nothing to fill (numbers, null, strings without braces) and
+    # spells the path only for an error: the path must still be the one to fix
+    mapping = RequestMapping(url="http://x", body=body)
+    with pytest.raises(ConfigError) as err:
+        build_body(mapping, Q, 10)
+    assert str(err.value).startswith(where + ": ")
+    assert __import__("re").search(what, str(err.value))
+
+
+def test_parts_with_nothing_to_fill_come_out_equal():
+    body = {"o": {"f": {"m": "rrf", "k": 60, "w": {"a": 1.5, "b": True}, "n": None}, "l": [30, 90, "x"]},
+            "t": "{top_k}", "tail": "a}}b{{c"}
+    mapping = RequestMapping(url="http://x", body=body, pass_extra=False)
+    assert build_body(mapping, Q, 10) == {**body, "t": 10, "tail": "a}b{c"}
+
+
 def test_prepare_request_sets_request_id_header_and_get_params():
     spec = EvalSpec(request=RequestMapping(url="http://x/s", headers={"Authorization": "k"}), top_k=5)
     req = prepare_request(spec, Q, "rid-1")

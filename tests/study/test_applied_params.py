@@ -162,3 +162,60 @@ def test_a_replayed_categorical_is_recorded_under_its_declared_choices(space: Se
     assert record_applied_params(trial, {"fusion.method": "linear"}, declared) == []
     study.tell(trial, 0.0)
     assert study.trials[0].params["fusion.method"] == "linear"
+
+
+@pytest.mark.parametrize("storage", ["memory", "sqlite"])
+def test_recording_twice_adds_nothing_and_keeps_the_drawn_params(tmp_path: Path, storage: str) -> None:
+    url = optuna.storages.InMemoryStorage() if storage == "memory" else f"sqlite:///{tmp_path / 'study.db'}"
+    study = optuna.create_study(direction="maximize", storage=url)
+    trial = study.ask()
+    trial.suggest_float("x", 0.0, 1.0)
+    assignment = {"x": 0.75, "fallback.windows_days": [30, 90]}
+    assert record_applied_params(trial, assignment, {}) == []
+    assert record_applied_params(trial, assignment, {}) == []  # a retried record: no duplicate rows, no error
+    study.tell(trial, 1.0)
+    frozen = study.trials[0]
+    assert frozen.distributions["x"] == optuna.distributions.FloatDistribution(0.0, 1.0)  # the drawn one stays
+    assert {k: frozen.params[k] for k in ("fallback.windows_days.0", "fallback.windows_days.1")} == {
+        "fallback.windows_days.0": 30, "fallback.windows_days.1": 90}
+
+
+def test_one_transaction_records_what_optuna_records_one_param_at_a_time(tmp_path: Path) -> None:
+    """The oracle: Optuna's own set_trial_param, one call per param, into a second study;
+    both studies end with the same params and distributions in every trial, the same
+    names skipped, also for a name only an earlier run (another storage object, whose
+    cache layer never saw it) recorded under another kind."""
+    from optuna.distributions import FloatDistribution
+
+    from tuner.study.trial.applied_params import applied_params
+
+    def one_by_one(trial: optuna.Trial, assignment: dict[str, object], declared: dict[str, object]) -> list[str]:
+        have, skipped = trial.storage.get_trial(trial._trial_id).params, []
+        for name, (value, dist) in applied_params(assignment, have, declared).items():  # type: ignore[arg-type]
+            try:
+                trial.storage.set_trial_param(trial._trial_id, name, dist.to_internal_repr(value), dist)
+            except ValueError:
+                skipped.append(name)
+        return skipped
+
+    declared = {GATE: FloatDistribution(0.0, 1.0)}
+    runs = [
+        ({"fallback.windows_days": [30, 90], "w": {"a": 0.25, "b": 0.75}, GATE: 0.4}, []),
+        ({"fallback.windows_days": [31, 95], "w": {"a": 0.5, "b": 0.5}, GATE: 1.5}, []),  # the gate's range widened
+        ({"fallback.windows_days": [30.5, 90], "w": {"a": 1, "b": 0.0}, GATE: 0.2},  # floats, then an int: refused
+         ["fallback.windows_days.0", "w.a"]),
+    ]
+    studies = {}
+    for how, record in (("new", record_applied_params), ("optuna", one_by_one)):
+        url = f"sqlite:///{tmp_path / how}.db"
+        for i, (assignment, skipped) in enumerate(runs):
+            # every trial in a run of its own: a fresh storage object, its cache layer empty
+            study = optuna.create_study(study_name="s", storage=url, load_if_exists=True,
+                                        sampler=optuna.samplers.RandomSampler(seed=i))
+            trial = study.ask()
+            trial.suggest_int("drawn", 0, 10)
+            assert record(trial, assignment, declared) == skipped, (how, i)
+            study.tell(trial, float(i))
+        studies[how] = optuna.load_study(study_name="s", storage=url).trials
+    assert [(t.params, t.distributions) for t in studies["new"]] == [
+        (t.params, t.distributions) for t in studies["optuna"]]

@@ -172,33 +172,59 @@ def build_body(mapping: RequestMapping, query: Query, top_k: int) -> dict[str, A
     ``pass_extra`` the query's extra fields are merged in and win over template
     defaults, because they are the more specific, per-query values."""
     values = template_values(query, top_k)
-    body = _fill(mapping.body, values, query.query_id, "body")
+    body = _fill(mapping.body, values, query.query_id, ("body",))
     if mapping.pass_extra:
         body.update(query.extra)
     return body
 
 
-def _fill(node: Any, values: Mapping[str, Any], qid: str, where: str) -> Any:
+_SCALARS = frozenset({int, float, bool, type(None)})
+
+
+def _fill(node: Any, values: Mapping[str, Any], qid: str, where: tuple[Any, ...]) -> Any:
+    # Every query's body of every trial passes here (channel: request: a new template per
+    # trial's values), so the common cases go first and cheap: plain dicts, lists, numbers and
+    # strings without braces (nothing to format: format_map would return them equal), and
+    # the error's path (``where``) is spelled out only when an error is raised.
+    kind = type(node)
+    if kind is str:
+        if "{" not in node and "}" not in node:
+            return node
+    elif kind is dict:
+        return {k: _fill(v, values, qid, (*where, k)) for k, v in node.items()}
+    elif kind is list:
+        return [_fill(v, values, qid, (*where, (i,))) for i, v in enumerate(node)]
+    elif kind in _SCALARS:
+        return node
     if isinstance(node, str):
         exact = _PLACEHOLDER.match(node)
         if exact:
             name = exact.group(1)
             if name not in values:
-                raise ConfigError(_unknown_name(name, values, qid, where))
+                raise ConfigError(_unknown_name(name, values, qid, _spelled(where)))
             return values[name]
         try:
             return node.format_map(values)
         except KeyError as exc:
-            raise ConfigError(_unknown_name(str(exc.args[0]), values, qid, where)) from exc
+            raise ConfigError(_unknown_name(str(exc.args[0]), values, qid, _spelled(where))) from exc
         except (ValueError, IndexError) as exc:
             raise ConfigError(
-                f"request.{where}: bad template {node!r} ({exc}); write literal braces as {{{{ and }}}}"
+                f"request.{_spelled(where)}: bad template {node!r} ({exc}); write literal braces as {{{{ and }}}}"
             ) from exc
     if isinstance(node, Mapping):
-        return {k: _fill(v, values, qid, f"{where}.{k}") for k, v in node.items()}
+        return {k: _fill(v, values, qid, (*where, k)) for k, v in node.items()}
     if isinstance(node, list):
-        return [_fill(v, values, qid, f"{where}[{i}]") for i, v in enumerate(node)]
+        return [_fill(v, values, qid, (*where, (i,))) for i, v in enumerate(node)]
     return node
+
+
+def _spelled(where: tuple[Any, ...]) -> str:
+    """A template's path as its errors name it, ``body.filters.tags[1]``: a key is
+    ``.key``, a list index the 1-tuple ``(i,)``."""
+    return "".join(
+        f"[{part[0]}]" if isinstance(part, tuple) else (str(part) if i == 0 else f".{part}")
+        for i, part in enumerate(where)
+    )
 
 
 def _unknown_name(name: str, values: Mapping[str, Any], qid: str, where: str) -> str:

@@ -20,9 +20,10 @@ same name. Each gets the distribution it is recorded under:
   between trials, are outside every sampler's search space), while optuna-dashboard
   merges the points into one axis per name.
 
-`record_applied_params` writes them on a running trial through its storage (the
-public ``BaseStorage.set_trial_param``); a value Optuna refuses (the name was recorded
-with another kind before) is skipped and returned, never raised into the trial.
+`record_applied_params` writes them on a running trial through its storage, in one
+transaction (tuner.optuna_adapter.add_trial_params; ``BaseStorage.set_trial_param`` each
+on a storage without one); a value Optuna refuses (the name was recorded with another
+kind before) is skipped and returned, never raised into the trial.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution, Floa
 
 from tuner.config.flatten import flatten
 from tuner.config.space.distributions import widened
-from tuner.optuna_adapter import trial_id_of
+from tuner.optuna_adapter import add_trial_params
 
 
 def applied_params(
@@ -67,13 +68,10 @@ def applied_params(
 def record_applied_params(
     trial: Any, assignment: Mapping[str, Any], declared: Mapping[str, BaseDistribution]
 ) -> list[str]:
-    """Record `applied_params` on the running ``optuna.Trial``; returns the names skipped."""
-    storage, trial_id = trial.storage, trial_id_of(trial)
-    sampled = storage.get_trial(trial_id).params
-    skipped: list[str] = []
-    for name, (value, dist) in applied_params(assignment, sampled, declared).items():
-        try:
-            storage.set_trial_param(trial_id, name, dist.to_internal_repr(value), dist)
-        except ValueError:
-            skipped.append(name)  # recorded with another kind in an earlier trial
-    return skipped
+    """Record `applied_params` on the running ``optuna.Trial``, but the names it has
+    (its drawn params; safe to repeat), in one storage transaction
+    (tuner.optuna_adapter.add_trial_params); returns the names skipped."""
+    values = applied_params(assignment, {}, declared)  # the trial's own names are left out when added
+    return add_trial_params(
+        trial, {name: (dist.to_internal_repr(value), dist) for name, (value, dist) in values.items()}
+    )
