@@ -23,11 +23,16 @@ def coverage(doc_id: str) -> float:
 
 
 @pytest.fixture(scope="module")
-def pair(tmp_path_factory: pytest.TempPathFactory, corpus_path: Path, shared_cache: Path) -> Iterator[tuple[RunningBackend, RunningBackend]]:  # noqa: F811
+def pair(
+    tmp_path_factory: pytest.TempPathFactory, corpus_path: Path, shared_cache: Path
+) -> Iterator[tuple[RunningBackend, RunningBackend]]:  # noqa: F811
     root = tmp_path_factory.mktemp("rerank")
     plain = write_backend_config(root / "plain.yaml", corpus=corpus_path, index_cache=shared_cache)
     reranked = write_backend_config(
-        root / "rerank.yaml", corpus=corpus_path, index_cache=shared_cache, overrides={"rerank": {"depth": 50, "weight": 1.0}}
+        root / "rerank.yaml",
+        corpus=corpus_path,
+        index_cache=shared_cache,
+        overrides={"rerank": {"depth": 50, "weight": 1.0}},
     )
     with start_backend(plain, timeout=90) as a, start_backend(reranked, timeout=90) as b:
         yield a, b
@@ -51,5 +56,7 @@ def test_only_an_explained_rerank_names_itself_and_fusion_replay_refuses_it(
     explain = search(reranked, QUERY, explain=True)["explain"]
     assert explain["rerank"] == {"depth": 50, "weight": 1.0}
     Explained.parse(search(plain, QUERY, explain=True)["explain"], "q1")
-    with pytest.raises(ResponseMappingError, match=r"query q1: the backend reranks .*rerank\.depth 50.*rerank\.depth: 0"):
+    with pytest.raises(
+        ResponseMappingError, match=r"query q1: the backend reranks .*rerank\.depth 50.*rerank\.depth: 0"
+    ):
         Explained.parse(explain, "q1")
