@@ -6,12 +6,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fusion_backend.text import analyze
+from backend_testdata import DOCS, corpus_path, ids, search, shared_cache  # noqa: F401  (fixtures)
 from support.backend import RunningBackend, start_backend, write_backend_config
 
-from backend_testdata import DOCS, corpus_path, ids, search, shared_cache  # noqa: F401
-from tuner.evaluation.fusion_replay import Explained
+from fusion_backend.text import analyze
 from tuner.errors import ResponseMappingError
+from tuner.evaluation.fusion_replay import Explained
 
 TEXT = {d["doc_id"]: f"{d['title']}\n{d['text']}" for d in DOCS}
 QUERY = "green velvet sofa"
@@ -24,8 +24,10 @@ def coverage(doc_id: str) -> float:
 
 @pytest.fixture(scope="module")
 def pair(
-    tmp_path_factory: pytest.TempPathFactory, corpus_path: Path, shared_cache: Path
-) -> Iterator[tuple[RunningBackend, RunningBackend]]:  # noqa: F811
+    tmp_path_factory: pytest.TempPathFactory,
+    corpus_path: Path,  # noqa: F811
+    shared_cache: Path,  # noqa: F811
+) -> Iterator[tuple[RunningBackend, RunningBackend]]:
     root = tmp_path_factory.mktemp("rerank")
     plain = write_backend_config(root / "plain.yaml", corpus=corpus_path, index_cache=shared_cache)
     reranked = write_backend_config(
