@@ -115,3 +115,23 @@ def test_a_two_objective_study_is_told_both_values_and_keeps_its_directions(tmp_
         r"\['maximize'\].* and secondary_objective",
     ):
         open_study("s", storage, sampler=None)
+
+
+def test_tuner_dashboard_points_a_two_objective_study_at_its_pareto_front_plot(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from tuner.cli.dashboard_cmd import _study_headline
+
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    open_study("s", storage, sampler=None, secondary=("Latency_P95_ms", False))
+    exp = SimpleNamespace(
+        study="s",
+        storage=storage,
+        source=tmp_path / "exp.yaml",
+        objective=Objective(),
+        secondary_objective=Objective(metric="Latency_P95_ms", direction="minimize"),
+    )
+    assert _study_headline(exp) == (
+        f"study s: two objectives: the study page's Pareto Front plot marks the feasible front "
+        f"(`tuner best {tmp_path / 'exp.yaml'} --pareto` lists it)"
+    )
