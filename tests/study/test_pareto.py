@@ -135,3 +135,41 @@ def test_tuner_dashboard_points_a_two_objective_study_at_its_pareto_front_plot(t
         f"study s: two objectives: the study page's Pareto Front plot marks the feasible front "
         f"(`tuner best {tmp_path / 'exp.yaml'} --pareto` lists it)"
     )
+
+
+def test_an_oos_early_stop_tells_the_worst_latency_and_stays_off_the_front(tmp_path: Path) -> None:
+    from study.fakes import CONFIG_TEXT, FileBackend, TwoParamSpace, YamlWriter
+    from study.test_early_stop_complete import FEASIBLE, OOS, QUERIES, STOPPED, ScriptedEvaluator
+    from tuner.config.objective import Constraint
+    from tuner.study.trial.pruning import reporter_factory
+    from tuner.study.trial.runner import compose_runner
+
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text(CONFIG_TEXT)
+    backend = FileBackend(cfg)
+    evaluator = ScriptedEvaluator(backend)
+    constraints = [Constraint.parse(OOS)]
+    runner = compose_runner(
+        study_name="s",
+        space=TwoParamSpace(),
+        writer=YamlWriter(cfg),
+        target=backend,
+        wait_healthy=backend.wait_healthy,
+        evaluator=evaluator,
+        trials_dir=tmp_path / "trials",
+        constraints=constraints,
+        secondary_objective=Objective(metric="Judged@10", direction="minimize"),
+        reporter_factory=reporter_factory(optuna.pruners.NopPruner(), QUERIES, constraints=constraints),
+    )
+    study = open_study("s", f"sqlite:///{tmp_path / 'study.db'}", sampler=None, secondary=("Judged@10", False))
+    loop = StudyLoop(study, runner)
+    for rows, params in ((STOPPED, {"x": 0.3, "k": 40}), (FEASIBLE, {"x": 0.2, "k": 30})):
+        evaluator.rows = rows
+        study.enqueue_trial(params)
+        trial = study.ask()
+        loop._tell_once(trial, runner.run(trial))
+    stopped, feasible = study.get_trials()
+    assert stopped.state.name == feasible.state.name == "COMPLETE"
+    assert stopped.values == [pytest.approx((0.9 + 0.7) / 2), math.inf]  # unmeasured: the worst
+    assert feasible.values == [pytest.approx(0.3), pytest.approx(0.9)]
+    assert [t.number for t in par.feasible_front(study.get_trials(), maximize=MAX_MIN)] == [feasible.number]
