@@ -120,6 +120,14 @@ class RecencyConfig(_Model):
     weight: float = Field(0.0, ge=0.0, le=100.0)
 
 
+class RerankConfig(_Model):
+    # 0: off (the fused ranking as it is). Each of the top ``depth`` hits is re-read
+    # (its title and text analysed again, as a cross-encoder reads each candidate), so
+    # the time of a search grows with it: the latency side of a quality/latency trade-off.
+    depth: int = Field(0, ge=0, le=100_000)
+    weight: float = Field(0.5, ge=0.0, le=1.0)
+
+
 class Config(_Model):
     """The whole effective config; paths are absolute after :func:`load_config`."""
 
@@ -131,6 +139,7 @@ class Config(_Model):
     citation: CitationConfig = CitationConfig()
     fallback: FallbackConfig = FallbackConfig()
     recency: RecencyConfig = RecencyConfig()
+    rerank: RerankConfig = RerankConfig()
 
     def enabled_sources(self) -> dict[str, SourceConfig]:
         return {name: src for name, src in self.sources.items() if src.enabled}

@@ -47,6 +47,8 @@ class DocMeta:
     dates: list[str | None]
     days: np.ndarray
     content_hash: str
+    # title + text of each document: only a rerank (rerank.depth > 0) reads them again
+    texts: list[str] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.doc_ids)
@@ -153,4 +155,11 @@ def _component(cache: Path, kind: str, fields: dict[str, object], build: Callabl
 
 
 def _meta(corpus: Corpus) -> DocMeta:
-    return DocMeta(corpus.doc_ids, corpus.titles, corpus.dates, corpus.days, corpus.content_hash)
+    return DocMeta(
+        corpus.doc_ids,
+        corpus.titles,
+        corpus.dates,
+        corpus.days,
+        corpus.content_hash,
+        [corpus.search_text(i) for i in range(len(corpus.doc_ids))],
+    )

@@ -116,7 +116,7 @@ class Searcher:
                 scores = fused.scores * recency_factor(
                     docs.days[fused.docs], day_number(now), cfg.recency.half_life_days, cfg.recency.weight
                 )
-                outcome = self._outcome(tier.level, fused.docs, scores, cands, cosines, req.top_k)
+                outcome = self._outcome(tier.level, fused.docs, scores, cands, cosines, req.top_k, tokens)
                 if not req.explain:
                     return outcome
         if outcome is None:
@@ -157,6 +157,8 @@ class Searcher:
             "recency": {"half_life_days": cfg.recency.half_life_days, "weight": cfg.recency.weight, "today": today},
             "confidence": {"threshold": cfg.confidence.threshold, "top_m": cfg.confidence.top_m},
             "citation": {"min_score": cfg.citation.min_score},
+            # only when on, so a replaying client can refuse what it cannot redo
+            **({"rerank": {"depth": cfg.rerank.depth, "weight": cfg.rerank.weight}} if cfg.rerank.depth else {}),
             "tiers": tiers,
             "docs": {
                 str(d): {
@@ -202,9 +204,12 @@ class Searcher:
         cands: dict[str, Candidates],
         cosines: np.ndarray,
         top_k: int,
+        tokens: list[str],
     ) -> SearchOutcome:
         order = np.lexsort((docs, -scores))  # score desc, then corpus order
         docs, scores = docs[order], scores[order]
+        if self._cfg.rerank.depth:
+            docs, scores = self._rerank(docs, scores, tokens)
         conf = confidence(cosines[docs], self._cfg.confidence.top_m)
         cited = scores >= self._cfg.citation.min_score - _EPS
         docs, scores = docs[cited], scores[cited]
@@ -225,6 +230,22 @@ class Searcher:
         ]
         reason = handoff_reason(conf, self._cfg.confidence.threshold, self._cfg.citation.min_score, bool(hits))
         return SearchOutcome(hits, conf, reason is not None, level, reason)
+
+    def _rerank(self, docs: np.ndarray, scores: np.ndarray, tokens: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """The top ``rerank.depth`` of a ranking (in score order) re-read: each one's title and
+        text analysed again and scored by the share of the query's distinct terms it holds
+        (coverage); score = (1 - weight) * score + weight * coverage, the hits below the depth
+        taken with coverage 0. Real work per hit read, so a search takes longer the deeper it
+        reranks (what a cross-encoder costs a real backend, without the model)."""
+        rr, texts = self._cfg.rerank, self._index.docs.texts
+        terms = set(tokens)
+        coverage = np.zeros(len(docs), dtype=np.float64)
+        if terms:
+            for i, d in enumerate(docs[: rr.depth].tolist()):
+                coverage[i] = len(terms.intersection(analyze(texts[d]))) / len(terms)
+        blended = (1.0 - rr.weight) * scores + rr.weight * coverage
+        order = np.lexsort((docs, -blended))
+        return docs[order], blended[order]
 
 
 def handoff_reason(conf: float, threshold: float, min_score: float, any_hit: bool) -> str | None:

@@ -79,6 +79,7 @@ def test_oos_and_operations_metrics():
     assert m["Latency_Avg_ms"] == pytest.approx(sum(latencies) / 5)
     # linear interpolation at position (n-1)*0.95 = 3.8 -> 40 + 0.8*(50-40)
     assert m["Latency_P95_ms"] == pytest.approx(40 + 0.8 * 10)
+    assert m["Latency_P50_ms"] == pytest.approx(30.0)  # the middle of five
     assert m["Failed_Queries"] == 2 and m["N_Queries"] == 7
     assert (m["N_InScope_Queries"], m["N_OOS_Queries"]) == (4, 3)
     # Judged@10 over in-scope queries with a non-empty raw ranking: a 3/4, b 1/2, c 1/2 (d failed: no ranking)

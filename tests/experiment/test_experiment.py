@@ -332,3 +332,28 @@ def test_validation_decides_the_holdout_and_the_cross_validation(project: Path) 
 def test_selection_is_best_unless_the_file_says_robust(project: Path) -> None:
     assert load_experiment(write_exp(project, MINIMAL)).selection == "best"
     assert load_experiment(write_exp(project, MINIMAL + "selection: robust\n")).selection == "robust"
+
+
+def test_a_secondary_objective_is_read_and_what_it_cannot_do_is_refused_in_one_line(project: Path) -> None:
+    assert load_experiment(write_exp(project, MINIMAL)).secondary_objective is None
+    second = "secondary_objective: {metric: Latency_P95_ms, direction: minimize}\n"
+    exp = load_experiment(write_exp(project, MINIMAL + second))
+    assert exp.secondary_objective is not None
+    assert (exp.secondary_objective.metric, exp.secondary_objective.maximize) == ("Latency_P95_ms", False)
+    refused = {
+        "secondary_objective: {metric: Primary_Metric_Score}\n": "metric Primary_Metric_Score is the objective's",
+        second + "pruner: {type: median}\n": "with pruner median: Optuna cannot prune a multi-objective trial",
+        second + "sampler: {type: cmaes}\n": "with sampler cmaes: it does not search two objectives",
+    }
+    for extra, needle in refused.items():
+        with pytest.raises(ConfigError) as exc:
+            load_experiment(write_exp(project, MINIMAL + extra))
+        assert needle in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_the_shipped_pareto_experiment_loads_with_its_space(tmp_path: Path) -> None:
+    exp = load_experiment(REPO / "experiments" / "demo_pareto.yaml", check_paths=False)
+    assert exp.secondary_objective is not None and exp.secondary_objective.metric == "Latency_P95_ms"
+    assert exp.search_space == REPO / "search_space" / "reference_pareto.yaml"
+    space = load_space(exp.search_space, [REPO / "backend" / "config.yaml"])
+    assert "rerank.depth" in space.distributions()

@@ -68,6 +68,7 @@ INFO_COLUMNS: tuple[str, ...] = (
 #: scorecard keys besides the ranking metrics, in report order
 OPERATION_KEYS: tuple[str, ...] = (
     "Latency_Avg_ms",
+    "Latency_P50_ms",
     "Latency_P95_ms",
     *(f"Judged@{k}" for k in JUDGED_DEPTHS),
     "Failed_Queries",
@@ -305,6 +306,7 @@ def _scorecard(
     ok = per_query["status"] == "ok"
     latency = per_query.loc[ok, "latency_ms"].dropna().to_numpy(dtype=float)
     summary["Latency_Avg_ms"] = float(latency.mean()) if latency.size else 0.0
+    summary["Latency_P50_ms"] = float(np.percentile(latency, 50)) if latency.size else 0.0
     summary["Latency_P95_ms"] = float(np.percentile(latency, 95)) if latency.size else 0.0
     for k in JUDGED_DEPTHS:
         col = in_scope[f"Judged@{k}"].dropna() if len(in_scope) else pd.Series(dtype=float)

@@ -117,6 +117,11 @@ def _study_headline(exp: Any) -> str | None:
         return None
     except Exception as exc:  # noqa: BLE001 - the UIs run; only this line is lost
         return f"study {exp.study}: not read ({type(exc).__name__}), so the best feasible trial is not named here"
+    if exp.secondary_objective is not None:  # optuna-dashboard shows the front, not one best trial
+        return (
+            f"study {exp.study}: two objectives: the study page's Pareto Front plot marks the feasible front "
+            f"(`tuner best {exp.source} --pareto` lists it)"
+        )
     return dashboard_headline(
         trials,
         study_name=study.study_name,

@@ -389,6 +389,7 @@ def _scorecard_table(metrics: dict[str, float]) -> Table:
         "Judged@20",
         "Empty_Queries",
         "Latency_Avg_ms",
+        "Latency_P50_ms",
         "Latency_P95_ms",
         "Failed_Queries",
         "N_Queries",

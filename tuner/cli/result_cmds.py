@@ -20,9 +20,16 @@ def register(app: typer.Typer) -> None:
 def best_command(
     experiment: ExperimentArg,
     top: Annotated[int, typer.Option("--top", min=1, help="How many feasible trials to list.")] = 5,
+    pareto: Annotated[
+        bool,
+        typer.Option(
+            "--pareto",
+            help="The feasible Pareto front of a two-objective study (secondary_objective), one line a point.",
+        ),
+    ] = False,
 ) -> None:
     """The baseline and the top-N feasible trials: scores, deltas, constraint verdicts and
-    every config value (infeasible trials listed apart)."""
+    every config value (infeasible trials listed apart). --pareto: the feasible Pareto front."""
     from tuner.cli import best_tables as bt
     from tuner.config.experiment import load_experiment
     from tuner.ops import analysis
@@ -34,6 +41,9 @@ def best_command(
     study = load_study(exp)
     frame = analysis.trials_frame(study.get_trials(deepcopy=False))
     analysis.require_trials(frame, exp.study)
+    if pareto:
+        _print_pareto(console, study, experiment)
+        return
     maximize = exp.objective.maximize
     base = analysis.baseline_row(frame)
     names = bt.constraint_names_of(frame)
@@ -94,6 +104,28 @@ def best_command(
         _print_crossval(console, study, exp)
     if exp.selection == "robust":
         _print_robust(console, study, exp, experiment)
+
+
+def _print_pareto(console: Console, study: Any, experiment: Any) -> None:
+    """The feasible Pareto front (tuner.study.pareto), best quality first, and how to deploy a point."""
+    from tuner.study import pareto as par
+
+    maximize = par.study_maximize(study)  # a one-objective study: a one-line error naming the fix
+    metrics = (study.metric_names or ["objective", "secondary"])[:2]
+    front = par.feasible_front(study.get_trials(deepcopy=False), maximize=maximize)
+
+    def say(line: str) -> None:
+        console.print(line, soft_wrap=True, markup=False, highlight=False)
+
+    if not front:
+        say(f"no feasible trial yet: the Pareto front of {metrics[0]} and {metrics[1]} is empty")
+        return
+    names = par.differing_params(front)
+    goals = ", ".join(f"{'max' if up else 'min'} {m}" for m, up in zip(metrics, maximize, strict=True))
+    say(f"{study.study_name}: feasible Pareto front, {len(front)} point(s) ({goals})")
+    for line in par.front_lines(par.front_rows(front, names), names, (metrics[0], metrics[1])):
+        say(line)
+    say(f"deploy a point: `tuner apply {experiment} --trial N` (without --trial: the quality-best, #{front[0].number})")
 
 
 def _print_robust(console: Console, study: Any, exp: Any, experiment: Any) -> None:

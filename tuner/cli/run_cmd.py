@@ -215,6 +215,8 @@ def _print_summary(console: Console, exp: Any, summary: Any) -> None:
     tuner = console_script("tuner")
     console.print("\n[bold]next[/]")
     console.print(f"  {tuner} best {exp.source}", soft_wrap=True)
+    if exp.secondary_objective is not None:  # a two-objective study: its trade-off, one line a point
+        console.print(f"  {tuner} best {exp.source} --pareto", soft_wrap=True)
     console.print(f"  {tuner} apply {exp.source} --dry-run", soft_wrap=True)
 
 

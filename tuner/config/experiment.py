@@ -86,6 +86,13 @@ class ExperimentFile(StrictModel):
     n_trials: PositiveInt | None = None
     timeout_s: PositiveFloat | None = None
     objective: Objective = Field(default_factory=Objective)
+    secondary_objective: Objective | None = Field(
+        default=None,
+        description=(
+            "A second objective beside the first (e.g. {metric: Latency_P95_ms, direction: minimize}): the study "
+            "becomes multi-objective and finds the Pareto front of the two under the constraints (tuner best --pareto)."
+        ),
+    )
     constraints: list[Constraint] = Field(default_factory=lambda: [Constraint.parse("OOS_FP_Rate <= 0.10")])
     failure_budget: FailureBudget = Field(default_factory=FailureBudget)
     dataset: DatasetConfig
@@ -150,6 +157,33 @@ class ExperimentFile(StrictModel):
             )
         if self.holdout.enabled != wanted:
             object.__setattr__(self, "holdout", self.holdout.model_copy(update={"enabled": wanted}))
+        return self
+
+    @model_validator(mode="after")
+    def _secondary(self) -> ExperimentFile:
+        """What a multi-objective study cannot do, refused here in one line each."""
+        second = self.secondary_objective
+        if second is None:
+            return self
+        where = "secondary_objective"
+        if second.metric == self.objective.metric:
+            raise ValueError(
+                f"{where}: metric {second.metric} is the objective's; name another metric, e.g. Latency_P95_ms"
+            )
+        if self.pruner.type != "none":
+            raise ValueError(
+                f"{where} with pruner {self.pruner.type}: Optuna cannot prune a multi-objective trial; "
+                "set pruner: {type: none}"
+            )
+        if self.sampler.type in ("cmaes", "qmc"):
+            raise ValueError(
+                f"{where} with sampler {self.sampler.type}: it does not search two objectives; use tpe, nsgaii or gp"
+            )
+        if self.replay is not None:
+            raise ValueError(
+                f"{where} with replay: a replayed setting has no latency of its own; "
+                "drop replay: (measured trials only)"
+            )
         return self
 
     @property

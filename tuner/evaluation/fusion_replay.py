@@ -106,6 +106,12 @@ class Explained:
 
     @classmethod
     def parse(cls, explain: Mapping[str, Any], query_id: str = "?") -> Explained:
+        if explain.get("rerank"):
+            raise ResponseMappingError(
+                f"query {query_id}: the backend reranks its hits from their text (rerank.depth "
+                f"{explain['rerank'].get('depth')}), which fusion replay cannot redo: set rerank.depth: 0 "
+                "in the backend config for a replay study, or tune it with measured trials"
+            )
         try:
             sources = tuple(explain["sources"])
             tiers = tuple(

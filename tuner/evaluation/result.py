@@ -67,6 +67,7 @@ INFO_COLUMNS: tuple[str, ...] = (
 #: scorecard keys besides the ranking metrics, in report order
 OPERATION_KEYS: tuple[str, ...] = (
     "Latency_Avg_ms",
+    "Latency_P50_ms",
     "Latency_P95_ms",
     *(f"Judged@{k}" for k in JUDGED_DEPTHS),
     "Failed_Queries",

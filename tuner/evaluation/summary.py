@@ -70,6 +70,8 @@ def batch_scorecard(
     latency = info["latency_ms"].to_numpy(dtype=np.float64)[ok]
     latency = latency[~np.isnan(latency)]
     summary["Latency_Avg_ms"] = float(latency.mean()) if latency.size else 0.0
+    # the median beside the tail: less swayed by a few requests a busy machine delayed (a latency objective)
+    summary["Latency_P50_ms"] = float(np.percentile(latency, 50)) if latency.size else 0.0
     summary["Latency_P95_ms"] = float(np.percentile(latency, 95)) if latency.size else 0.0
     for k in judged_depths:
         col = np.asarray(scores[f"Judged@{k}"], dtype=np.float64)[ins]

@@ -268,6 +268,7 @@ class StudyReportPaths:
     history_png: Path
     importance_png: Path
     score_vs_oos_png: Path
+    pareto_csv: Path | None = None  # a two-objective study's feasible front (tuner.study.pareto)
 
 
 def write_study_report(
@@ -280,8 +281,10 @@ def write_study_report(
     importances: Mapping[str, float],
     oos_metric: str = "OOS_FP_Rate",
     oos_limit: float | None = None,
+    pareto: tuple[str, pd.DataFrame] | None = None,
 ) -> StudyReportPaths:
-    """All trials to CSV and Markdown plus three PNG plots, written atomically."""
+    """All trials to CSV and Markdown plus three PNG plots, written atomically; ``pareto``
+    (a two-objective study): the report's Pareto section and the front's rows (pareto.csv)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = StudyReportPaths(
         csv=out_dir / "trials.csv",
@@ -289,15 +292,24 @@ def write_study_report(
         history_png=out_dir / "optimization_history.png",
         importance_png=out_dir / "param_importances.png",
         score_vs_oos_png=out_dir / "score_vs_oos_fp_rate.png",
+        pareto_csv=None if pareto is None else out_dir / "pareto.csv",
     )
     atomic_write_text(paths.csv, user_columns(frame).to_csv(index=False))
+    if pareto is not None and paths.pareto_csv is not None:
+        atomic_write_text(paths.pareto_csv, pareto[1].to_csv(index=False))
     plot_history(frame, paths.history_png, objective=objective, maximize=maximize)
     plot_importances(importances, paths.importance_png)
     plot_score_vs_oos(frame, paths.score_vs_oos_png, objective=objective, oos_metric=oos_metric, oos_limit=oos_limit)
     atomic_write_text(
         paths.markdown,
         study_markdown(
-            frame, study_name=study_name, objective=objective, maximize=maximize, importances=importances, images=paths
+            frame,
+            study_name=study_name,
+            objective=objective,
+            maximize=maximize,
+            importances=importances,
+            images=paths,
+            pareto=None if pareto is None else pareto[0],
         ),
     )
     return paths
@@ -319,7 +331,22 @@ def write_experiment_report(study: Any, experiment: Any, out_dir: Path | None = 
         maximize=experiment.objective.maximize,
         importances=param_importances(study),
         oos_limit=oos_limit,
+        pareto=_pareto(study) if experiment.secondary_objective is not None else None,
     )
+
+
+def _pareto(study: Any) -> tuple[str, pd.DataFrame]:
+    """The report's Pareto section and pareto.csv's rows (tuner.study.pareto)."""
+    from tuner.study import pareto as par
+
+    maximize = par.study_maximize(study)
+    metrics = (study.metric_names or ["objective", "secondary"])[:2]
+    front = par.feasible_front(study.get_trials(deepcopy=False), maximize=maximize)
+    names = par.differing_params(front)
+    rows = par.front_rows(front, names)
+    table = pd.DataFrame(rows, columns=["trial", "quality", "secondary", "quality_best", "baseline", *names])
+    table = table.rename(columns={"quality": metrics[0], "secondary": metrics[1]})
+    return par.front_markdown(rows, names, (metrics[0], metrics[1])), table
 
 
 def user_columns(frame: pd.DataFrame) -> pd.DataFrame:
@@ -347,6 +374,7 @@ def study_markdown(
     maximize: bool,
     importances: Mapping[str, float],
     images: StudyReportPaths | None = None,
+    pareto: str | None = None,
 ) -> str:
     lines = [f"# Study `{study_name}`", ""]
     settings = {c.removeprefix(PARAM_PREFIX) for c in frame.columns if c.startswith(PARAM_PREFIX)}
@@ -397,6 +425,8 @@ def study_markdown(
         "",
         markdown_table(failed[["number", "state", "fail_reason"]] if not failed.empty else failed),
     ]
+    if pareto is not None:
+        lines += [pareto]
     if importances:
         imp = pd.DataFrame([{"parameter": k, "importance": v} for k, v in importances.items()])
         lines += ["## Parameter importances", "", markdown_table(imp)]
@@ -586,9 +616,11 @@ def param_importances(study: Any) -> dict[str, float]:
     complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
     if len(complete) < 2:
         return {}
+    # a two-objective study (secondary_objective): the importances for the first objective
+    target = (lambda t: t.values[0]) if len(study.directions) > 1 else None
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            return {k: float(v) for k, v in optuna.importance.get_param_importances(study).items()}
+            return {k: float(v) for k, v in optuna.importance.get_param_importances(study, target=target).items()}
     except (ValueError, RuntimeError, ZeroDivisionError):
         return {}

@@ -389,9 +389,8 @@ def _log_study_files(tracker: Tracker, study: optuna.Study, experiment: Experime
     except Exception as exc:  # noqa: BLE001 - the study is intact; `tuner report` can write them
         summary.warnings.append(f"the study report was not written: {type(exc).__name__}: {exc}".splitlines()[0])
         return
-    tracker.log_study_files(
-        STUDY_FOLDER, [paths.markdown, paths.csv, paths.history_png, paths.importance_png, paths.score_vs_oos_png]
-    )
+    files = [paths.markdown, paths.csv, paths.history_png, paths.importance_png, paths.score_vs_oos_png]
+    tracker.log_study_files(STUDY_FOLDER, files + ([paths.pareto_csv] if paths.pareto_csv is not None else []))
     if summary.holdout is not None:
         tracker.log_study_files(HOLDOUT_FOLDER, [summary.holdout.markdown_path, summary.holdout.json_path])
 

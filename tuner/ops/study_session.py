@@ -104,6 +104,9 @@ def open_measured_study(
         pruner=exp.pruner.create(),
         objective_metric=exp.objective.metric,
         maximize=exp.objective.maximize,
+        secondary=None
+        if exp.secondary_objective is None
+        else (exp.secondary_objective.metric, exp.secondary_objective.maximize),
     )
     labels_note = record_labels_seen(study, prepared)
     if labels_note:

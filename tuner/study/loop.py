@@ -369,7 +369,10 @@ class StudyLoop:
     def _tell_once(self, trial: optuna.Trial, outcome: TrialOutcome) -> None:
         if outcome.state == "COMPLETE":
             assert outcome.value is not None
-            self.study.tell(trial, outcome.value)
+            if outcome.secondary_value is None:
+                self.study.tell(trial, outcome.value)
+            else:  # a multi-objective study (secondary_objective)
+                self.study.tell(trial, [outcome.value, outcome.secondary_value])
         elif outcome.state == "PRUNED":
             self.study.tell(trial, state=TrialState.PRUNED)
         else:

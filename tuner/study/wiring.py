@@ -492,6 +492,7 @@ def build_runner(
         evaluator=evaluator,
         trials_dir=paths.trials_dir,
         objective=exp.objective,
+        secondary_objective=exp.secondary_objective,
         constraints=list(exp.constraints),
         cache=ResultCache(paths.cache_path) if use_cache else None,
         tracker=tracker,

@@ -52,9 +52,16 @@ def open_study(
     pruner: optuna.pruners.BasePruner | None = None,
     objective_metric: str = "Primary_Metric_Score",
     maximize: bool = True,
+    secondary: tuple[str, bool] | None = None,
 ) -> optuna.Study:
-    """Create the study, or load it when one of that name exists (resume)."""
+    """Create the study, or load it when one of that name exists (resume). ``secondary``:
+    a second objective's (metric, maximize): the study is then multi-objective."""
     direction: Literal["minimize", "maximize"] = "maximize" if maximize else "minimize"
+    directions: list[str] = [direction]
+    metric_names = [objective_metric]
+    if secondary is not None:
+        directions.append("maximize" if secondary[1] else "minimize")
+        metric_names.append(secondary[0])
     if isinstance(storage, str):
         from tuner.study.storage.database import rdb_storage
 
@@ -72,7 +79,8 @@ def open_study(
             storage=storage,
             sampler=sampler,
             pruner=pruner,
-            direction=direction,
+            # one objective: the same call as before multi-objective studies (direction=)
+            **({"direction": direction} if secondary is None else {"directions": directions}),
             load_if_exists=True,
         )
     except (ValueError, RuntimeError, ImportError) as exc:
@@ -82,15 +90,19 @@ def open_study(
         raise StudyError(
             f"study {name!r} in {where}: cannot open: {exc}; check storage in the experiment file"
         ) from exc
-    if study.direction.name.lower() != direction:
+    found = [d.name.lower() for d in study.directions]
+    if found != directions:
+        what = "direction" if len(found) == len(directions) == 1 else "directions"
+        has, asks = (found[0], direction) if what == "direction" else (found, directions)
         raise StudyError(
-            f"study {name!r} exists with direction {study.direction.name.lower()}, the experiment asks {direction};"
+            f"study {name!r} exists with {what} {has}, the experiment asks {asks};"
             " use another study name or fix objective.direction"
+            + (" and secondary_objective" if what != "direction" else "")
         )
-    if study.metric_names != [objective_metric]:
+    if study.metric_names != metric_names:
         with warnings.catch_warnings():  # experimental since 3.2, stable in practice
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            study.set_metric_names([objective_metric])
+            study.set_metric_names(metric_names)
     return study
 
 

@@ -30,6 +30,8 @@ class TrialOutcome:
     number: int
     state: FinishedState
     value: float | None = None
+    # the experiment's secondary_objective (a multi-objective study), else None
+    secondary_value: float | None = None
     assignment: dict[str, Any] = field(default_factory=dict)
     metrics: dict[str, float] = field(default_factory=dict)
     constraints: dict[str, float] = field(default_factory=dict)

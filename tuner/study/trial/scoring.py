@@ -7,6 +7,7 @@ constraints set on the Optuna trial, and the OOS early stop's COMPLETE-infeasibl
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -29,6 +30,7 @@ class TrialScorer:
 
     objective: Objective = field(default_factory=Objective)
     constraints: Sequence[Constraint] = ()
+    secondary: Objective | None = None  # a multi-objective study's second objective
 
     def solve(self, out: TrialOutcome, result: Any, solving: Mapping[str, GateRange]) -> tuple[Any, Any]:
         """Pick the solved gate values from the retrieval; the trial's metrics become those
@@ -66,6 +68,14 @@ class TrialScorer:
                 f" ({', '.join(sorted(out.metrics)[:8])}, ...); fix objective.metric in the experiment file"
             )
         out.value = out.metrics[self.objective.metric]
+        if self.secondary is not None:
+            if self.secondary.metric not in out.metrics:
+                raise EvaluationError(
+                    f"secondary_objective metric {self.secondary.metric!r} is not in the evaluation's metrics"
+                    f" ({', '.join(sorted(out.metrics)[:8])}, ...);"
+                    " fix secondary_objective.metric in the experiment file"
+                )
+            out.secondary_value = out.metrics[self.secondary.metric]
         constraints: dict[str, float] = {}
         for c in self.constraints:
             try:
@@ -103,6 +113,8 @@ class TrialScorer:
             trial.set_constraint(name, violation)
         set_legacy_constraints(trial, list(constraints.values()))
         out.state, out.value, out.constraints = "COMPLETE", value, constraints
+        if self.secondary is not None:  # unmeasured: its worst (the trial is infeasible anyway)
+            out.secondary_value = -math.inf if self.secondary.maximize else math.inf
         # short: a trial-table column; the trial note says the rest
         out.early_stop = f"OOS_FP_Rate >= {rate:.4g} after {exc.evaluated} queries"
         out.early_stop_detail = (
