@@ -78,13 +78,17 @@ class _Flat:
         return _Layout.of(self.seg, len(self.answered))
 
     @cached_property
-    def stacked_layouts(self) -> dict[int, _Layout]:
-        """``layout.stacked(n)`` by n (a grid's chunks are mostly of one size)."""
+    def stacked_layouts(self) -> dict[int, tuple[_Layout, np.ndarray]]:
+        """``stacked(n)`` by n (a grid's chunks are mostly of one size)."""
         return {}
 
-    def stacked_layout(self, n: int) -> _Layout:
+    def stacked(self, n: int) -> tuple[_Layout, np.ndarray]:
+        """The layout of ``n`` settings' candidates one after the other, and each of their
+        entries' candidate there."""
         if (out := self.stacked_layouts.get(n)) is None:
-            out = self.stacked_layouts[n] = self.layout.stacked(n)
+            copies = np.arange(n, dtype=np.int64)[:, None]
+            entries = (copies * len(self.seg) + self.cand[None, :]).ravel()
+            out = self.stacked_layouts[n] = (self.layout.stacked(n), entries)
         return out
 
 
@@ -196,8 +200,8 @@ class ReplayBatch:
             else:
                 np.multiply(w[i][f.src], f.minmax if s.normalization == "minmax" else f.zcdf, out=values[i])
                 scale[i] = total
-        row = np.arange(n_s, dtype=np.int64)[:, None]
-        sums = np.bincount((row * n_cand + f.cand[None, :]).ravel(), weights=values.ravel(), minlength=n_s * n_cand)
+        layout, entries = f.stacked(n_s)
+        sums = np.bincount(entries, weights=values.ravel(), minlength=n_s * n_cand)
         scores = sums.reshape(n_s, n_cand) / scale[:, None]
         decays: dict[float, np.ndarray] = {}
         for i, s in enumerate(settings):
@@ -209,7 +213,6 @@ class ReplayBatch:
                     )
                 scores[i] = scores[i] * ((1.0 + s.recency_weight * decay) / (1.0 + s.recency_weight))
         flat = scores.ravel()
-        layout = f.stacked_layout(n_s)
         if f.layout.bits <= 16 and len(flat) and bool((flat >= 0).all()):
             order = _ranked_rows(flat + 0.0, layout)
         else:  # the order _ranked_order gives each setting (a stable sort by score within its query)
@@ -222,7 +225,10 @@ class ReplayBatch:
         conf_at = at < top_m[block // max(n_q, 1)]
         conf = _confidence(f.cos[order[cell[conf_at]] % n_cand], block[conf_at], at[conf_at], n_s * n_q, failed)
         bar = np.array([s.min_score for s in settings], dtype=np.float64) - _EPS
-        passing = np.bincount(layout.block, weights=flat >= np.repeat(bar, n_cand), minlength=n_s * n_q)
+        if n_cand and bool((scores.min(axis=1) >= bar).all()):
+            passing = layout.counts  # every candidate scores >= min_score (a cut at the lowest)
+        else:
+            passing = np.bincount(layout.block, weights=flat >= np.repeat(bar, n_cand), minlength=n_s * n_q)
         final = cell[(at < self.top_k) & (at < passing[block])]
         counts = np.minimum(np.minimum(layout.counts, self.top_k), passing.astype(np.int64))
         threshold = np.repeat(np.array([s.confidence_threshold for s in settings], dtype=np.float64), n_q)
@@ -497,7 +503,7 @@ def _ranked_rows(scores: np.ndarray, layout: _Layout) -> np.ndarray:
     keys[layout.slot] = ((_ONES - scores.view(np.uint64)) & ~low) | layout.pos_bits
     keys.reshape(len(layout.counts), layout.width).sort(axis=1)
     ranked = keys[layout.slot]  # row by row: the queries' blocks in order
-    order = (ranked & low).astype(np.int64) + layout.base
+    order = (ranked & low).view(np.int64) + layout.base  # a position: < 2**63
     high = ranked >> bits
     same = (high[1:] == high[:-1]) & (layout.base[1:] == layout.base[:-1])  # runs the cut cannot order
     if same.any():

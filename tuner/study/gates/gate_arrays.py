@@ -293,13 +293,15 @@ def bound_columns_stacked(
     backend_handoff: bool,
     names: tuple[str | None, str | None],
     top_m: int | None,
+    wanted: frozenset[str],
 ) -> dict[str, np.ndarray] | None:
     """``bound_columns`` of each setting of ``stack`` (tuner.evaluation.replay_batch.Stacked:
     one batch's queries at several settings, every list in score order), the grids one after
     the other (setting-major, each threshold-major): the same arrays, every setting's at
     once: the uncut lists scored in one scorecard call, the grids' counts and products
-    stacked. None where no bound holds (the objective, or a metric reading whole rankings:
-    then each setting is bounded on its own)."""
+    stacked. Only the objective and the ``wanted`` columns (those the constraints read) are
+    given. None where these columns do not apply (a metric reading whole rankings, a
+    wanted column that is not one of ``bound_columns``): bound each setting on its own."""
     depth, ideal_depth = scorecard.batch_depths(None if objective == scorecard.PRIMARY_METRIC else [objective], ())
     if not truncation_safe(objective) or depth is None:
         return None
@@ -357,21 +359,21 @@ def bound_columns_stacked(
     live_oos, shown_oos = live[:, :, is_oos].astype(float), shown[:, :, is_oos].transpose(0, 2, 1).astype(float)
     ans_oos = np.stack([live_oos[i] @ shown_oos[i] for i in range(n_s)]) + (failed & is_oos).sum()
     ans_in, ans_oos = ans_in.astype(np.int64).ravel(), ans_oos.astype(np.int64).ravel()
-    gate_cols = {
-        n: np.tile(v, n_s)
-        for n, v in zip(names, (np.repeat(thresholds, n_m), np.tile(min_scores, n_t)), strict=True)
-        if n is not None
-    }
-    out: dict[str, np.ndarray] = {**gate_cols, objective: objective_col}
-    out.update(_oos_rates(is_oos, ans_oos, ans_in))
-    out["n_answered"] = ans_in + ans_oos
-    has_hits = stack.counts.reshape(n_s, n_q) > 0
-    per_cut = ((kept == 0) & has_hits[:, None, :]).sum(axis=2)  # (S, M)
-    out["n_emptied"] = np.broadcast_to(per_cut[:, None, :], (n_s, n_t, n_m)).ravel()
-    if top_m is not None:
+    out: dict[str, np.ndarray] = {objective: objective_col}
+    for n, v in zip(names, (np.repeat(thresholds, n_m), np.tile(min_scores, n_t)), strict=True):
+        if n in wanted:
+            out[n] = np.tile(v, n_s)
+    out.update(_oos_rates(is_oos, ans_oos, ans_in, wanted))
+    if "n_answered" in wanted:
+        out["n_answered"] = ans_in + ans_oos
+    if "n_emptied" in wanted:
+        has_hits = stack.counts.reshape(n_s, n_q) > 0
+        per_cut = ((kept == 0) & has_hits[:, None, :]).sum(axis=2)  # (S, M)
+        out["n_emptied"] = np.broadcast_to(per_cut[:, None, :], (n_s, n_t, n_m)).ravel()
+    if top_m is not None and "n_below_top_m" in wanted:
         below = (shown & (kept < top_m)).sum(axis=2)
         out["n_below_top_m"] = np.broadcast_to(below[:, None, :], (n_s, n_t, n_m)).ravel()
-    return out
+    return out if wanted <= out.keys() else None
 
 
 def truncation_safe(objective: str) -> bool:
@@ -447,10 +449,12 @@ def hits_shown(
     return np.rint(shown[t_at.ravel(), m_at.ravel()]).astype(np.int64)
 
 
-def _oos_rates(is_oos: np.ndarray, ans_oos: np.ndarray, ans_in: np.ndarray) -> dict[str, np.ndarray]:
-    """oos.oos_rates of every row from its answered counts: the rates depend on the
-    counts only, so each distinct (OOS answered, in-scope answered) pair is rated once,
-    on a mask with those counts."""
+def _oos_rates(
+    is_oos: np.ndarray, ans_oos: np.ndarray, ans_in: np.ndarray, wanted: frozenset[str] | None = None
+) -> dict[str, np.ndarray]:
+    """oos.oos_rates of every row from its answered counts (those ``wanted``, default all):
+    the rates depend on the counts only, so each distinct (OOS answered, in-scope answered)
+    pair is rated once, on a mask with those counts."""
     n_in = int((~is_oos).sum())
     key = ans_oos * (n_in + 1) + ans_in
     seen = np.zeros(int(key.max(initial=0)) + 1, dtype=bool)
@@ -460,7 +464,7 @@ def _oos_rates(is_oos: np.ndarray, ans_oos: np.ndarray, ans_in: np.ndarray) -> d
     rank = np.where(is_oos, np.cumsum(is_oos) - 1, np.cumsum(~is_oos) - 1)  # each query's place in its scope
     limit = np.where(is_oos[None, :], (pairs // (n_in + 1))[:, None], (pairs % (n_in + 1))[:, None])
     rates = oos.oos_rates(is_oos, rank[None, :] < limit)
-    return {name: values[row[key]] for name, values in rates.items()}
+    return {name: values[row[key]] for name, values in rates.items() if wanted is None or name in wanted}
 
 
 def scorecard_values(

@@ -543,8 +543,9 @@ def bound_stacked(
     if cut is not None and float(ms.min()) < retrieved_min_score - _EPS:
         return None  # bound_arrays says why (ConfigError)
     names = (conf.param if conf else None, cut.param if cut else None)
+    wanted = frozenset(b.metric for b in bounds if b is not None)
     columns = bound_columns_stacked(
-        stack, is_oos, failed, label_counts, gains, ts, ms, objective, conf is None, names, top_m
+        stack, is_oos, failed, label_counts, gains, ts, ms, objective, conf is None, names, top_m, wanted
     )
     if columns is None:
         return None
