@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from tuner.config.objective import Constraint
+from tuner.errors import ConfigError
 from tuner.evaluation.fusion_replay import Explained, FusionSetting
 from tuner.evaluation.replay_batch import ReplayBatch
 from tuner.study.gates.threshold import GateBound, GateRange
@@ -104,6 +105,7 @@ def settings(seed: int) -> list[FusionSetting]:
                         plain_sum=rng.random() < 0.1,
                     )
                 )
+    out.append(FusionSetting(weights={"bm25": 0.0, "dense": 0.0}))  # no source: no candidate anywhere
     rng.shuffle(out)  # active patterns interleaved: the stacked chunks regroup them
     return out
 
@@ -138,6 +140,16 @@ def test_no_bound_where_none_holds_as_the_oracle(why: str, objective: str, const
     ctx = context(3, "both", objective, constraints, top_k=20)
     grid = settings(3)[:12]
     assert ctx.bound(grid) == ctx.bound_each(grid) == [None] * len(grid), why
+
+
+def test_a_constraint_on_a_column_the_sweep_lacks_is_refused_as_the_oracle_refuses_it() -> None:
+    ctx = context(2, "both", "Primary_Metric_Score", [Constraint.parse("No_Such_Rate <= 0.1")], top_k=20)
+    grid = settings(2)[:6]
+    with pytest.raises(ConfigError) as want:
+        ctx.bound_each(grid)
+    with pytest.raises(ConfigError) as got:
+        ctx.bound(grid)
+    assert str(got.value) == str(want.value)
 
 
 @pytest.mark.parametrize("seed", range(6))
