@@ -66,7 +66,7 @@ from cached_backend import REPO, bundle  # noqa: E402
 from tuner.config.configpatch import patch_text  # noqa: E402
 from tuner.config.experiment import load_experiment  # noqa: E402
 from tuner.ops.demo import DEMO_BASELINE  # noqa: E402
-from tuner.study.trial.attrs import ATTR_PHASES, trial_attr  # noqa: E402
+from tuner.study.trial.attrs import ATTR_PHASES, ATTR_REPLAY, trial_attr  # noqa: E402
 
 GOAL_SPEEDUP = 5.0
 SHARE = 0.99
@@ -246,8 +246,8 @@ def read_study(exp_path: Path, label: str) -> Run:
         bests.append(best if best > -math.inf else math.nan)
         values.append(t.value if t.value is not None else math.nan)
         phases.append(dict(trial_attr(t, ATTR_PHASES) or {}))
-        if "replay" in t.user_attrs:
-            replays.append(t.user_attrs["replay"])
+        if (record := trial_attr(t, ATTR_REPLAY)) is not None:  # a system attribute (tuner.replay)
+            replays.append(record)
     failed = sum(t.state == optuna.trial.TrialState.FAIL for t in trials)
     return Run(label, elapsed, bests, failed, replays, phases, values)
 

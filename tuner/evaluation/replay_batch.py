@@ -23,7 +23,7 @@ compares the two at every setting it serves live.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -76,6 +76,20 @@ class _Flat:
     @cached_property
     def layout(self) -> _Layout:
         return _Layout.of(self.seg, len(self.answered))
+
+    @cached_property
+    def stacked_layouts(self) -> dict[int, tuple[_Layout, np.ndarray]]:
+        """``stacked(n)`` by n (a grid's chunks are mostly of one size)."""
+        return {}
+
+    def stacked(self, n: int) -> tuple[_Layout, np.ndarray]:
+        """The layout of ``n`` settings' candidates one after the other, and each of their
+        entries' candidate there."""
+        if (out := self.stacked_layouts.get(n)) is None:
+            copies = np.arange(n, dtype=np.int64)[:, None]
+            entries = (copies * len(self.seg) + self.cand[None, :]).ravel()
+            out = self.stacked_layouts[n] = (self.layout.stacked(n), entries)
+        return out
 
 
 class ReplayBatch:
@@ -150,6 +164,85 @@ class ReplayBatch:
             self.label_counts,
         )
         return Replayed(table, conf, handoff, self.failed)
+
+    def stacked(self, settings: Sequence[FusionSetting], chunk: int = 24) -> Iterator[tuple[list[int], Stacked]]:
+        """``settings`` replayed a ``chunk`` at a time, each chunk's settings stacked into one
+        set of arrays (``Stacked``): (their positions in ``settings``, the stack), the settings
+        of one active pattern together. Each value is the one ``table`` gives the setting:
+        the same operations on the same values, row by row (contributions added entry by entry
+        into each candidate, ranked by ``_ranked_order``'s order, cut as there), without the
+        per-setting ``HitTable``; tests/evaluation/test_replay_stacked.py compares the two."""
+        groups: dict[tuple[bool, ...], list[int]] = {}
+        for i, setting in enumerate(settings):
+            groups.setdefault(self._active(setting), []).append(i)
+        for active, members in groups.items():
+            for at in range(0, len(members), chunk):
+                part = members[at : at + chunk]
+                yield part, self._stack(active, [settings[i] for i in part])
+
+    def _active(self, setting: FusionSetting) -> tuple[bool, ...]:
+        return tuple(float(setting.weights.get(name, 1.0)) > 0 for name in self.sources)
+
+    def _stack(self, active: tuple[bool, ...], settings: Sequence[FusionSetting]) -> Stacked:
+        f = self._flat.get(active)
+        if f is None:
+            f = self._flat[active] = self._flatten(active)
+        n_s, n_cand, n_q = len(settings), len(f.seg), len(self.query_ids)
+        w = np.array([[float(s.weights.get(name, 1.0)) for name in self.sources] for s in settings], dtype=np.float64)
+        w = w.reshape(n_s, len(self.sources))
+        scale = np.empty(n_s, dtype=np.float64)
+        values = np.empty((n_s, len(f.cand)), dtype=np.float64)
+        for i, s in enumerate(settings):  # each row as ``table`` computes it
+            total = _total(dict(zip(self.sources, w[i].tolist(), strict=True)), s)
+            if s.method == "rrf":
+                np.divide(w[i][f.src], s.rrf_k + f.rank, out=values[i])
+                scale[i] = 1.0 if s.plain_sum else total / (s.rrf_k + 1.0)
+            else:
+                np.multiply(w[i][f.src], f.minmax if s.normalization == "minmax" else f.zcdf, out=values[i])
+                scale[i] = total
+        layout, entries = f.stacked(n_s)
+        sums = np.bincount(entries, weights=values.ravel(), minlength=n_s * n_cand)
+        scores = sums.reshape(n_s, n_cand) / scale[:, None]
+        decays: dict[float, np.ndarray] = {}
+        for i, s in enumerate(settings):
+            if s.recency_weight != 0:
+                if (decay := decays.get(s.recency_half_life_days)) is None:
+                    age = np.maximum(f.today - f.day, 0).astype(np.float64)
+                    decay = decays[s.recency_half_life_days] = np.where(
+                        f.dated, np.power(0.5, age / s.recency_half_life_days), 0.0
+                    )
+                scores[i] = scores[i] * ((1.0 + s.recency_weight * decay) / (1.0 + s.recency_weight))
+        flat = scores.ravel()
+        if f.layout.bits <= 16 and len(flat) and bool((flat >= 0).all()):
+            order = _ranked_rows(flat + 0.0, layout)
+        else:  # the order _ranked_order gives each setting (a stable sort by score within its query)
+            order = np.lexsort((-flat, layout.block))
+        # A block's ranking is only read down to top_k (the shown hits: those scoring >= min_score,
+        # a prefix of it) and top_m (the confidence): each block's first places, where they sit.
+        failed = np.tile(self.failed, n_s)
+        top_m = np.array([s.top_m for s in settings], dtype=np.int64)
+        cell, block, at = layout.head(max(self.top_k, int(top_m.max(initial=0))))
+        conf_at = at < top_m[block // max(n_q, 1)]
+        conf = _confidence(f.cos[order[cell[conf_at]] % n_cand], block[conf_at], at[conf_at], n_s * n_q, failed)
+        bar = np.array([s.min_score for s in settings], dtype=np.float64) - _EPS
+        if n_cand and bool((scores.min(axis=1) >= bar).all()):
+            passing = layout.counts  # every candidate scores >= min_score (a cut at the lowest)
+        else:
+            passing = np.bincount(layout.block, weights=flat >= np.repeat(bar, n_cand), minlength=n_s * n_q)
+        final = cell[(at < self.top_k) & (at < passing[block])]
+        counts = np.minimum(np.minimum(layout.counts, self.top_k), passing.astype(np.int64))
+        threshold = np.repeat(np.array([s.confidence_threshold for s in settings], dtype=np.float64), n_q)
+        handoff = ~failed & ((conf < threshold) | (counts == 0))
+        hit = order[final]
+        return Stacked(
+            n_s,
+            np.cumsum(counts) - counts,
+            counts,
+            flat[hit],
+            f.grade[hit % max(n_cand, 1)],
+            conf.reshape(n_s, n_q),
+            handoff.reshape(n_s, n_q),
+        )
 
     def _confidence(
         self, cos: np.ndarray, seg: np.ndarray, counts: np.ndarray, starts: np.ndarray, top_m: int
@@ -269,6 +362,39 @@ class ReplayBatch:
         return out
 
 
+@dataclass(frozen=True, eq=False)
+class Stacked:
+    """``n`` settings of one batch replayed together (``ReplayBatch.stacked``): row ``s * Q + q``
+    is query q at the chunk's setting s. The hits of each row are its ``table`` hits in
+    order: ``counts`` of them from ``starts``, their scores (descending within a row) and
+    grades (``UNLABELLED`` without a label; no document twice in a row)."""
+
+    n: int
+    starts: np.ndarray  # (n * Q,) int64
+    counts: np.ndarray  # (n * Q,) int64
+    scores: np.ndarray  # (H,) float64
+    grades: np.ndarray  # (H,) int64
+    confidence: np.ndarray  # (n, Q) -inf for a failed query
+    handoff: np.ndarray  # (n, Q) bool
+
+
+def _confidence(cos: np.ndarray, row: np.ndarray, at: np.ndarray, n_rows: int, failed: np.ndarray) -> np.ndarray:
+    """``ReplayBatch._confidence`` from each row's top cosines (``cos`` at place ``at`` of
+    ``row``, each row's first places, in order): the rows of one length averaged together,
+    as there, so each mean has the same bits."""
+    conf = np.where(failed, -math.inf, 0.0)
+    m = np.bincount(row, minlength=n_rows)
+    m[failed] = 0
+    if not m.any():
+        return conf
+    padded = np.zeros((n_rows, int(m.max())), dtype=np.float64)
+    padded[row, at] = cos
+    for n in np.unique(m[m > 0]).tolist():
+        rows = np.flatnonzero(m == n)
+        conf[rows] = np.maximum(0.0, padded[rows][:, :n].mean(axis=1))
+    return conf
+
+
 @dataclass(frozen=True)
 class _Docs:
     """One query's explained documents, sorted by corpus index."""
@@ -298,6 +424,54 @@ class _Layout:
         width = int(counts.max(initial=1))
         return cls(np.arange(len(seg), dtype=np.int64) - starts[seg], starts, counts, max(1, (width - 1).bit_length()))
 
+    @cached_property
+    def width(self) -> int:
+        """The row length of ``_ranked_rows``' key grid: the largest block."""
+        return max(1, int(self.counts.max(initial=1)))
+
+    @cached_property
+    def slot(self) -> np.ndarray:
+        """(C,) each candidate's cell in that grid (row-major); after the rows are sorted,
+        the same cells hold each row's ranked keys, in order."""
+        return np.repeat(np.arange(len(self.counts), dtype=np.int64) * self.width, self.counts) + self.pos
+
+    @cached_property
+    def base(self) -> np.ndarray:
+        """(C,) the start of each candidate's block."""
+        return np.repeat(self.starts, self.counts)
+
+    @cached_property
+    def block(self) -> np.ndarray:
+        """(C,) each candidate's block."""
+        return np.repeat(np.arange(len(self.counts), dtype=np.int64), self.counts)
+
+    @cached_property
+    def pos_bits(self) -> np.ndarray:
+        return self.pos.astype(np.uint64)
+
+    def stacked(self, n: int) -> _Layout:
+        """The layout of ``n`` copies of these candidates one after the other (``ReplayBatch.stacked``)."""
+        size = len(self.pos)
+        out = _Layout(
+            np.tile(self.pos, n),
+            (np.arange(n, dtype=np.int64)[:, None] * size + self.starts[None, :]).ravel(),
+            np.tile(self.counts, n),
+            self.bits,
+        )
+        copies = np.arange(n, dtype=np.int64)[:, None]
+        out.__dict__["width"] = self.width
+        out.__dict__["slot"] = (copies * (len(self.counts) * self.width) + self.slot[None, :]).ravel()
+        out.__dict__["base"] = (copies * size + self.base[None, :]).ravel()
+        return out
+
+    def head(self, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(cells, blocks, positions) of each block's first ``n`` places, blocks in order:
+        where a block's ``n`` best candidates sit once ranked."""
+        m = np.minimum(self.counts, n)
+        block = np.repeat(np.arange(len(self.counts), dtype=np.int64), m)
+        at = np.arange(block.size, dtype=np.int64) - np.repeat(np.cumsum(m) - m, m)
+        return self.starts[block] + at, block, at
+
 
 _ONES = np.uint64(0xFFFF_FFFF_FFFF_FFFF)
 
@@ -323,18 +497,15 @@ def _ranked_order(scores: np.ndarray, seg: np.ndarray, layout: _Layout | None = 
 
 
 def _ranked_rows(scores: np.ndarray, layout: _Layout) -> np.ndarray:
-    n_q, bits = len(layout.counts), np.uint64(layout.bits)
+    bits = np.uint64(layout.bits)
     low = np.uint64((1 << layout.bits) - 1)
-    width = 1 << layout.bits
-    seg = np.repeat(np.arange(n_q), layout.counts)
-    keys = np.full((n_q, width), _ONES)
-    keys[seg, layout.pos] = ((_ONES - scores.view(np.uint64)) & ~low) | layout.pos.astype(np.uint64)
-    keys.sort(axis=1)
-    valid = np.arange(width)[None, :] < layout.counts[:, None]
-    ranked = keys[valid]  # row by row: the queries' blocks in order
-    order = (ranked & low).astype(np.int64) + layout.starts[seg]
+    keys = np.full(len(layout.counts) * layout.width, _ONES)
+    keys[layout.slot] = ((_ONES - scores.view(np.uint64)) & ~low) | layout.pos_bits
+    keys.reshape(len(layout.counts), layout.width).sort(axis=1)
+    ranked = keys[layout.slot]  # row by row: the queries' blocks in order
+    order = (ranked & low).view(np.int64) + layout.base  # a position: < 2**63
     high = ranked >> bits
-    same = (high[1:] == high[:-1]) & (seg[1:] == seg[:-1])  # runs the cut cannot order
+    same = (high[1:] == high[:-1]) & (layout.base[1:] == layout.base[:-1])  # runs the cut cannot order
     if same.any():
         member = np.zeros(len(order), dtype=bool)
         member[1:] |= same

@@ -281,6 +281,101 @@ def bound_columns(
     return g.columns(objective, objective_col, names, top_m)
 
 
+def bound_columns_stacked(
+    stack: Any,
+    is_oos: np.ndarray,
+    failed: np.ndarray,
+    label_counts: np.ndarray,
+    gains: str,
+    thresholds: np.ndarray,
+    min_scores: np.ndarray,
+    objective: str,
+    backend_handoff: bool,
+    names: tuple[str | None, str | None],
+    top_m: int | None,
+    wanted: frozenset[str],
+) -> dict[str, np.ndarray] | None:
+    """``bound_columns`` of each setting of ``stack`` (tuner.evaluation.replay_batch.Stacked:
+    one batch's queries at several settings, every list in score order), the grids one after
+    the other (setting-major, each threshold-major): the same arrays, every setting's at
+    once: the uncut lists scored in one scorecard call, the grids' counts and products
+    stacked. Only the objective and the ``wanted`` columns (those the constraints read) are
+    given. None where these columns do not apply (a metric reading whole rankings, a
+    wanted column that is not one of ``bound_columns``): bound each setting on its own."""
+    depth, ideal_depth = scorecard.batch_depths(None if objective == scorecard.PRIMARY_METRIC else [objective], ())
+    if not truncation_safe(objective) or depth is None:
+        return None
+    n_s, n_q, n_t, n_m = stack.n, len(is_oos), len(thresholds), len(min_scores)
+    rows = n_s * n_q
+    bars = min_scores - _EPS
+    if not np.all(bars[1:] >= bars[:-1]):
+        return None
+    passed = np.searchsorted(bars, stack.scores, side="right")  # as HitArrays.kept_counts
+    owner = np.repeat(np.arange(rows), stack.counts)
+    last = np.bincount(owner * (n_m + 1) + passed, minlength=rows * (n_m + 1)).reshape(rows, n_m + 1)
+    kept = np.cumsum(last[:, ::-1], axis=1)[:, ::-1][:, 1:].reshape(n_s, n_q, n_m).transpose(0, 2, 1)  # (S, M, Q)
+    shown = kept > 0
+    conf_ok = stack.confidence[:, None, :] >= thresholds[None, :, None]  # (S, T, Q)
+    if backend_handoff:
+        conf_ok &= ~stack.handoff[:, None, :]
+    live = conf_ok & ~failed[None, None, :]
+    ins = ~is_oos
+    # each setting's uncut list of each in-scope answered query, scored as scores_by_cut scores it
+    whole = np.zeros((n_s, n_q))
+    sel = np.flatnonzero(ins & ~failed)
+    if sel.size:
+        at = (np.arange(n_s)[:, None] * n_q + sel[None, :]).ravel()
+        lengths = kept[:, 0, :][:, sel].ravel()
+        shown_n = np.minimum(lengths, depth)
+        grades = np.zeros((at.size, depth), dtype=np.int8)
+        judged = np.zeros((at.size, depth), dtype=bool)
+        r = np.repeat(np.arange(at.size), shown_n)
+        pos = np.arange(r.size) - np.repeat(np.cumsum(shown_n) - shown_n, shown_n)
+        grade = stack.grades[stack.starts[at][r] + pos]
+        grades[r, pos] = np.maximum(grade, 0)
+        judged[r, pos] = grade != UNLABELLED
+        names_ = None if objective == scorecard.PRIMARY_METRIC else [objective]
+        batch = scorecard.from_grades(
+            ("",) * at.size,  # rows, not queries: only their number is read
+            grades,
+            judged,
+            lengths.astype(np.int64),
+            np.tile(label_counts[sel], (n_s, 1)),
+            gains=gains,
+            depth=depth,
+            ideal_depth=ideal_depth,
+        )
+        columns, _ = scorecard.score_prepared(batch, [] if names_ is None else names_, ())
+        whole[:, sel] = np.asarray(columns[objective], dtype=float).reshape(n_s, sel.size)
+    live_in, shown_in = live[:, :, ins], shown[:, :, ins].transpose(0, 2, 1).astype(float)
+    n_in = int(ins.sum())
+    if n_in:
+        upper = np.stack([(live_in[i] * whole[i, ins]) @ shown_in[i] / n_in for i in range(n_s)])
+        objective_col = upper.ravel() + 1e-9
+    else:
+        objective_col = np.zeros(n_s * n_t * n_m)
+    # the other columns as _Grid.columns computes them, one setting after the other
+    ans_in = np.stack([live_in[i].astype(float) @ shown_in[i] for i in range(n_s)])
+    live_oos, shown_oos = live[:, :, is_oos].astype(float), shown[:, :, is_oos].transpose(0, 2, 1).astype(float)
+    ans_oos = np.stack([live_oos[i] @ shown_oos[i] for i in range(n_s)]) + (failed & is_oos).sum()
+    ans_in, ans_oos = ans_in.astype(np.int64).ravel(), ans_oos.astype(np.int64).ravel()
+    out: dict[str, np.ndarray] = {objective: objective_col}
+    for n, v in zip(names, (np.repeat(thresholds, n_m), np.tile(min_scores, n_t)), strict=True):
+        if n in wanted:
+            out[n] = np.tile(v, n_s)
+    out.update(_oos_rates(is_oos, ans_oos, ans_in, wanted))
+    if "n_answered" in wanted:
+        out["n_answered"] = ans_in + ans_oos
+    if "n_emptied" in wanted:
+        has_hits = stack.counts.reshape(n_s, n_q) > 0
+        per_cut = ((kept == 0) & has_hits[:, None, :]).sum(axis=2)  # (S, M)
+        out["n_emptied"] = np.broadcast_to(per_cut[:, None, :], (n_s, n_t, n_m)).ravel()
+    if top_m is not None and "n_below_top_m" in wanted:
+        below = (shown & (kept < top_m)).sum(axis=2)
+        out["n_below_top_m"] = np.broadcast_to(below[:, None, :], (n_s, n_t, n_m)).ravel()
+    return out if wanted <= out.keys() else None
+
+
 def truncation_safe(objective: str) -> bool:
     """Whether dropping hits from the end of a ranking can never raise ``objective`` (the
     primary score, or a metric whose family says so: every one but coverage)."""
@@ -354,10 +449,12 @@ def hits_shown(
     return np.rint(shown[t_at.ravel(), m_at.ravel()]).astype(np.int64)
 
 
-def _oos_rates(is_oos: np.ndarray, ans_oos: np.ndarray, ans_in: np.ndarray) -> dict[str, np.ndarray]:
-    """oos.oos_rates of every row from its answered counts: the rates depend on the
-    counts only, so each distinct (OOS answered, in-scope answered) pair is rated once,
-    on a mask with those counts."""
+def _oos_rates(
+    is_oos: np.ndarray, ans_oos: np.ndarray, ans_in: np.ndarray, wanted: frozenset[str] | None = None
+) -> dict[str, np.ndarray]:
+    """oos.oos_rates of every row from its answered counts (those ``wanted``, default all):
+    the rates depend on the counts only, so each distinct (OOS answered, in-scope answered)
+    pair is rated once, on a mask with those counts."""
     n_in = int((~is_oos).sum())
     key = ans_oos * (n_in + 1) + ans_in
     seen = np.zeros(int(key.max(initial=0)) + 1, dtype=bool)
@@ -367,7 +464,7 @@ def _oos_rates(is_oos: np.ndarray, ans_oos: np.ndarray, ans_in: np.ndarray) -> d
     rank = np.where(is_oos, np.cumsum(is_oos) - 1, np.cumsum(~is_oos) - 1)  # each query's place in its scope
     limit = np.where(is_oos[None, :], (pairs // (n_in + 1))[:, None], (pairs % (n_in + 1))[:, None])
     rates = oos.oos_rates(is_oos, rank[None, :] < limit)
-    return {name: values[row[key]] for name, values in rates.items()}
+    return {name: values[row[key]] for name, values in rates.items() if wanted is None or name in wanted}
 
 
 def scorecard_values(

@@ -58,7 +58,14 @@ from tuner import metrics as scorecard
 from tuner.config.objective import Constraint
 from tuner.config.space.gates import GATE_ROLES, REFERENCE_GATES
 from tuner.errors import ConfigError
-from tuner.study.gates.gate_arrays import HitArrays, bound_columns, hits_shown, scorecard_values, sweep_columns
+from tuner.study.gates.gate_arrays import (
+    HitArrays,
+    bound_columns,
+    bound_columns_stacked,
+    hits_shown,
+    scorecard_values,
+    sweep_columns,
+)
 from tuner.study.gates.gate_choice import choose_gates
 
 if TYPE_CHECKING:
@@ -505,6 +512,53 @@ def bound_arrays(
     if np.isnan(upper).any():
         return None
     return GateBound(bool(feasible.any()), float(np.max(upper)) if upper.size else -math.inf)
+
+
+def bound_stacked(
+    stack: Any,
+    is_oos: np.ndarray,
+    failed: np.ndarray,
+    label_counts: np.ndarray,
+    gains: str,
+    gates: Sequence[GateRange],
+    *,
+    objective: str = scorecard.PRIMARY_METRIC,
+    constraints: Sequence[Constraint] = (),
+    retrieved_min_score: float = 0.0,
+    top_m: int | None = None,
+) -> list[GateBound | None] | None:
+    """``bound_arrays`` of each setting of ``stack`` (tuner.evaluation.replay_batch.Stacked),
+    in order, from one ``bound_columns_stacked``: the same bounds, a fraction of the cost of
+    bounding each setting on its own. None where the stacked columns do not apply (a metric
+    reading whole rankings, an unscored hit): bound each setting with ``bound_arrays``."""
+    bounds = [_metric_bound(c) for c in constraints]
+    if any(b is None or b.metric == objective for b in bounds):
+        return [None] * stack.n
+    if np.isnan(stack.scores).any():
+        return None
+    by_role = _by_role(gates)
+    conf, cut = by_role.get(CONFIDENCE), by_role.get(MIN_SCORE)
+    ts = conf.values(0.01) if conf else np.array([-math.inf])
+    ms = cut.values(0.01) if cut else np.array([-math.inf])
+    if cut is not None and float(ms.min()) < retrieved_min_score - _EPS:
+        return None  # bound_arrays says why (ConfigError)
+    names = (conf.param if conf else None, cut.param if cut else None)
+    wanted = frozenset(b.metric for b in bounds if b is not None)
+    columns = bound_columns_stacked(
+        stack, is_oos, failed, label_counts, gains, ts, ms, objective, conf is None, names, top_m, wanted
+    )
+    if columns is None:
+        return None
+    feasible = (_violations(columns, constraints) <= 0).reshape(stack.n, -1)
+    objective_col = np.asarray(columns[objective], dtype=float).reshape(stack.n, -1)
+    out: list[GateBound | None] = []
+    for ok, values in zip(feasible, objective_col, strict=True):
+        upper = values[ok]
+        if np.isnan(upper).any():
+            out.append(None)
+        else:
+            out.append(GateBound(bool(ok.any()), float(np.max(upper)) if upper.size else -math.inf))
+    return out
 
 
 def solve_batch(

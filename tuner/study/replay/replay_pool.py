@@ -65,7 +65,39 @@ class ReplayContext:
 
     def bound(self, settings: Sequence[Any]) -> list[Any]:
         """For each FusionSetting of ``settings``, in order, a tuner.study.gates.threshold.GateBound
-        of its score (None: no bound holds), a fraction of ``score``'s cost."""
+        of its score (None: no bound holds), a fraction of ``score``'s cost: the settings
+        replayed and bounded a chunk at a time (ReplayBatch.stacked,
+        tuner.study.gates.threshold.bound_stacked), the same bounds as ``bound_each``'s."""
+        import numpy as np
+
+        from tuner.study.gates.threshold import MIN_SCORE, bound_stacked
+
+        gates = list(self.gates.values())
+        low = next((g.low for g in gates if g.role == MIN_SCORE), 0.0)
+        is_oos = np.asarray(self.is_oos, dtype=bool)
+        flat = self._batch()
+        out: list[Any] = [None] * len(settings)
+        for where, stack in flat.stacked(settings):
+            bounds = bound_stacked(
+                stack,
+                is_oos,
+                flat.failed,
+                flat.label_counts,
+                self.gains,
+                gates,
+                objective=self.objective,
+                constraints=self.constraints,
+                retrieved_min_score=low,
+            )
+            if bounds is None:
+                bounds = self.bound_each([settings[i] for i in where])
+            for i, b in zip(where, bounds, strict=True):
+                out[i] = b
+        return out
+
+    def bound_each(self, settings: Sequence[Any]) -> list[Any]:
+        """``bound``, each setting replayed and bounded on its own (tuner.study.gates.threshold.bound_arrays):
+        where the stacked bound does not apply, and its oracle in the tests."""
         from tuner.study.gates.threshold import MIN_SCORE, bound_arrays
 
         gates = list(self.gates.values())
@@ -105,14 +137,21 @@ class ReplayContext:
     def _arrays(self, setting: Any) -> Any:
         import numpy as np
 
-        from tuner.evaluation.replay_batch import ReplayBatch
         from tuner.study.gates.gate_arrays import HitArrays
 
         is_oos = np.asarray(self.is_oos, dtype=bool)
-        if self._flat is None:
-            self._flat = ReplayBatch(self.explained, self.query_ids, ~is_oos, self.qrels, self.top_k)
-        r = self._flat.table(setting)
+        r = self._batch().table(setting)
         return HitArrays(self.query_ids, is_oos, r.failed, r.handoff, r.confidence, r.table, self.gains)
+
+    def _batch(self) -> ReplayBatch:
+        import numpy as np
+
+        from tuner.evaluation.replay_batch import ReplayBatch
+
+        if self._flat is None:
+            is_oos = np.asarray(self.is_oos, dtype=bool)
+            self._flat = ReplayBatch(self.explained, self.query_ids, ~is_oos, self.qrels, self.top_k)
+        return self._flat
 
     def solved(self, arrays: Any) -> Score:
         """The objective and largest violation of a retrieval (tuner.study.gates.gate_arrays.HitArrays)
