@@ -25,6 +25,7 @@ of a dead helper); an error of the writing itself is raised to the caller as it 
 
 from __future__ import annotations
 
+import enum
 import os
 import pickle
 import struct
@@ -38,8 +39,17 @@ from typing import IO, Any
 #: the helper's niceness increment: the backend and the tuner's event loop come first
 NICE = 10
 _HEADER = struct.Struct("!Q")
-#: sent in place of a batch field the helper already holds (see ReportWorker.write_reports)
-_HELD = "<held by the report helper>"
+
+
+class _Held(enum.Enum):
+    """Sent in place of a batch field the helper already holds (see
+    ReportWorker.write_reports); an enum member unpickles to itself, so it is compared by
+    identity and no field's value can be mistaken for it."""
+
+    HELD = "held by the report helper"
+
+
+_HELD = _Held.HELD
 
 
 class ReportWorker:
@@ -155,7 +165,7 @@ class ReportWorker:
 def _same(held: Any, value: Any) -> bool:
     """Whether the helper's copy ``held`` equals ``value`` (by content: a batch's labels
     are a fresh dict each trial)."""
-    if isinstance(held, str) and held == _HELD:
+    if held is _HELD:
         return False
     return held is value or bool(held == value)
 
@@ -200,7 +210,7 @@ def _serve(inp: IO[bytes], out: IO[bytes]) -> None:
         remember(*secrets)
         try:
             if shared is not None:  # the batch's study-wide fields: sent, or the ones held from the last call
-                held.update({k: v for k, v in shared.items() if not (isinstance(v, str) and v == _HELD)})
+                held.update({k: v for k, v in shared.items() if v is not _HELD})
                 args = (replace(args[0], **{k: held[k] for k in shared}), *args[1:])
             answer: tuple[bool, Any] = (True, calls[name](*args, **kwargs))
         except Exception as exc:  # noqa: BLE001 - sent back to the caller, which raises it
@@ -220,4 +230,8 @@ if __name__ == "__main__":
     except OSError:
         pass
     limit_blas_threads()
-    _serve(sys.stdin.buffer, sys.stdout.buffer)
+    # the module under its own name, not this __main__ copy: the `_HELD` the caller
+    # pickles unpickles as tuner.report.report_worker's member, compared by identity
+    from tuner.report.report_worker import _serve as serve
+
+    serve(sys.stdin.buffer, sys.stdout.buffer)
