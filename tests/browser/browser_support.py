@@ -5,7 +5,8 @@ dashboard` as a subprocess, and headless Debian Chromium driven by selenium.
     run_study(project)                          # `tuner run` (real backend process)
     with DashboardProcess(project.experiment) as dash: dash.urls["mlflow"] ...
     with chromium() as driver: driver.get(url)
-    with optuna_dashboard(storage_url) as base: ...   # `tuner optuna-dashboard` alone
+
+`tuner optuna-dashboard` alone: support.optuna_dashboard (no selenium there).
 """
 
 from __future__ import annotations
@@ -257,30 +258,3 @@ def screenshot(driver: Any, name: str) -> Path:
     driver.save_screenshot(str(path))
     return path
 
-
-@contextlib.contextmanager
-def optuna_dashboard(storage: str) -> Iterator[str]:
-    """`tuner optuna-dashboard STORAGE` (the process `tuner dashboard` starts) on a free
-    port until the block ends; yields its page's URL (``http://127.0.0.1:PORT/dashboard/``)."""
-    import httpx
-
-    port = free_port()
-    proc = subprocess.Popen(tuner_cmd("optuna-dashboard", storage, "--port", str(port)),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        def answers() -> bool:
-            assert proc.poll() is None, proc.communicate()[1]
-            try:
-                return httpx.get(f"http://127.0.0.1:{port}/api/studies", timeout=10).status_code == 200
-            except httpx.TransportError:
-                return False
-
-        wait_for(answers, timeout=120, what="tuner optuna-dashboard")
-        yield f"http://127.0.0.1:{port}/dashboard/"
-    finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()

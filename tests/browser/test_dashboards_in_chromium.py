@@ -5,6 +5,10 @@ apart; the MLflow UI must show the study's parent run with its child runs and a
 trial's config snapshot. Assertions read the DOM (and the plots' data behind it),
 never pixels; screenshots go to test-artifacts/browser/ for a person to look at.
 The expected values come from the study's own storage, not from this file.
+
+A second study in the same storage, told as the trial runner records its trials, has no
+feasible trial at all: its Best Trial card names none (it reads "Best Trials" with nothing
+under it), no trial carries the badge, and its page still lists every trial.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from browser_support import (
     wait_for,
 )
 from mlflow import MlflowClient
+from support.constrained_study import constrained_study
 
 from tuner.numbers import num, rounded
 from tuner.report.tracking import CLASSIC_VIEW
@@ -411,6 +416,29 @@ def test_the_mlflow_study_run_holds_the_study_report_and_plots(
     wait_for(lambda: (t := body_text(browser)) and "report.md" in t and "Feasible trials (best first)" in t,
              what="the study report in the parent run's artifacts")
     screenshot(browser, "mlflow-study-run-artifacts")
+
+
+NO_FEASIBLE = [(0.47, 0.20), (0.30, 0.05), (0.41, 0.10)]  # (value, OOS_FP_Rate violation): all broken
+
+
+def test_the_card_names_no_trial_when_none_is_feasible(dashboard: DashboardProcess, browser: Any,
+                                                       project: Path) -> None:
+    none = constrained_study(f"sqlite:///{project / '.tuner' / 'optuna.db'}", "none-feasible", NO_FEASIBLE)
+    base = f"{dashboard.urls['optuna-dashboard']}studies/{none._study_id}"
+    browser.get(base)
+    # the study's answer has arrived when its name is in the title ("Study #2" before)
+    text = wait_for(lambda: (t := body_text(browser)) and "none-feasible" in t and "Best Trials" in t and t,
+                    timeout=60, what="the study page with its Best Trials card")
+    assert "Best Trial (number=" not in text
+    browser.execute_script(
+        "Array.from(document.querySelectorAll('h6')).find(e => e.innerText === 'Best Trials')"
+        ".scrollIntoView({block: 'center'});")
+    screenshot(browser, "optuna-no-feasible-card")
+    browser.get(f"{base}/trials")
+    text = wait_for(lambda: (t := body_text(browser)) and f"{len(NO_FEASIBLE)} Trials" in t and t,
+                    what="the trial list")
+    assert "Best Trial" not in text.replace("Best Trial (0)", "")  # the list's filter reads "Best Trial (0)"
+    screenshot(browser, "optuna-no-feasible-trials")
 
 
 def test_each_report_file_is_stored_once(project: Path, study: optuna.Study) -> None:

@@ -3,7 +3,13 @@ each trial retrieves once, explained, scores a fusion grid from it with the gate
 (bounded first, so only the settings that can be among the best are scored exactly; the
 same best as scoring them all), and serves the best settings live; the trial reports the
 best live value. A replay model that differs from the backend is caught, loudly, and no
-config is left patched."""
+config is left patched.
+
+The study is also looked at in optuna-dashboard in headless Debian Chromium (the last
+test): a replay trial's record (the settings scored, those verified live) is the
+`tuner.replay` system attribute and its user attributes stay scalars; as a nested user
+attribute that record made the study page's trial rows 593-714 px tall and a trial's page
+6,678 px wide in a 1,440 px window. Screenshots go to test-artifacts/browser/."""
 
 from __future__ import annotations
 
@@ -67,6 +73,8 @@ def test_the_baseline_is_measured_as_found_and_later_trials_replay_the_fusion(re
     trials = replay_run["study"].trials
     assert [t.state for t in trials] == [optuna.trial.TrialState.COMPLETE] * 3
     assert trial_attr(trials[0], ATTR_REPLAY) is None  # queued with every param: nothing left to replay
+    for t in trials:  # scalars only: optuna-dashboard shows a column per user attribute
+        assert not [k for k, v in t.user_attrs.items() if isinstance(v, (dict, list))], t.user_attrs
     for t in trials[1:]:
         replay = trial_attr(t, ATTR_REPLAY)
         assert t.user_attrs[ATTR_REPLAY_SETTINGS] == GRID_SIZE  # a scalar column; the record is a system attr
@@ -259,3 +267,29 @@ def test_replay_trials_record_their_scored_settings_for_the_cross_validation(rep
     cv = study_crossval(study, exp.objective, exp.constraints, exp.cv)
     assert cv is not None and cv.n_candidates == len(study.trials) + n_settings
     assert set(cv.rules) == {"best", "robust"} and cv.selection_line() is not None
+
+
+def test_replay_rows_and_pages_fit_the_window_in_optuna_dashboard(replay_run: dict[str, Any],
+                                                                 chromium_browser: None) -> None:
+    from browser_support import chromium, screenshot, wait_for  # tests/browser (the fixture put it on the path)
+    from support.optuna_dashboard import optuna_dashboard
+
+    study = replay_run["study"]
+    replayed = next(t for t in study.trials if trial_attr(t, ATTR_REPLAY))
+    with optuna_dashboard(replay_run["exp"].storage) as dashboard, chromium(1440, 900) as browser:  # the issue's window
+        base = f"{dashboard}studies/{study._study_id}"
+        window = browser.execute_script("return window.innerWidth")
+        browser.get(f"{base}/smartSelection")  # the page whose table has a row per trial, a column per user attribute
+        rows = wait_for(lambda: (h := browser.execute_script(
+            "return Array.from(document.querySelectorAll('tbody tr')).map(r => r.getBoundingClientRect().height)"))
+            and len(h) >= len(study.trials) and h, timeout=60, what="the trial table's rows")
+        assert max(rows) <= 150, rows  # a line or two each (593-714 px with the nested record)
+        assert browser.execute_script("return document.documentElement.scrollWidth") <= window
+        browser.execute_script("document.querySelector('tbody').scrollIntoView({block: 'center'})")
+        screenshot(browser, "optuna-replay-trial-table")
+        browser.get(f"{base}/trials?numbers={replayed.number}")
+        wait_for(lambda: ATTR_REPLAY_SETTINGS in browser.find_element("tag name", "body").text,
+                 timeout=60, what="the replay trial's user attributes")
+        width = browser.execute_script("return document.documentElement.scrollWidth")
+        assert width <= window, (width, window)  # 6,678 px with the nested record
+        screenshot(browser, "optuna-replay-trial-page")

@@ -16,6 +16,11 @@ connections and never answers). The run must complete every trial, say once that
 tracking is behind, and either log everything when the server comes back or name at
 the end what MLflow is missing; a SIGTERM while the server is dead ends the run within
 the documented bound, exit 143, config restored (tuner.report.resilient).
+
+The runs wait on MLflow less than the defaults (tracking.waits): a call is stuck after 8 s
+(15), a dead store is probed every second (5) and, where the server is dead at the end,
+the end of the run gives the queue 5 s (20). The outcomes asserted are the same; what the
+defaults are is tests/tracking/test_resilient_tracker.py's.
 """
 
 from __future__ import annotations
@@ -49,6 +54,10 @@ FAST_MLFLOW_HTTP = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST
 # what the run says (tuner.report.resilient)
 BEHIND = "warning: MLflow tracking is behind"
 CAUGHT_UP = "MLflow tracking caught up"
+# tracking.waits: short, but far above what a live store takes for a call on a busy machine
+SHORT_WAITS = {"stuck_s": 8.0, "probe_every_s": 1.0}
+# ... and where the store is dead at the end (what it misses is listed, not waited for)
+SHORT_DRAIN = {**SHORT_WAITS, "drain_s": 5.0}
 MISSING = re.compile(r"warning: MLflow at \S+ is missing (?:trials? (?P<trials>#[-#\d, ]+))?")
 
 
@@ -91,7 +100,7 @@ def test_an_mlflow_store_locked_mid_study_only_costs_bookkeeping(tmp_path: Path,
                                                                  fault_log: FaultLog) -> None:
     # Trial 1's searches take 1 s each, so the store is locked while a trial runs.
     project = Project.create(tmp_path / "ml-locked", study="ml-locked", n_trials=4, plan={"3": {"stall_s": 1}},
-                             tracking={"enabled": True})
+                             tracking={"enabled": True, "waits": SHORT_WAITS})
     store = project.root / "mlruns" / "mlflow.db"
     run = project.start("run", "--no-cache")
     try:
@@ -107,7 +116,7 @@ def test_an_mlflow_store_locked_mid_study_only_costs_bookkeeping(tmp_path: Path,
     finally:
         run.kill_quietly()
     # A locked store blocks MLflow's calls (no error): tracking is behind once a call has
-    # waited 15 s, and catches up once the lock is gone.
+    # waited stuck_s, and catches up once the lock is gone.
     trials, runs = project.trials(), store_trial_runs(f"sqlite:///{store}", project.study)
     checks = {
         "exit 0": done.returncode == 0,
@@ -215,9 +224,10 @@ def nothing_lost_silently(project: Project, server: MlflowServer, output: str) -
                for t in project.trials() if t.state.name == "COMPLETE")
 
 
-def tracked_project(root: Path, study: str, n_trials: int, server: MlflowServer, plan: dict[str, Any]) -> Project:
+def tracked_project(root: Path, study: str, n_trials: int, server: MlflowServer, plan: dict[str, Any],
+                    waits: dict[str, float]) -> Project:
     return Project.create(root, study=study, n_trials=n_trials, plan=plan,
-                          tracking={"enabled": True, "mlflow_uri": server.url})
+                          tracking={"enabled": True, "mlflow_uri": server.url, "waits": waits})
 
 
 def test_an_mlflow_server_killed_mid_run_costs_no_trial_time(tmp_path: Path, calibration: Calibration,
@@ -225,7 +235,8 @@ def test_an_mlflow_server_killed_mid_run_costs_no_trial_time(tmp_path: Path, cal
     # Trial 1's batch waits for the release file; the server is killed under it. Before the
     # resilient tracker every later trial waited about four minutes for its MLflow run id.
     server = MlflowServer(tmp_path / "mlflow-killed").start()
-    project = tracked_project(tmp_path / "ml-killed", "ml-killed", 5, server, {"3": {"hold_until": RELEASE}})
+    project = tracked_project(tmp_path / "ml-killed", "ml-killed", 5, server, {"3": {"hold_until": RELEASE}},
+                              SHORT_DRAIN)
     run = project.start("run", "--no-cache")
     try:
         wait_until(lambda: project.serving(3) or not run.alive(), "trial 1's batch is under way")
@@ -257,7 +268,7 @@ def test_an_mlflow_server_that_hangs_and_comes_back_gets_every_trial(tmp_path: P
     server = MlflowServer(tmp_path / "mlflow-hung").start()
     second = tmp_path / "release-second"
     project = tracked_project(tmp_path / "ml-hung", "ml-hung", 5, server,
-                              {"3": {"hold_until": RELEASE}, "5": {"hold_until": str(second)}})
+                              {"3": {"hold_until": RELEASE}, "5": {"hold_until": str(second)}}, SHORT_WAITS)
     run = project.start("run", "--no-cache")
     try:
         wait_until(lambda: project.serving(3) or not run.alive(), "trial 1's batch is under way")
@@ -306,7 +317,7 @@ def test_sigterm_while_the_mlflow_server_is_dead_ends_the_run(tmp_path: Path, ca
     # The server dies under trial 1's batch; SIGTERM comes while trial 2's batch runs. Before
     # the resilient tracker the run was still alive minutes later, waiting on MLflow.
     server = MlflowServer(tmp_path / "mlflow-term").start()
-    project = tracked_project(tmp_path / "ml-term", "ml-term", 6, server, {"3": {"hold_until": RELEASE}})
+    project = tracked_project(tmp_path / "ml-term", "ml-term", 6, server, {"3": {"hold_until": RELEASE}}, SHORT_DRAIN)
     run = project.start("run", "--no-cache")
     try:
         wait_until(lambda: project.serving(3) or not run.alive(), "trial 1's batch is under way")

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import io
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import optuna
 import pytest
 from optuna.distributions import FloatDistribution, IntDistribution
+from support.constrained_study import constrained_study
+from support.optuna_dashboard import optuna_dashboard
 
 from tuner.config.space.kind import is_coordinate
 from tuner.config.space.loading import load_space
@@ -62,18 +63,19 @@ def study_url(tmp_path_factory: pytest.TempPathFactory) -> str:
     (root / "space.yaml").write_text(SPACE)
     space = load_space(root / "space.yaml")
     url = f"sqlite:///{root / 'study.db'}"
+    # made in memory, then copied: told call by call on SQLite the two studies took 18-24 s
+    study = optuna.create_study(study_name="keys", direction="maximize", sampler=optuna.samplers.RandomSampler(seed=3))
+    for _ in range(N_TRIALS):
+        trial = study.ask()
+        assignment = space.suggest(trial)
+        skipped = record_applied_params(trial, assignment, space.distributions())
+        assert skipped == []
+        # the bm25 weight decides the score: the importances must name it
+        study.tell(trial, 10 * assignment["fusion.weights"]["bm25"] + 0.001 * assignment["fusion.rrf_k"])
     # "bare", the same trials again: optuna-dashboard caches importances per study id
     # in the process, so the bare storage's dashboard gets a study of its own
     for name in ("keys", "bare"):
-        study = optuna.create_study(storage=url, study_name=name, direction="maximize",
-                                    sampler=optuna.samplers.RandomSampler(seed=3))
-        for _ in range(N_TRIALS):
-            trial = study.ask()
-            assignment = space.suggest(trial)
-            skipped = record_applied_params(trial, assignment, space.distributions())
-            assert skipped == []
-            # the bm25 weight decides the score: the importances must name it
-            study.tell(trial, 10 * assignment["fusion.weights"]["bm25"] + 0.001 * assignment["fusion.rrf_k"])
+        optuna.copy_study(from_study_name="keys", from_storage=storage_of(study), to_storage=url, to_study_name=name)
     return url
 
 
@@ -180,21 +182,6 @@ def test_optuna_dashboard_on_the_bare_storage_lists_coordinates(study: optuna.St
 
 
 
-def _constrained_study(url: str, name: str, scores: list[tuple[float, float]]) -> optuna.Study:
-    """Trials told ``(value, OOS_FP_Rate violation)`` as the trial runner records them:
-    ``set_constraint`` for the samplers and the legacy list for optuna-dashboard."""
-    from tuner.optuna_adapter import set_legacy_constraints
-
-    study = optuna.create_study(storage=url, study_name=name, direction="maximize")
-    for value, violation in scores:
-        trial = study.ask()
-        trial.suggest_float("fusion.rrf_k", 1, 200)
-        trial.set_constraint("OOS_FP_Rate <= 0.1", violation)
-        set_legacy_constraints(trial, [violation])
-        study.tell(trial, value)
-    return study
-
-
 def _best_numbers(app: Any, study: optuna.Study) -> list[int]:
     status, detail = _get(app, f"/api/studies/{study_id_of(study)}")
     assert status.startswith("200"), detail
@@ -208,7 +195,7 @@ def test_the_best_trial_card_names_the_best_feasible_trial(tmp_path: Path) -> No
 
     url = f"sqlite:///{tmp_path / 'study.db'}"
     # trial 1 scores highest but breaks its constraint; trial 2 is the best feasible one
-    study = _constrained_study(url, "card", [(0.30, -0.05), (0.47, 0.20), (0.41, 0.0), (0.35, -0.1)])
+    study = constrained_study(url, "card", [(0.30, -0.05), (0.47, 0.20), (0.41, 0.0), (0.35, -0.1)])
     assert _best_numbers(optuna_dashboard.wsgi(url), study) == [1]  # the dashboard on its own: the top score
     assert _best_numbers(dashboard_app(url), study) == [2]
     view = UserView(storage_of(study))
@@ -218,7 +205,7 @@ def test_the_best_trial_card_names_the_best_feasible_trial(tmp_path: Path) -> No
 
 def test_with_no_feasible_trial_the_card_is_empty_and_the_page_still_answers(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'study.db'}"
-    study = _constrained_study(url, "none", [(0.30, 0.05), (0.47, 0.20)])
+    study = constrained_study(url, "none", [(0.30, 0.05), (0.47, 0.20)])
     assert _best_numbers(dashboard_app(url), study) == []
     status, detail = _get(dashboard_app(url), f"/api/studies/{study_id_of(study)}?after=1")
     assert status.startswith("200") and [t["number"] for t in detail["trials"]] == [1]
@@ -233,45 +220,16 @@ def test_with_no_feasible_trial_the_card_is_empty_and_the_page_still_answers(tmp
 def test_tuner_optuna_dashboard_serves_config_keys_over_http(study: optuna.Study, study_url: str,
                                                              tmp_path: Path) -> None:
     # the process `tuner dashboard` starts (tuner.ops.dashboard_specs), over real HTTP
-    import signal
-    import subprocess
-    import time
-
     import httpx
 
-    from tuner.config.experiment import free_port
-
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tuner", "optuna-dashboard", study_url, "--artifact-dir", str(tmp_path / "artifacts"),
-         "--port", str(port)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        end = time.monotonic() + 120  # generous: a loaded machine
-        while True:
-            assert proc.poll() is None, proc.communicate()[1]
-            try:
-                if httpx.get(f"{base}/api/studies", timeout=10).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < end, "tuner optuna-dashboard did not answer within 120 s"
-            time.sleep(0.3)
+    with optuna_dashboard(study_url, artifact_dir=tmp_path / "artifacts") as page:
+        base = page.removesuffix("/dashboard/")
         answer = httpx.get(f"{base}/api/studies/{study_id_of(study)}/param_importances", timeout=60)
         assert answer.status_code == 200, answer.text
         names = {p["name"] for p in answer.json()["param_importances"][0]}
         assert names and names <= CONFIG_KEYS, names
-        page = httpx.get(f"{base}/dashboard/", timeout=30)
-        assert page.status_code == 200 and "<html" in page.text.lower()
-    finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        page_answer = httpx.get(page, timeout=30)
+        assert page_answer.status_code == 200 and "<html" in page_answer.text.lower()
 
 
 def test_a_port_in_use_and_a_dead_storage_are_one_line_errors(study_url: str) -> None:

@@ -7,11 +7,21 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tuner.report.resilient import ATTEMPTS, ResilientTracker, fail_fast_http, number_ranges
+from tuner.report.resilient import (
+    ATTEMPTS,
+    DRAIN_S,
+    PROBE_EVERY_S,
+    RUN_ID_WAIT_S,
+    STUCK_S,
+    ResilientTracker,
+    fail_fast_http,
+    number_ranges,
+)
 from tuner.report.tracker import Tracker, TrialRecord
 
 DEADLINE_S = 60.0  # generous: outcomes are asserted, never speed
@@ -223,3 +233,28 @@ def test_mlflow_http_retries_are_cut_only_where_the_user_set_none(monkeypatch: p
 def test_number_ranges() -> None:
     assert number_ranges([7, 1, 2, 3, 9, 10]) == "#1-3, #7, #9-10"
     assert number_ranges([4]) == "#4"
+
+
+def test_a_run_takes_its_tracking_waits_from_the_experiment(tmp_path: Path) -> None:
+    # tracking.waits is the knob (the fault suite runs with short waits); unset, the
+    # documented defaults: 5 s for a run id, 15 s before a call is stuck, probes every 5 s, 20 s at the end
+    from support.reference_experiment import write_reference_experiment
+
+    from tuner.config.experiment import load_experiment
+    from tuner.study.wiring import make_tracker
+
+    waits = {"run_id_s": 0.5, "stuck_s": 2.0, "probe_every_s": 0.25, "drain_s": 3.0}
+    seen = []
+    for name, tracking in (("short", {"waits": waits}), ("default", {})):
+        root = tmp_path / name
+        root.mkdir()
+        exp = write_reference_experiment(root, study=name, n_trials=1, storage=f"sqlite:///{root / 'optuna.db'}",
+                                         tracking={"enabled": True, **tracking})
+        tracker = make_tracker(load_experiment(exp, check_paths=False))
+        try:
+            assert isinstance(tracker, ResilientTracker)
+            seen.append((tracker.run_id_wait_s, tracker.stuck_s, tracker.probe_every_s, tracker.drain_s))
+        finally:
+            tracker.close()
+    assert seen == [(0.5, 2.0, 0.25, 3.0), (RUN_ID_WAIT_S, STUCK_S, PROBE_EVERY_S, DRAIN_S)]
+    assert (RUN_ID_WAIT_S, STUCK_S, PROBE_EVERY_S, DRAIN_S) == (5.0, 15.0, 5.0, 20.0)

@@ -23,6 +23,8 @@ How it behaves:
 - `close` gives the queue ``DRAIN_S`` to drain, then gives up and returns one line
   naming the trials MLflow did not get. The thread is a daemon: a call stuck in
   MLflow's client never keeps the process alive.
+
+The four waits are an experiment's ``tracking.waits`` (the constants below are their defaults).
 """
 
 from __future__ import annotations
@@ -36,17 +38,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tuner.config.tracking import TrackingWaits
 from tuner.report.tracker import StaleRuns, Tracker, TrialRecord
 
+# The waits' defaults are the experiment's (tracking.waits: tuner.config.tracking.TrackingWaits)
+_WAITS = TrackingWaits()
 #: what a stop (or the end of a run) gives queued tracking calls before it lists what
 #: was not logged and goes on
-DRAIN_S = 20.0
+DRAIN_S = _WAITS.drain_s
 #: the longest a trial waits for its MLflow run id (it goes on without it)
-RUN_ID_WAIT_S = 5.0
+RUN_ID_WAIT_S = _WAITS.run_id_s
 #: a call that has not returned after this long puts tracking behind, seen from the caller
-STUCK_S = 15.0
+STUCK_S = _WAITS.stuck_s
 #: between two probes of a store that does not answer
-PROBE_EVERY_S = 5.0
+PROBE_EVERY_S = _WAITS.probe_every_s
 #: tries of a call that fails while the store answers, before it is dropped with a warning
 ATTEMPTS = 3
 #: trials whose calls are kept queued while the store is down

@@ -583,8 +583,16 @@ def make_tracker(experiment: Experiment, on_warning: Any = None, *, resilient: b
         )
         if not resilient:
             return tracker
+        waits = experiment.tracking.waits
         return ResilientTracker(
-            tracker, probe=store_probe(uri, tracker), on_note=on_warning or (lambda message: None), where=redact(uri)
+            tracker,
+            probe=store_probe(uri, tracker),
+            on_note=on_warning or (lambda message: None),
+            where=redact(uri),
+            drain_s=waits.drain_s,
+            run_id_wait_s=waits.run_id_s,
+            stuck_s=waits.stuck_s,
+            probe_every_s=waits.probe_every_s,
         )
     except (StudyError, OSError) as exc:
         if on_warning is None:
