@@ -14,7 +14,8 @@ from typing import Any
 
 import optuna
 import pytest
-from browser_support import chromium, optuna_dashboard, screenshot, wait_for
+from browser_support import chromium, screenshot, wait_for
+from support.optuna_dashboard import optuna_dashboard
 
 from tuner.optuna_adapter import set_legacy_constraints
 from tuner.study.pareto import feasible_front
