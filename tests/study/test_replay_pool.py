@@ -1,9 +1,10 @@
 """Replayed fusion settings scored in helper processes (tuner.study.replay.replay_pool): the same
-numbers, in grid order, as scoring them in process; a new context reaches the helpers;
-a helper that dies leaves its share to this process; closing leaves no process behind."""
+numbers, in grid order, as scoring them in process; a new context reaches the helpers,
+one with the same content is kept (not sent again) with the same numbers; a helper that dies leaves its share to this process; closing leaves no process behind."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
@@ -65,6 +66,36 @@ def test_helpers_score_the_same_numbers_in_grid_order(pool: ReplayPool) -> None:
     assert len({s[0] for s in local}) > 4  # the settings do score differently
     other = context(2)  # a new trial's context reaches the helpers
     assert pool.score(other, SETTINGS) == other.score(SETTINGS) != local
+
+
+def everything(pool: ReplayPool | None, ctx: ReplayContext) -> tuple:
+    """Each of a context's methods over SETTINGS, through ``pool`` (None: in process)."""
+    solved = [(s, {"confidence.threshold": 0.05 * (i % 4), "citation.min_score": 0.0}) for i, s in enumerate(SETTINGS)]
+    if pool is None:
+        return ctx.score(SETTINGS), ctx.bound(SETTINGS), ctx.per_query(solved)
+    return pool.score(ctx, SETTINGS), pool.bound(ctx, SETTINGS), pool.per_query(ctx, solved)
+
+
+def test_a_context_with_the_same_content_is_kept_and_a_changed_one_sent(pool: ReplayPool) -> None:
+    first = everything(pool, context(5))
+    assert pool.kept == 0 and first == everything(None, context(5))
+    again = context(5)  # the next trial's: the same explanations, labels and gates, new objects
+    assert again.token != pool._loaded
+    assert everything(pool, again) == first  # the helpers' held context and flattened batch: the same numbers
+    assert pool.kept == 1 and again._flat is not None and pool.fallback is None
+
+    base = context(5)
+    labels = {q: {d: (g + 1) % 4 for d, g in r.items()} for q, r in base.qrels.items()}
+    explained = dict(base.explained)
+    explained["q0"] = context(6).explained["q1"]
+    gates = {**base.gates, "citation.min_score": dataclasses.replace(base.gates["citation.min_score"], high=0.3)}
+    for changed in (dataclasses.replace(base, qrels=labels, token="a"), dataclasses.replace(base, explained=explained, token="b"),
+                    dataclasses.replace(base, gates=gates, token="c"), dataclasses.replace(base, top_k=5, token="d")):
+        fresh = everything(None, dataclasses.replace(changed, token="x"))  # the uncached path: a new batch
+        assert fresh != first  # the change does change the numbers
+        assert everything(pool, changed) == fresh and pool.kept == 1  # sent, not kept
+    assert everything(pool, context(5)) == first and pool.kept == 1  # the last one sent was "d": sent again
+    assert everything(pool, context(5)) == first and pool.kept == 2
 
 
 def test_a_helper_that_dies_leaves_its_share_to_this_process(pool: ReplayPool) -> None:
