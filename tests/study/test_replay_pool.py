@@ -1,6 +1,7 @@
 """Replayed fusion settings scored in helper processes (tuner.study.replay.replay_pool): the same
 numbers, in grid order, as scoring them in process; a new context reaches the helpers,
-one with the same content is kept (not sent again) with the same numbers; a helper that dies leaves its share to this process; closing leaves no process behind."""
+one with the same content is kept (not sent again) with the same numbers; a helper that
+dies leaves its share to this process; closing leaves no process behind."""
 
 from __future__ import annotations
 
@@ -77,20 +78,23 @@ def everything(pool: ReplayPool | None, ctx: ReplayContext) -> tuple:
 
 
 def test_a_context_with_the_same_content_is_kept_and_a_changed_one_sent(pool: ReplayPool) -> None:
-    first = everything(pool, context(5))
+    sent = context(5)
+    first = everything(pool, sent)
     assert pool.kept == 0 and first == everything(None, context(5))
     again = context(5)  # the next trial's: the same explanations, labels and gates, new objects
+    again.explained = dict(reversed(again.explained.items()))  # the answers came in another order
     assert again.token != pool._loaded
     assert everything(pool, again) == first  # the helpers' held context and flattened batch: the same numbers
-    assert pool.kept == 1 and again._flat is not None and pool.fallback is None
+    assert pool.kept == 1 and again._flat is sent._flat is not None and pool.fallback is None
 
     base = context(5)
     labels = {q: {d: (g + 1) % 4 for d, g in r.items()} for q, r in base.qrels.items()}
     explained = dict(base.explained)
     explained["q0"] = context(6).explained["q1"]
     gates = {**base.gates, "citation.min_score": dataclasses.replace(base.gates["citation.min_score"], high=0.3)}
-    for changed in (dataclasses.replace(base, qrels=labels, token="a"), dataclasses.replace(base, explained=explained, token="b"),
-                    dataclasses.replace(base, gates=gates, token="c"), dataclasses.replace(base, top_k=5, token="d")):
+    changes = ({"qrels": labels}, {"explained": explained}, {"gates": gates}, {"top_k": 5})
+    for token, change in zip("abcd", changes, strict=True):
+        changed = dataclasses.replace(base, **change, token=token)
         fresh = everything(None, dataclasses.replace(changed, token="x"))  # the uncached path: a new batch
         assert fresh != first  # the change does change the numbers
         assert everything(pool, changed) == fresh and pool.kept == 1  # sent, not kept

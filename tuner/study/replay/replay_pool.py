@@ -56,6 +56,8 @@ class _Held(enum.Enum):
 
 
 _SAME = _Held.SAME
+#: ReplayContext's fields that ``content`` holds, in the order of its constructor
+_CONTENT = ("explained", "query_ids", "is_oos", "qrels", "top_k", "gains", "gates", "objective", "constraints")
 
 
 @dataclass
@@ -81,14 +83,17 @@ class ReplayContext:
 
     def content(self) -> bytes:
         """What a setting's score depends on, pickled (not the token nor the flattened
-        batch): two contexts with the same bytes score every setting the same."""
-        fields = {k: v for k, v in self.__dict__.items() if k not in ("token", "_flat")}
-        return pickle.dumps(fields, protocol=pickle.HIGHEST_PROTOCOL)
+        batch): two contexts with the same bytes score every setting the same. Each field is
+        pickled on its own and the explanations by query id, so neither the order the answers
+        came in (shuffled per trial) nor objects shared between fields change the bytes."""
+        fields = [sorted(self.explained.items()), *(getattr(self, name) for name in _CONTENT[1:])]
+        return pickle.dumps([pickle.dumps(v, protocol=pickle.HIGHEST_PROTOCOL) for v in fields])
 
     @classmethod
     def from_content(cls, data: bytes) -> ReplayContext:
         """The context ``content`` pickled (a new token, its batch flattened on first use)."""
-        return cls(**pickle.loads(data))
+        explained, *rest = (pickle.loads(part) for part in pickle.loads(data))
+        return cls(dict(explained), *rest)
 
     def share_batch(self, other: ReplayContext) -> None:
         """Take ``other``'s flattened batch if it has one: only for a context with the same
