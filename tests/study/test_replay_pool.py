@@ -6,6 +6,7 @@ dies leaves its share to this process; closing leaves no process behind."""
 from __future__ import annotations
 
 import dataclasses
+import pickle
 import random
 
 import pytest
@@ -100,6 +101,17 @@ def test_a_context_with_the_same_content_is_kept_and_a_changed_one_sent(pool: Re
         assert everything(pool, changed) == fresh and pool.kept == 1  # sent, not kept
     assert everything(pool, context(5)) == first and pool.kept == 1  # the last one sent was "d": sent again
     assert everything(pool, context(5)) == first and pool.kept == 2
+
+
+def test_content_is_the_same_for_equal_contexts_whatever_their_objects_share() -> None:
+    ctx = context(7)
+    shared = dict(ctx.explained)
+    shared["q1"] = shared["q0"]  # one object for two queries (a trial's answers may share objects)
+    copied = {q: pickle.loads(pickle.dumps(e)) for q, e in shared.items()}  # equal, nothing shared
+    one, other = dataclasses.replace(ctx, explained=shared), dataclasses.replace(ctx, explained=copied)
+    assert one.content() == other.content() != ctx.content()
+    back = ReplayContext.from_content(one.content())
+    assert back.content() == one.content() and back.score(SETTINGS) == one.score(SETTINGS)
 
 
 def test_a_helper_that_dies_leaves_its_share_to_this_process(pool: ReplayPool) -> None:

@@ -83,17 +83,19 @@ class ReplayContext:
 
     def content(self) -> bytes:
         """What a setting's score depends on, pickled (not the token nor the flattened
-        batch): two contexts with the same bytes score every setting the same. Each field is
-        pickled on its own and the explanations by query id, so neither the order the answers
-        came in (shuffled per trial) nor objects shared between fields change the bytes."""
-        fields = [sorted(self.explained.items()), *(getattr(self, name) for name in _CONTENT[1:])]
+        batch): two contexts with the same bytes score every setting the same. Each field
+        and each query's explanation is pickled on its own, the explanations by query id, so
+        neither the order the answers came in (shuffled per trial) nor objects one trial's
+        answers happen to share change the bytes."""
+        explained = [(q, pickle.dumps(e, protocol=pickle.HIGHEST_PROTOCOL)) for q, e in sorted(self.explained.items())]
+        fields = [explained, *(getattr(self, name) for name in _CONTENT[1:])]
         return pickle.dumps([pickle.dumps(v, protocol=pickle.HIGHEST_PROTOCOL) for v in fields])
 
     @classmethod
     def from_content(cls, data: bytes) -> ReplayContext:
         """The context ``content`` pickled (a new token, its batch flattened on first use)."""
         explained, *rest = (pickle.loads(part) for part in pickle.loads(data))
-        return cls(dict(explained), *rest)
+        return cls({q: pickle.loads(e) for q, e in explained}, *rest)
 
     def share_batch(self, other: ReplayContext) -> None:
         """Take ``other``'s flattened batch if it has one: only for a context with the same
