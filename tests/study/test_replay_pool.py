@@ -1,9 +1,12 @@
 """Replayed fusion settings scored in helper processes (tuner.study.replay.replay_pool): the same
-numbers, in grid order, as scoring them in process; a new context reaches the helpers;
-a helper that dies leaves its share to this process; closing leaves no process behind."""
+numbers, in grid order, as scoring them in process; a new context reaches the helpers,
+one with the same content is kept (not sent again) with the same numbers; a helper that
+dies leaves its share to this process; closing leaves no process behind."""
 
 from __future__ import annotations
 
+import dataclasses
+import pickle
 import random
 
 import pytest
@@ -65,6 +68,50 @@ def test_helpers_score_the_same_numbers_in_grid_order(pool: ReplayPool) -> None:
     assert len({s[0] for s in local}) > 4  # the settings do score differently
     other = context(2)  # a new trial's context reaches the helpers
     assert pool.score(other, SETTINGS) == other.score(SETTINGS) != local
+
+
+def everything(pool: ReplayPool | None, ctx: ReplayContext) -> tuple:
+    """Each of a context's methods over SETTINGS, through ``pool`` (None: in process)."""
+    solved = [(s, {"confidence.threshold": 0.05 * (i % 4), "citation.min_score": 0.0}) for i, s in enumerate(SETTINGS)]
+    if pool is None:
+        return ctx.score(SETTINGS), ctx.bound(SETTINGS), ctx.per_query(solved)
+    return pool.score(ctx, SETTINGS), pool.bound(ctx, SETTINGS), pool.per_query(ctx, solved)
+
+
+def test_a_context_with_the_same_content_is_kept_and_a_changed_one_sent(pool: ReplayPool) -> None:
+    sent = context(5)
+    first = everything(pool, sent)
+    assert pool.kept == 0 and first == everything(None, context(5))
+    again = context(5)  # the next trial's: the same explanations, labels and gates, new objects
+    again.explained = dict(reversed(again.explained.items()))  # the answers came in another order
+    assert again.token != pool._loaded
+    assert everything(pool, again) == first  # the helpers' held context and flattened batch: the same numbers
+    assert pool.kept == 1 and again._flat is sent._flat is not None and pool.fallback is None
+
+    base = context(5)
+    labels = {q: {d: (g + 1) % 4 for d, g in r.items()} for q, r in base.qrels.items()}
+    explained = dict(base.explained)
+    explained["q0"] = context(6).explained["q1"]
+    gates = {**base.gates, "citation.min_score": dataclasses.replace(base.gates["citation.min_score"], high=0.3)}
+    changes = ({"qrels": labels}, {"explained": explained}, {"gates": gates}, {"top_k": 5})
+    for token, change in zip("abcd", changes, strict=True):
+        changed = dataclasses.replace(base, **change, token=token)
+        fresh = everything(None, dataclasses.replace(changed, token="x"))  # the uncached path: a new batch
+        assert fresh != first  # the change does change the numbers
+        assert everything(pool, changed) == fresh and pool.kept == 1  # sent, not kept
+    assert everything(pool, context(5)) == first and pool.kept == 1  # the last one sent was "d": sent again
+    assert everything(pool, context(5)) == first and pool.kept == 2
+
+
+def test_content_is_the_same_for_equal_contexts_whatever_their_objects_share() -> None:
+    ctx = context(7)
+    shared = dict(ctx.explained)
+    shared["q1"] = shared["q0"]  # one object for two queries (a trial's answers may share objects)
+    copied = {q: pickle.loads(pickle.dumps(e)) for q, e in shared.items()}  # equal, nothing shared
+    one, other = dataclasses.replace(ctx, explained=shared), dataclasses.replace(ctx, explained=copied)
+    assert one.content() == other.content() != ctx.content()
+    back = ReplayContext.from_content(one.content())
+    assert back.content() == one.content() and back.score(SETTINGS) == one.score(SETTINGS)
 
 
 def test_a_helper_that_dies_leaves_its_share_to_this_process(pool: ReplayPool) -> None:

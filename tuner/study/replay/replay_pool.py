@@ -9,6 +9,14 @@ settings with it (``score``); it pickles, so ``ReplayPool`` sends it once per tr
 results come back in grid order, the same numbers either way (each is computed by the
 same code on the same values).
 
+A trial whose context has the same content as the last one sent (its sampled params left
+the candidates as they were, e.g. a recency or top_m param, and the labels and gates are
+the study's) is not sent again: the helpers are told to keep the one they hold
+(``_SAME``), flattened batch and all, and this process reuses its own flattened batch
+(``ReplayBatch``): the pickling, unpickling and flattening of the batch are paid once per
+distinct context, not once per trial. Contents are compared as their pickled bytes, so a
+changed label, gate or explanation is always sent.
+
 The helpers are plain child processes (``python -m tuner.study.replay.replay_pool``) speaking
 length-prefixed pickles over stdin/stdout, as the report helper does
 (tuner.report.report_worker); they exit when their stdin closes. A helper that cannot
@@ -17,6 +25,7 @@ be started or dies leaves its share to this process, and ``fallback`` says why.
 
 from __future__ import annotations
 
+import enum
 import math
 import os
 import pickle
@@ -36,6 +45,19 @@ if TYPE_CHECKING:
 
 #: (objective, largest violation, tabulated columns) of one scored setting
 Score = tuple[float, float, dict[str, float]]
+
+
+class _Held(enum.Enum):
+    """Sent in place of a context whose content the helpers already hold (ReplayPool._run);
+    an enum member unpickles to itself, so it is compared by identity and no payload can be
+    mistaken for it."""
+
+    SAME = "the context the replay helpers hold"
+
+
+_SAME = _Held.SAME
+#: ReplayContext's fields that ``content`` holds, in the order of its constructor
+_CONTENT = ("explained", "query_ids", "is_oos", "qrels", "top_k", "gains", "gates", "objective", "constraints")
 
 
 @dataclass
@@ -58,6 +80,28 @@ class ReplayContext:
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_flat": None}  # rebuilt where it is used
+
+    def content(self) -> bytes:
+        """What a setting's score depends on, pickled (not the token nor the flattened
+        batch): two contexts with the same bytes score every setting the same. Each field
+        and each query's explanation is pickled on its own, the explanations by query id, so
+        neither the order the answers came in (shuffled per trial) nor objects one trial's
+        answers happen to share change the bytes."""
+        explained = [(q, pickle.dumps(e, protocol=pickle.HIGHEST_PROTOCOL)) for q, e in sorted(self.explained.items())]
+        fields = [explained, *(getattr(self, name) for name in _CONTENT[1:])]
+        return pickle.dumps([pickle.dumps(v, protocol=pickle.HIGHEST_PROTOCOL) for v in fields])
+
+    @classmethod
+    def from_content(cls, data: bytes) -> ReplayContext:
+        """The context ``content`` pickled (a new token, its batch flattened on first use)."""
+        explained, *rest = (pickle.loads(part) for part in pickle.loads(data))
+        return cls({q: pickle.loads(e) for q, e in explained}, *rest)
+
+    def share_batch(self, other: ReplayContext) -> None:
+        """Take ``other``'s flattened batch if it has one: only for a context with the same
+        ``content`` (the batch is a function of it)."""
+        if self._flat is None:
+            self._flat = other._flat
 
     def score(self, settings: Sequence[Any]) -> list[Score]:
         """The score of each FusionSetting of ``settings``, in order."""
@@ -181,7 +225,11 @@ class ReplayPool:
         self._procs: list[subprocess.Popen[bytes]] = []
         self._lock = threading.Lock()
         self._loaded: str | None = None  # token of the context the helpers hold
+        #: the content the helpers hold and the last context sent with it (its flattened batch reused here)
+        self._held: tuple[bytes, ReplayContext] | None = None
         self.fallback: str | None = None
+        #: contexts the helpers were told to keep (the same content as the last one), not sent again
+        self.kept = 0
 
     def start(self) -> None:
         """Start the helpers now (they import numpy and the scorer while the backend starts)."""
@@ -213,9 +261,15 @@ class ReplayPool:
             parts = _split(list(settings), len(procs) + 1)
             try:
                 if self._loaded != context.token:
+                    data = context.content()
+                    same = self._held is not None and self._held[0] == data
+                    if same:
+                        assert self._held is not None
+                        context.share_batch(self._held[1])
                     for proc in procs:
-                        _send(proc.stdin, ("load", context))
-                    self._loaded = context.token
+                        _send(proc.stdin, ("load", _SAME if same else data))
+                    self._loaded, self._held = context.token, (data, context)
+                    self.kept += same
                 for proc, part in zip(procs, parts[1:], strict=True):
                     _send(proc.stdin, (method, part))
                 mine = work(parts[0])
@@ -248,7 +302,7 @@ class ReplayPool:
 
     def _stop(self, why: str) -> None:
         procs, self._procs = self._procs, []
-        self.fallback, self._loaded = why, None
+        self.fallback, self._loaded, self._held = why, None, None
         for proc in procs:
             try:
                 if proc.stdin is not None:
@@ -282,8 +336,9 @@ def _split(items: list[Any], n: int) -> list[list[Any]]:
 
 
 def _serve(inp: Any, out: Any) -> None:
-    """A helper's loop: ("load", context) keeps it; ("score", "bound" or "per_query", settings) answers
-    (True, what that method of the context returns)."""
+    """A helper's loop: ("load", a context's ``content``) keeps it, ("load", _SAME) keeps the one
+    held (with its flattened batch); ("score", "bound" or "per_query", settings) answers (True,
+    what that method of the context returns)."""
     from tuner.evaluation.replay_batch import ReplayBatch  # noqa: F401 - imported before the first request
     from tuner.study.gates.threshold import solve_arrays  # noqa: F401
 
@@ -294,7 +349,8 @@ def _serve(inp: Any, out: Any) -> None:
         except EOFError:
             return
         if kind == "load":
-            context = payload
+            if payload is not _SAME:
+                context = ReplayContext.from_content(payload)
             continue
         try:
             assert context is not None, f"{kind} before load"
@@ -309,4 +365,8 @@ if __name__ == "__main__":
     from tuner.threads import limit_blas_threads
 
     limit_blas_threads()
-    _serve(sys.stdin.buffer, sys.stdout.buffer)
+    # the module under its own name, not this __main__ copy: the `_SAME` the caller pickles
+    # unpickles as tuner.study.replay.replay_pool's member, compared by identity
+    from tuner.study.replay.replay_pool import _serve as serve
+
+    serve(sys.stdin.buffer, sys.stdout.buffer)
