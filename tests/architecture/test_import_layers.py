@@ -25,6 +25,7 @@ LAYERS = {
     "tuner.tls": 0,
     "tuner.optuna_adapter": 0,
     "tuner.numbers": 0,
+    "tuner.held": 0,
     "tuner.metrics": 1,
     "tuner.data": 2,
     "tuner.evaluation": 3,

@@ -25,7 +25,6 @@ of a dead helper); an error of the writing itself is raised to the caller as it 
 
 from __future__ import annotations
 
-import enum
 import os
 import pickle
 import struct
@@ -36,20 +35,11 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import IO, Any
 
+from tuner.held import HELD as _HELD
+
 #: the helper's niceness increment: the backend and the tuner's event loop come first
 NICE = 10
 _HEADER = struct.Struct("!Q")
-
-
-class _Held(enum.Enum):
-    """Sent in place of a batch field the helper already holds (see
-    ReportWorker.write_reports); an enum member unpickles to itself, so it is compared by
-    identity and no field's value can be mistaken for it."""
-
-    HELD = "held by the report helper"
-
-
-_HELD = _Held.HELD
 
 
 class ReportWorker:
@@ -230,8 +220,4 @@ if __name__ == "__main__":
     except OSError:
         pass
     limit_blas_threads()
-    # the module under its own name, not this __main__ copy: the `_HELD` the caller
-    # pickles unpickles as tuner.report.report_worker's member, compared by identity
-    from tuner.report.report_worker import _serve as serve
-
-    serve(sys.stdin.buffer, sys.stdout.buffer)
+    _serve(sys.stdin.buffer, sys.stdout.buffer)

@@ -25,7 +25,6 @@ be started or dies leaves its share to this process, and ``fallback`` says why.
 
 from __future__ import annotations
 
-import enum
 import math
 import os
 import pickle
@@ -38,6 +37,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from tuner.held import HELD as _SAME
 from tuner.report.report_worker import _receive, _send
 
 if TYPE_CHECKING:
@@ -47,15 +47,6 @@ if TYPE_CHECKING:
 Score = tuple[float, float, dict[str, float]]
 
 
-class _Held(enum.Enum):
-    """Sent in place of a context whose content the helpers already hold (ReplayPool._run);
-    an enum member unpickles to itself, so it is compared by identity and no payload can be
-    mistaken for it."""
-
-    SAME = "the context the replay helpers hold"
-
-
-_SAME = _Held.SAME
 #: ReplayContext's fields that ``content`` holds, in the order of its constructor
 _CONTENT = ("explained", "query_ids", "is_oos", "qrels", "top_k", "gains", "gates", "objective", "constraints")
 
@@ -365,8 +356,4 @@ if __name__ == "__main__":
     from tuner.threads import limit_blas_threads
 
     limit_blas_threads()
-    # the module under its own name, not this __main__ copy: the `_SAME` the caller pickles
-    # unpickles as tuner.study.replay.replay_pool's member, compared by identity
-    from tuner.study.replay.replay_pool import _serve as serve
-
-    serve(sys.stdin.buffer, sys.stdout.buffer)
+    _serve(sys.stdin.buffer, sys.stdout.buffer)
