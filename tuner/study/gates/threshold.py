@@ -480,6 +480,42 @@ class GateBound:
     upper: float
 
 
+@dataclass(frozen=True)
+class _BoundGrid:
+    """What ``bound_arrays`` and ``bound_stacked`` share: the gates' grids and config keys,
+    and the metrics the constraints read."""
+
+    conf: GateRange | None
+    cut: GateRange | None
+    ts: np.ndarray
+    ms: np.ndarray
+    names: tuple[str | None, str | None]
+    wanted: frozenset[str]
+
+
+def _bound_grid(gates: Sequence[GateRange], constraints: Sequence[Constraint], objective: str) -> _BoundGrid | None:
+    """None when no bound holds: a constraint reads the objective or is not a plain
+    ``metric op bound``."""
+    bounds = [_metric_bound(c) for c in constraints]
+    if any(b is None or b.metric == objective for b in bounds):
+        return None
+    by_role = _by_role(gates)
+    conf, cut = by_role.get(CONFIDENCE), by_role.get(MIN_SCORE)
+    ts = conf.values(0.01) if conf else np.array([-math.inf])
+    ms = cut.values(0.01) if cut else np.array([-math.inf])
+    names = (conf.param if conf else None, cut.param if cut else None)
+    return _BoundGrid(conf, cut, ts, ms, names, frozenset(b.metric for b in bounds if b is not None))
+
+
+def _gate_bound(feasible: np.ndarray, objective_values: np.ndarray) -> GateBound | None:
+    """The bound of one setting from its grid's feasibility and objective upper bounds
+    (None: an upper bound is unknown)."""
+    upper = objective_values[feasible]
+    if np.isnan(upper).any():
+        return None
+    return GateBound(bool(feasible.any()), float(np.max(upper)) if upper.size else -math.inf)
+
+
 def bound_arrays(
     arrays: HitArrays,
     gates: Sequence[GateRange],
@@ -494,24 +530,16 @@ def bound_arrays(
     feasibility is); None when no bound holds: the objective gains from a shorter ranking,
     a list's scores rise somewhere, or a constraint reads the objective or is not a plain
     ``metric op bound``."""
-    bounds = [_metric_bound(c) for c in constraints]
-    if any(b is None or b.metric == objective for b in bounds):
+    grid = _bound_grid(gates, constraints, objective)
+    if grid is None:
         return None
-    by_role = _by_role(gates)
-    conf, cut = by_role.get(CONFIDENCE), by_role.get(MIN_SCORE)
-    ts = conf.values(0.01) if conf else np.array([-math.inf])
-    ms = cut.values(0.01) if cut else np.array([-math.inf])
-    if cut is not None:
-        _check_cut(arrays, retrieved_min_score, cut, float(ms.min()))
-    names = (conf.param if conf else None, cut.param if cut else None)
-    columns = bound_columns(arrays, ts, ms, objective, conf is None, names, top_m)
+    if grid.cut is not None:
+        _check_cut(arrays, retrieved_min_score, grid.cut, float(grid.ms.min()))
+    columns = bound_columns(arrays, grid.ts, grid.ms, objective, grid.conf is None, grid.names, top_m)
     if columns is None:
         return None
     feasible = _violations(columns, constraints) <= 0
-    upper = np.asarray(columns[objective], dtype=float)[feasible]
-    if np.isnan(upper).any():
-        return None
-    return GateBound(bool(feasible.any()), float(np.max(upper)) if upper.size else -math.inf)
+    return _gate_bound(feasible, np.asarray(columns[objective], dtype=float))
 
 
 def bound_stacked(
@@ -531,34 +559,32 @@ def bound_stacked(
     in order, from one ``bound_columns_stacked``: the same bounds, a fraction of the cost of
     bounding each setting on its own. None where the stacked columns do not apply (a metric
     reading whole rankings, an unscored hit): bound each setting with ``bound_arrays``."""
-    bounds = [_metric_bound(c) for c in constraints]
-    if any(b is None or b.metric == objective for b in bounds):
+    grid = _bound_grid(gates, constraints, objective)
+    if grid is None:
         return [None] * stack.n
     if np.isnan(stack.scores).any():
         return None
-    by_role = _by_role(gates)
-    conf, cut = by_role.get(CONFIDENCE), by_role.get(MIN_SCORE)
-    ts = conf.values(0.01) if conf else np.array([-math.inf])
-    ms = cut.values(0.01) if cut else np.array([-math.inf])
-    if cut is not None and float(ms.min()) < retrieved_min_score - _EPS:
+    if grid.cut is not None and float(grid.ms.min()) < retrieved_min_score - _EPS:
         return None  # bound_arrays says why (ConfigError)
-    names = (conf.param if conf else None, cut.param if cut else None)
-    wanted = frozenset(b.metric for b in bounds if b is not None)
     columns = bound_columns_stacked(
-        stack, is_oos, failed, label_counts, gains, ts, ms, objective, conf is None, names, top_m, wanted
+        stack,
+        is_oos,
+        failed,
+        label_counts,
+        gains,
+        grid.ts,
+        grid.ms,
+        objective,
+        grid.conf is None,
+        grid.names,
+        top_m,
+        grid.wanted,
     )
     if columns is None:
         return None
     feasible = (_violations(columns, constraints) <= 0).reshape(stack.n, -1)
     objective_col = np.asarray(columns[objective], dtype=float).reshape(stack.n, -1)
-    out: list[GateBound | None] = []
-    for ok, values in zip(feasible, objective_col, strict=True):
-        upper = values[ok]
-        if np.isnan(upper).any():
-            out.append(None)
-        else:
-            out.append(GateBound(bool(ok.any()), float(np.max(upper)) if upper.size else -math.inf))
-    return out
+    return [_gate_bound(ok, values) for ok, values in zip(feasible, objective_col, strict=True)]
 
 
 def solve_batch(
