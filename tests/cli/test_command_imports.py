@@ -1,8 +1,9 @@
 """A command imports what it uses, when it uses it: `tuner --help`, `tuner score` and
-`tuner best` run in a fresh interpreter, and the libraries loaded by the time each one
-exits are checked against the heavy ones it has no use for (measured with
-`python -X importtime -m tuner ...`: each costs from a tenth of a second to seconds of
-start-up on every call, `tuner --help` included). A library that creeps back into a
+`tuner best` (its tables and its cross-validation without pandas) run in a fresh
+interpreter, and the libraries loaded by the time each one exits are checked against
+the heavy ones it has no use for (measured with `python -X importtime -m tuner ...`:
+each costs from a tenth of a second to seconds of start-up on every call, `tuner
+--help` included). A library that creeps back into a
 module on these paths, at its top or in a package ``__init__``, fails here by name.
 """
 
@@ -18,6 +19,8 @@ import optuna
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState, create_trial
 from support.reference_experiment import write_reference_experiment
+
+from tuner.study.query_scores import QueryInfo, digest_of, save_record
 
 # Run `python -m tuner ARGS` in this interpreter and write, at its exit, its exit code and
 # every module it loaded (sys.modules sees imports made through importlib too, which
@@ -42,13 +45,18 @@ HEAVY_FOR_HELP = HEAVY_EVERYWHERE | {"pandas", "numpy", "pyarrow", "optuna", "sq
 
 def loaded(tmp_path: Path, *args: str) -> set[str]:
     """The top-level packages `tuner ARGS` loaded (the command must succeed)."""
+    return run_probe(tmp_path, *args)[0]
+
+
+def run_probe(tmp_path: Path, *args: str) -> tuple[set[str], str]:
+    """`loaded`, and what the command printed."""
     out = tmp_path / "modules.json"
     done = subprocess.run([sys.executable, "-c", PROBE, str(out), *args], capture_output=True, text=True,
                           env={**os.environ, "COLUMNS": "120"}, timeout=300)
     assert done.returncode == 0, done.stderr
     probe = json.loads(out.read_text())
     assert probe["code"] in (0, None), done.stdout + done.stderr
-    return {name.partition(".")[0] for name in probe["modules"]}
+    return {name.partition(".")[0] for name in probe["modules"]}, done.stdout
 
 
 def test_help_loads_none_of_the_heavy_libraries(tmp_path: Path) -> None:
@@ -68,19 +76,41 @@ def test_score_loads_the_scorecard_and_nothing_of_studies_or_services(tmp_path: 
     assert packages & (HEAVY_EVERYWHERE | {"optuna", "sqlalchemy", "alembic"}) == set()
 
 
-def test_best_reads_the_experiment_and_the_study_without_stats_tracking_or_plots(tmp_path: Path) -> None:
+# Queries of the per-query records: two types, in scope and out of it (the folds are dealt by both).
+QUERIES = [QueryInfo(f"q{i:02d}", "howto" if i % 2 else "lookup", "in") for i in range(20)]
+QUERIES += [QueryInfo(f"o{i}", "oos", "oos") for i in range(6)]
+
+
+def _tell_with_scores(study: optuna.Study, objective: list[float], oos_answered: str, *, variant: str = "") -> None:
+    """A COMPLETE trial with its per-query record, as a run records it (tuner.study.query_scores)."""
+    trial = study.ask()
+    trial.set_user_attr("variant", variant)
+    trial.set_constraint("OOS_FP_Rate <= 0.1", oos_answered.count("1") / len(oos_answered) - 0.1)
+    record = {"q": digest_of(QUERIES), "objective": objective, "oos_answered": oos_answered}
+    save_record(trial, record, QUERIES, set())
+    study.tell(trial, sum(objective) / len(objective))
+
+
+def test_best_reads_the_experiment_and_the_study_without_pandas_stats_tracking_or_plots(tmp_path: Path) -> None:
+    """The tables are built from plain rows and the cross-validation runs on arrays: no pandas
+    (nor pyarrow, which it brings), although the study has per-query records to cross-validate."""
     db = tmp_path / "optuna.db"
     study = optuna.create_study(study_name="light", storage=f"sqlite:///{db}", direction="maximize")
-    for number, value in enumerate((0.30, 0.35)):
-        study.add_trial(create_trial(
-            state=TrialState.COMPLETE, value=value, params={"fusion.method": "rrf"},
-            distributions={"fusion.method": CategoricalDistribution(["rrf", "linear"])},
-            user_attrs={"variant": "baseline" if number == 0 else ""}))
-    exp = write_reference_experiment(tmp_path, study="light", n_trials=2, storage=f"sqlite:///{db}",
+    study.add_trial(create_trial(
+        state=TrialState.COMPLETE, value=0.30, params={"fusion.method": "rrf"},
+        distributions={"fusion.method": CategoricalDistribution(["rrf", "linear"])},
+        user_attrs={"variant": "baseline"}))
+    base = [round(0.2 + 0.01 * i, 5) for i in range(20)]
+    _tell_with_scores(study, base, "000000", variant="baseline")
+    _tell_with_scores(study, [round(v + 0.05 * (i % 3), 5) for i, v in enumerate(base)], "000000")
+    _tell_with_scores(study, [round(v + 0.2, 5) for v in base], "110000")  # breaks the OOS constraint
+    exp = write_reference_experiment(tmp_path, study="light", n_trials=4, storage=f"sqlite:///{db}",
+                                     constraints=["OOS_FP_Rate <= 0.10"],
                                      holdout={"fraction": 0.3})  # the holdout section once pulled in scipy
-    packages = loaded(tmp_path, "best", str(exp))
-    assert {"optuna", "pandas", "pydantic"} <= packages
-    assert packages & HEAVY_EVERYWHERE == set()
+    packages, out = run_probe(tmp_path, "best", str(exp))
+    assert "infeasible trial(s)" in out and "cross-validated" in out and "gain over the baseline" in out
+    assert {"optuna", "numpy", "pydantic"} <= packages
+    assert packages & (HEAVY_EVERYWHERE | {"pandas", "pyarrow"}) == set()
 
 
 # What `tuner run` / `tuner worker` load before their first trial, past the commands' own

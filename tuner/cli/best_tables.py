@@ -8,17 +8,17 @@
   not fit the terminal they are split over several tables, the baseline in each.
 
 Cells are `rich.text.Text`, so brackets in values ("[39, 111]") are not read as markup.
-On a console that cannot print Unicode the marks become ASCII (ok, X, <=).
+On a console that cannot print Unicode the marks become ASCII (ok, X, <=). A row is a
+trial's row of tuner.ops.trial_rows (plain dicts: `tuner best` loads no pandas).
 """
 
 from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-import pandas as pd
 from rich.cells import cell_len
 from rich.console import Console
 from rich.table import Table
@@ -26,7 +26,7 @@ from rich.text import Text
 
 from tuner.numbers import delta, num
 from tuner.numbers import value as config_value
-from tuner.ops.analysis import PARAM_PREFIX
+from tuner.ops.trial_rows import PARAM_PREFIX
 from tuner.ops.verdicts import CONSTRAINT_PREFIX, JUDGED, parse_constraint, verdicts
 
 _ASCII = str.maketrans({"✓": "ok", "✗": "X", "≤": "<=", "≥": ">=", "Δ": "d", "—": "-", "−": "-"})
@@ -34,13 +34,15 @@ BASE_MARK = "baseline"
 CHANGED = "*"
 _BOX_EXTRA = 3  # a column's padding (1 + 1) and its border on the right
 
+Row = Mapping[str, Any]
+
 
 def trials_table(
     console: Console,
     title: str,
-    rows: Sequence[pd.Series],
+    rows: Sequence[Row],
     *,
-    base: pd.Series | None,
+    base: Row | None,
     constraint_names: Sequence[str],
     judged: bool,
     deltas: bool = True,
@@ -80,7 +82,7 @@ def trials_table(
     return t
 
 
-def legend(console: Console, *, objective: str, base: pd.Series | None, constraints: bool) -> str:
+def legend(console: Console, *, objective: str, base: Row | None, constraints: bool) -> str:
     parts = [f"score = {objective}"]
     if base is not None:
         parts.append(f"Δ base = score − baseline #{int(base['number'])}")
@@ -89,11 +91,12 @@ def legend(console: Console, *, objective: str, base: pd.Series | None, constrai
     return _u(console, "; ".join(parts))
 
 
-def constraint_names_of(frame: pd.DataFrame) -> list[str]:
-    return [c.removeprefix(CONSTRAINT_PREFIX) for c in frame.columns if c.startswith(CONSTRAINT_PREFIX)]
+def constraint_names_of(columns: Sequence[str]) -> list[str]:
+    """The constraints named by the rows' ``columns`` (tuner.ops.trial_rows.TrialRows)."""
+    return [c.removeprefix(CONSTRAINT_PREFIX) for c in columns if c.startswith(CONSTRAINT_PREFIX)]
 
 
-def early_stops(rows: Sequence[pd.Series]) -> list[str]:
+def early_stops(rows: Sequence[Row]) -> list[str]:
     """One line per listed trial the OOS early stop ended (a COMPLETE, infeasible trial)."""
     return [
         f"#{int(r['number'])} stopped early: {r['early_stop']}"
@@ -102,7 +105,7 @@ def early_stops(rows: Sequence[pd.Series]) -> list[str]:
     ]
 
 
-def gate_moves(rows: Sequence[pd.Series]) -> list[str]:
+def gate_moves(rows: Sequence[Row]) -> list[str]:
     """One line per listed trial a constraint made move a solved gate off its value as found
     (the others keep it: nothing else moves a gate that does not change the objective)."""
     return [
@@ -116,12 +119,13 @@ def gate_moves(rows: Sequence[pd.Series]) -> list[str]:
 
 
 def params_tables(
-    console: Console, frame: pd.DataFrame, rows: Sequence[pd.Series], base: pd.Series | None
+    console: Console, row_keys: Sequence[str], rows: Sequence[Row], base: Row | None
 ) -> list[tuple[Table, int]]:
     """The parameters of ``base`` and ``rows`` as (table, width to print it at): as many
-    tables as it takes to fit the console with every key whole."""
+    tables as it takes to fit the console with every key whole; the keys in the order of
+    ``row_keys`` (every row's columns, tuner.ops.trial_rows.TrialRows)."""
     columns = ([base] if base is not None else []) + [r for r in rows if base is None or r["number"] != base["number"]]
-    keys = [c for c in frame.columns if c.startswith(PARAM_PREFIX) and any(_present(r.get(c)) for r in columns)]
+    keys = [c for c in row_keys if c.startswith(PARAM_PREFIX) and any(_present(r.get(c)) for r in columns)]
     if not keys or not columns:
         return []
     names = [c.removeprefix(PARAM_PREFIX) for c in keys]
@@ -211,7 +215,7 @@ def _delta(value: Any, base: Any) -> Text:
     return Text(delta(d), style="green" if d > 0 else "red" if d < 0 else "")
 
 
-def _variant(row: pd.Series) -> str:
+def _variant(row: Row) -> str:
     variant = row.get("variant")
     text = variant if isinstance(variant, str) else ""
     if bool(row.get("cache_hit")) is True:

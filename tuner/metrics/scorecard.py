@@ -8,12 +8,17 @@ by 3). It is what the tuner maximises.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from tuner.metrics.batch import MAX_GRADE, RankingBatch, prepare
 from tuner.metrics.registry import Metric, MetricFamily, families, resolve
+
+if TYPE_CHECKING:
+    # The functions that build frames import pandas: the scorecard's names and arrays serve
+    # commands that never load it (`tuner best`'s cross-validation).
+    import pandas as pd
 
 #: Bump when a formula, a denominator or the scorecard membership changes, so
 #: reports computed under different definitions are never compared silently.
@@ -104,6 +109,8 @@ def score_rankings_with_coverage(
     """``score_rankings`` plus ``judged_at_k`` for each of ``judged_depths``, from one
     prepared batch (the label lookups are the costly part; this does them once).
     Returns (scores, coverage) with the same values the separate calls return."""
+    import pandas as pd
+
     batch, scores, judged = score_arrays(
         rankings, qrels, query_ids, gains, metrics, judged_depths, relevance_level=relevance_level
     )
@@ -172,6 +179,8 @@ def _needed(metrics: Sequence[str] | None) -> list[Metric]:
 
 def score_batch(batch: RankingBatch, metrics: Sequence[str] | None = None) -> pd.DataFrame:
     """Like score_rankings, on an already prepared batch (e.g. prepare(max_grade=4))."""
+    import pandas as pd
+
     wanted = [resolve(name) for name in (DEFAULT_METRICS if metrics is None else metrics)]
     frame = pd.DataFrame(_score_columns(batch, wanted), index=pd.Index(batch.query_ids, name="query_id"))
     frame.attrs.update(_attrs(batch))
@@ -220,6 +229,8 @@ def judged_at_k(
 
     NaN for an empty ranking (nothing was shown, so nothing is missing a label).
     """
+    import pandas as pd
+
     batch = prepare(rankings, qrels, query_ids, depth=k, ideal_depth=0)
     return pd.Series(
         resolve(f"Judged@{k}").compute(batch), index=pd.Index(batch.query_ids, name="query_id"), name=f"Judged@{k}"

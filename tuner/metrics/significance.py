@@ -20,7 +20,9 @@ query-difficulty variance, which dwarfs the system difference in IR evaluation).
 - **Many metrics**: ``compare`` adds Holm-adjusted p-values across the metrics of one
   comparison, so "some metric moved" is not over-claimed.
 
-Everything is seeded and pure (numpy in, numbers out).
+Everything is seeded and pure (numpy in, numbers out). pandas is imported by `compare`
+alone: `compare_arrays` is the same comparison on arrays (the cross-validation of `tuner
+best` runs it without loading pandas).
 """
 
 from __future__ import annotations
@@ -28,10 +30,13 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from numpy.typing import ArrayLike
 
 Test = Literal["permutation", "wilcoxon"]
 _BLOCK = 1_000  # resamples per block: bounds memory at _BLOCK * n floats
@@ -64,7 +69,7 @@ class PairedResult:
         return "better" if self.delta > 0 else "worse"
 
 
-def _diffs(baseline: Sequence[float], candidate: Sequence[float]) -> np.ndarray:
+def _diffs(baseline: ArrayLike, candidate: ArrayLike) -> np.ndarray:
     a = np.asarray(baseline, dtype=float)
     b = np.asarray(candidate, dtype=float)
     if a.shape != b.shape or a.ndim != 1:
@@ -94,9 +99,7 @@ def bootstrap_means(diffs: np.ndarray, *, n_resamples: int, seed: int) -> np.nda
     return out if d.ndim == 2 else out[:, 0]
 
 
-def sign_flip_test(
-    baseline: Sequence[float], candidate: Sequence[float], *, n_resamples: int = 10_000, seed: int = 0
-) -> float:
+def sign_flip_test(baseline: ArrayLike, candidate: ArrayLike, *, n_resamples: int = 10_000, seed: int = 0) -> float:
     """Two-sided p-value of the paired randomisation test on ``mean(candidate - baseline)``."""
     d = _diffs(baseline, candidate)
     nonzero = d[d != 0.0]
@@ -120,7 +123,7 @@ def sign_flip_test(
     return (hits + 1) / (n_resamples + 1)
 
 
-def wilcoxon_test(baseline: Sequence[float], candidate: Sequence[float]) -> float:
+def wilcoxon_test(baseline: ArrayLike, candidate: ArrayLike) -> float:
     """Two-sided p-value of scipy's Wilcoxon signed-rank test (zero differences dropped)."""
     from scipy import stats  # a second of imports, for this test only
 
@@ -131,8 +134,8 @@ def wilcoxon_test(baseline: Sequence[float], candidate: Sequence[float]) -> floa
 
 
 def paired_test(
-    baseline: Sequence[float],
-    candidate: Sequence[float],
+    baseline: ArrayLike,
+    candidate: ArrayLike,
     *,
     test: Test = "permutation",
     n_resamples: int = 10_000,
@@ -174,6 +177,8 @@ def compare(
     is an error: a paired test needs every pair). Returns one row per metric with the
     ``PairedResult`` fields plus ``p_holm``.
     """
+    import pandas as pd
+
     _check_confidence(confidence)
     metrics = list(metrics if metrics is not None else [c for c in baseline.columns if c in candidate.columns])
     missing = set(baseline.index) ^ set(candidate.index)
@@ -182,35 +187,53 @@ def compare(
     cand = candidate.loc[baseline.index]
     a = baseline[metrics].to_numpy(dtype=float)
     b = cand[metrics].to_numpy(dtype=float)
-    d = _diffs(a.ravel(), b.ravel()).reshape(a.shape)
-    boot = bootstrap_means(d, n_resamples=n_resamples, seed=seed)
-    tail = (1.0 - confidence) / 2.0
-    lows, highs = np.quantile(boot, [tail, 1.0 - tail], axis=0)
-    rows = []
-    for j, name in enumerate(metrics):
-        p = paired_test(a[:, j], b[:, j], test=test, n_resamples=n_resamples, seed=seed + j)
-        rows.append(
-            asdict(
-                PairedResult(
-                    metric=name,
-                    n=len(d),
-                    baseline=float(a[:, j].mean()),
-                    candidate=float(b[:, j].mean()),
-                    delta=float(d[:, j].mean()),
-                    ci_low=float(lows[j]),
-                    ci_high=float(highs[j]),
-                    p_value=p,
-                    wins=int((d[:, j] > 0).sum()),
-                    losses=int((d[:, j] < 0).sum()),
-                    ties=int((d[:, j] == 0).sum()),
-                    test=test,
-                )
-            )
-        )
+    results = compare_arrays(a, b, metrics, confidence=confidence, n_resamples=n_resamples, seed=seed, test=test)
+    rows = [asdict(r) for r in results]
     frame = pd.DataFrame(rows).set_index("metric")
     frame["p_holm"] = holm(frame["p_value"].to_numpy()) if len(frame) else []
     frame.attrs.update(confidence=confidence, n_resamples=n_resamples, seed=seed, test=test)
     return frame
+
+
+def compare_arrays(
+    baseline: np.ndarray,
+    candidate: np.ndarray,
+    metrics: Sequence[str],
+    *,
+    confidence: float = 0.95,
+    n_resamples: int = 10_000,
+    seed: int = 0,
+    test: Test = "permutation",
+) -> list[PairedResult]:
+    """`compare` on score arrays already paired row by row (queries x metrics, one
+    column per name in ``metrics``): a `PairedResult` per metric, no Holm adjustment."""
+    _check_confidence(confidence)
+    a = np.asarray(baseline, dtype=float)
+    b = np.asarray(candidate, dtype=float)
+    d = _diffs(a.ravel(), b.ravel()).reshape(a.shape)
+    boot = bootstrap_means(d, n_resamples=n_resamples, seed=seed)
+    tail = (1.0 - confidence) / 2.0
+    lows, highs = np.quantile(boot, [tail, 1.0 - tail], axis=0)
+    out = []
+    for j, name in enumerate(metrics):
+        p = paired_test(a[:, j], b[:, j], test=test, n_resamples=n_resamples, seed=seed + j)
+        out.append(
+            PairedResult(
+                metric=name,
+                n=len(d),
+                baseline=float(a[:, j].mean()),
+                candidate=float(b[:, j].mean()),
+                delta=float(d[:, j].mean()),
+                ci_low=float(lows[j]),
+                ci_high=float(highs[j]),
+                p_value=p,
+                wins=int((d[:, j] > 0).sum()),
+                losses=int((d[:, j] < 0).sum()),
+                ties=int((d[:, j] == 0).sum()),
+                test=test,
+            )
+        )
+    return out
 
 
 def _check_confidence(confidence: float) -> None:

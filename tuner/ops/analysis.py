@@ -22,31 +22,15 @@ from typing import Any
 import pandas as pd
 
 from tuner import numbers as nums
-from tuner.config.flatten import flatten
-from tuner.config.space.kind import is_coordinate
-from tuner.errors import StudyError
 from tuner.files import atomic_write_text, atomic_write_with
 from tuner.metrics.scorecard import PRIMARY_METRIC, PRIMARY_SCORECARD
+from tuner.ops.trial_rows import PARAM_PREFIX as PARAM_PREFIX  # re-exported: the frame's column prefix
+from tuner.ops.trial_rows import infeasible_keys, is_baseline, ranked_keys, trial_row
+from tuner.ops.trial_rows import require_trials as require_trials
+from tuner.ops.trial_rows import trial_duration as trial_duration
+from tuner.ops.trial_rows import worst_violation as worst_violation
 from tuner.ops.verdicts import CONSTRAINT_PREFIX, parse_constraint, verdicts
 from tuner.ops.verdicts import JUDGED as JUDGED  # re-exported: the CLI's tables name the column
-from tuner.study import feasibility
-from tuner.study.trial.attrs import (
-    ATTR_CACHE_HIT,
-    ATTR_DURATION,
-    ATTR_EARLY_STOP,
-    ATTR_FAIL_REASON,
-    ATTR_GATES_MOVED,
-    ATTR_JUDGED,
-    ATTR_PHASES,
-    ATTR_VARIANT,
-    assignment_of,
-    metrics_of,
-    named_constraints,
-    trial_attr,
-)
-from tuner.study.trial.outcome import trial_seconds
-
-PARAM_PREFIX = "param:"
 
 # The scorecard (tuner.metrics), its primary score and the OOS rate: the deltas the
 # run summary and the study report show.
@@ -72,44 +56,10 @@ _BASE_COLUMNS = [
 
 
 def trials_frame(trials: Iterable[Any]) -> pd.DataFrame:
-    """One row per trial (Optuna FrozenTrials or anything with the same attributes).
-
-    Columns: number, state, value, feasible, violation (largest constraint value, <= 0
-    when feasible), variant (baseline / shortlist name), cache_hit, fail_reason,
-    early_stop, gates_moved (which constraint moved a solved gate off its value as found),
-    duration_s, then ``constraint:<name>``, ``param:<config key>`` (the
-    config assignment under tuner.config.flatten's keys, not Optuna's internal
-    parameters) and one column per report
-    metric. A constraint's metric and Judged@10 missing from the metrics record are
-    taken from the user attributes of the same name (the scalars the trial also keeps).
-    """
-    rows: list[dict[str, Any]] = []
-    for t in trials:
-        attrs = dict(t.user_attrs)
-        constraints = named_constraints(t.constraints)
-        state = t.state.name if hasattr(t.state, "name") else str(t.state)
-        value = t.values[0] if getattr(t, "values", None) else None
-        row: dict[str, Any] = {
-            "number": t.number,
-            "state": state,
-            "value": value,
-            "feasible": feasibility.feasible(state, constraints.values()),
-            "violation": worst_violation(constraints.values()),
-            "variant": attrs.get(ATTR_VARIANT, ""),
-            "cache_hit": bool(attrs.get(ATTR_CACHE_HIT, False)),
-            "fail_reason": attrs.get(ATTR_FAIL_REASON, ""),
-            "early_stop": attrs.get(ATTR_EARLY_STOP, ""),
-            "gates_moved": trial_attr(t, ATTR_GATES_MOVED) or "",
-            "duration_s": trial_duration(t),
-        }
-        row.update({CONSTRAINT_PREFIX + k: v for k, v in constraints.items()})
-        # without its assignment record (an older trial): its params, the samplers' coordinates left out
-        assignment = assignment_of(t) or {k: v for k, v in t.params.items() if not is_coordinate(k)}
-        row.update({PARAM_PREFIX + k: v for k, v in flatten(assignment).items()})
-        row.update(metrics_of(t))
-        fallbacks = {c.metric: c.metric for c in map(parse_constraint, constraints) if c} | {JUDGED: ATTR_JUDGED}
-        row.update({col: attrs[attr] for col, attr in fallbacks.items() if col not in row and attr in attrs})
-        rows.append(row)
+    """One row per trial (Optuna FrozenTrials or anything with the same attributes), by
+    trial number: the rows of tuner.ops.trial_rows (its docstring lists the columns), a
+    key a trial has no value for NaN."""
+    rows = [trial_row(t) for t in trials]
     if not rows:
         return pd.DataFrame(columns=_BASE_COLUMNS)
     frame = pd.DataFrame(rows)
@@ -120,46 +70,21 @@ def trials_frame(trials: Iterable[Any]) -> pd.DataFrame:
     return frame.sort_values("number").reset_index(drop=True)
 
 
-def trial_duration(t: Any) -> float:
-    """The trial's duration as the run printed it (tuner.study.trial.outcome.trial_seconds): its
-    ``duration_s`` attribute, else (a study recorded before it) the sum of its phase
-    record; never Optuna's start-to-complete span, which in the pipelined loop covers
-    the neighbouring trials too. NaN for a trial with neither (running, or waiting)."""
-    attrs = getattr(t, "user_attrs", None) or {}
-    if isinstance(attrs.get(ATTR_DURATION), (int, float)):
-        return float(attrs[ATTR_DURATION])
-    phases = trial_attr(t, ATTR_PHASES)
-    return trial_seconds(phases) if isinstance(phases, Mapping) and phases else math.nan
-
-
-def worst_violation(constraints: Iterable[float]) -> float:
-    """The largest constraint value (<= 0 when feasible); a NaN one counts as +inf, as
-    it breaks the trial (tuner.study.feasibility); NaN without constraints."""
-    values = [math.inf if math.isnan(v) else float(v) for v in constraints]
-    return max(values) if values else math.nan
-
-
 def feasible_ranked(frame: pd.DataFrame, *, maximize: bool = True) -> pd.DataFrame:
     """Feasible trials with a value, best first (tuner.study.feasibility.rank_key: ties
     to the lower trial number)."""
     if frame.empty:
         return frame
-    rows = [
-        (feasibility.rank_key(value, number, maximize=maximize), index)
-        for index, number, value, ok in zip(
-            frame.index, frame["number"], frame["value"], frame["feasible"], strict=True
-        )
-        if ok and feasibility.rankable(value)
-    ]
-    return frame.loc[[index for _, index in sorted(rows)]]
+    entries = zip(frame.index, frame["number"], frame["value"], frame["feasible"], strict=True)
+    return frame.loc[ranked_keys(entries, maximize=maximize)]
 
 
 def infeasible_trials(frame: pd.DataFrame) -> pd.DataFrame:
     """COMPLETE trials that break a constraint, least violating first."""
     if frame.empty:
         return frame
-    rows = frame[(frame["state"] == "COMPLETE") & ~frame["feasible"].astype(bool)]
-    return rows.sort_values(["violation", "number"], kind="mergesort")
+    entries = zip(frame.index, frame["number"], frame["state"], frame["feasible"], frame["violation"], strict=True)
+    return frame.loc[infeasible_keys(entries)]
 
 
 def best_feasible(frame: pd.DataFrame, *, maximize: bool = True) -> pd.Series | None:
@@ -172,7 +97,7 @@ def baseline_row(frame: pd.DataFrame) -> pd.Series | None:
     """The baseline trial (the config as found), when the study ran one."""
     if frame.empty:
         return None
-    rows = frame[(frame["variant"] == "baseline") & (frame["state"] == "COMPLETE")]
+    rows = frame[[is_baseline(v, s) for v, s in zip(frame["variant"], frame["state"], strict=True)]]
     return None if rows.empty else rows.iloc[0]
 
 
@@ -594,11 +519,6 @@ def label_points(ax: Any, points: Sequence[tuple[float, float, int]]) -> list[An
             nearest = min(placed, key=lambda p: (p[2][0] - at[0]) ** 2 + (p[2][1] - at[1]) ** 2)[0]
             nearest.set_text(f"{nearest.get_text()}, {text}")
     return [label for label, _, _ in placed]
-
-
-def require_trials(frame: pd.DataFrame, study_name: str) -> None:
-    if frame.empty:
-        raise StudyError(f"study {study_name!r} has no trials yet; run `tuner run EXPERIMENT` first")
 
 
 def param_importances(study: Any) -> dict[str, float]:

@@ -7,14 +7,16 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, TypeGuard
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 from tuner.config.objective import Constraint
 from tuner.numbers import num
 from tuner.study.feasibility import constraints_hold
+
+if TYPE_CHECKING:  # `tuner best` reads plain rows (tuner.ops.trial_rows) without pandas
+    import pandas as pd
 
 CONSTRAINT_PREFIX = "constraint:"  # the trials frame's column per constraint (tuner.ops.analysis)
 JUDGED = "Judged@10"
@@ -64,10 +66,12 @@ class Verdict:
         return f"{value}✗ {'>' if c.op == '<=' else '<'} {bound}{by}"
 
 
-def verdicts(row: pd.Series) -> list[Verdict]:
-    """A verdict per ``constraint:`` column of a trials-frame row, in column order."""
+def verdicts(row: Mapping[str, Any] | pd.Series) -> list[Verdict]:
+    """A verdict per ``constraint:`` key of a trial's row (tuner.ops.trial_rows) or
+    column of a trials-frame row, in their order."""
     out = []
-    for col in [c for c in row.index if c.startswith(CONSTRAINT_PREFIX)]:
+    # keys(): a pandas Series iterates its values, not its labels
+    for col in [c for c in row.keys() if c.startswith(CONSTRAINT_PREFIX)]:  # noqa: SIM118
         name = col.removeprefix(CONSTRAINT_PREFIX)
         c = parse_constraint(name)
         value = row.get(c.metric) if c is not None else None

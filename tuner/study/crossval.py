@@ -513,21 +513,18 @@ def _paired(
 
 
 def _compare(result: CrossValResult, base: np.ndarray, deployed: np.ndarray, *, n_resamples: int, seed: int) -> None:
-    import pandas as pd
+    from tuner.metrics.significance import compare_arrays
 
-    from tuner.metrics.significance import compare
-
-    name = result.objective
-    row = compare(
-        pd.DataFrame({name: base}),
-        pd.DataFrame({name: deployed}),
-        [name],
+    (row,) = compare_arrays(
+        np.asarray(base, dtype=float).reshape(-1, 1),
+        np.asarray(deployed, dtype=float).reshape(-1, 1),
+        [result.objective],
         confidence=result.confidence,
         n_resamples=n_resamples,
         seed=seed,
-    ).iloc[0]
-    result.baseline = float(row["baseline"])
-    result.gain = float(row["delta"])
-    result.ci_low, result.ci_high, result.p_value = float(row["ci_low"]), float(row["ci_high"]), float(row["p_value"])
+    )
+    result.baseline = row.baseline
+    result.gain = row.delta
+    result.ci_low, result.ci_high, result.p_value = row.ci_low, row.ci_high, float(row.p_value)
     if result.in_sample is not None:
         result.in_sample_gain = result.in_sample - result.baseline
