@@ -145,7 +145,9 @@ def test_a_runaway_body_fails_its_query_at_the_byte_cap_and_is_not_retried(svc):
 
 def test_a_declared_length_over_the_cap_fails_before_the_body_is_read(svc):
     svc.extra_hits["text 4"] = 50_000  # ~3 MB with a Content-Length
-    spec = _spec(svc.url, max_response_bytes=1024 * 1024, max_failed_queries=1)
+    # timeout_s well above the 0.5 s default: the service builds the 3 MB answer before its
+    # headers, and under load 15 that took longer than 0.5 s (a ReadTimeout, not the cap)
+    spec = _spec(svc.url, max_response_bytes=1024 * 1024, max_failed_queries=1, timeout_s=10)
     (failed,) = run_batch(spec, _queries(), QRELS).failed
     assert failed.query_id == "q4" and "(Content-Length " in failed.reason
 
