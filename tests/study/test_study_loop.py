@@ -184,3 +184,35 @@ def test_best_feasible_ignores_a_better_infeasible_trial() -> None:
     assert score(0.6, 40) > score(0.45, 40)  # the infeasible trial really scored higher
     lowest = best_feasible_trial(study.trials, maximize=False)
     assert lowest is not None and lowest.params == {"x": 0.1}  # score(0.1) < score(0.45)
+
+
+def test_an_ask_cut_after_its_commit_leaves_no_trial_running_and_loses_no_variant(tmp_path: Path) -> None:
+    """A database restart can cut an ask after its commit: the trial exists, RUNNING, but
+    the loop never received it and asks again. The run fails it (not counted) and queues
+    the variant it had popped again, instead of leaving it RUNNING past the run."""
+    import sqlalchemy as sa
+
+    runner, _, _, _ = make_runner(tmp_path)
+    study = open_study("s", sqlite_storage(tmp_path), sampler=sampler())
+    enqueue_initial(study, [Variant("baseline", {"x": 0.8, "k": 20})])
+    real_ask, cut = study.ask, []
+
+    def ask(*args, **kwargs):  # type: ignore[no-untyped-def]
+        trial = real_ask(*args, **kwargs)
+        if not cut:  # the first ask's commit went through, its answer was lost
+            cut.append(trial.number)
+            raise sa.exc.OperationalError("COMMIT", {}, ConnectionError("server closed the connection unexpectedly"))
+        return trial
+
+    study.ask = ask  # type: ignore[method-assign]
+    result = StudyLoop(study, runner).run(n_trials=2, timeout=None)
+
+    trials = study.get_trials()
+    assert [t.number for t in trials if t.state == TrialState.RUNNING] == []
+    orphan = trials[cut[0]]
+    assert orphan.state == TrialState.FAIL and "connection was lost" in orphan.user_attrs["fail_reason"]
+    assert orphan.user_attrs["fail_reason"].startswith("stale") and "queued again" in orphan.user_attrs["fail_reason"]
+    assert result.stale_failed == [cut[0]]
+    done = [t for t in trials if t.state == TrialState.COMPLETE]
+    assert len(done) == 2 and [t.user_attrs.get("variant") for t in done].count("baseline") == 1
+    assert count_finished(study) == 2

@@ -23,7 +23,7 @@ from tuner.errors import StudyError
 from tuner.optuna_adapter import heartbeat_interval, set_trial_system_attr, storage_of, trial_id_of
 from tuner.study.feasibility import best_feasible_trial
 from tuner.study.stop import StopFlag
-from tuner.study.storage.queue import count_counted
+from tuner.study.storage.queue import count_counted, fail_stale_trials
 from tuner.study.storage.retry import InfraFailure, queue_retry
 from tuner.study.storage.stale import Unbeaten
 from tuner.study.storage.study_storage import ATTR_REPLICA
@@ -152,6 +152,9 @@ class StudyLoop:
     failures: FailureTally = field(init=False)
     #: trial ids this loop asked and has not ended (alive by definition: never failed as stale here)
     _open: set[int] = field(default_factory=set, init=False, repr=False)
+    #: one ask at a time (the pipeline's and the lanes' threads ask too): a retried ask's
+    #: sweep must see every trial asked so far in ``_open``
+    _asking: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
     _unbeaten: Unbeaten = field(init=False, repr=False)
     #: numbers of the trials whose infrastructure failure was handled (retry queued or refused)
     _retried: set[int] = field(default_factory=set, init=False, repr=False)
@@ -357,14 +360,40 @@ class StudyLoop:
             warnings.filterwarnings("ignore", message="Heartbeat of storage", category=UserWarning)
             # a connection lost mid-ask (a database restart) is retried: the pipelined loop
             # asks while a trial is measured, when a blip used to meet no query at all
-            trial = retry_transient(self.study.ask)
-        self._open.add(trial_id_of(trial))
+            with self._asking:
+                tries = 0
+
+                def ask() -> optuna.Trial:
+                    nonlocal tries
+                    tries += 1
+                    return self.study.ask()
+
+                trial = retry_transient(ask)
+                self._open.add(trial_id_of(trial))
+                if tries > 1 and self.replica is None:
+                    self._fail_cut_asks()
         if self.replica is not None:
             retry_transient(lambda: set_trial_system_attr(trial, ATTR_REPLICA, self.replica))
         beats = ExitStack()
         beats.callback(self._open.discard, trial_id_of(trial))  # runs after the heartbeat below stops
         beats.enter_context(heartbeat(storage_of(self.study), trial_id_of(trial)))
         return trial, time.perf_counter() - asked, beats
+
+    def _fail_cut_asks(self) -> None:
+        """After an ask that was retried: an ask whose commit went through as the connection
+        was lost left a trial RUNNING that this process never received (a popped queued
+        variant among them). Without workers the run holds the study alone, so every RUNNING
+        trial it did not ask is such a one: failed now as ``stale`` (not counted), a variant
+        queued again, as a killed run's are at the next start. Left RUNNING, it outlived the
+        run (the fault suite's postgres restart mid-trial saw it under load). Workers leave
+        this to the heartbeat rules (tuner.study.storage.stale)."""
+        failed = retry_transient(
+            lambda: fail_stale_trials(
+                self.study, keep=frozenset(self._open), why="asked by a call whose connection was lost (asked again)"
+            )
+        )
+        if failed and self.result is not None:
+            self.result.stale_failed.extend(failed)
 
     def _tell_once(self, trial: optuna.Trial, outcome: TrialOutcome) -> None:
         if outcome.state == "COMPLETE":

@@ -7,7 +7,7 @@ built on it).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,7 +43,13 @@ def enqueue_initial(study: optuna.Study, variants: Sequence[Variant]) -> int:
     return len(variants)
 
 
-def fail_stale_trials(study: optuna.Study, *, requeued: dict[int, int] | None = None) -> list[int]:
+def fail_stale_trials(
+    study: optuna.Study,
+    *,
+    requeued: dict[int, int] | None = None,
+    keep: Collection[int] = (),
+    why: str = "left running by an interrupted run",
+) -> list[int]:
     """Mark trials left RUNNING by a killed run as FAIL, so they neither block nor count;
     returns their numbers.
 
@@ -53,10 +59,12 @@ def fail_stale_trials(study: optuna.Study, *, requeued: dict[int, int] | None = 
     trial is not: the sampler proposes again. Only for a process holding the study lock
     exclusively (tuner.study.storage.locks): then no other process has a live trial. Workers fail
     stale trials by heartbeat instead (Optuna's retry callback queues a copy of each).
+    ``keep``: trial ids of this process's own live trials, left alone; ``why``: the reason's
+    wording after ``stale:``.
     """
-    stale = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+    stale = [t for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)) if trial_id_of(t) not in keep]
     for t in stale:
-        reason = f"{STALE}: left running by an interrupted run"
+        reason = f"{STALE}: {why}"
         if t.user_attrs.get(ATTR_VARIANT):
             retry = queue_retry(study, trial_id_of(t), t.params, max_retry=None)
             if retry.retried_as is not None:
