@@ -47,8 +47,9 @@ def ride_s() -> float:
     except ValueError:
         value = math.nan
     if not (math.isfinite(value) and 0.5 <= value <= 3600):
-        raise ConfigError(f"{RIDE_ENV}={raw!r}: not a number of seconds from 0.5 to 3600; "
-                          f"unset it for the default {RETRY_WAIT_S:g} s")
+        raise ConfigError(
+            f"{RIDE_ENV}={raw!r}: not a number of seconds from 0.5 to 3600; unset it for the default {RETRY_WAIT_S:g} s"
+        )
     return value
 
 
@@ -93,8 +94,9 @@ def _sqlite_for_good(error: BaseException) -> bool:
     return "locked" not in text and "busy" not in text
 
 
-def retry_transient(fn: Callable[[], T], *, total_s: float | None = None, first_wait_s: float = 0.2,
-                    max_wait_s: float = 2.0) -> T:
+def retry_transient(
+    fn: Callable[[], T], *, total_s: float | None = None, first_wait_s: float = 0.2, max_wait_s: float = 2.0
+) -> T:
     """``fn()``, again after a transient database error (is_transient_storage_error), with
     doubling waits of at most ``max_wait_s`` that add up to ``total_s`` (by default
     ride_s()); any other error, or the one after the last wait, is raised. ``fn`` must be
