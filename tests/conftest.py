@@ -75,7 +75,23 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "(the order ./dev test hands modules out in; after a full run)")
 
 
+def _compile_sources(config: pytest.Config) -> None:
+    """Byte-compile tuner/ and the backend once, by the first process of the run, when this
+    environment has Python write no bytecode (PYTHONDONTWRITEBYTECODE, set on CI machines):
+    else every `tuner` and backend process the tests start compiles the modules it imports
+    from source again (about 0.1 s of CPU a `tuner run`, over a thousand processes a run).
+    The files go where Python puts them (__pycache__, ignored by git); a later process
+    reads them whatever the variable says."""
+    if not sys.dont_write_bytecode or _is_worker(config):
+        return
+    import compileall
+
+    for folder in (REPO / "tuner", REPO / "backend" / "fusion_backend"):
+        compileall.compile_dir(folder, quiet=2)
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    _compile_sources(config)
     top, save = config.getoption("module_durations", 0), config.getoption("save_module_durations", False)
     if (top or save) and not _is_worker(config):  # the controller sees every worker's reports
         config.pluginmanager.register(DurationReport(top=top, save=save), "fusion-tuner-durations")

@@ -12,6 +12,8 @@ release file) and once while the backend restarts on the original config at the 
 A cut alone is ridden through (the pool's pre-ping reconnects); a restart also keeps the
 server away for seconds, which the study's storage rides out call by call (up to 9 s,
 tuner.study.storage.transient; stop 34's CI failure was a pruner report nothing retried).
+The tests of an outage longer than that ride set it to RIDE_S ($TUNER_STORAGE_RIDE_S):
+the same faults in seconds less each; the two-worker restart keeps the default.
 `faultlib.PgOutage` does both for one test's connections: a proxy in front of the server
 cuts them and turns new ones away. Away longer than the ride while a shortlist variant's
 trial records its result (issue 27 item 5), that trial fails for an infrastructure
@@ -43,6 +45,7 @@ from faults.faultlib import (
     terminate_connections,
     wait_until,
 )
+from tuner.study.storage.transient import RIDE_ENV
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 N_TRIALS = 4
@@ -149,9 +152,14 @@ def test_a_run_survives_a_postgres_restart_at_the_restore(tmp_path: Path, pg_sto
 
 
 VARIANT = "linear-minmax-balanced"
-# The storage rides out RETRY_WAIT_S (9 s) of any call; the variant's record gives up
-# about then, and the queueing of its retry rides out 9 s more: back in between.
-AWAY_WHILE_RECORDING_S = 13.0
+# What the storage rides out of any call in the tests of a longer outage (the default 9 s
+# made each of them wait seconds more for the same fault).
+RIDE_S = 6.0
+SHORT_RIDE = {RIDE_ENV: f"{RIDE_S:g}"}
+# The variant's record gives up RIDE_S after its first call meets the outage, and the
+# queueing of its retry rides out RIDE_S more: the database is back in between, with
+# RIDE_S / 2 to spare either side (with the default 9 s ride: 13 s away).
+AWAY_WHILE_RECORDING_S = 1.5 * RIDE_S
 VARIANT_DEPTH = 7
 INFRA_LINE = "trials failed for an infrastructure reason (the study's storage, not their config): #1 ({v}) retried as #"
 
@@ -176,7 +184,7 @@ def outage_mid_variant(tmp_path: Path, outage: PgOutage, study: str, command: tu
     project = Project.create(tmp_path / study, study=study, n_trials=N_TRIALS, storage=outage.url,
                              shortlist=[{"name": VARIANT, "fusion.depth": VARIANT_DEPTH}], pipeline=False,
                              plan={"3": {"hold_until": RELEASE}})
-    proc = project.start(*command)
+    proc = project.start(*command, env=SHORT_RIDE)
     try:
         wait_until(lambda: project.serving(3) or not proc.alive(), "trial 1 (the variant) is evaluating")
         time.sleep(1.0)  # the trials either side of it are asked and told by now
@@ -302,12 +310,12 @@ def test_a_database_away_past_the_retries_ends_in_one_line_and_the_next_start_re
         tmp_path: Path, pg_outage: PgOutage, calibration: Calibration, fault_log: FaultLog,
         command: tuple[str, ...]) -> None:
     # The database goes away mid-trial and stays away until the process has ended: past
-    # the ~9 s its calls ride out, it ends with one line saying so (no traceback), its
+    # the RIDE_S its calls ride out, it ends with one line saying so (no traceback), its
     # config restored; brought back, the same command resumes the study to n_trials.
     study = f"pg-away-{command[0]}"
     project = Project.create(tmp_path / study, study=study, n_trials=N_TRIALS, storage=pg_outage.url,
                              plan={"3": {"hold_until": RELEASE}})
-    proc = project.start(*command)
+    proc = project.start(*command, env=SHORT_RIDE)
     try:
         wait_until(lambda: project.serving(3) or not proc.alive(), "trial 1 is evaluating")
         cut = pg_outage.down()
@@ -319,13 +327,14 @@ def test_a_database_away_past_the_retries_ends_in_one_line_and_the_next_start_re
         pg_outage.up()
     last = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else ""
     restored = all(c.read_bytes() == project.original for c in project.configs())
-    again = project.tuner(*command)
+    again = project.tuner(*command, env=SHORT_RIDE)
     record = fault_log.add(judge("postgres-restart", assess(project, calibration), {
         "connections cut": cut > 0,
         "no traceback": "Traceback" not in done.stderr,
         "exit 2 (an error of the tuner's own)": done.returncode == 2,
         "one line: the study's database is unreachable": last.startswith("error: ")
-        and f"study {study!r}: its database postgresql" in last and "is unreachable" in last,
+        and f"study {study!r}: its database postgresql" in last and "is unreachable" in last
+        and f"for longer than the ~{RIDE_S:g} s the tuner waits out" in last,
         "it says what was kept and how to resume": "kept: every trial told before it went away is in the study" in last
         and f"`tuner {command[0]} " in last,
         "the config restored before it ended": restored,

@@ -70,7 +70,7 @@ def test_retry_transient_retries_only_what_a_retry_can_cure() -> None:
 
     calls.clear()
     with pytest.raises(sa.exc.OperationalError):
-        retry_transient(always_down, attempts=3, first_wait_s=0.001)
+        retry_transient(always_down, total_s=0.003, first_wait_s=0.001)  # waits 0.001, 0.002
     assert len(calls) == 3
 
 
@@ -150,5 +150,37 @@ def test_nested_retries_do_not_multiply_their_waits() -> None:
         raise lost_connection()
 
     with pytest.raises(sa.exc.OperationalError):
-        retry_transient(lambda: retry_transient(inner, first_wait_s=0.001), attempts=3, first_wait_s=0.001)
+        retry_transient(lambda: retry_transient(inner, first_wait_s=0.001), total_s=0.003, first_wait_s=0.001)
     assert len(inner_calls) == 3
+
+
+def test_the_ride_is_a_knob_of_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    # $TUNER_STORAGE_RIDE_S sets what every call rides out (the fault suite shortens its
+    # outages with it); the waits keep their doubling shape, the last one cut to fit
+    from tuner.errors import ConfigError
+    from tuner.study.storage import transient
+    from tuner.study.storage.study_storage import database_unreachable
+
+    assert transient.waits(9) == [0.2, 0.4, 0.8, 1.6, 2.0, 2.0, 2.0]
+    assert transient.waits(3) == [0.2, 0.4, 0.8, 1.6]
+    assert transient.waits(2.5) == [0.2, 0.4, 0.8, 1.1]
+    slept: list[float] = []
+    monkeypatch.setattr(transient.time, "sleep", slept.append)
+    monkeypatch.setenv(transient.RIDE_ENV, "4")
+    calls = []
+
+    def down() -> None:
+        calls.append(1)
+        raise lost_connection()
+
+    with pytest.raises(sa.exc.OperationalError):
+        retry_transient(down)
+    assert sum(slept) == pytest.approx(4.0) and len(calls) == len(slept) + 1 == 6
+    error = database_unreachable(wrapped_by_optuna(), study="s", url="sqlite:///x.db", kept="K", resume="R")
+    assert "for longer than the ~4 s the tuner waits out" in str(error)
+    for bad in ("soon", "0", "-3", "nan", "inf"):
+        monkeypatch.setenv(transient.RIDE_ENV, bad)
+        with pytest.raises(ConfigError, match=f"^TUNER_STORAGE_RIDE_S='{bad}': not a number of seconds"):
+            retry_transient(down)
+    monkeypatch.setenv(transient.RIDE_ENV, "")
+    assert transient.ride_s() == transient.RETRY_WAIT_S

@@ -26,7 +26,7 @@ from tuner.dburl import redact, sqlalchemy_url
 from tuner.errors import DatabaseUnreachable, StudyError
 from tuner.optuna_adapter import rdb_engine
 from tuner.study.storage.database import rdb_storage
-from tuner.study.storage.transient import RETRY_WAIT_S, is_transient_storage_error
+from tuner.study.storage.transient import is_transient_storage_error, ride_s
 
 if TYPE_CHECKING:
     from tuner.config.experiment import Experiment
@@ -199,7 +199,7 @@ def database_unreachable(
     why = f"{type(cause).__name__}: {lines[0]}" if lines else type(cause).__name__
     return DatabaseUnreachable(
         f"study {study!r}: its database {redact(url)} is unreachable ({why}) for longer than the "
-        f"~{RETRY_WAIT_S:g} s the tuner waits out; kept: {kept}; once it answers again, {resume}"
+        f"~{ride_s():g} s the tuner waits out; kept: {kept}; once it answers again, {resume}"
     )
 
 
