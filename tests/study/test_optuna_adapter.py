@@ -12,6 +12,7 @@ import optuna
 import pytest
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import TrialState
+from workers.conftest import pg_dsn, pg_study  # noqa: F401  (a real PostgreSQL)
 
 from tuner import optuna_adapter as oa
 
@@ -138,6 +139,32 @@ def test_trial_attrs_set_together_read_back_as_set_one_by_one(
     assert {k: frozen.system_attrs[k] for k in system} == system
     [meta] = optuna.artifacts.get_all_artifact_meta(frozen, storage=oa.storage_of(on))
     assert (meta.artifact_id, meta.filename) == ("a1", "report.md")
+
+
+def _many_attrs(on: optuna.Study) -> None:
+    """More attributes than one multi-row upsert takes, set twice (the second time with
+    other values, some new keys): every value reads back as the last one set."""
+    trial = on.ask()
+    user = {f"u{i}": i for i in range(450)}
+    system = {f"record:s{i}": {"v": [i, None, "x"]} for i in range(230)}
+    oa.set_trial_attrs(trial, user=user, system=system)
+    again = {f"u{i}": -i for i in range(0, 460, 3)}
+    oa.set_trial_attrs(trial, user=again, system={"record:s5": "five"})
+    on.tell(trial, 1.0)
+    [frozen] = [t for t in on.trials if t.number == trial.number]
+    assert frozen.user_attrs == {**user, **again}
+    assert {k: v for k, v in frozen.system_attrs.items() if k.startswith("record:")} == {**system, "record:s5": "five"}
+    with pytest.raises(RuntimeError, match="finished"):  # Optuna's own check: a finished trial is frozen
+        oa.set_trial_attrs(trial, user={"late": 1}, system={})
+
+
+def test_many_trial_attrs_set_together_on_sqlite(rdb_study: optuna.Study) -> None:
+    _many_attrs(rdb_study)
+
+
+def test_many_trial_attrs_set_together_on_postgresql(request: pytest.FixtureRequest) -> None:
+    url, name = request.getfixturevalue("pg_study")
+    _many_attrs(optuna.load_study(study_name=name, storage=url))
 
 
 PRIVATE = re.compile(
