@@ -125,8 +125,11 @@ def set_trial_attrs(trial: optuna.Trial, *, user: Mapping[str, Any], system: Map
     """Set user and system attributes of a running trial together. On an RDB storage in
     one transaction (one session, one commit): Optuna opens a session and commits once per
     attribute (a SELECT of the trial, an upsert, a commit), and a trial's record is about
-    twenty of them. Another storage: one call each. The running Trial's own copy of its
-    user attributes is updated as ``Trial.set_user_attr`` does. Safe to repeat (upserts)."""
+    twenty of them. On SQLite and PostgreSQL the trial is read and checked once and each
+    kind of attribute is one multi-row upsert (one per attribute cost 15 ms of CPU a demo
+    trial, this 4 ms); on another database, Optuna's upsert per attribute. Another
+    storage: one call each. The running Trial's own copy of its user attributes is
+    updated as ``Trial.set_user_attr`` does. Safe to repeat (upserts)."""
     storage: Any = trial.storage
     rdb = getattr(storage, "_backend", storage)
     if not (hasattr(rdb, "scoped_session") and hasattr(rdb, "_set_trial_attr_without_commit")):
@@ -139,13 +142,119 @@ def set_trial_attrs(trial: optuna.Trial, *, user: Mapping[str, Any], system: Map
         from optuna.storages._rdb.storage import _create_scoped_session
 
         with _create_scoped_session(rdb.scoped_session, True) as session:
-            for key, value in user.items():
-                rdb._set_trial_attr_without_commit(session, models.TrialUserAttributeModel, trial._trial_id, key, value)
-            for key, value in system.items():
-                rdb._set_trial_attr_without_commit(
-                    session, models.TrialSystemAttributeModel, trial._trial_id, key, value
-                )
+            upsert = _multi_row_upsert(rdb.engine.name)
+            if upsert is None:
+                for key, value in user.items():
+                    rdb._set_trial_attr_without_commit(
+                        session, models.TrialUserAttributeModel, trial._trial_id, key, value
+                    )
+                for key, value in system.items():
+                    rdb._set_trial_attr_without_commit(
+                        session, models.TrialSystemAttributeModel, trial._trial_id, key, value
+                    )
+            else:
+                # what Optuna's _set_trial_attr_without_commit does per attribute, once
+                found = models.TrialModel.find_or_raise_by_id(trial._trial_id, session)
+                rdb.check_trial_is_updatable(trial._trial_id, found.state)
+                for model, attrs in (
+                    (models.TrialUserAttributeModel, user),
+                    (models.TrialSystemAttributeModel, system),
+                ):
+                    rows = [
+                        {"trial_id": trial._trial_id, "key": k, "value_json": json.dumps(v)} for k, v in attrs.items()
+                    ]
+                    for start in range(0, len(rows), _UPSERT_ROWS):
+                        insert = upsert(model).values(rows[start : start + _UPSERT_ROWS])
+                        session.execute(
+                            insert.on_conflict_do_update(
+                                index_elements=[model.trial_id, model.key],
+                                set_={"value_json": insert.excluded.value_json},
+                            )
+                        )
     trial._cached_frozen_trial.user_attrs.update(user)
+
+
+#: rows per multi-row upsert (3 bound values a row: far under SQLite's oldest limit of 999)
+_UPSERT_ROWS = 200
+
+
+def _multi_row_upsert(engine: str) -> Any:
+    """The dialect ``insert`` whose ``on_conflict_do_update`` Optuna's RDB storage itself
+    uses for an attribute on ``engine`` (SQLite from 3.24, PostgreSQL); None elsewhere."""
+    if engine == "postgresql":
+        from sqlalchemy.dialects import postgresql
+
+        return postgresql.insert
+    if engine == "sqlite":
+        import sqlite3
+
+        from sqlalchemy.dialects import sqlite
+
+        return sqlite.insert if sqlite3.sqlite_version_info >= (3, 24, 0) else None
+    return None
+
+
+class _DeferredParams:
+    """A trial's storage, but the params its ``suggest_*`` calls record are kept here
+    (``pending``) for one write later; everything else goes to ``storage``. The check
+    Optuna's cache layer makes against a param's earlier distribution is made at once,
+    so an incompatible one still raises where the suggest call is."""
+
+    def __init__(self, storage: Any, trial_id: int) -> None:
+        self._storage = storage
+        self._trial_id = trial_id
+        self.pending: dict[str, tuple[float, BaseDistribution]] = {}
+
+    def set_trial_param(self, trial_id: int, name: str, value: float, distribution: BaseDistribution) -> None:
+        if trial_id != self._trial_id:
+            self._storage.set_trial_param(trial_id, name, value, distribution)
+            return
+        from optuna.distributions import check_distribution_compatibility
+
+        with self._storage._lock:
+            study_id, _ = self._storage._trial_id_to_study_id_and_number[trial_id]
+            known = self._storage._studies[study_id].param_distribution.get(name)
+        if known is not None:
+            check_distribution_compatibility(known, distribution)
+        self.pending[name] = (value, distribution)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._storage, name)
+
+
+@contextlib.contextmanager
+def params_recorded_together(
+    trial: optuna.Trial, retry: Callable[[Callable[[], list[str]]], list[str]] = lambda write: write()
+) -> Iterator[None]:
+    """Within the block, the params ``trial``'s ``suggest_*`` calls draw are recorded
+    when it ends, in one transaction (`add_trial_params`, under ``retry``: safe to
+    repeat), where Optuna commits each in a transaction of its own (a SELECT of the trial
+    and an insert: a demo trial draws eight, 15 ms of CPU). The running trial knows its
+    params meanwhile (Optuna keeps them on it), and the samplers read only other trials.
+    An RDB storage behind Optuna's cache layer only; elsewhere, as Optuna records them.
+    Params drawn before an error are recorded too, as they would have been."""
+    storage: Any = getattr(trial, "storage", None)
+    if not (
+        isinstance(trial, optuna.Trial)
+        and hasattr(storage, "_studies")
+        and hasattr(storage, "_trial_id_to_study_id_and_number")
+        and hasattr(getattr(storage, "_backend", None), "_set_trial_param_without_commit")
+    ):
+        yield
+        return
+    deferred = _DeferredParams(storage, trial._trial_id)
+    trial.storage = deferred  # type: ignore[assignment]  # the storage's own interface, but set_trial_param
+    try:
+        yield
+    finally:
+        trial.storage = storage
+        if deferred.pending:
+            clashes = retry(lambda: add_trial_params(trial, deferred.pending))
+            if clashes:  # recorded meanwhile by another process under another kind: what Optuna raises
+                raise ValueError(
+                    f"params {clashes} of trial {trial.number} were recorded by another process under other "
+                    "distributions meanwhile; the study's search space changed under it"
+                )
 
 
 def add_trial_params(trial: optuna.Trial, params: Mapping[str, tuple[float, BaseDistribution]]) -> list[str]:

@@ -4,6 +4,7 @@ last test keeps the rest of the tuner off Optuna's private names."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from pathlib import Path
@@ -12,6 +13,7 @@ import optuna
 import pytest
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import TrialState
+from workers.conftest import pg_dsn, pg_study  # noqa: F401  (a real PostgreSQL)
 
 from tuner import optuna_adapter as oa
 
@@ -138,6 +140,89 @@ def test_trial_attrs_set_together_read_back_as_set_one_by_one(
     assert {k: frozen.system_attrs[k] for k in system} == system
     [meta] = optuna.artifacts.get_all_artifact_meta(frozen, storage=oa.storage_of(on))
     assert (meta.artifact_id, meta.filename) == ("a1", "report.md")
+
+
+def _many_attrs(on: optuna.Study) -> None:
+    """More attributes than one multi-row upsert takes, set twice (the second time with
+    other values, some new keys): every value reads back as the last one set."""
+    trial = on.ask()
+    user = {f"u{i}": i for i in range(450)}
+    system = {f"record:s{i}": {"v": [i, None, "x"]} for i in range(230)}
+    oa.set_trial_attrs(trial, user=user, system=system)
+    again = {f"u{i}": -i for i in range(0, 460, 3)}
+    oa.set_trial_attrs(trial, user=again, system={"record:s5": "five"})
+    on.tell(trial, 1.0)
+    [frozen] = [t for t in on.trials if t.number == trial.number]
+    assert frozen.user_attrs == {**user, **again}
+    assert {k: v for k, v in frozen.system_attrs.items() if k.startswith("record:")} == {**system, "record:s5": "five"}
+    with pytest.raises(RuntimeError, match="finished"):  # Optuna's own check: a finished trial is frozen
+        oa.set_trial_attrs(trial, user={"late": 1}, system={})
+
+
+def test_many_trial_attrs_set_together_on_sqlite(rdb_study: optuna.Study) -> None:
+    _many_attrs(rdb_study)
+
+
+def test_many_trial_attrs_set_together_on_postgresql(request: pytest.FixtureRequest) -> None:
+    url, name = request.getfixturevalue("pg_study")
+    _many_attrs(optuna.load_study(study_name=name, storage=url))
+
+
+def _draw(trial: optuna.Trial) -> dict[str, object]:
+    return {
+        "a": trial.suggest_float("a", 0.0, 1.0),
+        "k": trial.suggest_int("k", 1, 60),
+        "how": trial.suggest_categorical("how", ["rrf", "linear"]),
+    }
+
+
+def test_params_drawn_in_the_block_are_recorded_together_at_its_end(rdb_study: optuna.Study) -> None:
+    import sqlalchemy
+
+    storage = oa.storage_of(rdb_study)
+    commits: list[int] = []
+    sqlalchemy.event.listen(storage._backend.engine, "commit", lambda conn: commits.append(1))
+    trial = rdb_study.ask()
+    with oa.params_recorded_together(trial):
+        drawn = _draw(trial)
+        assert trial.params == drawn  # the running trial knows them
+        assert storage._backend.get_trial(trial._trial_id).params == {}  # the database not yet
+        assert _draw(trial) == drawn  # drawn once, as Optuna does
+        commits.clear()
+    assert trial.storage is storage and len(commits) == 1  # all three in one transaction
+    rdb_study.tell(trial, 1.0)
+    assert optuna.load_study(study_name="pinned-rdb", storage=storage._backend.url).trials[0].params == drawn
+
+
+def test_a_seeded_sampler_draws_the_same_params_with_them_recorded_together(tmp_path: Path) -> None:
+    runs = []
+    for together in (False, True):
+        storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path / f'{together}.db'}")
+        s = optuna.create_study(storage=storage, sampler=optuna.samplers.TPESampler(seed=3, n_startup_trials=4))
+        for _ in range(10):
+            trial = s.ask()
+            with oa.params_recorded_together(trial) if together else contextlib.nullcontext():
+                drawn = _draw(trial)
+            s.tell(trial, drawn["a"] * drawn["k"] + (drawn["how"] == "rrf"))
+        runs.append([t.params for t in s.trials])
+    assert runs[0] == runs[1]
+
+
+def test_a_param_drawn_under_another_kind_still_raises_where_it_is_drawn(rdb_study: optuna.Study) -> None:
+    first = rdb_study.ask()
+    first.suggest_float("a", 0.0, 1.0)
+    rdb_study.tell(first, 1.0)
+    trial = rdb_study.ask()
+    with pytest.raises(ValueError, match="different distribution kind"), oa.params_recorded_together(trial):
+        trial.suggest_categorical("a", ["x", "y"])
+    assert trial.storage is oa.storage_of(rdb_study)
+
+
+def test_params_on_a_storage_without_the_cache_layer_are_recorded_as_optuna_does(study: optuna.Study) -> None:
+    trial = study.ask()
+    with oa.params_recorded_together(trial):
+        drawn = _draw(trial)
+        assert oa.storage_of(study).get_trial(trial._trial_id).params == drawn
 
 
 PRIVATE = re.compile(

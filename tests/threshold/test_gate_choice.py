@@ -153,3 +153,18 @@ def test_the_hits_a_row_shows_are_counted_query_by_query():
                 n += sum(h.score is None or h.score >= m - 1e-9 for h in batch.hits[qid])
             expected.append(n)
         assert hits_shown(arrays, ts, ms, handoff, rows).tolist() == expected
+
+
+def test_the_closeness_test_is_numpys_isclose_with_no_relative_tolerance() -> None:
+    """choose_gates compares with its own test (np.isclose's checks cost a trial's sweep
+    table most of its time): the same answer on ties, near misses, NaN and infinities."""
+    from tuner.study.gates.gate_choice import _close
+
+    rng = np.random.default_rng(3)
+    grid = np.round(rng.uniform(0, 1, 400), 3)
+    values = np.concatenate([grid, grid + 1e-13, grid + 2e-9, [np.nan, np.inf, -np.inf, 0.0, -0.0]])
+    for to in [*grid[:25], np.nan, np.inf, -np.inf, 0.0]:
+        for atol in (1e-12, 1e-9):
+            expected = np.isclose(values, to, rtol=0, atol=atol)
+            assert np.array_equal(_close(values, to, atol), expected), (to, atol)
+    assert _close(values, np.inf, 1e-9).sum() == 1 and not _close(values, np.nan, 1e-9).any()

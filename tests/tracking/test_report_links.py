@@ -102,3 +102,18 @@ def test_a_link_replaces_an_older_file(tmp_path: Path) -> None:
     assert hard_link(source, dest) and dest.read_text() == "new"
     assert hard_link(source, dest)  # already the same file
     assert os.stat(dest).st_ino == os.stat(source).st_ino
+
+
+def test_a_config_text_is_written_into_a_local_store_and_logged_to_a_remote_one(
+    tmp_path: Path, tracker: MlflowTracker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_id = finish_with(tracker, {})
+    written = stored(tracker, run_id) / "config" / "config.yaml"
+    assert written.read_bytes() == b"x: 1\n" and oct(written.stat().st_mode & 0o777) == "0o644"  # as log_text left it
+    logged: list[tuple[str, str, str]] = []
+    monkeypatch.setattr(tracker.client, "log_text", lambda run, text, name: logged.append((run, text, name)))
+    import tuner.report.tracking as tracking
+
+    monkeypatch.setattr(tracking, "local_artifact_dir", lambda uri: None)  # a remote store: MLflow writes it
+    remote = finish_with(tracker, {})
+    assert logged == [(remote, "x: 1\n", "config/config.yaml")]

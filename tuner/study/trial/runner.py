@@ -55,10 +55,12 @@ from optuna.distributions import BaseDistribution
 
 from tuner.config.objective import Constraint, Objective
 from tuner.config.validation import CrossValConfig
+from tuner.optuna_adapter import params_recorded_together
 from tuner.report.tracking import Tracker
 from tuner.study.notes import Links
 from tuner.study.stop import StopFlag
 from tuner.study.storage.result_cache import CachedResult, CacheKey, ResultCache
+from tuner.study.storage.transient import retry_transient
 from tuner.study.trial.attrs import ATTR_ASSIGNMENT, ATTR_CACHED_FROM, set_record
 from tuner.study.trial.bookkeeping import Bookkeeper, OptunaArtifacts
 from tuner.study.trial.cache_lookup import CacheLookup
@@ -164,7 +166,8 @@ class TrialRunner:
         job = TrialJob(trial, TrialOutcome(number=trial.number, state="FAIL"))
         out = job.out
         try:
-            with self._phases.time(out, "suggest"):
+            # the params drawn are recorded in one transaction, not one each
+            with self._phases.time(out, "suggest"), params_recorded_together(trial, retry_transient):
                 if self.replay is not None:
                     out.assignment = dict(
                         self.space.suggest(trial, skip_post_retrieval=True, skip=self.replay.plan.names)
