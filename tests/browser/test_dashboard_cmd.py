@@ -174,6 +174,30 @@ def test_a_taken_port_names_the_option_to_change_it(tmp_path: Path) -> None:
             Dashboards([http_server_spec("optuna", port)], tmp_path / "logs").start()
 
 
+def test_a_stop_signal_is_noted_never_raised_and_later_ones_change_nothing() -> None:
+    """`tuner dashboard`'s handler: an exception thrown into whatever runs when the signal
+    lands (an import, the headline's database read) left that code half done; the command
+    polls the request between its own waits instead."""
+    from tuner.cli.dashboard_cmd import _stop_on_signals
+
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    raised: BaseException | None = None
+    try:
+        stop = _stop_on_signals()
+        assert not stop.requested()
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            os.kill(os.getpid(), signal.SIGINT)  # the second Ctrl-C / a repeated SIGTERM
+            time.sleep(0.01)
+        except BaseException as exc:  # noqa: BLE001 - what the handler must not do
+            raised = exc
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+    assert raised is None
+    assert stop.requested() and stop.signum == signal.SIGTERM
+
+
 def test_a_sigkilled_owner_leaves_no_ui_process(tmp_path: Path) -> None:
     """SIGKILL gives the owner no chance to stop anything: the death signal and the
     watchdog must end both groups, including a grandchild that ignores SIGTERM."""

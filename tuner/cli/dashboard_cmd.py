@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -16,6 +14,7 @@ import typer
 from tuner.ops.dashboard_specs import DEFAULT_MLFLOW_PORT, DEFAULT_OPTUNA_PORT
 
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_POLL_S = 0.25  # how soon a stop request or a dead UI is noticed
 
 
 def register(app: typer.Typer) -> None:
@@ -24,35 +23,37 @@ def register(app: typer.Typer) -> None:
 
 
 class _StopRequest:
-    """Signal handler: the first SIGINT/SIGTERM raises KeyboardInterrupt, which ends a sleep
-    or a readiness wait at once. Later ones, and any after `disarm`, are ignored: a second
-    Ctrl-C must not cut the stop of the UIs short."""
+    """Handler of SIGINT and SIGTERM: notes the first one and returns. Later ones change
+    nothing, so a second Ctrl-C cannot cut the stop of the UIs short.
+
+    It never raises: a KeyboardInterrupt thrown into whatever runs when the signal lands
+    (an import, a database read for the headline) leaves that code half done, and a run
+    whose stop was signalled right after the URLs appeared ended now and then killed by
+    SIGINT after printing "stopped." (exit -2, no traceback; tests/browser). The command
+    polls `requested` between its own short waits instead.
+    """
 
     def __init__(self) -> None:
-        self.armed = True
+        self.signum: int | None = None
 
     def __call__(self, signum: int, frame: object) -> None:
-        if self.armed:
-            self.armed = False
-            raise KeyboardInterrupt
+        if self.signum is None:
+            self.signum = signum
 
-    def disarm(self) -> None:
-        self.armed = False
+    def requested(self) -> bool:
+        return self.signum is not None
 
 
-@contextmanager
-def _stop_on_signals() -> Iterator[_StopRequest]:
+def _stop_on_signals() -> _StopRequest:
     """SIGINT and SIGTERM both stop the command. Installed explicitly: a process started
     with SIGINT ignored (a background job of a script, some CI runners) would otherwise
-    ignore Ctrl-C and `kill -INT` for good, and Python raises KeyboardInterrupt only when
-    SIGINT was left at its default."""
+    ignore Ctrl-C and `kill -INT` for good. Left installed until the process exits: a
+    repeated signal after the stop (a user pressing Ctrl-C twice, a supervisor sending
+    SIGTERM again) must not turn a clean exit into a death by that signal."""
     request = _StopRequest()
-    previous = {sig: signal.signal(sig, request) for sig in _STOP_SIGNALS}
-    try:
-        yield request
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    for sig in _STOP_SIGNALS:
+        signal.signal(sig, request)
+    return request
 
 
 def dashboard_command(
@@ -75,31 +76,29 @@ def dashboard_command(
     exp = load_experiment(experiment, check_paths=False)
     specs = ui_specs(exp, optuna_port=optuna_port, mlflow_port=mlflow_port)
     dashboards = Dashboards(specs, exp.state_dir / "dashboard")
-    with _stop_on_signals() as stop_request:
-        try:
-            typer.echo(f"starting {' and '.join(s.name for s in specs)} (logs in {dashboards.log_dir}) ...", err=True)
-            dashboards.start()
-            dashboards.wait_ready(deadline_s=deadline)
+    stop = _stop_on_signals()
+    try:
+        typer.echo(f"starting {' and '.join(s.name for s in specs)} (logs in {dashboards.log_dir}) ...", err=True)
+        dashboards.start()
+        if dashboards.wait_ready(deadline_s=deadline, stop_requested=stop.requested):
             for spec in specs:
                 typer.echo(f"{spec.name}: {spec.url}")
-            headline = _study_headline(exp)
+            headline = None if stop.requested() else _study_headline(exp)
             if headline:
                 typer.echo(headline)
             if not exp.tracking.enabled:
                 typer.echo("mlflow: tracking is disabled in the experiment (tracking.enabled: false)", err=True)
             typer.echo("Ctrl-C stops both.", err=True)
-            while True:
-                reason = dashboards.failure()
-                if reason is not None:
-                    from tuner.errors import TargetError
+        while not stop.requested():
+            reason = dashboards.failure()
+            if reason is not None:
+                from tuner.errors import TargetError
 
-                    raise TargetError(f"{reason} (log: {dashboards.log_dir})")
-                time.sleep(0.5)
-        except KeyboardInterrupt:
-            typer.echo("stopping the dashboards ...", err=True)
-        finally:
-            stop_request.disarm()
-            dashboards.stop()
+                raise TargetError(f"{reason} (log: {dashboards.log_dir})")
+            time.sleep(_POLL_S)
+        typer.echo("stopping the dashboards ...", err=True)
+    finally:
+        dashboards.stop()
     typer.echo("stopped.", err=True)
 
 

@@ -2,7 +2,7 @@
 a clean stop, and a watchdog for when the tuner dies.
 
     with Dashboards(specs, log_dir) as d:      # starts every UiSpec, each in its own session
-        d.wait_ready(deadline_s=60)            # all answer their health URL (or TargetError)
+        d.wait_ready(deadline_s=60)            # all answer their health URL (or TargetError); False if told to stop
         d.failure()                            # None while all run, else which died and why
     # leaving the block stops them: SIGTERM to each group, SIGKILL after a grace period;
     # if the tuner dies instead (even by SIGKILL), a death signal and a watchdog end them
@@ -115,12 +115,22 @@ class Dashboards:
             self._procs[spec.name] = proc
             self._watchdog.watch(proc.pid)
 
-    def wait_ready(self, deadline_s: float = 90.0, *, interval_s: float = 0.25) -> None:
-        """Block until every UI answers 200 on its health URL; fail fast when one dies."""
+    def wait_ready(
+        self,
+        deadline_s: float = 90.0,
+        *,
+        interval_s: float = 0.25,
+        stop_requested: Callable[[], bool] = lambda: False,
+    ) -> bool:
+        """Block until every UI answers 200 on its health URL (True), or until
+        ``stop_requested()`` says to give up (False); TargetError when one dies first or
+        the deadline passes."""
         end = time.monotonic() + deadline_s
         pending = {s.name: s for s in self.specs}
         with httpx.Client(timeout=2.0, verify=shared_ssl_context()) as http:
             while pending:
+                if stop_requested():
+                    return False
                 reason = self.failure()
                 if reason is not None:
                     raise TargetError(reason)
@@ -131,7 +141,7 @@ class Dashboards:
                     except httpx.TransportError:
                         pass
                 if not pending:
-                    return
+                    return True
                 if time.monotonic() > end:
                     name = next(iter(pending))
                     raise TargetError(
@@ -139,6 +149,7 @@ class Dashboards:
                         f" its log: {self.log_file(name)}"
                     )
                 time.sleep(interval_s)
+        return True
 
     def failure(self) -> str | None:
         """None while every UI runs; else which one exited, its code and last log lines."""
