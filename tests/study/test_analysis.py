@@ -135,6 +135,29 @@ def test_param_importances_on_a_real_study() -> None:
     assert list(imp) == ["big", "small"] and imp["big"] > 0.9
 
 
+def test_importances_wait_for_enough_complete_trials_and_the_report_says_why() -> None:
+    # below the floor fANOVA ranks noise: on 3-8 trials an unused key often came first
+    # (tuner.ops.analysis.MIN_IMPORTANCE_TRIALS); a failed trial does not count
+    study = optuna.create_study(direction="maximize", sampler=optuna.samplers.RandomSampler(seed=0))
+
+    def objective(t: optuna.Trial) -> float:
+        return 10 * t.suggest_float("big", 0, 1) + 0.01 * t.suggest_float("small", 0, 1)
+
+    study.optimize(objective, n_trials=analysis.MIN_IMPORTANCE_TRIALS - 1)
+    study.tell(study.ask(), state=TrialState.FAIL)
+    assert analysis.param_importances(study) == {}
+    frame = analysis.trials_frame(study.get_trials())
+    md = analysis.study_markdown(frame, study_name="s", objective="value", maximize=True, importances={})
+    assert (f"Not computed: fANOVA needs at least {analysis.MIN_IMPORTANCE_TRIALS} complete trials in which the "
+            f"parameters vary (this study has {analysis.MIN_IMPORTANCE_TRIALS - 1} complete)") in md
+    study.optimize(objective, n_trials=1)
+    imp = analysis.param_importances(study)  # computed now; ranked right only further on (the test above)
+    assert set(imp) == {"big", "small"}
+    md = analysis.study_markdown(analysis.trials_frame(study.get_trials()), study_name="s", objective="value",
+                                 maximize=True, importances=imp)
+    assert "Not computed" not in md and "| big |" in md
+
+
 def test_eta_and_durations() -> None:
     assert eta_seconds(4, 10, 40.0, None) == pytest.approx(40.0 / 4 * 6)
     assert eta_seconds(4, 10, 40.0, 50.0) == pytest.approx(10.0)  # the timeout comes first
