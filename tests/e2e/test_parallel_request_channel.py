@@ -34,6 +34,7 @@ from tuner.config.experiment import free_port, load_experiment
 from tuner.errors import ConfigError
 from tuner.ops.run import run_experiment
 from tuner.report.tracking import TAG_ROLE, TAG_TRIAL
+from tuner.study.storage.transient import RIDE_ENV
 from tuner.study.trial.attrs import ATTR_VARIANT, assignment_of
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
@@ -164,3 +165,16 @@ def test_parallel_trials_through_a_config_file_are_refused_with_the_fix(demo_dat
                           text=True, timeout=300, env={**os.environ, "COLUMNS": "200"})
     lines = [ln for ln in done.stderr.splitlines() if ln.strip()]
     assert done.returncode == 2 and len(lines) == 1 and "needs target.channel: request" in lines[0], done.stderr
+
+
+def test_a_bad_storage_ride_is_refused_before_anything_is_opened(demo_data: Path, tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    # it was read at the first retried storage call: after the preflight had started the backend
+    (tmp_path / "data").symlink_to(demo_data, target_is_directory=True)
+    copy_backend_config(tmp_path)
+    path = write_reference_experiment(tmp_path, study="ride", n_trials=1, storage=f"sqlite:///{tmp_path / 'o.db'}")
+    monkeypatch.setenv(RIDE_ENV, "soon")
+    with pytest.raises(ConfigError, match=rf"{RIDE_ENV}='soon': not a number of seconds .* unset it") as info:
+        run_experiment(load_experiment(path))
+    assert "\n" not in str(info.value)
+    assert not (tmp_path / "o.db").exists() and not (tmp_path / ".tuner").exists()

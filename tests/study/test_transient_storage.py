@@ -184,3 +184,15 @@ def test_the_ride_is_a_knob_of_the_environment(monkeypatch: pytest.MonkeyPatch) 
             retry_transient(down)
     monkeypatch.setenv(transient.RIDE_ENV, "")
     assert transient.ride_s() == transient.RETRY_WAIT_S
+
+
+def test_a_bad_ride_is_refused_where_the_storage_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    # `tuner worker` checks its storage before it starts anything (tuner run: run_experiment's first lines)
+    from tuner.errors import ConfigError
+    from tuner.study.storage import transient
+    from tuner.study.storage.study_storage import check_storage
+
+    check_storage("sqlite:///x.db", n_workers=1)
+    monkeypatch.setenv(transient.RIDE_ENV, "0")
+    with pytest.raises(ConfigError, match=r"TUNER_STORAGE_RIDE_S='0': not a number of seconds from 0.5 to 3600"):
+        check_storage("sqlite:///x.db", n_workers=1)

@@ -30,6 +30,7 @@ from tuner.study.storage.locks import StudyLease, patch_rights
 from tuner.study.storage.paths import StudyPaths
 from tuner.study.storage.queue import enqueue_initial, fail_stale_trials, remaining_trials, replay_trials_left
 from tuner.study.storage.study_storage import ATTR_PREFLIGHT, database_unreachable
+from tuner.study.storage.transient import ride_s
 from tuner.study.trial.attrs import ATTR_VARIANT
 from tuner.study.wiring import Prepared, adopt_backend, apply_mode_line, initial_variants, start_helpers
 from tuner.targets.factory import make_target
@@ -87,6 +88,7 @@ def run_experiment(
     restored all the same); the CLI prints it and exits non-zero.
     """
     check_parallel(experiment, parallel)
+    ride_s()  # a bad $TUNER_STORAGE_RIDE_S stops here, not at the first storage call after the preflight
     stop = stop or StopFlag()
     observer = observer or StudyObserver()
     experiment = experiment.bind_port()

@@ -139,7 +139,9 @@ def storage_dialect(url: str) -> str:
 
 
 def check_storage(url: str, n_workers: int) -> None:
-    """Refuse SQLite with more than one worker (StudyError says why and what to use)."""
+    """Refuse SQLite with more than one worker (StudyError says why and what to use), and
+    a bad $TUNER_STORAGE_RIDE_S (ConfigError), before anything starts."""
+    ride_s()
     if n_workers > 1 and storage_dialect(url) == "sqlite":
         raise StudyError(
             f"storage {redact(url)} is SQLite, which cannot be shared by {n_workers} workers: queued trials race there "
