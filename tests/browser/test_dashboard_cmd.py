@@ -267,6 +267,32 @@ def test_ctrl_c_twice_stops_the_real_uis_even_when_started_with_sigint_ignored(t
     assert left_over(below) == []
 
 
+def test_tuner_optuna_dashboard_stops_on_ctrl_c_even_when_started_with_sigint_ignored(tmp_path: Path) -> None:
+    # It used to keep the inherited SIG_IGN: `kill -INT` did nothing (every optuna-dashboard
+    # the suite started sat out its 60 s stop deadline in CI, where SIGINT is ignored).
+    path = study_experiment(tmp_path)
+    create_storage(path)
+    port = free_port()
+    with sigint_ignored():
+        proc = subprocess.Popen([sys.executable, "-m", "tuner", "optuna-dashboard", load_experiment(path).storage,
+                                 "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)
+    try:
+        end = time.monotonic() + GONE_DEADLINE_S
+        while not listening(port):
+            assert proc.poll() is None, proc.communicate()[1]
+            assert time.monotonic() < end, "tuner optuna-dashboard did not listen"
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(timeout=GONE_DEADLINE_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert code == 0 and "stopped." in proc.communicate()[1]
+    assert not listening(port)
+
+
 @pytest.mark.slow
 def test_a_sigkilled_tuner_dashboard_leaves_neither_ui(tmp_path: Path) -> None:
     with real_dashboard(tmp_path) as dash:

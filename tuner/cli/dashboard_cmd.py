@@ -142,7 +142,14 @@ def optuna_dashboard_command(
     Ctrl-C."""
     from tuner.ops.dashboard_server import dashboard_app, listen
 
-    with listen(dashboard_app(storage, artifact_dir), host=host, port=port) as server:
+    app = dashboard_app(storage, artifact_dir)
+    # Ctrl-C stops it also when it was started with SIGINT ignored (a background job of a
+    # script, some CI runners: Python keeps an inherited SIG_IGN). Without this, `kill -INT`
+    # did nothing there: the suite's optuna-dashboards each sat out a 60 s stop deadline in
+    # CI. Set before it listens, so a client that sees the port can stop it; once serving,
+    # only serve_forever's select loop runs in this thread (requests have their own).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    with listen(app, host=host, port=port) as server:
         typer.echo(f"optuna-dashboard (params under their config keys): http://{host}:{port}/dashboard/", err=True)
         try:
             server.serve_forever()
