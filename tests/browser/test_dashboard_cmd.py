@@ -269,7 +269,7 @@ def test_ctrl_c_twice_stops_the_real_uis_even_when_started_with_sigint_ignored(t
 
 def test_tuner_optuna_dashboard_stops_on_ctrl_c_even_when_started_with_sigint_ignored(tmp_path: Path) -> None:
     # It used to keep the inherited SIG_IGN: `kill -INT` did nothing (every optuna-dashboard
-    # the suite started sat out its 60 s stop deadline in CI, where SIGINT is ignored).
+    # the suite started sat out its 60 s stop deadline in a run started with SIGINT ignored).
     path = study_experiment(tmp_path)
     create_storage(path)
     port = free_port()

@@ -22,7 +22,8 @@ DEADLINE_S = 120  # generous: the first start on a loaded machine imports a lot
 @contextlib.contextmanager
 def optuna_dashboard(storage: str, *, artifact_dir: Path | None = None) -> Iterator[str]:
     """Started, and answering ``/api/studies``; yields its page's URL
-    (``http://127.0.0.1:PORT/dashboard/``). Then SIGINT (killed if it has not ended in 60 s)."""
+    (``http://127.0.0.1:PORT/dashboard/``). Then SIGINT: not ended in 60 s, it is killed and
+    the test fails."""
     import httpx
 
     from tuner.config.experiment import free_port
@@ -50,3 +51,6 @@ def optuna_dashboard(storage: str, *, artifact_dir: Path | None = None) -> Itera
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+            # killed quietly, this hid a `tuner optuna-dashboard` that ignored SIGINT (60 s a
+            # test); raised without `from`, so a failure of the body stays its context
+            raise AssertionError("tuner optuna-dashboard did not stop within 60 s of SIGINT")  # noqa: B904
