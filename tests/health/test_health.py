@@ -219,8 +219,10 @@ def test_health_headers_are_sent_so_a_keyed_engine_is_healthy(keyed: str) -> Non
     from tuner.config.target import HealthConfig
     from tuner.targets.health import wait_target_healthy
 
+    # 5 s, not less: with 0.5 s a loaded machine (the fast tier beside other work) saw the
+    # deadline pass before the first 401 came back, so "last seen" had nothing to name
     with pytest.raises(HealthTimeout, match="last seen: HTTP 401") as exc:
-        wait_target_healthy(HealthConfig(url=keyed, deadline_s=0.5, interval_s=0.05), None)
+        wait_target_healthy(HealthConfig(url=keyed, deadline_s=5, interval_s=0.05), None)
     assert _KeyedHandler.key not in str(exc.value)
     health = HealthConfig(url=keyed, headers={"api-key": _KeyedHandler.key}, deadline_s=20, interval_s=0.05)
     assert wait_target_healthy(health, None) == {"status": "ok"}
